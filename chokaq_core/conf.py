@@ -1,0 +1,251 @@
+"""Typed ChokaQ settings, read from ``settings.CHOKAQ`` at access time (spec 05 §1).
+
+``config()`` returns a frozen snapshot merged over the code defaults; it is
+rebuilt when a test changes the settings. Durations accept ``timedelta`` or
+seconds and are exposed as float seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE": "default",
+    "JOB_MODULES": [],
+    "REQUIRE_REGISTERED_JOB_TYPES": True,
+    "EXECUTION": {
+        "DEFAULT_TIMEOUT": 15 * 60,
+        "HEARTBEAT_INTERVAL_MIN": 8,
+        "HEARTBEAT_INTERVAL_MAX": 12,
+        "HEARTBEAT_FAILURE_THRESHOLD": 10,
+        "CANCEL_ON_HEARTBEAT_FAILURE": False,
+        "PENDING_CANCELLATION_RETENTION": 30,
+        "CANCEL_POLL_INTERVAL": 1,
+    },
+    "RETRY": {
+        "MAX_ATTEMPTS": 3,
+        "BASE_DELAY": 3,
+        "MAX_DELAY": 3600,
+        "BACKOFF_MULTIPLIER": 2.0,
+        "JITTER_MAX_DELAY": 1,
+        "CIRCUIT_BREAKER_DELAY": 5,
+        "MAX_JOB_AGE": 24 * 3600,
+    },
+    "RECOVERY": {
+        "FETCHED_JOB_TIMEOUT": 10 * 60,
+        "PROCESSING_ZOMBIE_TIMEOUT": 10 * 60,
+        "SCAN_INTERVAL": 60,
+    },
+    "WORKER": {
+        "CONCURRENCY": 10,
+        "MAX_CONCURRENCY": 100,
+        "PREFETCH_CAPACITY": 100,
+        "FETCH_BATCH_SIZE": 20,
+        "POLLING_INTERVAL": 1,
+        "NO_QUEUES_SLEEP_INTERVAL": 5,
+        "SHUTDOWN_GRACE_PERIOD": 30,
+        "PREFETCHED_JOB_RELEASE_TIMEOUT": 5,
+        "REGISTRY_HEARTBEAT_INTERVAL": 5,
+        "COMPLETION_FLUSH_INTERVAL": 0.02,
+        "COMPLETION_BATCH_SIZE": 200,
+    },
+    "SQL": {
+        "COMMAND_TIMEOUT_SECONDS": 30,
+        "CLEANUP_BATCH_SIZE": 1000,
+        "MAX_TRANSIENT_RETRIES": 3,
+        "TRANSIENT_RETRY_BASE_DELAY_MS": 200,
+    },
+    "SERIALIZATION": {"MAX_PAYLOAD_BYTES": 1_000_000},
+    "QUEUES": {},
+    "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT": 30},
+    "EVENTS": {"COALESCE_INTERVAL": 0.2},
+}
+
+_DURATION_KEYS = {
+    "EXECUTION": {"DEFAULT_TIMEOUT", "HEARTBEAT_INTERVAL_MIN", "HEARTBEAT_INTERVAL_MAX",
+                  "PENDING_CANCELLATION_RETENTION", "CANCEL_POLL_INTERVAL"},
+    "RETRY": {"BASE_DELAY", "MAX_DELAY", "JITTER_MAX_DELAY", "CIRCUIT_BREAKER_DELAY", "MAX_JOB_AGE"},
+    "RECOVERY": {"FETCHED_JOB_TIMEOUT", "PROCESSING_ZOMBIE_TIMEOUT", "SCAN_INTERVAL"},
+    "WORKER": {"POLLING_INTERVAL", "NO_QUEUES_SLEEP_INTERVAL", "SHUTDOWN_GRACE_PERIOD",
+               "PREFETCHED_JOB_RELEASE_TIMEOUT", "REGISTRY_HEARTBEAT_INTERVAL", "COMPLETION_FLUSH_INTERVAL"},
+    "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT"},
+    "EVENTS": {"COALESCE_INTERVAL"},
+}
+
+
+def seconds(value: Any) -> float | None:
+    """A duration setting as float seconds (``timedelta`` or number; None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected seconds or timedelta, got {value!r}")
+    return float(value)
+
+
+class Section(dict[str, Any]):
+    """A settings section with attribute access: ``config().RETRY.MAX_ATTEMPTS``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+@dataclass(frozen=True)
+class Config:
+    DATABASE: str
+    JOB_MODULES: list[str]
+    REQUIRE_REGISTERED_JOB_TYPES: bool
+    EXECUTION: Section
+    RETRY: Section
+    RECOVERY: Section
+    WORKER: Section
+    SQL: Section
+    SERIALIZATION: Section
+    QUEUES: dict[str, Section]
+    HEALTH: Section
+    EVENTS: Section
+
+    def execution_timeout(self, queue: str) -> float:
+        """Per-queue ``EXECUTION_TIMEOUT`` (names matched case-insensitively) else the default."""
+        override = self.QUEUES.get(queue.lower())
+        if override is not None and override.get("EXECUTION_TIMEOUT") is not None:
+            return float(override["EXECUTION_TIMEOUT"])
+        return float(self.EXECUTION.DEFAULT_TIMEOUT)
+
+
+def _merge(errors: list[str]) -> Config:
+    user: dict[str, Any] = dict(getattr(settings, "CHOKAQ", {}) or {})
+    merged = copy.deepcopy(DEFAULTS)
+    for key, value in user.items():
+        if key not in merged:
+            errors.append(f"unknown setting CHOKAQ[{key!r}]")
+            continue
+        if isinstance(merged[key], dict) and key != "QUEUES":
+            if not isinstance(value, dict):
+                errors.append(f"CHOKAQ[{key!r}] must be a dict")
+                continue
+            for sub, subvalue in value.items():
+                if sub not in merged[key]:
+                    errors.append(f"unknown setting CHOKAQ[{key!r}][{sub!r}]")
+                merged[key][sub] = subvalue
+        else:
+            merged[key] = value
+    for section, keys in _DURATION_KEYS.items():
+        for key in keys:
+            try:
+                merged[section][key] = seconds(merged[section][key])
+            except TypeError as exc:
+                errors.append(f"{section}.{key}: {exc}")
+                merged[section][key] = DEFAULTS[section][key]
+    queues: dict[str, Section] = {}
+    for name, options in (merged["QUEUES"] or {}).items():
+        if not str(name).strip():
+            errors.append("QUEUES: queue names must be non-blank")
+            continue
+        section = Section(options or {})
+        if "EXECUTION_TIMEOUT" in section:
+            try:
+                section["EXECUTION_TIMEOUT"] = seconds(section["EXECUTION_TIMEOUT"])
+            except TypeError as exc:
+                errors.append(f"QUEUES.{name}.EXECUTION_TIMEOUT: {exc}")
+        queues[str(name).lower()] = section
+    merged["QUEUES"] = queues
+    return Config(**{k: Section(v) if isinstance(v, dict) and k != "QUEUES" else v for k, v in merged.items()})
+
+
+def _check(cfg: Config, errors: list[str]) -> None:
+    def positive(section: str, key: str, allow_none: bool = False) -> None:
+        value = getattr(cfg, section)[key]
+        if value is None and allow_none:
+            return
+        if value is None or value <= 0:
+            errors.append(f"{section}.{key} must be > 0 (got {value!r})")
+
+    for section, keys in _DURATION_KEYS.items():
+        for key in keys:
+            if (section, key) == ("RETRY", "JITTER_MAX_DELAY"):
+                continue
+            positive(section, key, allow_none=(section, key) == ("RETRY", "MAX_JOB_AGE"))
+    ex, rt, wk, sql = cfg.EXECUTION, cfg.RETRY, cfg.WORKER, cfg.SQL
+    if ex.HEARTBEAT_INTERVAL_MAX < ex.HEARTBEAT_INTERVAL_MIN:
+        errors.append("EXECUTION.HEARTBEAT_INTERVAL_MAX must be >= HEARTBEAT_INTERVAL_MIN")
+    if ex.HEARTBEAT_FAILURE_THRESHOLD < 1:
+        errors.append("EXECUTION.HEARTBEAT_FAILURE_THRESHOLD must be >= 1")
+    if rt.MAX_ATTEMPTS < 1:
+        errors.append("RETRY.MAX_ATTEMPTS must be >= 1")
+    if rt.MAX_DELAY < rt.BASE_DELAY:
+        errors.append("RETRY.MAX_DELAY must be >= RETRY.BASE_DELAY")
+    if rt.MAX_DELAY * 1000 > 2**31 - 1:
+        errors.append("RETRY.MAX_DELAY must be <= 2^31-1 ms")
+    if rt.BACKOFF_MULTIPLIER < 1:
+        errors.append("RETRY.BACKOFF_MULTIPLIER must be >= 1")
+    if rt.JITTER_MAX_DELAY < 0:
+        errors.append("RETRY.JITTER_MAX_DELAY must be >= 0")
+    if wk.MAX_CONCURRENCY < 1:
+        errors.append("WORKER.MAX_CONCURRENCY must be >= 1")
+    if not 1 <= wk.CONCURRENCY <= wk.MAX_CONCURRENCY:
+        errors.append("WORKER.CONCURRENCY must be within 1..WORKER.MAX_CONCURRENCY")
+    if wk.PREFETCH_CAPACITY < 1:
+        errors.append("WORKER.PREFETCH_CAPACITY must be >= 1")
+    if not 1 <= wk.FETCH_BATCH_SIZE <= max(wk.PREFETCH_CAPACITY, 1):
+        errors.append("WORKER.FETCH_BATCH_SIZE must be within 1..WORKER.PREFETCH_CAPACITY")
+    if wk.REGISTRY_HEARTBEAT_INTERVAL >= cfg.HEALTH.WORKER_HEARTBEAT_TIMEOUT:
+        errors.append("WORKER.REGISTRY_HEARTBEAT_INTERVAL must be < HEALTH.WORKER_HEARTBEAT_TIMEOUT")
+    if wk.COMPLETION_BATCH_SIZE < 1:
+        errors.append("WORKER.COMPLETION_BATCH_SIZE must be >= 1")
+    for key in ("COMMAND_TIMEOUT_SECONDS", "CLEANUP_BATCH_SIZE", "TRANSIENT_RETRY_BASE_DELAY_MS"):
+        if sql[key] <= 0:
+            errors.append(f"SQL.{key} must be > 0")
+    if sql.MAX_TRANSIENT_RETRIES < 0:
+        errors.append("SQL.MAX_TRANSIENT_RETRIES must be >= 0")
+    if cfg.SERIALIZATION.MAX_PAYLOAD_BYTES < 1:
+        errors.append("SERIALIZATION.MAX_PAYLOAD_BYTES must be >= 1")
+    for name, options in cfg.QUEUES.items():
+        unknown = set(options) - {"EXECUTION_TIMEOUT"}
+        if unknown:
+            errors.append(f"QUEUES.{name}: only EXECUTION_TIMEOUT is supported (got {sorted(unknown)})")
+        timeout = options.get("EXECUTION_TIMEOUT")
+        if timeout is not None and timeout <= 0:
+            errors.append(f"QUEUES.{name}.EXECUTION_TIMEOUT must be > 0")
+
+
+def collect_errors() -> list[str]:
+    errors: list[str] = []
+    cfg = _merge(errors)
+    _check(cfg, errors)
+    return errors
+
+
+@lru_cache(maxsize=1)
+def config() -> Config:
+    """The effective configuration; raises ImproperlyConfigured listing every error."""
+    errors: list[str] = []
+    cfg = _merge(errors)
+    _check(cfg, errors)
+    if errors:
+        raise ImproperlyConfigured("Invalid ChokaQ configuration: " + "; ".join(errors))
+    return cfg
+
+
+def validate() -> None:
+    config()
+
+
+def _reset(*, setting: str, **_: Any) -> None:
+    if setting in ("CHOKAQ", "DATABASES"):
+        config.cache_clear()
+
+
+setting_changed.connect(_reset)

@@ -1,0 +1,291 @@
+"""Enumerations with the spec's numeric values, row dataclasses and exceptions.
+
+No ORM and no SQL here: everything in this module is plain Python that every
+layer (storage, worker, service, Deck) can import.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import IntEnum
+from typing import Any
+
+
+class JobStatus(IntEnum):
+    """Spec 02 §1. Only 0–2 are stored (in Hot); 3–6 are virtual."""
+
+    PENDING = 0
+    FETCHED = 1
+    PROCESSING = 2
+    SUCCEEDED = 3
+    FAILED = 4
+    CANCELLED = 5
+    ZOMBIE = 6
+
+
+class FailureReason(IntEnum):
+    """Spec 02 §5.1, persisted in ``chokaq_jobs_dlq.failure_reason``."""
+
+    MAX_RETRIES_EXCEEDED = 0
+    CANCELLED = 1
+    ZOMBIE = 2
+    CIRCUIT_BREAKER_OPEN = 3
+    REJECTED = 4
+    THROTTLED = 5
+    FATAL_ERROR = 6
+    TIMEOUT = 7
+    TRANSIENT = 8
+    HEARTBEAT_FAILURE = 9
+    RETRY_LIFETIME_EXPIRED = 10
+
+    @property
+    def display_name(self) -> str:
+        """The reference's PascalCase name, used in events and the Deck."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+class CancellationReason(IntEnum):
+    SHUTDOWN = 0
+    TIMEOUT = 1
+    ADMIN = 2
+    HEARTBEAT_FAILURE = 3
+
+
+# ---------------------------------------------------------------- exceptions
+
+
+class ChokaQError(Exception):
+    """Base class of every ChokaQ exception."""
+
+
+class EnvelopeError(ChokaQError, ValueError):
+    """An enqueue argument breaks an envelope limit (spec 03 §9)."""
+
+
+class UnknownJobTypeError(ChokaQError, ValueError):
+    """Enqueue of a type key no ``@job`` registered (and no opt-out given)."""
+
+
+class ChokaQFatalError(ChokaQError):
+    """Fatal: the job goes straight to the DLQ, no retry."""
+
+    chokaq_fatal = True
+
+
+class JobTypeNotRegisteredError(ChokaQFatalError):
+    """The worker found a row whose type key has no handler."""
+
+
+class PayloadDeserializationError(ChokaQFatalError):
+    """The stored payload is not a JSON object the handler can take."""
+
+
+class ChokaQThrottledError(ChokaQError):
+    """Downstream rate limiting; ``retry_after`` (seconds or timedelta) is honoured."""
+
+    chokaq_throttled = True
+
+    def __init__(self, message: str = "Throttled", retry_after: float | timedelta | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class CircuitFatalError(ChokaQError):
+    """Opens the circuit of its job type at once (issue 4)."""
+
+    chokaq_circuit_fatal = True
+
+
+class JobCancelledError(ChokaQError):
+    """Raised by ``ctx.cancellation.raise_if_cancelled()``."""
+
+    def __init__(self, reason: CancellationReason | None = None) -> None:
+        super().__init__(f"Job cancelled ({reason.name if reason is not None else 'unknown'})")
+        self.reason = reason
+
+
+class StorageError(ChokaQError):
+    """A storage operation failed after the transient-error retries."""
+
+
+# ---------------------------------------------------------------- ids
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ulid_lock = threading.Lock()
+_ulid_last: tuple[int, int] = (0, 0)
+
+
+def new_ulid() -> str:
+    """A 26-character ULID, monotonic within one process (spec 02 §2.1)."""
+    global _ulid_last
+    with _ulid_lock:
+        ms = time.time_ns() // 1_000_000
+        last_ms, last_rand = _ulid_last
+        if ms <= last_ms:
+            ms, rand = last_ms, (last_rand + 1) & ((1 << 80) - 1)
+        else:
+            rand = int.from_bytes(os.urandom(10), "big")
+        _ulid_last = (ms, rand)
+    value = (ms << 80) | rand
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated envelope, ready for ``storage.enqueue``."""
+
+    id: str
+    queue: str
+    type: str
+    payload: str
+    tags: str | None = None
+    idempotency_key: str | None = None
+    priority: int = 10
+    delay_seconds: float | None = None
+    created_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HotJob:
+    """A row of ``chokaq_jobs_hot``."""
+
+    id: str
+    queue: str
+    type: str
+    payload: str | None
+    tags: str | None
+    idempotency_key: str | None
+    priority: int
+    status: JobStatus
+    attempt_count: int
+    worker_id: str | None
+    heartbeat_at: datetime | None
+    scheduled_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    last_updated_at: datetime
+    created_by: str | None
+    last_modified_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedJob:
+    id: str
+    queue: str
+    type: str
+    payload: str | None
+    tags: str | None
+    attempt_count: int
+    worker_id: str | None
+    created_by: str | None
+    last_modified_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime
+    duration_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    id: str
+    queue: str
+    type: str
+    payload: str | None
+    tags: str | None
+    failure_reason: FailureReason
+    error_details: str | None
+    attempt_count: int
+    worker_id: str | None
+    created_by: str | None
+    last_modified_by: str | None
+    created_at: datetime
+    failed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    """A finished execution to archive."""
+
+    job_id: str
+    duration_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A failed execution to put back to Pending at ``delay_seconds`` from now."""
+
+    job_id: str
+    attempt_count: int
+    delay_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A terminal outcome to move to the DLQ."""
+
+    job_id: str
+    reason: FailureReason
+    error_details: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    name: str
+    is_paused: bool
+    is_active: bool
+    zombie_timeout_seconds: int | None
+    max_workers: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    pending: int
+    fetched: int
+    processing: int
+    succeeded_total: int
+    failed_total: int
+    retried_total: int
+    last_activity_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryStats:
+    pending: int
+    fetched: int
+    processing: int
+    succeeded_total: int
+    failed_total: int
+    retried_total: int
+    last_activity_at: datetime | None = None
+
+    @property
+    def total(self) -> int:
+        """Hot rows plus retained Archive and DLQ rows, from O(1) counters."""
+        return self.pending + self.fetched + self.processing + self.succeeded_total + self.failed_total
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    """A row of ``chokaq_workers`` (the worker registry)."""
+
+    worker_id: str
+    hostname: str
+    pid: int
+    queues: str
+    capacity: int
+    active_count: int
+    is_running: bool = True
+    runtime_json: str = "{}"
+    circuits_json: str = "[]"
+    started_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    stopped_at: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

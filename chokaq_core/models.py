@@ -1,0 +1,235 @@
+"""The ChokaQ tables (schema only).
+
+Physical names follow spec 01 §1.1; indexes are named after the query they
+serve. No code path writes these tables through the ORM: every state change is
+a raw-SQL transition in ``chokaq_core.sql.<vendor>`` called by ``storage``.
+The models exist for migrations, the admin and read-only ORM use in tests.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class JobsHot(models.Model):
+    """Active work only: Pending (0), Fetched (1), Processing (2)."""
+
+    id = models.CharField(max_length=50, primary_key=True)
+    queue = models.CharField(max_length=255)
+    type = models.CharField(max_length=255)
+    payload = models.TextField(null=True)
+    tags = models.CharField(max_length=1000, null=True)
+    idempotency_key = models.CharField(max_length=255, null=True)
+    priority = models.IntegerField(default=10, db_default=10)
+    status = models.IntegerField(default=0, db_default=0)
+    attempt_count = models.IntegerField(default=0, db_default=0)
+    worker_id = models.CharField(max_length=100, null=True)
+    heartbeat_at = models.DateTimeField(null=True)
+    scheduled_at = models.DateTimeField(null=True)
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True)
+    last_updated_at = models.DateTimeField(db_default=Now())
+    created_by = models.CharField(max_length=100, null=True)
+    last_modified_by = models.CharField(max_length=100, null=True)
+    # Django addition: an operator's request to cancel a Processing job. The
+    # owning worker reads it on its supervisor loop (no channel layer needed).
+    cancel_requested_by = models.CharField(max_length=100, null=True)
+
+    class Meta:
+        db_table = "chokaq_jobs_hot"
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=[0, 1, 2]), name="hot_status_0_1_2"),
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="hot_idempotency",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["queue", "-priority", "scheduled_at", "created_at"],
+                condition=Q(status=0),
+                include=["type"],
+                name="hot_fetch_pending",
+            ),
+            models.Index(fields=["tags"], condition=Q(tags__isnull=False), name="hot_tags"),
+            models.Index(fields=["queue", "status"], include=["priority"], name="hot_queue_stats"),
+            models.Index(
+                fields=["queue", "scheduled_at", "created_at"], condition=Q(status=0), name="hot_pending_lag"
+            ),
+            models.Index(
+                fields=["status", "-created_at"],
+                include=["queue", "type", "priority", "scheduled_at", "worker_id"],
+                name="hot_status_created",
+            ),
+            models.Index(
+                fields=["last_updated_at"],
+                condition=Q(status=1),
+                include=["queue", "worker_id"],
+                name="hot_fetched_recovery",
+            ),
+            models.Index(
+                fields=["heartbeat_at", "last_updated_at"],
+                condition=Q(status=2),
+                include=["queue", "type", "worker_id"],
+                name="hot_processing_heartbeat",
+            ),
+            models.Index(fields=["worker_id"], condition=Q(status=2), name="hot_processing_worker"),
+        ]
+
+
+class JobsArchive(models.Model):
+    """Succeeded jobs, write-once."""
+
+    id = models.CharField(max_length=50, primary_key=True)
+    queue = models.CharField(max_length=255)
+    type = models.CharField(max_length=255)
+    payload = models.TextField(null=True)
+    tags = models.CharField(max_length=1000, null=True)
+    attempt_count = models.IntegerField(default=1, db_default=1)
+    worker_id = models.CharField(max_length=100, null=True)
+    created_by = models.CharField(max_length=100, null=True)
+    last_modified_by = models.CharField(max_length=100, null=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField()
+    duration_ms = models.FloatField(null=True)
+
+    class Meta:
+        db_table = "chokaq_jobs_archive"
+        indexes = [
+            models.Index(fields=["-finished_at"], include=["queue", "type", "duration_ms"], name="archive_by_time"),
+            models.Index(fields=["tags"], condition=Q(tags__isnull=False), name="archive_tags"),
+            models.Index(fields=["queue", "-finished_at"], name="archive_by_queue"),
+        ]
+
+
+class JobsDLQ(models.Model):
+    """Terminal failures, cancellations and zombies."""
+
+    id = models.CharField(max_length=50, primary_key=True)
+    queue = models.CharField(max_length=255)
+    type = models.CharField(max_length=255)
+    payload = models.TextField(null=True)
+    tags = models.CharField(max_length=1000, null=True)
+    failure_reason = models.IntegerField()
+    error_details = models.TextField(null=True)
+    attempt_count = models.IntegerField()
+    worker_id = models.CharField(max_length=100, null=True)
+    created_by = models.CharField(max_length=100, null=True)
+    last_modified_by = models.CharField(max_length=100, null=True)
+    created_at = models.DateTimeField()
+    failed_at = models.DateTimeField()
+    # Django addition (issue 3): the payload before the last operator edit, so
+    # the inspector can show what changed.
+    previous_payload = models.TextField(null=True)
+
+    class Meta:
+        db_table = "chokaq_jobs_dlq"
+        indexes = [
+            models.Index(
+                fields=["-failed_at"], include=["queue", "type", "failure_reason", "attempt_count"], name="dlq_by_time"
+            ),
+            models.Index(fields=["tags"], condition=Q(tags__isnull=False), name="dlq_tags"),
+            models.Index(fields=["queue", "-failed_at"], name="dlq_by_queue"),
+            models.Index(fields=["failure_reason", "-failed_at"], include=["queue", "type"], name="dlq_by_reason_time"),
+            models.Index(
+                fields=["type", "-failed_at"], include=["queue", "failure_reason", "created_at"], name="dlq_by_type"
+            ),
+            models.Index(
+                fields=["-created_at"], include=["queue", "type", "failure_reason", "failed_at"], name="dlq_by_created"
+            ),
+        ]
+
+
+class StatsSummary(models.Model):
+    """Per-queue retained counters (spec 01 §2.4): O(1) totals for the Deck."""
+
+    queue = models.CharField(max_length=255, primary_key=True)
+    succeeded_total = models.BigIntegerField(default=0, db_default=0)
+    failed_total = models.BigIntegerField(default=0, db_default=0)
+    retried_total = models.BigIntegerField(default=0, db_default=0)
+    last_activity_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "chokaq_stats_summary"
+
+
+class MetricBuckets(models.Model):
+    """Per-second outcome aggregates, written in the same transaction as the move."""
+
+    pk = models.CompositePrimaryKey("bucket_start", "queue", "outcome", "failure_reason")
+    bucket_start = models.DateTimeField()
+    queue = models.CharField(max_length=255)
+    outcome = models.SmallIntegerField()
+    failure_reason = models.IntegerField()
+    completed_count = models.BigIntegerField(default=0, db_default=0)
+    duration_count = models.BigIntegerField(default=0, db_default=0)
+    total_duration_ms = models.FloatField(default=0, db_default=0)
+    max_duration_ms = models.FloatField(null=True)
+    last_updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "chokaq_metric_buckets"
+        constraints = [
+            models.CheckConstraint(condition=Q(outcome__in=[0, 1]), name="buckets_outcome_0_1"),
+            models.CheckConstraint(
+                condition=Q(completed_count__gte=0, duration_count__gte=0, total_duration_ms__gte=0),
+                name="buckets_non_negative",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["-bucket_start"],
+                include=["completed_count", "duration_count", "total_duration_ms", "max_duration_ms"],
+                name="buckets_recent",
+            ),
+        ]
+
+
+class Queues(models.Model):
+    """Per-queue controls (spec 01 §2.6)."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    is_paused = models.BooleanField(default=False, db_default=False)
+    is_active = models.BooleanField(default=True, db_default=True)
+    zombie_timeout_seconds = models.IntegerField(null=True)
+    max_workers = models.IntegerField(null=True)
+    last_updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "chokaq_queues"
+
+
+class Workers(models.Model):
+    """Worker registry (spec 01 §2.8, Django addition)."""
+
+    worker_id = models.CharField(max_length=100, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.CharField(max_length=1000, default="", db_default="")
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True)
+    is_running = models.BooleanField(default=True, db_default=True)
+    capacity = models.IntegerField()
+    active_count = models.IntegerField(default=0, db_default=0)
+    runtime_json = models.TextField(default="{}", db_default="{}")
+    circuits_json = models.TextField(default="[]", db_default="[]")
+
+    class Meta:
+        db_table = "chokaq_workers"
+
+
+class SchemaMigrations(models.Model):
+    """ChokaQ's own schema ledger (spec 01 §2.7), kept beside django_migrations."""
+
+    version = models.IntegerField(primary_key=True)
+    name = models.CharField(max_length=200)
+    description = models.CharField(max_length=1000, null=True)
+    applied_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "chokaq_schema_migrations"

@@ -1,0 +1,190 @@
+"""The Dialect protocol: every storage transition, one function per name.
+
+``chokaq_core/sql/<vendor>.py`` are the only modules with SQL text; each
+defines every function below with the same parameters, and ``storage`` is
+their only caller. Rules shared by every vendor:
+
+* ``cursor`` is a DB-API cursor that takes ``%s`` placeholders (the inner
+  cursor of a Django connection). The caller owns the transaction: each
+  function runs inside ``transaction.atomic()`` opened by ``storage`` and never
+  commits or rolls back itself.
+* Timestamps come from the database clock on PostgreSQL and SQL Server; the
+  SQLite module takes ``datetime.now(UTC)`` in Python and writes Django's text
+  format (spec 01 §1.2).
+* Every move between pillars deletes with its guard, inserts exactly the
+  deleted rows and bumps ``chokaq_stats_summary`` / ``chokaq_metric_buckets``
+  in the same transaction (spec 01 §3). Mutations report what they actually
+  changed, never the requested count.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from datetime import datetime
+from types import ModuleType
+from typing import Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+
+from chokaq_core.domain import (
+    ArchivedJob,
+    DeadJob,
+    Failure,
+    HotJob,
+    NewJob,
+    QueueState,
+    QueueStats,
+    Retry,
+    Success,
+    SummaryStats,
+    WorkerInfo,
+)
+
+Cursor = Any
+Moved = list[tuple[str, str]]  # (job id, queue) of each row a transition changed
+
+
+class Dialect(Protocol):
+    # ------------------------------------------------------------ enqueue / claim
+    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+        """Insert Pending rows (one multi-row statement per chunk); ensure the Queues and
+        StatsSummary rows of their queues. Returns, per input job and in order, the id
+        actually stored: the existing Hot row's id when its idempotency key is taken.
+        PostgreSQL also ``NOTIFY chokaq_jobs`` in the same transaction."""
+        ...
+
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched, ``worker_id`` set) of
+        ``queues`` (None = every queue), skipping paused/hidden queues and honouring each
+        queue's ``max_workers`` bulkhead. Ordered by priority desc, due time asc."""
+        ...
+
+    def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
+        """Lease gate: Fetched → Processing if still owned; returns the new attempt count or None."""
+        ...
+
+    def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+        """One UPDATE stamping the heartbeat of every listed Processing row this worker owns;
+        returns the ids still owned."""
+        ...
+
+    def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+        """(job id, actor) of this worker's Processing rows an operator asked to cancel."""
+        ...
+
+    # ------------------------------------------------------------ completion (batched)
+    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
+        """Hot → Archive for every item this worker owns (None: no owner guard)."""
+        ...
+
+    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
+        """Hot → DLQ with each item's reason and details, owner-guarded."""
+        ...
+
+    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
+        """Back to Pending at now + delay, attempt count as given; RetriedTotal += n."""
+        ...
+
+    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
+        """Fetched → Pending for unstarted rows this worker owns (pause, shutdown)."""
+        ...
+
+    # ------------------------------------------------------------ operator commands
+    def resurrect(
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    ) -> bool:
+        """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1."""
+        ...
+
+    def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+        """DLQ → Hot for up to 1000 ids, priority 10, no edits."""
+        ...
+
+    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+        """Pending/Fetched → DLQ Cancelled (Processing rows are left alone)."""
+        ...
+
+    def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+        """Flag Processing rows for cooperative cancellation; returns the flagged ids."""
+        ...
+
+    def update_hot_data(
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    ) -> bool:
+        """Edit a Pending Hot row (coalescing NULLs); False if not Pending or nothing to change."""
+        ...
+
+    def update_dlq_data(
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None
+    ) -> bool:
+        """Edit a DLQ row, keeping the old payload in ``previous_payload``."""
+        ...
+
+    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+        """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
+        ...
+
+    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal −n."""
+        ...
+
+    def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal −n."""
+        ...
+
+    # ------------------------------------------------------------ maintenance
+    def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
+        """Fetched rows untouched for the timeout → Pending."""
+        ...
+
+    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
+        """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
+        ...
+
+    # ------------------------------------------------------------ queue controls
+    def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None: ...
+
+    def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None: ...
+
+    def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None: ...
+
+    def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
+        """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
+        ...
+
+    # ------------------------------------------------------------ worker registry
+    def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None: ...
+
+    def stop_worker(self, cursor: Cursor, worker_id: str) -> None: ...
+
+    # ------------------------------------------------------------ reads
+    def queue_states(self, cursor: Cursor) -> list[QueueState]: ...
+
+    def summary_stats(self, cursor: Cursor) -> SummaryStats: ...
+
+    def queue_stats(self, cursor: Cursor) -> list[QueueStats]: ...
+
+    def get_hot(self, cursor: Cursor, job_id: str) -> HotJob | None: ...
+
+    def get_archived(self, cursor: Cursor, job_id: str) -> ArchivedJob | None: ...
+
+    def get_dead(self, cursor: Cursor, job_id: str) -> DeadJob | None: ...
+
+
+DIALECT_FUNCTIONS: tuple[str, ...] = tuple(
+    name for name in Dialect.__dict__ if not name.startswith("_") and callable(Dialect.__dict__[name])
+)
+
+_VENDOR_MODULES = {"postgresql": "postgresql", "sqlite": "sqlite", "microsoft": "mssql"}
+
+
+def dialect_for(vendor: str) -> ModuleType:
+    """The SQL module of a Django connection vendor; any other vendor is a configuration error."""
+    try:
+        module_name = _VENDOR_MODULES[vendor]
+    except KeyError:
+        raise ImproperlyConfigured(
+            f"ChokaQ does not support the {vendor!r} database vendor (supported: postgresql, sqlite, microsoft)"
+        ) from None
+    return importlib.import_module(f"chokaq_core.sql.{module_name}")

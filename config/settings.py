@@ -1,0 +1,161 @@
+"""Settings for the ChokaQ project.
+
+Everything that differs between machines comes from environment variables:
+
+* ``DATABASE_URL`` — ``sqlite:///path`` (default ``var/chokaq.sqlite3``),
+  ``postgres://user:pass@host:5432/db`` or
+  ``mssql://user:pass@host:1433/db?driver=ODBC+Driver+18+for+SQL+Server``.
+* ``REDIS_URL`` — when set, Channels uses Redis (cross-process events);
+  otherwise an in-memory channel layer (single process).
+* ``CHOKAQ_JOB_MODULES`` — extra comma-separated modules holding ``@job``
+  definitions, imported at start-up besides every app's ``jobs.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("CHOKAQ_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "chokaq_core",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "config.asgi.application"
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """Translate a DATABASE_URL into a Django DATABASES entry."""
+    parsed = urlparse(url)
+    scheme = parsed.scheme.lower()
+    query = dict(parse_qsl(parsed.query))
+    if scheme == "sqlite":
+        path = unquote(parsed.path)
+        if path.startswith("/") and parsed.netloc == "" and url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            path = path[1:]  # sqlite:///relative.db
+        name = Path(path) if Path(path).is_absolute() else BASE_DIR / path
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(name),
+            "OPTIONS": {
+                # BEGIN IMMEDIATE for every atomic block: the write lock is taken
+                # up front, so read-then-write transitions are serialized.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": str(VAR_DIR / f"test_{name.stem}.sqlite3")},
+        }
+    if scheme in ("postgres", "postgresql", "pgsql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": int(os.environ.get("CONN_MAX_AGE", "0")),
+            "OPTIONS": {k: v for k, v in query.items()},
+        }
+    if scheme in ("mssql", "sqlserver"):
+        options: dict[str, object] = {"driver": query.pop("driver", "ODBC Driver 18 for SQL Server")}
+        if query:
+            options["extra_params"] = ";".join(f"{k}={v}" for k, v in query.items())
+        return {
+            "ENGINE": "mssql",
+            "NAME": unquote(parsed.path.lstrip("/")),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "OPTIONS": options,
+        }
+    raise ValueError(f"Unsupported DATABASE_URL scheme {scheme!r} (use sqlite, postgres or mssql)")
+
+
+DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", "sqlite:///var/chokaq.sqlite3"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 30},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+LOGIN_URL = "/admin/login/"
+
+# SQLite cannot use INCLUDE columns: the covering part of those indexes is a
+# PostgreSQL/SQL Server refinement, the index itself is created everywhere.
+SILENCED_SYSTEM_CHECKS = ["models.W040"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "chokaq": {"handlers": ["console"], "level": os.environ.get("CHOKAQ_LOG_LEVEL", "INFO"), "propagate": False},
+    },
+}
+
+CHOKAQ: dict[str, object] = {
+    "JOB_MODULES": [m for m in os.environ.get("CHOKAQ_JOB_MODULES", "config.demo_jobs").split(",") if m],
+}
