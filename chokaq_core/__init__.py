@@ -1,0 +1,65 @@
+"""ChokaQ for Django: a durable, database-backed background job engine.
+
+Public surface::
+
+    from chokaq_core import job, enqueue, aenqueue, enqueue_many
+
+    @job("email.send.v1", queue="emails")
+    def send_email(ctx, to: str, subject: str) -> None: ...
+
+    send_email.enqueue(to="a@b.c", subject="Welcome")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chokaq_core.domain import (
+    CancellationReason,
+    ChokaQError,
+    ChokaQFatalError,
+    ChokaQThrottledError,
+    CircuitFatalError,
+    EnvelopeError,
+    FailureReason,
+    JobCancelledError,
+    JobStatus,
+    JobTypeNotRegisteredError,
+    PayloadDeserializationError,
+    UnknownJobTypeError,
+    new_ulid,
+)
+from chokaq_core.handlers import JobContext, job
+
+__all__ = [
+    "CancellationReason",
+    "ChokaQError",
+    "ChokaQFatalError",
+    "ChokaQThrottledError",
+    "CircuitFatalError",
+    "EnqueueOptions",
+    "EnvelopeError",
+    "FailureReason",
+    "JobCancelledError",
+    "JobContext",
+    "JobStatus",
+    "JobTypeNotRegisteredError",
+    "PayloadDeserializationError",
+    "UnknownJobTypeError",
+    "aenqueue",
+    "aenqueue_many",
+    "enqueue",
+    "enqueue_many",
+    "job",
+    "new_ulid",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # api imports storage and models-adjacent code: load it on first use so that
+    # importing chokaq_core (e.g. from settings or an app's jobs.py) stays cheap.
+    if name in ("enqueue", "aenqueue", "enqueue_many", "aenqueue_many", "EnqueueOptions"):
+        from chokaq_core import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'chokaq_core' has no attribute {name!r}")

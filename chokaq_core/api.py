@@ -1,0 +1,205 @@
+"""``enqueue()``: validate the envelope, serialize the payload, hand it to storage.
+
+Every check runs before any row is written (spec 02 §2.1), and each failure
+is a clear exception: ``UnknownJobTypeError``/``EnvelopeError`` (both
+``ValueError``) or ``TypeError`` naming the payload field that JSON cannot
+hold. Enqueue joins the caller's ``transaction.atomic()``: the row commits
+or rolls back with the caller's data and its event fires only on commit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.serializers.json import DjangoJSONEncoder
+
+from chokaq_core import storage
+from chokaq_core.conf import config
+from chokaq_core.domain import EnvelopeError, NewJob, UnknownJobTypeError, new_ulid
+from chokaq_core.handlers import get_definition
+
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """One job for ``enqueue_many`` (``BoundJob.request()`` builds these from a ``@job``)."""
+
+    type_key: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    priority: int | None = None
+    delay: timedelta | float | None = None
+    run_at: datetime | None = None
+    idempotency_key: str | None = None
+    tags: Sequence[str] | str | None = None
+    created_by: str | None = None
+    job_id: str | None = None
+    allow_unregistered: bool = False
+
+
+def enqueue(
+    type_key: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    delay: timedelta | float | None = None,
+    run_at: datetime | None = None,
+    idempotency_key: str | None = None,
+    tags: Sequence[str] | str | None = None,
+    created_by: str | None = None,
+    job_id: str | None = None,
+    allow_unregistered: bool = False,
+    using: str | None = None,
+) -> str:
+    """Enqueue one job; returns its id (the existing job's id when the idempotency key is active)."""
+    options = EnqueueOptions(type_key, payload or {}, queue, priority, delay, run_at, idempotency_key, tags,
+                             created_by, job_id, allow_unregistered)
+    return storage.enqueue([build(options)], using=using)[0]
+
+
+async def aenqueue(type_key: str, payload: Mapping[str, Any] | None = None, **options: Any) -> str:
+    """Async twin of :func:`enqueue` for async views."""
+    return await sync_to_async(enqueue)(type_key, payload, **options)
+
+
+def enqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], *, using: str | None = None) -> list[str]:
+    """Enqueue many jobs in one transaction (one multi-row INSERT per chunk). All are validated first."""
+    jobs = [build(item if isinstance(item, EnqueueOptions) else EnqueueOptions(**item)) for item in items]
+    return storage.enqueue(jobs, using=using) if jobs else []
+
+
+async def aenqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], **options: Any) -> list[str]:
+    return await sync_to_async(enqueue_many)(list(items), **options)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def build(options: EnqueueOptions) -> NewJob:
+    """Validate one envelope (spec 03 §9) and serialize its payload."""
+    type_key = _text("type key", options.type_key, 255, required=True)
+    definition = get_definition(type_key)
+    if definition is None and not options.allow_unregistered and config().REQUIRE_REGISTERED_JOB_TYPES:
+        raise UnknownJobTypeError(
+            f"unknown job type {type_key!r}: no @job registers it (pass allow_unregistered=True to enqueue "
+            "a type handled by another service)"
+        )
+    queue = _text("queue", options.queue if options.queue is not None else
+                  (definition.queue if definition else "default"), 255, required=True)
+    priority = options.priority if options.priority is not None else (definition.priority if definition else 10)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise EnvelopeError(f"priority must be within {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}, got {priority}")
+    job_id = _text("job id", options.job_id, 50, required=True) if options.job_id is not None else new_ulid()
+    return NewJob(
+        id=job_id,
+        queue=queue,
+        type=type_key,
+        payload=serialize_payload(options.payload),
+        tags=_tags(options.tags),
+        idempotency_key=_text("idempotency key", options.idempotency_key, 255) or None,
+        priority=priority,
+        delay_seconds=_delay(options.delay, options.run_at),
+        created_by=_text("created_by", options.created_by, 100) or None,
+    )
+
+
+def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
+    if value is None:
+        if required:
+            raise EnvelopeError(f"{name} is required")
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    value = value.strip()
+    if required and not value:
+        raise EnvelopeError(f"{name} must not be blank")
+    if len(value) > limit:
+        raise EnvelopeError(f"{name} is {len(value)} characters; the limit is {limit}")
+    return value
+
+
+def _tags(tags: Sequence[str] | str | None) -> str | None:
+    if tags is None:
+        return None
+    if isinstance(tags, str):
+        items = [t.strip() for t in tags.split(",")]
+    else:
+        if not all(isinstance(t, str) for t in tags):
+            raise TypeError("tags must be strings")
+        items = [t.strip() for t in tags]
+        if any("," in t for t in items):
+            raise EnvelopeError("a tag must not contain a comma")
+    joined = ",".join(t for t in items if t)
+    if len(joined) > 1000:
+        raise EnvelopeError(f"tags are {len(joined)} characters joined; the limit is 1000")
+    return joined or None
+
+
+def _delay(delay: timedelta | float | None, run_at: datetime | None) -> float | None:
+    if delay is not None and run_at is not None:
+        raise ValueError("give either delay or run_at, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+            raise TypeError("run_at must be an aware datetime")
+        return max(0.0, (run_at - datetime.now(UTC)).total_seconds())
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise TypeError(f"delay must be a timedelta or seconds, got {type(delay).__name__}")
+    if seconds < 0 or math.isnan(seconds):
+        raise ValueError(f"delay must not be negative, got {seconds}")
+    return seconds
+
+
+def serialize_payload(payload: Mapping[str, Any]) -> str:
+    """The payload as compact JSON text; TypeError names the first field JSON cannot hold."""
+    if not isinstance(payload, Mapping):
+        raise TypeError(f"payload must be a mapping of handler arguments, got {type(payload).__name__}")
+    for key in payload:
+        if not isinstance(key, str):
+            raise TypeError(f"payload field names must be strings, got {key!r}")
+    try:
+        text = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        path = _bad_field(payload, "") or "?"
+        raise TypeError(f"payload field {path!r} is not JSON-serialisable: {exc}") from exc
+    limit = config().SERIALIZATION.MAX_PAYLOAD_BYTES
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise EnvelopeError(f"payload is {size} bytes of JSON; the limit is {limit} bytes")
+    return text
+
+
+def _bad_field(value: Any, path: str) -> str | None:
+    """The dotted path of the first value ``json.dumps`` rejects."""
+    children: Iterable[tuple[str, Any]]
+    if isinstance(value, Mapping):
+        children = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        children = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        try:
+            json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
+            return None
+        except (TypeError, ValueError):
+            return path
+    for child_path, child in children:
+        found = _bad_field(child, child_path)
+        if found is not None:
+            return found
+    return None

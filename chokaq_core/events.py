@@ -1,0 +1,234 @@
+"""The push contract between the engine and the Deck (spec 04 §7).
+
+Catalogue of event kinds (``data`` fields):
+
+* ``JobUpdated`` — jobId, type, queue, status, attemptCount, priority, durationMs, createdBy, startedAtUtc.
+  Enqueue committed (Pending, 0); lease gate passed (Processing); reschedule (Pending); Hot edit.
+* ``JobProgress`` — jobId, percentage, message. A handler called ``ctx.progress``.
+* ``JobArchived`` — jobId, queue. Success moved the row to Archive.
+* ``JobFailed`` — jobId, queue, reason (FailureReason name). A single move to the DLQ.
+* ``JobResurrected`` — jobId, queue. Single resurrection (bulk sends StatsUpdated).
+* ``JobsPurged`` — jobIds, source ("DLQ"/"Archive"), count.
+* ``QueueStateChanged`` — queueName, isPaused, isActive.
+* ``StatsUpdated`` — {} after any change of counters.
+
+Storage publishes with :func:`publish` *after commit* (never on rollback).
+Delivery is best effort: the database is the source of truth. Events reach
+
+1. in-process listeners (:func:`add_listener`), synchronously on the
+   committing thread — the Deck's broadcaster and the tests use them; and
+2. the channel layer group ``chokaq.deck`` when a cross-process layer
+   (Redis) is configured: a background thread coalesces events for
+   ``CHOKAQ["EVENTS"]["COALESCE_INTERVAL"]`` (200 ms) and sends one
+   ``{"type": "deck.events", "events": [...]}`` message per tick, so
+   thousands of jobs per second do not become thousands of frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from django.db import connections, transaction
+
+logger = logging.getLogger("chokaq.events")
+
+GROUP = "chokaq.deck"
+MESSAGE_TYPE = "deck.events"
+
+
+class EventKind(StrEnum):
+    JOB_UPDATED = "JobUpdated"
+    JOB_PROGRESS = "JobProgress"
+    JOB_ARCHIVED = "JobArchived"
+    JOB_FAILED = "JobFailed"
+    JOB_RESURRECTED = "JobResurrected"
+    JOBS_PURGED = "JobsPurged"
+    QUEUE_STATE_CHANGED = "QueueStateChanged"
+    STATS_UPDATED = "StatsUpdated"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    kind: EventKind
+    data: dict[str, Any] = field(default_factory=dict)
+    ts: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    def as_message(self) -> dict[str, Any]:
+        return {"event": str(self.kind), "data": self.data, "ts": self.ts}
+
+
+Listener = Callable[[Event], None]
+_listeners: list[Listener] = []
+_listeners_lock = threading.Lock()
+
+
+def add_listener(listener: Listener) -> None:
+    with _listeners_lock:
+        _listeners.append(listener)
+
+
+def remove_listener(listener: Listener) -> None:
+    with _listeners_lock:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+
+def publish(events: list[Event], using: str | None = None) -> None:
+    """Deliver ``events`` once the current transaction on ``using`` commits (now if none is open)."""
+    if not events:
+        return
+    connection = connections[using or "default"]
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: dispatch(events), using=connection.alias)
+    else:
+        dispatch(events)
+
+
+def dispatch(events: list[Event]) -> None:
+    """Hand committed events to listeners and the channel-layer publisher; never raises."""
+    with _listeners_lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        for event in events:
+            try:
+                listener(event)
+            except Exception:  # a listener's bug must never affect a state transition
+                logger.exception("event listener failed")
+    publisher = _publisher()
+    if publisher is not None:
+        publisher.offer(events)
+
+
+# ---------------------------------------------------------------- helpers for producers
+
+
+def job_updated(job_id: str, type_key: str, queue: str, status: int, attempt_count: int, **extra: Any) -> Event:
+    return Event(
+        EventKind.JOB_UPDATED,
+        {"jobId": job_id, "type": type_key, "queue": queue, "status": int(status), "attemptCount": attempt_count,
+         "priority": extra.get("priority"), "durationMs": extra.get("duration_ms"),
+         "createdBy": extra.get("created_by"), "startedAtUtc": extra.get("started_at")},
+    )
+
+
+def stats_updated() -> Event:
+    return Event(EventKind.STATS_UPDATED, {})
+
+
+# ---------------------------------------------------------------- channel-layer publisher
+
+
+class CoalescingPublisher:
+    """Batches events per tick and sends them to the channel layer from one thread with its own loop."""
+
+    def __init__(self, layer: Any, interval: float) -> None:
+        self.layer = layer
+        self.interval = interval
+        self._pending: list[Event] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chokaq-events", daemon=True)
+        self._thread.start()
+
+    def offer(self, events: list[Event]) -> None:
+        with self._lock:
+            self._pending.extend(events)
+        self._wake.set()
+
+    def flush(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        with self._lock:
+            events, self._pending = self._pending, []
+        if not events:
+            return
+        message = {"type": MESSAGE_TYPE, "events": [e.as_message() for e in coalesce(events)]}
+        own_loop = loop or asyncio.new_event_loop()
+        try:
+            for attempt in range(1, 4):
+                try:
+                    own_loop.run_until_complete(self.layer.group_send(GROUP, message))
+                    return
+                except Exception:
+                    if attempt == 3:
+                        logger.warning("event publish failed after 3 tries (2110)", exc_info=True)
+                        return
+                    time.sleep(min(0.5, 0.05 * 2 ** (attempt - 1)))
+        finally:
+            if loop is None:
+                own_loop.close()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            self._wake.wait()
+            time.sleep(self.interval)
+            self._wake.clear()
+            self.flush(loop)
+
+
+def coalesce(events: list[Event]) -> list[Event]:
+    """Drop repeats inside one tick: one StatsUpdated, the last JobUpdated/JobProgress per job."""
+    out: list[Event] = []
+    index: dict[tuple[str, str], int] = {}
+    for event in events:
+        key = _coalesce_key(event)
+        if key is None:
+            out.append(event)
+        elif key in index:
+            out[index[key]] = event
+        else:
+            index[key] = len(out)
+            out.append(event)
+    return out
+
+
+def _coalesce_key(event: Event) -> tuple[str, str] | None:
+    if event.kind == EventKind.STATS_UPDATED:
+        return ("stats", "")
+    if event.kind in (EventKind.JOB_UPDATED, EventKind.JOB_PROGRESS):
+        return (str(event.kind), str(event.data.get("jobId")))
+    return None
+
+
+_publisher_instance: CoalescingPublisher | None = None
+_publisher_checked = False
+_publisher_lock = threading.Lock()
+
+
+def _publisher() -> CoalescingPublisher | None:
+    """The process's publisher, or None without a cross-process channel layer."""
+    global _publisher_instance, _publisher_checked
+    if _publisher_checked:
+        return _publisher_instance
+    with _publisher_lock:
+        if not _publisher_checked:
+            _publisher_instance = _build_publisher()
+            _publisher_checked = True
+    return _publisher_instance
+
+
+def _build_publisher() -> CoalescingPublisher | None:
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    from chokaq_core.conf import config
+
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        # The in-memory layer is bound to the web process's event loop; the Deck
+        # receives in-process events through add_listener instead.
+        return None
+    return CoalescingPublisher(layer, config().EVENTS.COALESCE_INTERVAL)
+
+
+def reset_publisher() -> None:
+    """Forget the cached publisher (settings changed in tests)."""
+    global _publisher_instance, _publisher_checked
+    with _publisher_lock:
+        _publisher_instance, _publisher_checked = None, False

@@ -1,0 +1,635 @@
+"""SQLite transitions (the embedded default).
+
+Every transition runs inside ``transaction.atomic()``, which the project's
+``transaction_mode = "IMMEDIATE"`` turns into ``BEGIN IMMEDIATE``: the write
+lock is taken up front, so the read-then-write sequences below are
+serialized without row locks. SQLite's clock is not usable (spec 01 §1.2):
+``now`` is taken in Python and written in Django's text format, with
+microseconds always present so text comparison orders correctly.
+RETURNING cannot feed an INSERT in SQLite, hence the Python hand-off of the
+deleted rows inside one transaction (spec 01 §3).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from chokaq_core.domain import (
+    ArchivedJob,
+    DeadJob,
+    Failure,
+    FailureReason,
+    HotJob,
+    JobStatus,
+    NewJob,
+    QueueState,
+    QueueStats,
+    Retry,
+    Success,
+    SummaryStats,
+    WorkerInfo,
+)
+
+Cursor = Any
+Moved = list[tuple[str, str]]
+
+HOT = "chokaq_jobs_hot"
+ARCHIVE = "chokaq_jobs_archive"
+DLQ = "chokaq_jobs_dlq"
+STATS = "chokaq_stats_summary"
+BUCKETS = "chokaq_metric_buckets"
+QUEUES = "chokaq_queues"
+WORKERS = "chokaq_workers"
+
+HOT_COLUMNS = (
+    "id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count, worker_id, "
+    "heartbeat_at, scheduled_at, created_at, started_at, last_updated_at, created_by, last_modified_by"
+)
+ARCHIVE_COLUMNS = (
+    "id, queue, type, payload, tags, attempt_count, worker_id, created_by, last_modified_by, "
+    "created_at, started_at, finished_at, duration_ms"
+)
+DLQ_COLUMNS = (
+    "id, queue, type, payload, tags, failure_reason, error_details, attempt_count, worker_id, "
+    "created_by, last_modified_by, created_at, failed_at"
+)
+# Columns a move carries out of Hot (indexes into a HOT_COLUMNS row).
+_ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY = (
+    0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16,
+)
+ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
+MAX_ROWS_PER_INSERT = 500
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _ts(value: datetime | None) -> str | None:
+    """Django's SQLite storage format for an aware UTC datetime."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+
+
+def _dt(value: str | datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def _marks(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _hot_job(row: Sequence[Any]) -> HotJob:
+    return HotJob(
+        id=row[0], queue=row[1], type=row[2], payload=row[3], tags=row[4], idempotency_key=row[5],
+        priority=row[6], status=JobStatus(row[7]), attempt_count=row[8], worker_id=row[9],
+        heartbeat_at=_dt(row[10]), scheduled_at=_dt(row[11]), created_at=_dt(row[12]),  # type: ignore[arg-type]
+        started_at=_dt(row[13]), last_updated_at=_dt(row[14]),  # type: ignore[arg-type]
+        created_by=row[15], last_modified_by=row[16],
+    )
+
+
+def _sort_key(job: HotJob) -> tuple[int, datetime]:
+    return (-job.priority, job.scheduled_at or job.created_at)
+
+
+# ---------------------------------------------------------------- counters
+
+
+def _bump_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | None) -> None:
+    """Insert-or-increment one counter per queue (spec 01 §4.13)."""
+    for queue, n in counts.items():
+        values = {"succeeded_total": 0, "failed_total": 0, "retried_total": 0, column: n}
+        cursor.execute(
+            f"INSERT INTO {STATS} (queue, {', '.join(values)}, last_activity_at) VALUES (%s, %s, %s, %s, %s)"
+            f" ON CONFLICT (queue) DO UPDATE SET"
+            f" {column} = {column} + excluded.{column}, last_activity_at = excluded.last_activity_at",
+            [queue, *values.values(), now],
+        )
+
+
+def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | None) -> None:
+    """Update-only decrement floored at 0."""
+    for queue, n in counts.items():
+        cursor.execute(
+            f"UPDATE {STATS} SET {column} = max({column} - %s, 0), last_activity_at = %s WHERE queue = %s",
+            [n, now, queue],
+        )
+
+
+def _bump_buckets(cursor: Cursor, now: datetime, outcomes: Iterable[tuple[str, int, int, float | None]]) -> None:
+    """Aggregate (queue, outcome, reason, duration) into the current second's buckets."""
+    groups: dict[tuple[str, int, int], list[float | None]] = defaultdict(list)
+    for queue, outcome, reason, duration in outcomes:
+        groups[(queue, outcome, reason)].append(duration)
+    bucket = _ts(now.replace(microsecond=0))
+    stamp = _ts(now)
+    for (queue, outcome, reason), durations in groups.items():
+        timed = [d for d in durations if d is not None]
+        cursor.execute(
+            f"INSERT INTO {BUCKETS} (bucket_start, queue, outcome, failure_reason, completed_count, duration_count,"
+            f" total_duration_ms, max_duration_ms, last_updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            f" ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET"
+            f" completed_count = completed_count + excluded.completed_count,"
+            f" duration_count = duration_count + excluded.duration_count,"
+            f" total_duration_ms = total_duration_ms + excluded.total_duration_ms,"
+            f" max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL THEN max_duration_ms"
+            f" WHEN max_duration_ms IS NULL OR excluded.max_duration_ms > max_duration_ms"
+            f" THEN excluded.max_duration_ms ELSE max_duration_ms END,"
+            f" last_updated_at = excluded.last_updated_at",
+            [bucket, queue, outcome, reason, len(durations), len(timed), sum(timed),
+             max(timed) if timed else None, stamp],
+        )
+
+
+def _delete_hot(cursor: Cursor, ids: Sequence[str], guard: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    cursor.execute(
+        f"DELETE FROM {HOT} WHERE id IN ({_marks(len(ids))}) {guard} RETURNING {HOT_COLUMNS}", [*ids, *params]
+    )
+    return list(cursor.fetchall())
+
+
+def _worker_guard(worker_id: str | None) -> tuple[str, list[Any]]:
+    if worker_id is None:
+        return "", []
+    return "AND worker_id = %s", [worker_id]
+
+
+def _insert_dlq(
+    cursor: Cursor, rows: Sequence[tuple[Any, ...]], details: dict[str, tuple[int, str]], now: datetime,
+    modified_by: str | None = None, keep_modifier: bool = True,
+) -> Moved:
+    stamp = _ts(now)
+    values = [
+        (r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], details[r[_ID]][0], details[r[_ID]][1], r[_ATTEMPTS],
+         r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp)
+        for r in rows
+    ]
+    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(13)})", values)
+    _bump_stats(cursor, "failed_total", Counter(r[_QUEUE] for r in rows), stamp)
+    _bump_buckets(cursor, now, ((r[_QUEUE], 1, details[r[_ID]][0], None) for r in rows))
+    return [(r[_ID], r[_QUEUE]) for r in rows]
+
+
+# ---------------------------------------------------------------- enqueue / claim
+
+
+def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+    now = _now()
+    stamp = _ts(now)
+    inserted: set[str] = set()
+    for chunk in _chunks(jobs, MAX_ROWS_PER_INSERT):
+        params: list[Any] = []
+        for job in chunk:
+            scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
+            params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
+                       scheduled, stamp, stamp, job.created_by]
+        cursor.execute(
+            f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
+            f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
+            + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
+            + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
+            params,
+        )
+        inserted.update(row[0] for row in cursor.fetchall())
+    result: list[str] = []
+    for job in jobs:
+        if job.id in inserted:
+            result.append(job.id)
+            continue
+        cursor.execute(f"SELECT id FROM {HOT} WHERE idempotency_key = %s", [job.idempotency_key])
+        row = cursor.fetchone()
+        # Under BEGIN IMMEDIATE nobody can have removed the holder meanwhile.
+        result.append(row[0] if row else job.id)
+    for queue in sorted({job.queue for job in jobs}):
+        cursor.execute(
+            f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
+            " ON CONFLICT (name) DO NOTHING",
+            [queue, stamp],
+        )
+        cursor.execute(
+            f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total, last_activity_at)"
+            " VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING",
+            [queue, stamp],
+        )
+    return result
+
+
+def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    now = _ts(_now())
+    queue_filter = f"AND h.queue IN ({_marks(len(queues))})" if queues is not None else ""
+    if queues is not None and not queues:
+        return []
+    cursor.execute(
+        f"""
+        WITH active AS (SELECT queue, count(*) AS n FROM {HOT} WHERE status IN (1, 2) GROUP BY queue),
+        cand AS (
+            SELECT h.id, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at,
+                   q.max_workers, coalesce(a.n, 0) AS cur,
+                   row_number() OVER (PARTITION BY h.queue
+                       ORDER BY h.priority DESC, coalesce(h.scheduled_at, h.created_at)) AS rnk
+            FROM {HOT} h LEFT JOIN {QUEUES} q ON q.name = h.queue
+                         LEFT JOIN active a ON a.queue = h.queue
+            WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s) {queue_filter}
+              AND coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1),
+        picked AS (SELECT id FROM cand WHERE max_workers IS NULL OR cur + rnk <= max_workers
+                   ORDER BY priority DESC, sort_at LIMIT %s)
+        UPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s
+        WHERE id IN (SELECT id FROM picked) AND status = 0
+        RETURNING {HOT_COLUMNS}
+        """,
+        [now, *(queues or ()), limit, worker_id, now],
+    )
+    return sorted((_hot_job(row) for row in cursor.fetchall()), key=_sort_key)
+
+
+def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
+    now = _ts(_now())
+    cursor.execute(
+        f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
+        f" last_updated_at = %s WHERE id = %s AND worker_id = %s AND status = 1 RETURNING attempt_count",
+        [now, now, now, job_id, worker_id],
+    )
+    row = cursor.fetchone()
+    return int(row[0]) if row else None
+
+
+def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+    if not job_ids:
+        return []
+    now = _ts(_now())
+    cursor.execute(
+        f"UPDATE {HOT} SET heartbeat_at = %s, last_updated_at = %s"
+        f" WHERE id IN ({_marks(len(job_ids))}) AND status = 2 AND worker_id = %s RETURNING id",
+        [now, now, *job_ids, worker_id],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+    cursor.execute(
+        f"SELECT id, cancel_requested_by FROM {HOT}"
+        " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL",
+        [worker_id],
+    )
+    return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
+# ---------------------------------------------------------------- completion
+
+
+def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
+    if not items:
+        return []
+    now = _now()
+    stamp = _ts(now)
+    durations = {item.job_id: item.duration_ms for item in items}
+    guard, params = _worker_guard(worker_id)
+    rows = _delete_hot(cursor, list(durations), guard, params)
+    if not rows:
+        return []
+    cursor.executemany(
+        f"INSERT INTO {ARCHIVE} ({ARCHIVE_COLUMNS}) VALUES ({_marks(13)})",
+        [(r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], r[_ATTEMPTS], r[_WORKER], r[_CREATED_BY],
+          r[_MODIFIED_BY], r[_CREATED], r[_STARTED], stamp, durations[r[_ID]]) for r in rows],
+    )
+    _bump_stats(cursor, "succeeded_total", Counter(r[_QUEUE] for r in rows), stamp)
+    _bump_buckets(cursor, now, ((r[_QUEUE], 0, -1, durations[r[_ID]]) for r in rows))
+    return [(r[_ID], r[_QUEUE]) for r in rows]
+
+
+def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
+    if not items:
+        return []
+    details = {item.job_id: (int(item.reason), item.error_details) for item in items}
+    guard, params = _worker_guard(worker_id)
+    rows = _delete_hot(cursor, list(details), guard, params)
+    return _insert_dlq(cursor, rows, details, _now()) if rows else []
+
+
+def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
+    now = _now()
+    stamp = _ts(now)
+    guard, params = _worker_guard(worker_id)
+    moved: Moved = []
+    for item in items:
+        cursor.execute(
+            f"UPDATE {HOT} SET status = 0, attempt_count = %s, scheduled_at = %s, worker_id = NULL,"
+            f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = %s WHERE id = %s {guard}"
+            " RETURNING id, queue",
+            [item.attempt_count, _ts(now + timedelta(seconds=item.delay_seconds)), stamp, item.job_id, *params],
+        )
+        moved.extend((row[0], row[1]) for row in cursor.fetchall())
+    _bump_stats(cursor, "retried_total", Counter(queue for _, queue in moved), stamp)
+    return moved
+
+
+def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
+    if not job_ids:
+        return 0
+    cursor.execute(
+        f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
+        f" WHERE id IN ({_marks(len(job_ids))}) AND status = 1 AND worker_id = %s",
+        [_ts(_now()), *job_ids, worker_id],
+    )
+    return int(cursor.rowcount)
+
+
+# ---------------------------------------------------------------- operator commands
+
+
+def _resurrect_rows(
+    cursor: Cursor, job_ids: Sequence[str], payload: str | None, tags: str | None, priority: int | None,
+    actor: str | None,
+) -> Moved:
+    if not job_ids:
+        return []
+    now = _ts(_now())
+    cursor.execute(
+        f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(job_ids))}) RETURNING id, queue, type, payload, tags,"
+        " created_by, created_at",
+        list(job_ids),
+    )
+    rows = cursor.fetchall()
+    if not rows:
+        return []
+    cursor.executemany(
+        f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
+        f" last_updated_at, created_by, last_modified_by) VALUES ({_marks(6)}, 0, 0, {_marks(4)})",
+        [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
+          priority if priority is not None else 10, r[6], now, r[5], actor) for r in rows],
+    )
+    _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
+    return [(r[0], r[1]) for r in rows]
+
+
+def resurrect(
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+) -> bool:
+    return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor))
+
+
+def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+    return _resurrect_rows(cursor, list(dict.fromkeys(job_ids)), None, None, None, actor)
+
+
+def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return []
+    rows = _delete_hot(cursor, ids, "AND status IN (0, 1)", [])
+    if not rows:
+        return []
+    text = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
+    details = {r[_ID]: (int(FailureReason.CANCELLED), text) for r in rows}
+    return _insert_dlq(cursor, rows, details, _now(), modified_by=actor, keep_modifier=False)
+
+
+def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+    if not job_ids:
+        return []
+    cursor.execute(
+        f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN ({_marks(len(job_ids))}) AND status = 2"
+        " RETURNING id",
+        [actor, *job_ids],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def update_hot_data(
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+) -> bool:
+    if payload is None and tags is None and priority is None:
+        return False
+    cursor.execute(
+        f"UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
+        " priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s"
+        " WHERE id = %s AND status = 0",
+        [payload, tags, priority, actor, _ts(_now()), job_id],
+    )
+    return bool(cursor.rowcount)
+
+
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+    if payload is None and tags is None:
+        return False
+    cursor.execute(
+        f"UPDATE {DLQ} SET previous_payload = CASE WHEN %s IS NOT NULL AND %s IS NOT payload"
+        " THEN payload ELSE previous_payload END,"
+        " payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s WHERE id = %s",
+        [payload, payload, payload, tags, actor, job_id],
+    )
+    return bool(cursor.rowcount)
+
+
+def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return []
+    cursor.execute(
+        f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN ({_marks(len(ids))})"
+        " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue",
+        [*ids, batch_size],
+    )
+    moved = [(row[0], row[1]) for row in cursor.fetchall()]
+    _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
+    return moved
+
+
+def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    cursor.execute(
+        f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
+        " ORDER BY created_at, id LIMIT %s) RETURNING queue",
+        [_ts(cutoff), batch_size],
+    )
+    counts = Counter(row[0] for row in cursor.fetchall())
+    _drop_stats(cursor, "failed_total", counts, _ts(_now()))
+    return sum(counts.values())
+
+
+def purge_archive(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    cursor.execute(
+        f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
+        " ORDER BY finished_at, id LIMIT %s) RETURNING queue",
+        [_ts(cutoff), batch_size],
+    )
+    counts = Counter(row[0] for row in cursor.fetchall())
+    _drop_stats(cursor, "succeeded_total", counts, _ts(_now()))
+    return sum(counts.values())
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
+    now = _now()
+    cursor.execute(
+        f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
+        " WHERE status = 1 AND last_updated_at < %s",
+        [_ts(now), _ts(now - timedelta(seconds=fetched_timeout_s))],
+    )
+    return int(cursor.rowcount)
+
+
+def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
+    now = _now()
+    # Per-queue cutoffs computed in Python: Django's text format allows no date arithmetic in SQL.
+    cursor.execute(f"SELECT name, zombie_timeout_seconds FROM {QUEUES} WHERE zombie_timeout_seconds IS NOT NULL")
+    overrides = {name: seconds for name, seconds in cursor.fetchall()}
+    default_cutoff = _ts(now - timedelta(seconds=global_timeout_s))
+    clauses = [f"queue NOT IN ({_marks(len(overrides))}) AND coalesce(heartbeat_at, last_updated_at) < %s"
+               if overrides else "coalesce(heartbeat_at, last_updated_at) < %s"]
+    params: list[Any] = [*overrides, default_cutoff]
+    for name, timeout in overrides.items():
+        clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
+        params += [name, _ts(now - timedelta(seconds=timeout))]
+    cursor.execute(
+        f"DELETE FROM {HOT} WHERE status = 2 AND (({clauses[0]}) {' OR '.join([''] + clauses[1:])})"
+        f" RETURNING {HOT_COLUMNS}",
+        params,
+    )
+    rows = cursor.fetchall()
+    if not rows:
+        return []
+    details = {r[_ID]: (int(FailureReason.ZOMBIE), ZOMBIE_DETAILS) for r in rows}
+    return _insert_dlq(cursor, rows, details, now)
+
+
+# ---------------------------------------------------------------- queue controls
+
+
+def _upsert_queue(cursor: Cursor, queue: str, column: str, value: Any) -> None:
+    """Create the queue row (unpaused, visible, no limits) with one control set, or update that control."""
+    values: dict[str, Any] = {"is_paused": False, "is_active": True, column: value}
+    names = ", ".join(values)
+    cursor.execute(
+        f"INSERT INTO {QUEUES} (name, {names}, last_updated_at) VALUES (%s, {_marks(len(values))}, %s)"
+        f" ON CONFLICT (name) DO UPDATE SET {column} = excluded.{column}, last_updated_at = excluded.last_updated_at",
+        [queue, *values.values(), _ts(_now())],
+    )
+
+
+def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
+    _upsert_queue(cursor, queue, "is_paused", bool(paused))
+
+
+def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
+    _upsert_queue(cursor, queue, "zombie_timeout_seconds", seconds)
+
+
+def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
+    _upsert_queue(cursor, queue, "max_workers", max_workers)
+
+
+def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
+    cursor.execute(
+        f"UPDATE {QUEUES} SET is_active = %s, is_paused = 1, last_updated_at = %s WHERE name = %s",
+        [bool(active), _ts(_now()), queue],
+    )
+    return bool(cursor.rowcount)
+
+
+# ---------------------------------------------------------------- worker registry
+
+
+def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
+    now = _ts(_now())
+    cursor.execute(
+        f"INSERT INTO {WORKERS} (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, is_running,"
+        " capacity, active_count, runtime_json, circuits_json) VALUES (%s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s)"
+        " ON CONFLICT (worker_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, is_running = 1,"
+        " stopped_at = NULL, capacity = excluded.capacity, active_count = excluded.active_count,"
+        " queues = excluded.queues, runtime_json = excluded.runtime_json, circuits_json = excluded.circuits_json",
+        [info.worker_id, info.hostname, info.pid, info.queues, now, now, info.capacity, info.active_count,
+         info.runtime_json, info.circuits_json],
+    )
+
+
+def stop_worker(cursor: Cursor, worker_id: str) -> None:
+    cursor.execute(
+        f"UPDATE {WORKERS} SET is_running = 0, stopped_at = %s, active_count = 0 WHERE worker_id = %s",
+        [_ts(_now()), worker_id],
+    )
+
+
+# ---------------------------------------------------------------- reads
+
+
+def queue_states(cursor: Cursor) -> list[QueueState]:
+    cursor.execute(
+        f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES} ORDER BY name"
+    )
+    return [QueueState(r[0], bool(r[1]), bool(r[2]), r[3], r[4]) for r in cursor.fetchall()]
+
+
+def summary_stats(cursor: Cursor) -> SummaryStats:
+    cursor.execute(f"SELECT status, count(*) FROM {HOT} GROUP BY status")
+    by_status = dict(cursor.fetchall())
+    cursor.execute(
+        f"SELECT coalesce(sum(succeeded_total), 0), coalesce(sum(failed_total), 0),"
+        f" coalesce(sum(retried_total), 0), max(last_activity_at) FROM {STATS}"
+    )
+    succeeded, failed, retried, last = cursor.fetchone()
+    return SummaryStats(
+        pending=by_status.get(0, 0), fetched=by_status.get(1, 0), processing=by_status.get(2, 0),
+        succeeded_total=int(succeeded), failed_total=int(failed), retried_total=int(retried),
+        last_activity_at=_dt(last),
+    )
+
+
+def queue_stats(cursor: Cursor) -> list[QueueStats]:
+    cursor.execute(
+        f"""
+        SELECT q.name,
+               coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
+               coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0),
+               s.last_activity_at
+        FROM {QUEUES} q
+        LEFT JOIN (SELECT queue, sum(status = 0) AS pending, sum(status = 1) AS fetched,
+                          sum(status = 2) AS processing
+                   FROM {HOT} GROUP BY queue) h ON h.queue = q.name
+        LEFT JOIN {STATS} s ON s.queue = q.name
+        ORDER BY q.name
+        """
+    )
+    return [
+        QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), _dt(r[7]))
+        for r in cursor.fetchall()
+    ]
+
+
+def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
+    cursor.execute(f"SELECT {HOT_COLUMNS} FROM {HOT} WHERE id = %s", [job_id])
+    row = cursor.fetchone()
+    return _hot_job(row) if row else None
+
+
+def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
+    cursor.execute(f"SELECT {ARCHIVE_COLUMNS} FROM {ARCHIVE} WHERE id = %s", [job_id])
+    r = cursor.fetchone()
+    if not r:
+        return None
+    return ArchivedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], _dt(r[9]),  # type: ignore[arg-type]
+                       _dt(r[10]), _dt(r[11]), r[12])  # type: ignore[arg-type]
+
+
+def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
+    cursor.execute(f"SELECT {DLQ_COLUMNS} FROM {DLQ} WHERE id = %s", [job_id])
+    r = cursor.fetchone()
+    if not r:
+        return None
+    return DeadJob(r[0], r[1], r[2], r[3], r[4], FailureReason(r[5]), r[6], r[7], r[8], r[9], r[10],
+                   _dt(r[11]), _dt(r[12]))  # type: ignore[arg-type]

@@ -1,0 +1,393 @@
+"""The only caller of ``chokaq_core.sql``: transactions, transient-error retry and events on commit.
+
+Each public function is one storage transition (names as spec 01 §1.4). It
+runs the vendor's SQL inside ``transaction.atomic()`` on the ChokaQ alias —
+a savepoint when the caller already has a transaction open, which is how
+``enqueue`` joins a view's ``atomic()`` block — retries transient database
+errors (spec 03 §16) only when it owns the transaction, and publishes its
+events after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any, TypeVar
+
+from django.db import connections, transaction
+
+from chokaq_core import events
+from chokaq_core.conf import config
+from chokaq_core.domain import (
+    ArchivedJob,
+    DeadJob,
+    Failure,
+    HotJob,
+    JobStatus,
+    NewJob,
+    QueueState,
+    QueueStats,
+    Retry,
+    Success,
+    SummaryStats,
+    WorkerInfo,
+)
+from chokaq_core.sql import dialect_for
+
+logger = logging.getLogger("chokaq.storage")
+T = TypeVar("T")
+
+_PG_TRANSIENT_STATES = {"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"}
+_MSSQL_TRANSIENT_CODES = {"1205", "-2", "4060", "40197", "40501", "40613", "08S01", "HYT00"}
+
+
+def alias() -> str:
+    return config().DATABASE
+
+
+def dialect(using: str | None = None) -> ModuleType:
+    return dialect_for(connections[using or alias()].vendor)
+
+
+def vendor(using: str | None = None) -> str:
+    return str(connections[using or alias()].vendor)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Spec 03 §16: errors worth retrying (lock contention, deadlock, lost connection)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.OperationalError):
+            text = str(current).lower()
+            if "database is locked" in text or "database table is locked" in text:
+                return True
+        sqlstate = getattr(current, "sqlstate", None)
+        if isinstance(sqlstate, str) and (sqlstate in _PG_TRANSIENT_STATES or sqlstate.startswith("08")):
+            return True
+        module = type(current).__module__
+        if module.startswith("psycopg") and type(current).__name__ in ("OperationalError", "InterfaceError"):
+            return True
+        if module.startswith("pyodbc") and any(code in str(arg) for arg in current.args
+                                                for code in _MSSQL_TRANSIENT_CODES):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+@contextmanager
+def _cursor(using: str) -> Iterator[Any]:
+    """The driver-level cursor (``%s`` placeholders on every vendor), without Django's debug logging."""
+    with connections[using].cursor() as wrapper:
+        yield wrapper.cursor
+
+
+def run(operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True) -> T:
+    """Run ``operation(cursor)`` in a transaction with the transient-error retry policy."""
+    db = using or alias()
+    connection = connections[db]
+    nested = connection.in_atomic_block
+    sql = config().SQL
+    attempt = 0
+    while True:
+        try:
+            if atomic:
+                with transaction.atomic(using=db), _cursor(db) as cursor:
+                    return operation(cursor)
+            with _cursor(db) as cursor:
+                return operation(cursor)
+        except Exception as exc:
+            attempt += 1
+            if nested or attempt > sql.MAX_TRANSIENT_RETRIES or not is_transient(exc):
+                raise
+            base = sql.TRANSIENT_RETRY_BASE_DELAY_MS
+            delay_ms = base * 2 ** (attempt - 1) + random.randint(0, max(int(base * 0.5) - 1, 0))
+            logger.warning("transient database error (attempt %s), retrying in %s ms: %s", attempt, delay_ms, exc)
+            _discard_if_broken(connection)
+            time.sleep(delay_ms / 1000)
+
+
+def _emit(published: list[events.Event]) -> None:
+    events.publish(published, using=alias())
+
+
+def _discard_if_broken(connection: Any) -> None:
+    try:
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
+    except Exception:
+        connection.connection = None
+
+
+# ---------------------------------------------------------------- enqueue / claim
+
+
+def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
+    """Insert Pending rows; returns the stored id per job. Events fire on commit for new rows only."""
+    db = using or alias()
+    stored = run(lambda c: dialect(db).enqueue(c, jobs), using=db)
+    fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
+    events.publish(
+        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, priority=j.priority, created_by=j.created_by)
+         for j in fresh] + ([events.stats_updated()] if fresh else []),
+        using=db,
+    )
+    return stored
+
+
+def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
+    return run(lambda c: dialect().fetch_batch(c, worker_id, limit, queues))
+
+
+def mark_processing(job: HotJob, worker_id: str) -> int | None:
+    """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
+    attempts = run(lambda c: dialect().mark_processing(c, job.id, worker_id))
+    if attempts is not None:
+        _emit([events.job_updated(
+            job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, priority=job.priority,
+            created_by=job.created_by, started_at=datetime.now(UTC).isoformat(),
+        )])
+    return attempts
+
+
+def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
+    return run(lambda c: dialect().keep_alive(c, job_ids, worker_id))
+
+
+def cancel_requests(worker_id: str) -> list[tuple[str, str]]:
+    return run(lambda c: dialect().cancel_requests(c, worker_id), atomic=False)
+
+
+@dataclass(frozen=True)
+class Completion:
+    archived: list[tuple[str, str]]
+    rescheduled: list[tuple[str, str]]
+    failed: list[tuple[str, str]]
+
+
+def complete(
+    worker_id: str | None, successes: Sequence[Success], retries: Sequence[Retry], failures: Sequence[Failure]
+) -> Completion:
+    """Finish a batch of executions in one transaction (archive, reschedule, DLQ)."""
+
+    def operation(cursor: Any) -> Completion:
+        sql = dialect()
+        return Completion(
+            archived=sql.archive_succeeded(cursor, worker_id, successes) if successes else [],
+            rescheduled=sql.reschedule_for_retry(cursor, worker_id, retries) if retries else [],
+            failed=sql.move_to_dlq(cursor, worker_id, failures) if failures else [],
+        )
+
+    done = run(operation)
+    reasons = {f.job_id: f.reason for f in failures}
+    attempts = {r.job_id: r.attempt_count for r in retries}
+    published = (
+        [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}) for i, q in done.archived]
+        + [events.Event(events.EventKind.JOB_UPDATED, {"jobId": i, "queue": q, "status": int(JobStatus.PENDING),
+                                                       "attemptCount": attempts[i]}) for i, q in done.rescheduled]
+        + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name})
+           for i, q in done.failed]
+    )
+    if published:
+        _emit([*published, events.stats_updated()])
+    return done
+
+
+def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:
+    return run(lambda c: dialect().release_jobs(c, job_ids, worker_id)) if job_ids else 0
+
+
+# ---------------------------------------------------------------- operator commands
+
+
+def resurrect(
+    job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
+    actor: str | None = None,
+) -> bool:
+    def operation(cursor: Any) -> bool:
+        return bool(dialect().resurrect(cursor, job_id, payload, tags, priority, actor))
+
+    moved = run(operation)
+    if moved:
+        job = get_hot(job_id)
+        _emit([events.Event(events.EventKind.JOB_RESURRECTED, {"jobId": job_id, "queue": job.queue if job else None}),
+               events.stats_updated()])
+    return moved
+
+
+def resurrect_batch(job_ids: Sequence[str], *, actor: str | None = None) -> int:
+    moved = run(lambda c: dialect().resurrect_batch(c, job_ids, actor))
+    if moved:
+        _emit([events.stats_updated()])
+    return len(moved)
+
+
+def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]:
+    """Cancel jobs: Pending/Fetched move to the DLQ as Cancelled at once; Processing ones are
+    flagged for cooperative cancellation by their worker. Returns (moved ids, flagged ids)."""
+
+    def operation(cursor: Any) -> tuple[list[tuple[str, str]], list[str]]:
+        sql = dialect()
+        moved = sql.cancel_batch(cursor, job_ids, actor)
+        moved_ids = {i for i, _ in moved}
+        flagged = sql.request_cancel(cursor, [i for i in job_ids if i not in moved_ids], actor)
+        return moved, flagged
+
+    moved, flagged = run(operation)
+    if moved:
+        _emit([events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": "Cancelled"})
+               for i, q in moved] + [events.stats_updated()])
+    return [i for i, _ in moved], flagged
+
+
+def update_hot_data(
+    job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
+    actor: str | None = None,
+) -> bool:
+    changed = bool(run(lambda c: dialect().update_hot_data(c, job_id, payload, tags, priority, actor)))
+    if changed:
+        job = get_hot(job_id)
+        if job is not None:
+            _emit([events.job_updated(job.id, job.type, job.queue, job.status, job.attempt_count,
+                                               priority=job.priority, created_by=job.created_by)])
+    return changed
+
+
+def update_dlq_data(job_id: str, *, payload: str | None = None, tags: str | None = None,
+                    actor: str | None = None) -> bool:
+    return bool(run(lambda c: dialect().update_dlq_data(c, job_id, payload, tags, actor)))
+
+
+def purge_dlq_ids(job_ids: Sequence[str]) -> int:
+    """Delete DLQ rows by id in batches of ``CLEANUP_BATCH_SIZE`` (each batch its own transaction)."""
+    remaining = list(dict.fromkeys(job_ids))
+    batch = config().SQL.CLEANUP_BATCH_SIZE
+    purged: list[str] = []
+    while remaining:
+        moved = run(lambda c: dialect().purge_dlq_ids(c, remaining, batch))
+        if not moved:
+            break
+        gone = {i for i, _ in moved}
+        purged += [i for i in remaining if i in gone]
+        remaining = [i for i in remaining if i not in gone]
+    if purged:
+        _emit([events.Event(events.EventKind.JOBS_PURGED,
+                                      {"jobIds": purged, "source": "DLQ", "count": len(purged)}),
+                         events.stats_updated()])
+    return len(purged)
+
+
+def _purge_by_age(name: str, source: str, cutoff: datetime) -> int:
+    batch = config().SQL.CLEANUP_BATCH_SIZE
+    total = 0
+    while True:
+        n = run(lambda c: getattr(dialect(), name)(c, cutoff, batch))
+        total += n
+        if n < batch:
+            break
+    if total:
+        _emit([events.Event(events.EventKind.JOBS_PURGED, {"jobIds": [], "source": source, "count": total}),
+                         events.stats_updated()])
+    return total
+
+
+def purge_archive(cutoff: datetime) -> int:
+    return _purge_by_age("purge_archive", "Archive", cutoff)
+
+
+def purge_dlq_older_than(cutoff: datetime) -> int:
+    return _purge_by_age("purge_dlq_older_than", "DLQ", cutoff)
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+def recover_abandoned(fetched_timeout_s: float) -> int:
+    n = int(run(lambda c: dialect().recover_abandoned(c, fetched_timeout_s)))
+    if n:
+        _emit([events.stats_updated()])
+    return n
+
+
+def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
+    moved = run(lambda c: dialect().archive_zombies(c, global_timeout_s))
+    if moved:
+        _emit([events.stats_updated()])
+    return list(moved)
+
+
+# ---------------------------------------------------------------- queue controls
+
+
+def _queue_changed(queue: str) -> None:
+    state = next((q for q in queue_states() if q.name == queue), None)
+    if state is not None:
+        events.publish([events.Event(events.EventKind.QUEUE_STATE_CHANGED,
+                                     {"queueName": queue, "isPaused": state.is_paused, "isActive": state.is_active})],
+                       using=alias())
+
+
+def set_queue_paused(queue: str, paused: bool) -> None:
+    run(lambda c: dialect().set_queue_paused(c, queue, paused))
+    _queue_changed(queue)
+
+
+def set_queue_active(queue: str, active: bool) -> bool:
+    changed = bool(run(lambda c: dialect().set_queue_active(c, queue, active)))
+    if changed:
+        _queue_changed(queue)
+    return changed
+
+
+def set_queue_zombie_timeout(queue: str, seconds: int | None) -> None:
+    run(lambda c: dialect().set_queue_zombie_timeout(c, queue, seconds))
+
+
+def set_queue_max_workers(queue: str, max_workers: int | None) -> None:
+    run(lambda c: dialect().set_queue_max_workers(c, queue, max_workers))
+
+
+# ---------------------------------------------------------------- worker registry
+
+
+def upsert_worker(info: WorkerInfo) -> None:
+    run(lambda c: dialect().upsert_worker(c, info))
+
+
+def stop_worker(worker_id: str) -> None:
+    run(lambda c: dialect().stop_worker(c, worker_id))
+
+
+# ---------------------------------------------------------------- reads
+
+
+def queue_states() -> list[QueueState]:
+    return run(lambda c: dialect().queue_states(c), atomic=False)
+
+
+def summary_stats() -> SummaryStats:
+    return run(lambda c: dialect().summary_stats(c), atomic=False)
+
+
+def queue_stats() -> list[QueueStats]:
+    return run(lambda c: dialect().queue_stats(c), atomic=False)
+
+
+def get_hot(job_id: str) -> HotJob | None:
+    return run(lambda c: dialect().get_hot(c, job_id), atomic=False)
+
+
+def get_archived(job_id: str) -> ArchivedJob | None:
+    return run(lambda c: dialect().get_archived(c, job_id), atomic=False)
+
+
+def get_dead(job_id: str) -> DeadJob | None:
+    return run(lambda c: dialect().get_dead(c, job_id), atomic=False)
