@@ -57,6 +57,10 @@ class JobDefinition:
     async def aenqueue(self, **payload: Any) -> str:
         return await BoundJob(self, {}).aenqueue(**payload)
 
+    def request(self, **payload: Any) -> EnqueueOptions:
+        """An item for ``enqueue_many``."""
+        return BoundJob(self, {}).request(**payload)
+
 
 @dataclass(frozen=True)
 class BoundJob:

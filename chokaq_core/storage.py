@@ -115,6 +115,15 @@ def run(operation: Callable[[Any], T], *, using: str | None = None, atomic: bool
             time.sleep(delay_ms / 1000)
 
 
+def call(name: str, *args: Any, using: str | None = None) -> Any:
+    """Run dialect function ``name``; in a transaction unless the vendor marks it autocommit-safe."""
+    db = using or alias()
+    module = dialect(db)
+    function = getattr(module, name)
+    return run(lambda cursor: function(cursor, *args), using=db,
+               atomic=name not in getattr(module, "AUTOCOMMIT_SAFE", frozenset()))
+
+
 def _emit(published: list[events.Event]) -> None:
     events.publish(published, using=alias())
 
@@ -133,7 +142,7 @@ def _discard_if_broken(connection: Any) -> None:
 def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     """Insert Pending rows; returns the stored id per job. Events fire on commit for new rows only."""
     db = using or alias()
-    stored = run(lambda c: dialect(db).enqueue(c, jobs), using=db)
+    stored = call("enqueue", jobs, using=db)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     events.publish(
         [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, priority=j.priority, created_by=j.created_by)
@@ -144,12 +153,12 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
 
 
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return run(lambda c: dialect().fetch_batch(c, worker_id, limit, queues))
+    return call("fetch_batch", worker_id, limit, queues)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:
     """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
-    attempts = run(lambda c: dialect().mark_processing(c, job.id, worker_id))
+    attempts = call("mark_processing", job.id, worker_id)
     if attempts is not None:
         _emit([events.job_updated(
             job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, priority=job.priority,
@@ -159,11 +168,11 @@ def mark_processing(job: HotJob, worker_id: str) -> int | None:
 
 
 def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
-    return run(lambda c: dialect().keep_alive(c, job_ids, worker_id))
+    return call("keep_alive", job_ids, worker_id)
 
 
 def cancel_requests(worker_id: str) -> list[tuple[str, str]]:
-    return run(lambda c: dialect().cancel_requests(c, worker_id), atomic=False)
+    return call("cancel_requests", worker_id)
 
 
 @dataclass(frozen=True)
@@ -202,7 +211,7 @@ def complete(
 
 
 def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:
-    return run(lambda c: dialect().release_jobs(c, job_ids, worker_id)) if job_ids else 0
+    return call("release_jobs", job_ids, worker_id) if job_ids else 0
 
 
 # ---------------------------------------------------------------- operator commands
@@ -212,10 +221,7 @@ def resurrect(
     job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
     actor: str | None = None,
 ) -> bool:
-    def operation(cursor: Any) -> bool:
-        return bool(dialect().resurrect(cursor, job_id, payload, tags, priority, actor))
-
-    moved = run(operation)
+    moved = bool(call("resurrect", job_id, payload, tags, priority, actor))
     if moved:
         job = get_hot(job_id)
         _emit([events.Event(events.EventKind.JOB_RESURRECTED, {"jobId": job_id, "queue": job.queue if job else None}),
@@ -224,7 +230,7 @@ def resurrect(
 
 
 def resurrect_batch(job_ids: Sequence[str], *, actor: str | None = None) -> int:
-    moved = run(lambda c: dialect().resurrect_batch(c, job_ids, actor))
+    moved = call("resurrect_batch", job_ids, actor)
     if moved:
         _emit([events.stats_updated()])
     return len(moved)
@@ -252,7 +258,7 @@ def update_hot_data(
     job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
     actor: str | None = None,
 ) -> bool:
-    changed = bool(run(lambda c: dialect().update_hot_data(c, job_id, payload, tags, priority, actor)))
+    changed = bool(call("update_hot_data", job_id, payload, tags, priority, actor))
     if changed:
         job = get_hot(job_id)
         if job is not None:
@@ -263,7 +269,7 @@ def update_hot_data(
 
 def update_dlq_data(job_id: str, *, payload: str | None = None, tags: str | None = None,
                     actor: str | None = None) -> bool:
-    return bool(run(lambda c: dialect().update_dlq_data(c, job_id, payload, tags, actor)))
+    return bool(call("update_dlq_data", job_id, payload, tags, actor))
 
 
 def purge_dlq_ids(job_ids: Sequence[str]) -> int:
@@ -272,7 +278,7 @@ def purge_dlq_ids(job_ids: Sequence[str]) -> int:
     batch = config().SQL.CLEANUP_BATCH_SIZE
     purged: list[str] = []
     while remaining:
-        moved = run(lambda c: dialect().purge_dlq_ids(c, remaining, batch))
+        moved = call("purge_dlq_ids", remaining, batch)
         if not moved:
             break
         gone = {i for i, _ in moved}
@@ -289,7 +295,7 @@ def _purge_by_age(name: str, source: str, cutoff: datetime) -> int:
     batch = config().SQL.CLEANUP_BATCH_SIZE
     total = 0
     while True:
-        n = run(lambda c: getattr(dialect(), name)(c, cutoff, batch))
+        n = call(name, cutoff, batch)
         total += n
         if n < batch:
             break
@@ -311,14 +317,14 @@ def purge_dlq_older_than(cutoff: datetime) -> int:
 
 
 def recover_abandoned(fetched_timeout_s: float) -> int:
-    n = int(run(lambda c: dialect().recover_abandoned(c, fetched_timeout_s)))
+    n = int(call("recover_abandoned", fetched_timeout_s))
     if n:
         _emit([events.stats_updated()])
     return n
 
 
 def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
-    moved = run(lambda c: dialect().archive_zombies(c, global_timeout_s))
+    moved = call("archive_zombies", global_timeout_s)
     if moved:
         _emit([events.stats_updated()])
     return list(moved)
@@ -336,58 +342,58 @@ def _queue_changed(queue: str) -> None:
 
 
 def set_queue_paused(queue: str, paused: bool) -> None:
-    run(lambda c: dialect().set_queue_paused(c, queue, paused))
+    call("set_queue_paused", queue, paused)
     _queue_changed(queue)
 
 
 def set_queue_active(queue: str, active: bool) -> bool:
-    changed = bool(run(lambda c: dialect().set_queue_active(c, queue, active)))
+    changed = bool(call("set_queue_active", queue, active))
     if changed:
         _queue_changed(queue)
     return changed
 
 
 def set_queue_zombie_timeout(queue: str, seconds: int | None) -> None:
-    run(lambda c: dialect().set_queue_zombie_timeout(c, queue, seconds))
+    call("set_queue_zombie_timeout", queue, seconds)
 
 
 def set_queue_max_workers(queue: str, max_workers: int | None) -> None:
-    run(lambda c: dialect().set_queue_max_workers(c, queue, max_workers))
+    call("set_queue_max_workers", queue, max_workers)
 
 
 # ---------------------------------------------------------------- worker registry
 
 
 def upsert_worker(info: WorkerInfo) -> None:
-    run(lambda c: dialect().upsert_worker(c, info))
+    call("upsert_worker", info)
 
 
 def stop_worker(worker_id: str) -> None:
-    run(lambda c: dialect().stop_worker(c, worker_id))
+    call("stop_worker", worker_id)
 
 
 # ---------------------------------------------------------------- reads
 
 
 def queue_states() -> list[QueueState]:
-    return run(lambda c: dialect().queue_states(c), atomic=False)
+    return call("queue_states")
 
 
 def summary_stats() -> SummaryStats:
-    return run(lambda c: dialect().summary_stats(c), atomic=False)
+    return call("summary_stats")
 
 
 def queue_stats() -> list[QueueStats]:
-    return run(lambda c: dialect().queue_stats(c), atomic=False)
+    return call("queue_stats")
 
 
 def get_hot(job_id: str) -> HotJob | None:
-    return run(lambda c: dialect().get_hot(c, job_id), atomic=False)
+    return call("get_hot", job_id)
 
 
 def get_archived(job_id: str) -> ArchivedJob | None:
-    return run(lambda c: dialect().get_archived(c, job_id), atomic=False)
+    return call("get_archived", job_id)
 
 
 def get_dead(job_id: str) -> DeadJob | None:
-    return run(lambda c: dialect().get_dead(c, job_id), atomic=False)
+    return call("get_dead", job_id)

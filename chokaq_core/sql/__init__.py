@@ -15,6 +15,9 @@ their only caller. Rules shared by every vendor:
   deleted rows and bumps ``chokaq_stats_summary`` / ``chokaq_metric_buckets``
   in the same transaction (spec 01 §3). Mutations report what they actually
   changed, never the requested count.
+* Each module also exports ``AUTOCOMMIT_SAFE``: the names of its functions
+  that are a single statement (or only read), which storage may then run
+  without ``BEGIN``/``COMMIT`` round trips when no transaction is open.
 """
 
 from __future__ import annotations

@@ -60,6 +60,13 @@ DLQ_COLUMNS = (
 _ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY = (
     0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16,
 )
+# Functions storage may run without an explicit transaction: one statement, or reads.
+AUTOCOMMIT_SAFE = frozenset({
+    "fetch_batch", "mark_processing", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
+    "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
+    "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
+    "queue_stats", "get_hot", "get_archived", "get_dead",
+})
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
 MAX_ROWS_PER_INSERT = 500
 

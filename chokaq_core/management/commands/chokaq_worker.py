@@ -1,0 +1,90 @@
+"""``python manage.py chokaq_worker``: run a ChokaQ worker (the loop lives in chokaq_core.worker)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from chokaq_core.worker import Worker, WorkerOptions
+
+
+class Command(BaseCommand):
+    help = "Run a ChokaQ worker: claim jobs, execute handlers, record outcomes."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", default="", help="comma-separated queues to fetch from (default: all)")
+        parser.add_argument("--concurrency", type=int, default=None, help="handler threads per process")
+        parser.add_argument("--processes", type=int, default=1, help="worker processes to run")
+        parser.add_argument("--batch-size", type=int, default=None, help="rows claimed per fetch")
+        parser.add_argument("--burst", action="store_true", help="process everything eligible now, then exit 0")
+        parser.add_argument("--worker-id", default=None, help="explicit worker id (single process only)")
+        parser.add_argument("--no-rescue", action="store_true", help="do not run the zombie/abandoned sweep here")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        processes = options["processes"]
+        if processes < 1:
+            raise CommandError("--processes must be >= 1")
+        if options["concurrency"] is not None and options["concurrency"] < 1:
+            raise CommandError("--concurrency must be >= 1")
+        if options["batch_size"] is not None and options["batch_size"] < 1:
+            raise CommandError("--batch-size must be >= 1")
+        if processes > 1:
+            if options["worker_id"]:
+                raise CommandError("--worker-id cannot be combined with --processes > 1")
+            sys.exit(self._supervise_children(processes))
+        queues = [q.strip() for q in options["queues"].split(",") if q.strip()] or None
+        worker = Worker(WorkerOptions(
+            queues=queues, concurrency=options["concurrency"], batch_size=options["batch_size"],
+            burst=options["burst"], rescue=not options["no_rescue"], worker_id=options["worker_id"],
+        ))
+        self.stdout.write(worker.banner())
+        self.stdout.flush()
+        self._install_signals(worker)
+        sys.exit(worker.run())
+
+    def _install_signals(self, worker: Worker) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signals_seen = 0
+
+        def on_signal(signum: int, frame: Any) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen > 1:
+                os._exit(1)  # second signal: stop waiting for the grace period
+            worker.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def _supervise_children(self, processes: int) -> int:
+        """Run N single-process workers and forward SIGTERM/SIGINT to them."""
+        argv = [sys.executable, sys.argv[0], "chokaq_worker"]
+        skip_next = False
+        for arg in sys.argv[2:]:
+            if skip_next:
+                skip_next = False
+                continue
+            if arg == "--processes":
+                skip_next = True
+                continue
+            if arg.startswith("--processes="):
+                continue
+            argv.append(arg)
+        children = [subprocess.Popen(argv) for _ in range(processes)]
+
+        def forward(signum: int, frame: Any) -> None:
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        codes = [child.wait() for child in children]
+        return max(codes, default=0)

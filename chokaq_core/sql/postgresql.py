@@ -1,0 +1,786 @@
+"""PostgreSQL dialect: every transition of the ``Dialect`` protocol as raw SQL.
+
+Rules followed by every function here (spec 01 §1.2, §1.3, §3):
+
+* ``cursor`` is a raw psycopg3 cursor taking ``%s`` placeholders; ``storage``
+  owns the transaction (READ COMMITTED) — nothing here commits or rolls back.
+* Every timestamp is the database clock ``now()`` (the transaction start).
+* A move between pillars is one statement of data-modifying CTEs: ``moved``
+  deletes with the guard, ``ins`` inserts exactly those rows, ``stats`` /
+  ``bucket`` upsert the counters grouped by queue (and reason) so no upsert
+  touches a row twice. Batches travel as arrays (``unnest`` / ``= ANY``), so a
+  whole batch is one round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+from chokaq_core.domain import (
+    ArchivedJob,
+    DeadJob,
+    Failure,
+    FailureReason,
+    HotJob,
+    JobStatus,
+    NewJob,
+    QueueState,
+    QueueStats,
+    Retry,
+    StorageError,
+    Success,
+    SummaryStats,
+    WorkerInfo,
+)
+from chokaq_core.sql import Cursor, Moved
+
+NOTIFY_CHANNEL = "chokaq_jobs"
+
+ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
+UNKNOWN_ERROR = "Unknown error (No details provided)"
+
+# Column lists follow the row dataclasses field for field, so a fetched row maps by position.
+HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
+ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
+DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
+HOT_COLUMNS = ", ".join(HOT_FIELDS)
+ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
+DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
+
+WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
+
+
+# ---------------------------------------------------------------- SQL builders
+
+
+def _returning(columns: Iterable[str], stamp: str, overrides: Mapping[str, str]) -> str:
+    """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden; skips the stamp column."""
+    return ", ".join(f"{overrides[c]} AS {c}" if c in overrides else f"h.{c}" for c in columns if c != stamp)
+
+
+def _insert_moved(table: str, columns: Sequence[str], stamp: str, returning: str) -> str:
+    """``ins`` CTE: copy ``moved`` into ``table`` with ``stamp`` = now()."""
+    select = ", ".join("now()" if c == stamp else c for c in columns)
+    return (
+        f"ins AS (INSERT INTO {table} ({', '.join(columns)})\n"
+        f"    SELECT {select} FROM moved\n"
+        f"    RETURNING {returning})"
+    )
+
+
+# Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
+ARCHIVE_INSERT = _insert_moved(
+    "chokaq_jobs_archive", ARCHIVE_FIELDS, "finished_at", "queue, -1 AS failure_reason, duration_ms"
+)
+DLQ_INSERT = _insert_moved(
+    "chokaq_jobs_dlq", DLQ_FIELDS, "failed_at", "queue, failure_reason, NULL::float8 AS duration_ms"
+)
+
+
+def _stats_add(counter: str, source: str) -> str:
+    """``stats`` CTE: ``counter += rows of source`` per queue, inserting a missing row."""
+    return (
+        f"stats AS (INSERT INTO chokaq_stats_summary AS s (queue, {counter}, last_activity_at)\n"
+        f"    SELECT queue, count(*), now() FROM {source} GROUP BY queue ORDER BY queue\n"
+        f"    ON CONFLICT (queue) DO UPDATE SET {counter} = s.{counter} + EXCLUDED.{counter},\n"
+        f"        last_activity_at = EXCLUDED.last_activity_at)"
+    )
+
+
+def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
+    """``dec`` CTE: ``counter = greatest(counter - n, 0)`` per queue, update only."""
+    touched = ", last_activity_at = now()" if touch else ""
+    return (
+        f"dec AS (UPDATE chokaq_stats_summary s SET {counter} = greatest(s.{counter} - c.n, 0){touched}\n"
+        f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)"
+    )
+
+
+def _bucket_add(outcome: int) -> str:
+    """``bucket`` CTE (spec 01 §4.13) fed by ``ins`` (queue, failure_reason, duration_ms)."""
+    return (
+        "bucket AS (INSERT INTO chokaq_metric_buckets AS b (bucket_start, queue, outcome, failure_reason,\n"
+        "        completed_count, duration_count, total_duration_ms, max_duration_ms, last_updated_at)\n"
+        f"    SELECT date_trunc('second', now()), queue, {outcome}, failure_reason, count(*), count(duration_ms),\n"
+        "           coalesce(sum(duration_ms), 0), max(duration_ms), now()\n"
+        "    FROM ins GROUP BY queue, failure_reason ORDER BY queue, failure_reason\n"
+        "    ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET\n"
+        "        completed_count = b.completed_count + EXCLUDED.completed_count,\n"
+        "        duration_count = b.duration_count + EXCLUDED.duration_count,\n"
+        "        total_duration_ms = b.total_duration_ms + EXCLUDED.total_duration_ms,\n"
+        "        max_duration_ms = GREATEST(b.max_duration_ms, EXCLUDED.max_duration_ms),\n"
+        "        last_updated_at = EXCLUDED.last_updated_at)"
+    )
+
+
+def _completion(ctes: str, insert: str, counter: str, outcome: int) -> str:
+    """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
+    return (
+        f"WITH {ctes},\n{insert},\n{_stats_add(counter, 'ins')},\n{_bucket_add(outcome)}\nSELECT id, queue FROM moved"
+    )
+
+
+def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
+    """One skip-locked batch delete of ``table`` decrementing ``counter`` (spec 01 §4.10)."""
+    return (
+        f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
+        f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
+        f"{_stats_sub(counter, 'del')}\n"
+        f"SELECT {result} FROM del"
+    )
+
+
+# ---------------------------------------------------------------- statements
+
+ENQUEUE_SQL = """
+WITH src AS (
+    SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                         %s::int[], %s::float8[], %s::text[])
+        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by)),
+ins AS (
+    INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,
+        attempt_count, scheduled_at, created_at, last_updated_at, created_by)
+    SELECT id, queue, type, payload, tags, idempotency_key, priority, 0, 0,
+           CASE WHEN delay_seconds IS NULL THEN NULL ELSE now() + make_interval(secs => delay_seconds) END,
+           now(), now(), created_by
+    FROM src
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue),
+names AS (SELECT DISTINCT queue FROM src),
+queues AS (
+    INSERT INTO chokaq_queues (name, is_paused, is_active, last_updated_at)
+    SELECT queue, false, true, now() FROM names ORDER BY queue
+    ON CONFLICT (name) DO NOTHING),
+stats AS (
+    INSERT INTO chokaq_stats_summary (queue) SELECT queue FROM names ORDER BY queue
+    ON CONFLICT (queue) DO NOTHING)
+SELECT id, queue FROM ins
+"""
+
+IDS_BY_KEY_SQL = "SELECT idempotency_key, id FROM chokaq_jobs_hot WHERE idempotency_key = ANY(%s::text[])"
+
+NOTIFY_SQL = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"
+
+
+def _fetch_sql(queue_filter: bool) -> str:
+    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim."""
+    queue_predicate = "AND h.queue = ANY(%s::text[])" if queue_filter else ""
+    return f"""
+WITH locked AS (
+    SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
+    FROM chokaq_jobs_hot h LEFT JOIN chokaq_queues q ON q.name = h.queue
+    WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= now())
+      {queue_predicate}
+      AND coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true)
+    ORDER BY h.priority DESC, sort_at, h.id
+    LIMIT %s
+    FOR UPDATE OF h SKIP LOCKED),
+capped AS (
+    SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
+    WHERE q.max_workers IS NOT NULL),
+active AS (
+    SELECT queue, count(*) AS n FROM chokaq_jobs_hot
+    WHERE status IN (1, 2) AND queue IN (SELECT queue FROM capped) GROUP BY queue),
+ranked AS (
+    SELECT l.id, l.priority, l.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,
+           row_number() OVER (PARTITION BY l.queue ORDER BY l.priority DESC, l.sort_at, l.id) AS rnk
+    FROM locked l LEFT JOIN chokaq_queues q ON q.name = l.queue
+                  LEFT JOIN active a ON a.queue = l.queue),
+picked AS (
+    SELECT id FROM ranked
+    WHERE max_workers IS NULL OR cur + rnk <= max_workers
+    ORDER BY priority DESC, sort_at, id LIMIT %s),
+claimed AS (
+    UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %s, last_updated_at = now()
+    FROM picked p WHERE h.id = p.id AND h.status = 0
+    RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
+SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
+"""
+
+
+FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
+FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
+
+MARK_PROCESSING_SQL = """
+UPDATE chokaq_jobs_hot
+SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
+WHERE id = %s AND worker_id = %s AND status = 1
+RETURNING attempt_count
+"""
+
+KEEP_ALIVE_SQL = """
+UPDATE chokaq_jobs_hot SET heartbeat_at = now(), last_updated_at = now()
+WHERE id = ANY(%s::text[]) AND status = 2 AND worker_id = %s
+RETURNING id
+"""
+
+CANCEL_REQUESTS_SQL = """
+SELECT id, cancel_requested_by FROM chokaq_jobs_hot
+WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL
+"""
+
+ARCHIVE_SUCCEEDED_SQL = _completion(
+    "items AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS t(id, duration_ms)),\n"
+    "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
+    f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
+    f"    RETURNING {_returning(ARCHIVE_FIELDS, 'finished_at', {'duration_ms': 'i.duration_ms'})})",
+    ARCHIVE_INSERT,
+    "succeeded_total",
+    0,
+)
+
+MOVE_TO_DLQ_SQL = _completion(
+    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]) AS t(id, failure_reason, error_details)),\n"
+    "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
+    f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
+    "    RETURNING "
+    + _returning(DLQ_FIELDS, "failed_at", {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})
+    + ")",
+    DLQ_INSERT,
+    "failed_total",
+    1,
+)
+
+CANCEL_BATCH_SQL = _completion(
+    "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n"
+    "    RETURNING "
+    + _returning(
+        DLQ_FIELDS,
+        "failed_at",
+        {
+            "failure_reason": str(int(FailureReason.CANCELLED)),
+            "error_details": "%s::text",
+            "last_modified_by": "%s::text",
+        },
+    )
+    + ")",
+    DLQ_INSERT,
+    "failed_total",
+    1,
+)
+
+ARCHIVE_ZOMBIES_SQL = _completion(
+    "moved AS (DELETE FROM chokaq_jobs_hot h\n"
+    "    WHERE h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
+    "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), %s::float8))\n"
+    "    RETURNING "
+    + _returning(
+        DLQ_FIELDS,
+        "failed_at",
+        {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": f"'{ZOMBIE_ERROR}'::text"},
+    )
+    + ")",
+    DLQ_INSERT,
+    "failed_total",
+    1,
+)
+
+RESCHEDULE_SQL = f"""
+WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[]) AS t(id, attempt_count, delay_seconds)),
+upd AS (
+    UPDATE chokaq_jobs_hot h
+    SET status = 0, attempt_count = i.attempt_count, scheduled_at = now() + make_interval(secs => i.delay_seconds),
+        worker_id = NULL, heartbeat_at = NULL, last_updated_at = now()
+    FROM items i WHERE h.id = i.id AND {WORKER_GUARD}
+    RETURNING h.id, h.queue),
+{_stats_add("retried_total", "upd")}
+SELECT id, queue FROM upd
+"""
+
+RELEASE_SQL = """
+UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
+WHERE id = ANY(%s::text[]) AND status = 1 AND worker_id = %s
+"""
+
+# Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
+RESURRECT_SQL = f"""
+WITH moved AS (
+    DELETE FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[])
+    RETURNING id, queue, type, payload, tags, created_by, created_at),
+ins AS (
+    INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count,
+        created_at, last_updated_at, created_by, last_modified_by)
+    SELECT id, queue, type, coalesce(%s::text, payload), coalesce(%s::text, tags), coalesce(%s::int, 10), 0, 0,
+           created_at, now(), created_by, %s::text
+    FROM moved
+    RETURNING id, queue),
+{_stats_sub("failed_total", "ins", touch=True)}
+SELECT id, queue FROM ins
+"""
+
+REQUEST_CANCEL_SQL = """
+UPDATE chokaq_jobs_hot SET cancel_requested_by = %s
+WHERE id = ANY(%s::text[]) AND status = 2
+RETURNING id
+"""
+
+UPDATE_HOT_SQL = """
+UPDATE chokaq_jobs_hot
+SET payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), priority = coalesce(%s::int, priority),
+    last_modified_by = %s, last_updated_at = now()
+WHERE id = %s AND status = 0
+"""
+
+UPDATE_DLQ_SQL = """
+UPDATE chokaq_jobs_dlq
+SET previous_payload = CASE WHEN coalesce(%s::text, payload) IS DISTINCT FROM payload
+                            THEN payload ELSE previous_payload END,
+    payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), last_modified_by = %s
+WHERE id = %s
+"""
+
+PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue")
+PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", "count(*)")
+PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", "count(*)")
+
+RECOVER_ABANDONED_SQL = """
+UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
+WHERE status = 1 AND last_updated_at < now() - make_interval(secs => %s::float8)
+"""
+
+
+def _queue_upsert(column: str) -> str:
+    """Upsert of one queue setting (spec 01 §4.17); a new row starts visible and unpaused."""
+    values = {"is_paused": "false", "is_active": "true", column: "%s"}
+    return (
+        f"INSERT INTO chokaq_queues (name, {', '.join(values)}, last_updated_at)\n"
+        f"VALUES (%s, {', '.join(values.values())}, now())\n"
+        f"ON CONFLICT (name) DO UPDATE SET {column} = EXCLUDED.{column}, last_updated_at = EXCLUDED.last_updated_at"
+    )
+
+
+QUEUE_UPSERT_SQL = {column: _queue_upsert(column) for column in ("is_paused", "zombie_timeout_seconds", "max_workers")}
+
+SET_QUEUE_ACTIVE_SQL = """
+UPDATE chokaq_queues SET is_active = %s, is_paused = true, last_updated_at = now() WHERE name = %s
+"""
+
+UPSERT_WORKER_SQL = """
+INSERT INTO chokaq_workers AS w (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,
+    is_running, capacity, active_count, runtime_json, circuits_json)
+VALUES (%s, %s, %s, %s, now(), now(), NULL, %s, %s, %s, %s, %s)
+ON CONFLICT (worker_id) DO UPDATE SET
+    hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
+    last_heartbeat_at = EXCLUDED.last_heartbeat_at,
+    stopped_at = CASE WHEN EXCLUDED.is_running THEN NULL ELSE w.stopped_at END,
+    is_running = EXCLUDED.is_running, capacity = EXCLUDED.capacity, active_count = EXCLUDED.active_count,
+    runtime_json = EXCLUDED.runtime_json, circuits_json = EXCLUDED.circuits_json
+"""
+
+STOP_WORKER_SQL = """
+UPDATE chokaq_workers SET is_running = false, stopped_at = now(), active_count = 0 WHERE worker_id = %s
+"""
+
+QUEUE_STATES_SQL = """
+SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues ORDER BY name
+"""
+
+_HOT_COUNTS = """
+    count(*) FILTER (WHERE status = 0) AS pending,
+    count(*) FILTER (WHERE status = 1) AS fetched,
+    count(*) FILTER (WHERE status = 2) AS processing
+"""
+
+SUMMARY_STATS_SQL = f"""
+SELECT h.pending, h.fetched, h.processing, s.succeeded, s.failed, s.retried, s.last_activity_at
+FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot) h
+CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0)::bigint AS succeeded,
+                   coalesce(sum(failed_total), 0)::bigint AS failed,
+                   coalesce(sum(retried_total), 0)::bigint AS retried,
+                   max(last_activity_at) AS last_activity_at
+            FROM chokaq_stats_summary) s
+"""
+
+QUEUE_STATS_SQL = f"""
+SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
+       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
+FROM chokaq_queues q
+LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM chokaq_jobs_hot GROUP BY queue) h ON h.queue = q.name
+LEFT JOIN chokaq_stats_summary s ON s.queue = q.name
+ORDER BY q.name
+"""
+
+GET_HOT_SQL = f"SELECT {HOT_COLUMNS} FROM chokaq_jobs_hot WHERE id = %s"
+GET_ARCHIVED_SQL = f"SELECT {ARCHIVE_COLUMNS} FROM chokaq_jobs_archive WHERE id = %s"
+GET_DEAD_SQL = f"SELECT {DLQ_COLUMNS} FROM chokaq_jobs_dlq WHERE id = %s"
+
+
+# ---------------------------------------------------------------- row mappers
+
+
+def _hot(row: Sequence[Any]) -> HotJob:
+    data = dict(zip(HOT_FIELDS, row, strict=True))
+    data["status"] = JobStatus(data["status"])
+    return HotJob(**data)
+
+
+def _archived(row: Sequence[Any]) -> ArchivedJob:
+    return ArchivedJob(**dict(zip(ARCHIVE_FIELDS, row, strict=True)))
+
+
+def _dead(row: Sequence[Any]) -> DeadJob:
+    data = dict(zip(DLQ_FIELDS, row, strict=True))
+    data["failure_reason"] = FailureReason(data["failure_reason"])
+    return DeadJob(**data)
+
+
+def _moved(cursor: Cursor) -> Moved:
+    return [(job_id, queue) for job_id, queue in cursor.fetchall()]
+
+
+def _floats(values: Iterable[float | None]) -> list[float | None]:
+    """psycopg picks an array's type from its items: keep them all floats."""
+    return [None if v is None else float(v) for v in values]
+
+
+def _unique_ids(job_ids: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(job_ids))
+
+
+# ---------------------------------------------------------------- enqueue / claim
+
+
+def _insert_jobs(cursor: Cursor, jobs: Sequence[NewJob]) -> dict[str, str]:
+    """One multi-row insert (duplicate keys skipped); ``{id: queue}`` of the rows inserted."""
+    cursor.execute(
+        ENQUEUE_SQL,
+        [
+            [j.id for j in jobs],
+            [j.queue for j in jobs],
+            [j.type for j in jobs],
+            [j.payload for j in jobs],
+            [j.tags for j in jobs],
+            [j.idempotency_key for j in jobs],
+            [int(j.priority) for j in jobs],
+            _floats(j.delay_seconds for j in jobs),
+            [j.created_by for j in jobs],
+        ],
+    )
+    return dict(cursor.fetchall())
+
+
+def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+    """Insert Pending rows; a taken idempotency key yields the holder's id. NOTIFY per queue."""
+    if not jobs:
+        return []
+    stored: dict[str, str] = {}
+    notify: set[str] = set()
+    todo = list(jobs)
+    for _ in range(2):  # the second pass re-inserts jobs whose key holder left Hot meanwhile
+        inserted = _insert_jobs(cursor, todo)
+        notify.update(inserted.values())
+        stored.update((j.id, j.id) for j in todo if j.id in inserted)
+        keys = sorted({j.idempotency_key for j in todo if j.id not in inserted and j.idempotency_key})
+        holders: dict[str, str] = {}
+        if keys:
+            cursor.execute(IDS_BY_KEY_SQL, [keys])
+            holders = dict(cursor.fetchall())
+        stored.update(
+            (j.id, holders[j.idempotency_key])
+            for j in todo
+            if j.id not in inserted and j.idempotency_key in holders and j.idempotency_key is not None
+        )
+        todo = [j for j in todo if j.id not in stored]
+        if not todo:
+            break
+    else:
+        raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
+    if notify:
+        cursor.execute(NOTIFY_SQL, [NOTIFY_CHANNEL, sorted(notify)])
+    return [stored[j.id] for j in jobs]
+
+
+def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
+    if limit <= 0 or (queues is not None and not queues):
+        return []
+    if queues is None:
+        cursor.execute(FETCH_ALL_SQL, [limit * 10, limit, worker_id])
+    else:
+        cursor.execute(FETCH_QUEUES_SQL, [list(queues), limit * 10, limit, worker_id])
+    return [_hot(row) for row in cursor.fetchall()]
+
+
+def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
+    """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
+    cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
+    row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+    """Stamp the heartbeat of the listed Processing rows this worker owns; the ids still owned."""
+    if not job_ids:
+        return []
+    cursor.execute(KEEP_ALIVE_SQL, [list(job_ids), worker_id])
+    return [row[0] for row in cursor.fetchall()]
+
+
+def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+    """(job id, actor) of this worker's Processing rows flagged for cancellation."""
+    cursor.execute(CANCEL_REQUESTS_SQL, [worker_id])
+    return [(job_id, actor) for job_id, actor in cursor.fetchall()]
+
+
+# ---------------------------------------------------------------- completion (batched)
+
+
+def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
+    """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
+    by_id = {item.job_id: item for item in items}
+    if not by_id:
+        return []
+    cursor.execute(
+        ARCHIVE_SUCCEEDED_SQL,
+        [list(by_id), _floats(i.duration_ms for i in by_id.values()), worker_id, worker_id],
+    )
+    return _moved(cursor)
+
+
+def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
+    """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
+    by_id = {item.job_id: item for item in items}
+    if not by_id:
+        return []
+    cursor.execute(
+        MOVE_TO_DLQ_SQL,
+        [
+            list(by_id),
+            [int(i.reason) for i in by_id.values()],
+            [i.error_details if i.error_details and i.error_details.strip() else UNKNOWN_ERROR for i in by_id.values()],
+            worker_id,
+            worker_id,
+        ],
+    )
+    return _moved(cursor)
+
+
+def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
+    """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
+    by_id = {item.job_id: item for item in items}
+    if not by_id:
+        return []
+    cursor.execute(
+        RESCHEDULE_SQL,
+        [
+            list(by_id),
+            [int(i.attempt_count) for i in by_id.values()],
+            _floats(i.delay_seconds for i in by_id.values()),
+            worker_id,
+            worker_id,
+        ],
+    )
+    return _moved(cursor)
+
+
+def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
+    """Fetched → Pending for the unstarted rows this worker owns."""
+    if not job_ids:
+        return 0
+    cursor.execute(RELEASE_SQL, [_unique_ids(job_ids), worker_id])
+    return int(cursor.rowcount)
+
+
+# ---------------------------------------------------------------- operator commands
+
+
+def _resurrect(
+    cursor: Cursor,
+    job_ids: Sequence[str],
+    payload: str | None,
+    tags: str | None,
+    priority: int | None,
+    actor: str | None,
+) -> Moved:
+    cursor.execute(RESURRECT_SQL, [_unique_ids(job_ids), payload, tags, priority, actor])
+    return _moved(cursor)
+
+
+def resurrect(
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+) -> bool:
+    """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal −1."""
+    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor))
+
+
+def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+    """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal −n."""
+    if not job_ids:
+        return []
+    return _resurrect(cursor, job_ids, None, None, None, actor)
+
+
+def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+    """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
+    if not job_ids:
+        return []
+    details = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
+    cursor.execute(CANCEL_BATCH_SQL, [_unique_ids(job_ids), details, actor])
+    return _moved(cursor)
+
+
+def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+    """Flag Processing rows for cooperative cancellation; the flagged ids."""
+    if not job_ids:
+        return []
+    cursor.execute(REQUEST_CANCEL_SQL, [actor, _unique_ids(job_ids)])
+    return [row[0] for row in cursor.fetchall()]
+
+
+def update_hot_data(
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+) -> bool:
+    """Edit a Pending Hot row (None keeps the old value); False if not Pending or nothing to change."""
+    if payload is None and tags is None and priority is None:
+        return False
+    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id])
+    return bool(cursor.rowcount)
+
+
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+    """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
+    if payload is None and tags is None:
+        return False
+    cursor.execute(UPDATE_DLQ_SQL, [payload, payload, tags, actor, job_id])
+    return bool(cursor.rowcount)
+
+
+def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
+    if not job_ids or batch_size <= 0:
+        return []
+    cursor.execute(PURGE_DLQ_IDS_SQL, [_unique_ids(job_ids), batch_size])
+    return _moved(cursor)
+
+
+def _count(cursor: Cursor, sql: str, params: Sequence[Any]) -> int:
+    cursor.execute(sql, params)
+    row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal −n."""
+    if batch_size <= 0:
+        return 0
+    return _count(cursor, PURGE_DLQ_OLDER_SQL, [cutoff, batch_size])
+
+
+def purge_archive(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal −n."""
+    if batch_size <= 0:
+        return 0
+    return _count(cursor, PURGE_ARCHIVE_SQL, [cutoff, batch_size])
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
+    """Fetched rows untouched for the timeout → Pending."""
+    cursor.execute(RECOVER_ABANDONED_SQL, [float(fetched_timeout_s)])
+    return int(cursor.rowcount)
+
+
+def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
+    """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
+    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s)])
+    return _moved(cursor)
+
+
+# ---------------------------------------------------------------- queue controls
+
+
+def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
+    """Upsert ``is_paused``."""
+    cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, paused])
+
+
+def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
+    """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
+    cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
+
+
+def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
+    """Upsert ``max_workers`` (None = unlimited)."""
+    cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
+
+
+def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
+    """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
+    cursor.execute(SET_QUEUE_ACTIVE_SQL, [active, queue])
+    return bool(cursor.rowcount)
+
+
+# ---------------------------------------------------------------- worker registry
+
+
+def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
+    """Register or refresh a worker row; ``started_at`` is set on first insert only."""
+    cursor.execute(
+        UPSERT_WORKER_SQL,
+        [
+            info.worker_id,
+            info.hostname,
+            info.pid,
+            info.queues,
+            info.is_running,
+            info.capacity,
+            info.active_count,
+            info.runtime_json,
+            info.circuits_json,
+        ],
+    )
+
+
+def stop_worker(cursor: Cursor, worker_id: str) -> None:
+    """Mark a worker stopped (not running, no active executions)."""
+    cursor.execute(STOP_WORKER_SQL, [worker_id])
+
+
+# ---------------------------------------------------------------- reads
+
+
+def queue_states(cursor: Cursor) -> list[QueueState]:
+    """Every ``chokaq_queues`` row, ordered by name."""
+    cursor.execute(QUEUE_STATES_SQL)
+    return [QueueState(*row) for row in cursor.fetchall()]
+
+
+def summary_stats(cursor: Cursor) -> SummaryStats:
+    """Hot counts by status plus the retained counters summed over every queue."""
+    cursor.execute(SUMMARY_STATS_SQL)
+    pending, fetched, processing, succeeded, failed, retried, last_activity_at = cursor.fetchone()
+    return SummaryStats(
+        int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried), last_activity_at
+    )
+
+
+def queue_stats(cursor: Cursor) -> list[QueueStats]:
+    """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
+    cursor.execute(QUEUE_STATS_SQL)
+    return [
+        QueueStats(name, int(p), int(f), int(r), int(s), int(fl), int(rt), last)
+        for name, p, f, r, s, fl, rt, last in cursor.fetchall()
+    ]
+
+
+def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
+    cursor.execute(GET_HOT_SQL, [job_id])
+    row = cursor.fetchone()
+    return None if row is None else _hot(row)
+
+
+def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
+    cursor.execute(GET_ARCHIVED_SQL, [job_id])
+    row = cursor.fetchone()
+    return None if row is None else _archived(row)
+
+
+def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
+    cursor.execute(GET_DEAD_SQL, [job_id])
+    row = cursor.fetchone()
+    return None if row is None else _dead(row)

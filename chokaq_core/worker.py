@@ -1,0 +1,651 @@
+"""The worker process: fetcher, bounded prefetch buffer, dispatcher, executors,
+batched completer, supervisor (heartbeats, timeouts, cancel requests,
+registry) and rescue sweep — spec 03 §1–§4, §7, spec 02 §6–§9.
+
+It knows no SQL and no HTTP: every database touch is a ``storage`` call, and
+every decision about a failure is a ``policy`` call.
+
+Threads (each with its own Django connection, held for the worker's life):
+
+* **fetcher** claims batches (``storage.fetch_batch``) into the buffer; when a
+  batch comes back short it waits for a PostgreSQL ``NOTIFY`` or the polling
+  interval.
+* **dispatcher** takes rows from the buffer, releases those of paused queues,
+  acquires a limiter slot and submits the execution to the pool.
+* **executors** (thread pool) run the lease gate, the handler and the policy,
+  then hand the outcome to the completer.
+* **completer** moves finished jobs in batches: one transaction archives,
+  reschedules and dead-letters everything finished in the last ~20 ms.
+* **supervisor** keeps running jobs alive (one UPDATE per interval for all of
+  them), enforces execution timeouts, applies operator cancel requests and
+  writes the worker registry row.
+* **rescue** recovers abandoned fetches and moves zombies to the DLQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections
+
+from chokaq_core import events, storage
+from chokaq_core.conf import Config, config
+from chokaq_core.domain import (
+    CancellationReason,
+    Failure,
+    HotJob,
+    JobCancelledError,
+    JobTypeNotRegisteredError,
+    PayloadDeserializationError,
+    Retry,
+    Success,
+    WorkerInfo,
+)
+from chokaq_core.handlers import CancellationToken, JobContext, get_definition
+from chokaq_core.policy import Kind, RetryPolicy, cancellation_outcome, classify, decide_failure
+
+logger = logging.getLogger("chokaq.worker")
+
+Outcome = Success | Retry | Failure
+
+
+def new_worker_id() -> str:
+    """``<hostname>-<pid>-<4 hex>``: unique per process, ≤ 100 characters."""
+    host = socket.gethostname()[:80]
+    return f"{host}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class Limiter:
+    """Dynamic concurrency limiter (spec 03 §4) built on a Condition."""
+
+    def __init__(self, capacity: int, maximum: int) -> None:
+        self.maximum = maximum
+        self.capacity = max(1, min(capacity, maximum))
+        self.running = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity, timeout)
+            if not ok or self._closed:
+                return False
+            self.running += 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            if self.running <= 0:
+                self.running = 0
+                raise RuntimeError("limiter released without a matching acquire")
+            self.running -= 1
+            self._cond.notify_all()
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._cond:
+            self.capacity = max(1, min(capacity, self.maximum))
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class PrefetchBuffer:
+    """Bounded FIFO between fetcher and dispatcher (spec 03 §3)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: collections.deque[HotJob] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def free(self) -> int:
+        return self.capacity - len(self._items)
+
+    def wait_for_space(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed or len(self._items) < self.capacity, timeout)
+
+    def put_many(self, jobs: Sequence[HotJob]) -> None:
+        with self._cond:
+            self._items.extend(jobs)
+            self._cond.notify_all()
+
+    def get(self, timeout: float) -> HotJob | None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._closed or bool(self._items), timeout):
+                return None
+            if not self._items:
+                return None
+            job = self._items.popleft()
+            self._cond.notify_all()
+            return job
+
+    def drain(self) -> list[HotJob]:
+        with self._cond:
+            items = list(self._items)
+            self._items.clear()
+            self._cond.notify_all()
+            return items
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+@dataclass
+class Execution:
+    """One running job, as the supervisor sees it."""
+
+    job: HotJob
+    token: CancellationToken
+    attempt: int
+    deadline: float
+    beating: bool = True
+
+
+@dataclass
+class WorkerOptions:
+    queues: list[str] | None = None
+    concurrency: int | None = None
+    batch_size: int | None = None
+    burst: bool = False
+    rescue: bool = True
+    worker_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Worker:
+    def __init__(self, options: WorkerOptions | None = None) -> None:
+        self.options = options or WorkerOptions()
+        self.cfg: Config = config()
+        wk = self.cfg.WORKER
+        self.worker_id = self.options.worker_id or new_worker_id()
+        self.queues = self.options.queues or None
+        self.batch_size = max(1, min(self.options.batch_size or wk.FETCH_BATCH_SIZE, wk.PREFETCH_CAPACITY))
+        self.limiter = Limiter(self.options.concurrency or wk.CONCURRENCY, wk.MAX_CONCURRENCY)
+        self.buffer = PrefetchBuffer(wk.PREFETCH_CAPACITY)
+        self.retry_policy = RetryPolicy(
+            max_attempts=self.cfg.RETRY.MAX_ATTEMPTS, base_delay=self.cfg.RETRY.BASE_DELAY,
+            max_delay=self.cfg.RETRY.MAX_DELAY, multiplier=self.cfg.RETRY.BACKOFF_MULTIPLIER,
+            jitter=self.cfg.RETRY.JITTER_MAX_DELAY, max_job_age=self.cfg.RETRY.MAX_JOB_AGE,
+        )
+        self.stopping = threading.Event()
+        self.stopped = threading.Event()
+        self._wakeup = threading.Event()
+        self._outcomes: collections.deque[Outcome] = collections.deque()
+        self._outcome_ready = threading.Event()
+        self._unflushed = 0  # outcomes handed to the completer and not yet committed
+        self._unflushed_lock = threading.Lock()
+        self._running: dict[str, Execution] = {}
+        self._running_lock = threading.Lock()
+        self._in_flight = 0  # rows taken by the dispatcher and not yet finished
+        self._in_flight_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=wk.MAX_CONCURRENCY, thread_name_prefix="chokaq-exec")
+        self._pause_cache: tuple[float, set[str]] = (0.0, set())
+        self._threads: list[threading.Thread] = []
+        self._fetcher_stamp = datetime.now(UTC)
+        self._idle_since: float | None = None
+        self.exit_code = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def banner(self) -> str:
+        db = connections[storage.alias()]
+        name = db.settings_dict.get("NAME")
+        host = db.settings_dict.get("HOST") or ""
+        where = f"{db.vendor} {host + '/' if host else ''}{name}"
+        return (f"ChokaQ worker {self.worker_id} | database {where} | queues "
+                f"{','.join(self.queues) if self.queues else '*'} | concurrency {self.limiter.capacity} | "
+                f"batch {self.batch_size}{' | burst' if self.options.burst else ''}")
+
+    def start(self) -> None:
+        """Start every thread; returns at once (use :meth:`run` to block)."""
+        self._register()
+        if self.options.rescue:
+            self.rescue_once()
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("chokaq-fetcher", self._fetch_loop),
+            ("chokaq-dispatcher", self._dispatch_loop),
+            ("chokaq-completer", self._complete_loop),
+            ("chokaq-supervisor", self._supervise_loop),
+        ]
+        if self.options.rescue:
+            targets.append(("chokaq-rescue", self._rescue_loop))
+        if storage.vendor() == "postgresql" and not self.options.burst:
+            targets.append(("chokaq-listener", self._listen_loop))
+        for name, target in targets:
+            thread = threading.Thread(target=self._thread_main, args=(target,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def run(self) -> int:
+        self.start()
+        self.stopped.wait()
+        return self.exit_code
+
+    def stop(self) -> None:
+        """Begin graceful shutdown (spec 02 §9); :meth:`run` returns when it is done."""
+        if self.stopping.is_set():
+            return
+        logger.info("worker %s shutting down", self.worker_id)
+        self.stopping.set()
+        self._wakeup.set()
+        with self._running_lock:
+            for execution in self._running.values():
+                execution.token.cancel(CancellationReason.SHUTDOWN)
+        threading.Thread(target=self._thread_main, args=(self._shutdown,), name="chokaq-shutdown",
+                         daemon=True).start()
+
+    def _shutdown(self) -> None:
+        self.buffer.close()
+        self._release(self.buffer.drain())
+        deadline = time.monotonic() + self.cfg.WORKER.SHUTDOWN_GRACE_PERIOD
+        while time.monotonic() < deadline and (self._busy() or self._pending_outcomes()):
+            time.sleep(0.02)
+        if self._busy():
+            logger.warning("worker %s exiting with %s executions still running (1016)", self.worker_id,
+                           len(self._running))
+        self.limiter.close()
+        self._flush_outcomes()
+        try:
+            storage.stop_worker(self.worker_id)
+        except Exception:
+            logger.exception("could not mark worker %s stopped", self.worker_id)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        logger.info("worker %s stopped (1001)", self.worker_id)
+        self.stopped.set()
+
+    def _thread_main(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except Exception:
+            logger.exception("worker thread %s crashed", threading.current_thread().name)
+        finally:
+            connections.close_all()
+
+    def _busy(self) -> bool:
+        with self._in_flight_lock:
+            return self._in_flight > 0
+
+    def _pending_outcomes(self) -> bool:
+        with self._unflushed_lock:
+            return self._unflushed > 0
+
+    # ------------------------------------------------------------ fetcher
+
+    def _fetch_loop(self) -> None:
+        wk = self.cfg.WORKER
+        while not self.stopping.is_set():
+            self._fetcher_stamp = datetime.now(UTC)
+            if not self.buffer.wait_for_space(timeout=wk.POLLING_INTERVAL):
+                continue
+            if self.stopping.is_set():
+                break
+            limit = max(1, min(self.batch_size, self.buffer.free()))
+            self._wakeup.clear()
+            try:
+                jobs = storage.fetch_batch(self.worker_id, limit, self.queues)
+            except Exception:
+                logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
+                self.stopping.wait(5)
+                continue
+            if jobs:
+                with self._in_flight_lock:
+                    self._in_flight += len(jobs)
+                self.buffer.put_many(jobs)
+                self._idle_since = None
+                if len(jobs) == limit:
+                    continue
+            elif self.options.burst and self._burst_done():
+                logger.info("burst: nothing eligible left, stopping")
+                self.stop()
+                break
+            self._wakeup.wait(wk.POLLING_INTERVAL if not self.options.burst else 0.05)
+
+    def _burst_done(self) -> bool:
+        """Idle twice in a row with nothing buffered, running or waiting to be committed."""
+        if self._busy() or self._pending_outcomes() or len(self.buffer):
+            self._idle_since = None
+            return False
+        if self._idle_since is None:
+            self._idle_since = time.monotonic()
+            return False
+        return True
+
+    def _listen_loop(self) -> None:
+        """PostgreSQL LISTEN on its own connection: a NOTIFY from enqueue wakes the fetcher at once."""
+        import psycopg
+
+        from chokaq_core.sql.postgresql import NOTIFY_CHANNEL
+
+        while not self.stopping.is_set():
+            try:
+                params = connections[storage.alias()].get_connection_params()
+                params.pop("cursor_factory", None)
+                params.pop("context", None)
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    while not self.stopping.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self._wakeup.set()
+            except Exception:
+                logger.warning("LISTEN connection lost; falling back to polling for 5 s", exc_info=True)
+                self.stopping.wait(5)
+
+    # ------------------------------------------------------------ dispatcher
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            job = self.buffer.get(timeout=0.5)
+            if job is None:
+                if self.stopping.is_set():
+                    return
+                continue
+            if self.stopping.is_set():
+                self._release([job])
+                continue
+            if job.queue in self._paused_queues():
+                self._release([job])
+                continue
+            acquired = False
+            while not acquired and not self.stopping.is_set():
+                acquired = self.limiter.acquire(timeout=0.5)
+            if not acquired:
+                self._release([job])
+                continue
+            self._pool.submit(self._execute, job)
+
+    def _paused_queues(self) -> set[str]:
+        stamp, paused = self._pause_cache
+        if time.monotonic() - stamp > 0.25:
+            try:
+                paused = {q.name for q in storage.queue_states() if q.is_paused or not q.is_active}
+            except Exception:
+                logger.warning("could not read queue states", exc_info=True)
+            self._pause_cache = (time.monotonic(), paused)
+        return paused
+
+    def _release(self, jobs: Sequence[HotJob]) -> None:
+        if not jobs:
+            return
+        try:
+            storage.release_jobs([j.id for j in jobs], self.worker_id)
+        except Exception:
+            logger.warning("release of %s prefetched jobs failed (1011); recovery will return them", len(jobs),
+                           exc_info=True)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= len(jobs)
+
+    # ------------------------------------------------------------ executor
+
+    def _execute(self, job: HotJob) -> None:
+        try:
+            self._execute_one(job)
+        except Exception:
+            logger.exception("execution of %s crashed (1014)", job.id)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
+            self.limiter.release()
+
+    def _execute_one(self, job: HotJob) -> None:
+        token = CancellationToken()
+        if self.stopping.is_set():
+            self._release_one(job)
+            return
+        attempt = storage.mark_processing(job, self.worker_id)
+        if attempt is None:
+            logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
+            return
+        timeout = self.cfg.execution_timeout(job.queue)
+        execution = Execution(job, token, attempt, time.monotonic() + timeout)
+        with self._running_lock:
+            self._running[job.id] = execution
+        if self.stopping.is_set():  # stop() may have swept _running just before we registered
+            token.cancel(CancellationReason.SHUTDOWN)
+        try:
+            outcome = self._run_handler(job, token, attempt)
+        finally:
+            with self._running_lock:
+                self._running.pop(job.id, None)
+        self._submit_outcome(outcome)
+
+    def _release_one(self, job: HotJob) -> None:
+        try:
+            storage.release_jobs([job.id], self.worker_id)
+        except Exception:
+            logger.warning("release of %s failed (1011)", job.id, exc_info=True)
+
+    def _run_handler(self, job: HotJob, token: CancellationToken, attempt: int) -> Outcome:
+        ctx = JobContext(
+            job_id=job.id, job_type=job.type, queue=job.queue, attempt=attempt, created_by=job.created_by,
+            created_at=job.created_at, cancellation=token, progress_sink=_publish_progress,
+        )
+        started = time.perf_counter()
+        try:
+            token.raise_if_cancelled()
+            _invoke(job, ctx)
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            if classify(exc) == Kind.CANCELLED or (token.is_cancelled and isinstance(exc, asyncio.CancelledError)):
+                return self._cancelled(job, token, attempt)
+            decision = decide_failure(exc, attempt, job.created_at, datetime.now(UTC), self.retry_policy)
+            if decision.retry:
+                logger.info("job %s attempt %s failed, retry in %.1f s (2022): %s", job.id, attempt, decision.delay,
+                            exc)
+                return Retry(job.id, attempt, decision.delay)
+            assert decision.reason is not None
+            logger.warning("job %s failed terminally as %s", job.id, decision.reason.display_name)
+            return Failure(job.id, decision.reason, decision.details)
+        duration_ms = (time.perf_counter() - started) * 1000
+        return Success(job.id, round(duration_ms, 3))
+
+    def _cancelled(self, job: HotJob, token: CancellationToken, attempt: int) -> Outcome:
+        reason, details = cancellation_outcome(token.reason)
+        if reason is None:
+            logger.info("job %s interrupted by shutdown, rescheduled (2004)", job.id)
+            return Retry(job.id, attempt, 0.0)
+        if token.actor:
+            details = f"{details}: {token.actor}"
+        return Failure(job.id, reason, details)
+
+    # ------------------------------------------------------------ completer
+
+    def _submit_outcome(self, outcome: Outcome) -> None:
+        with self._unflushed_lock:
+            self._unflushed += 1
+        self._outcomes.append(outcome)
+        self._outcome_ready.set()
+
+    def _complete_loop(self) -> None:
+        wk = self.cfg.WORKER
+        while not self.stopped.is_set():
+            if not self._outcome_ready.wait(timeout=0.5):
+                continue
+            time.sleep(wk.COMPLETION_FLUSH_INTERVAL)  # let a batch gather
+            self._outcome_ready.clear()
+            self._flush_outcomes()
+
+    def _flush_outcomes(self) -> None:
+        size = self.cfg.WORKER.COMPLETION_BATCH_SIZE
+        while self._outcomes:
+            batch: list[Outcome] = []
+            while self._outcomes and len(batch) < size:
+                batch.append(self._outcomes.popleft())
+            self._commit(batch)
+            with self._unflushed_lock:
+                self._unflushed -= len(batch)
+
+    def _commit(self, batch: list[Outcome]) -> None:
+        """Commit a batch of outcomes; keeps trying while the database is away (nothing is dropped)."""
+        successes = [o for o in batch if isinstance(o, Success)]
+        retries = [o for o in batch if isinstance(o, Retry)]
+        failures = [o for o in batch if isinstance(o, Failure)]
+        delay = 0.5
+        while True:
+            try:
+                done = storage.complete(self.worker_id, successes, retries, failures)
+                break
+            except Exception:
+                logger.exception("completion of %s jobs failed; retrying in %.1f s", len(batch), delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                if self.stopped.is_set():
+                    return
+        applied = len(done.archived) + len(done.rescheduled) + len(done.failed)
+        if applied < len(batch):
+            moved = {i for i, _ in done.archived + done.rescheduled + done.failed}
+            lost = [o.job_id for o in batch if o.job_id not in moved]
+            logger.warning("state transition not applied for %s jobs (2100, lost ownership): %s", len(lost),
+                           lost[:10])
+
+    # ------------------------------------------------------------ supervisor
+
+    def _supervise_loop(self) -> None:
+        ex, wk = self.cfg.EXECUTION, self.cfg.WORKER
+        next_beat = time.monotonic() + self._beat_interval()
+        next_cancel_poll = time.monotonic() + ex.CANCEL_POLL_INTERVAL
+        next_registry = time.monotonic() + wk.REGISTRY_HEARTBEAT_INTERVAL
+        failures = 0
+        while not self.stopped.is_set():
+            time.sleep(0.1)
+            now = time.monotonic()
+            with self._running_lock:
+                running = list(self._running.values())
+            for execution in running:
+                if now >= execution.deadline and not execution.token.is_cancelled:
+                    logger.warning("job %s exceeded its execution timeout", execution.job.id)
+                    execution.token.cancel(CancellationReason.TIMEOUT)
+            if now >= next_beat:
+                next_beat = now + self._beat_interval()
+                beating = [e for e in running if e.beating]
+                if beating:
+                    try:
+                        owned = set(storage.keep_alive([e.job.id for e in beating], self.worker_id))
+                        failures = 0
+                        for execution in beating:
+                            if execution.job.id not in owned:
+                                logger.debug("job %s is no longer ours; heartbeat stopped", execution.job.id)
+                                execution.beating = False
+                    except Exception:
+                        failures += 1
+                        logger.warning("heartbeat failed (2006), %s in a row", failures, exc_info=True)
+                        if failures >= ex.HEARTBEAT_FAILURE_THRESHOLD:
+                            failures = 0
+                            if ex.CANCEL_ON_HEARTBEAT_FAILURE:
+                                logger.error("heartbeat failure threshold reached; cancelling running jobs (2007)")
+                                for execution in beating:
+                                    execution.token.cancel(CancellationReason.HEARTBEAT_FAILURE)
+                            else:
+                                logger.error("heartbeat degraded (2008)")
+            if running and now >= next_cancel_poll:
+                next_cancel_poll = now + ex.CANCEL_POLL_INTERVAL
+                try:
+                    requests = storage.cancel_requests(self.worker_id)
+                except Exception:
+                    requests = []
+                    logger.warning("could not read cancel requests", exc_info=True)
+                with self._running_lock:
+                    for job_id, actor in requests:
+                        execution = self._running.get(job_id)
+                        if execution is not None and not execution.token.is_cancelled:
+                            execution.token.cancel(CancellationReason.ADMIN, actor)
+            if now >= next_registry:
+                next_registry = now + wk.REGISTRY_HEARTBEAT_INTERVAL
+                self._register()
+
+    def _beat_interval(self) -> float:
+        ex = self.cfg.EXECUTION
+        return random.randint(int(ex.HEARTBEAT_INTERVAL_MIN * 1000), int(ex.HEARTBEAT_INTERVAL_MAX * 1000)) / 1000
+
+    def _register(self) -> None:
+        try:
+            storage.upsert_worker(WorkerInfo(
+                worker_id=self.worker_id, hostname=socket.gethostname()[:255], pid=os.getpid(),
+                queues=",".join(self.queues or ["*"]), capacity=self.limiter.capacity,
+                active_count=len(self._running),
+                runtime_json=json.dumps({"maxAttempts": self.retry_policy.max_attempts,
+                                         "baseDelaySeconds": self.retry_policy.base_delay}),
+            ))
+        except Exception:
+            logger.warning("worker registry write failed", exc_info=True)
+
+    # ------------------------------------------------------------ rescue
+
+    def _rescue_loop(self) -> None:
+        while not self.stopping.wait(self.cfg.RECOVERY.SCAN_INTERVAL):
+            self.rescue_once()
+
+    def rescue_once(self) -> tuple[int, int]:
+        from chokaq_core import maintenance
+
+        try:
+            return maintenance.rescue(self.cfg)
+        except Exception:
+            logger.exception("rescue sweep failed (4003)")
+            return 0, 0
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def _invoke(job: HotJob, ctx: JobContext) -> None:
+    """Resolve the type, decode the payload and call the handler (spec 03 §7.1 step 7)."""
+    definition = get_definition(job.type)
+    if definition is None:
+        raise JobTypeNotRegisteredError(f"no handler is registered for job type {job.type!r} in this worker")
+    try:
+        payload = json.loads(job.payload) if job.payload else {}
+    except ValueError as exc:
+        raise PayloadDeserializationError(f"payload of job {job.id} is not valid JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise PayloadDeserializationError(
+            f"payload of job {job.id} must be a JSON object of handler arguments, got {type(payload).__name__}"
+        )
+    if definition.is_async:
+        asyncio.run(_drive(definition.func(ctx, **payload), ctx.cancellation))
+    else:
+        definition.func(ctx, **payload)
+
+
+async def _drive(coro: Any, token: CancellationToken) -> Any:
+    """Run an async handler; cancel its task at the next await once the token is cancelled."""
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.05)
+        if token.is_cancelled and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                raise JobCancelledError(token.reason) from None
+    return task.result()
+
+
+def _publish_progress(job_id: str, percent: int, message: str | None) -> None:
+    events.dispatch([events.Event(events.EventKind.JOB_PROGRESS,
+                                  {"jobId": job_id, "percentage": percent, "message": message})])
+
