@@ -150,19 +150,21 @@ def _merge(errors: list[str]) -> Config:
                 errors.append(f"{section}.{key}: {exc}")
                 merged[section][key] = DEFAULTS[section][key]
     queues: dict[str, Section] = {}
-    for name, options in (merged["QUEUES"] or {}).items():
-        if not str(name).strip():
+    for queue_name, options in (merged["QUEUES"] or {}).items():
+        if not str(queue_name).strip():
             errors.append("QUEUES: queue names must be non-blank")
             continue
-        section = Section(options or {})
-        if "EXECUTION_TIMEOUT" in section:
+        queue_section = Section(options or {})
+        if "EXECUTION_TIMEOUT" in queue_section:
             try:
-                section["EXECUTION_TIMEOUT"] = seconds(section["EXECUTION_TIMEOUT"])
+                queue_section["EXECUTION_TIMEOUT"] = seconds(queue_section["EXECUTION_TIMEOUT"])
             except TypeError as exc:
-                errors.append(f"QUEUES.{name}.EXECUTION_TIMEOUT: {exc}")
-        queues[str(name).lower()] = section
+                errors.append(f"QUEUES.{queue_name}.EXECUTION_TIMEOUT: {exc}")
+        queues[str(queue_name).lower()] = queue_section
     merged["QUEUES"] = queues
-    return Config(**{k: Section(v) if isinstance(v, dict) and k != "QUEUES" else v for k, v in merged.items()})
+    values: dict[str, Any] = {k: Section(v) if isinstance(v, dict) and k != "QUEUES" else v
+                              for k, v in merged.items()}
+    return Config(**values)
 
 
 def _check(cfg: Config, errors: list[str]) -> None:

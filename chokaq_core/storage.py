@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import connections, transaction
 
@@ -42,7 +42,6 @@ from chokaq_core.domain import (
 from chokaq_core.sql import dialect_for
 
 logger = logging.getLogger("chokaq.storage")
-T = TypeVar("T")
 
 _PG_TRANSIENT_STATES = {"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"}
 _MSSQL_TRANSIENT_CODES = {"1205", "-2", "4060", "40197", "40501", "40613", "08S01", "HYT00"}
@@ -90,7 +89,7 @@ def _cursor(using: str) -> Iterator[Any]:
         yield wrapper.cursor
 
 
-def run(operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True) -> T:
+def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True) -> T:
     """Run ``operation(cursor)`` in a transaction with the transient-error retry policy."""
     db = using or alias()
     connection = connections[db]

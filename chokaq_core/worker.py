@@ -570,9 +570,9 @@ class Worker:
                     logger.warning("could not read cancel requests", exc_info=True)
                 with self._running_lock:
                     for job_id, actor in requests:
-                        execution = self._running.get(job_id)
-                        if execution is not None and not execution.token.is_cancelled:
-                            execution.token.cancel(CancellationReason.ADMIN, actor)
+                        target = self._running.get(job_id)
+                        if target is not None and not target.token.is_cancelled:
+                            target.token.cancel(CancellationReason.ADMIN, actor)
             if now >= next_registry:
                 next_registry = now + wk.REGISTRY_HEARTBEAT_INTERVAL
                 self._register()

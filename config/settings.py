@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "chokaq_core",
+    "deck",
 ]
 
 MIDDLEWARE = [

@@ -504,7 +504,7 @@ def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
         clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
         params += [name, _ts(now - timedelta(seconds=timeout))]
     cursor.execute(
-        f"DELETE FROM {HOT} WHERE status = 2 AND (({clauses[0]}) {' OR '.join([''] + clauses[1:])})"
+        f"DELETE FROM {HOT} WHERE status = 2 AND ({' OR '.join(f'({c})' for c in clauses)})"
         f" RETURNING {HOT_COLUMNS}",
         params,
     )

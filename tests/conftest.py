@@ -1,0 +1,48 @@
+"""Shared fixtures. The suite runs twice (scripts/test): on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from tests import jobs
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    url = os.environ.get("DATABASE_URL", "sqlite (default)")
+    return f"ChokaQ test database: {url}"
+
+
+@pytest.fixture(autouse=True)
+def _reset_recorded_executions() -> Iterator[None]:
+    jobs.reset()
+    yield
+    for gate in list(jobs.GATES.values()):
+        gate.set()
+
+
+@pytest.fixture
+def vendor() -> str:
+    return str(connection.vendor)
+
+
+@pytest.fixture
+def chokaq_settings(settings: Any) -> Any:
+    """``settings`` with a mutable copy of CHOKAQ; assign sections to override them."""
+    settings.CHOKAQ = {k: (dict(v) if isinstance(v, dict) else v) for k, v in settings.CHOKAQ.items()}
+    return settings
+
+
+def database_url() -> str:
+    """A DATABASE_URL for subprocesses, pointing at the test database of this run."""
+    s = connection.settings_dict
+    if connection.vendor == "postgresql":
+        auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+        return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    raise RuntimeError(f"no subprocess URL for vendor {connection.vendor}")

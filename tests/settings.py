@@ -1,0 +1,23 @@
+"""Test settings: the project's settings plus the test job types.
+
+``CHOKAQ_TEST_OVERRIDES`` (JSON) lets acceptance tests give the worker
+processes they start short intervals (e.g. a zombie timeout of a few seconds).
+"""
+
+import json
+import os
+
+from config.settings import *  # noqa: F403
+from config.settings import CHOKAQ
+
+CHOKAQ = {
+    **CHOKAQ,
+    "JOB_MODULES": [*CHOKAQ.get("JOB_MODULES", []), "tests.jobs"],  # type: ignore[misc]
+}
+for _section, _values in json.loads(os.environ.get("CHOKAQ_TEST_OVERRIDES", "{}")).items():
+    if isinstance(_values, dict):
+        CHOKAQ[_section] = {**CHOKAQ.get(_section, {}), **_values}  # type: ignore[dict-item]
+    else:
+        CHOKAQ[_section] = _values
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
