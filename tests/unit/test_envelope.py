@@ -1,0 +1,128 @@
+"""Enqueue envelope validation (spec 03 §9) without a database: every bad input is refused with a clear message."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import uuid
+
+import pytest
+
+from chokaq_core.api import EnqueueOptions, build, serialize_payload
+from chokaq_core.domain import EnvelopeError, UnknownJobTypeError, new_ulid
+
+
+def opts(**kwargs: object) -> EnqueueOptions:
+    kwargs.setdefault("type_key", "test.ok.v1")
+    return EnqueueOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_registered_job_defaults_come_from_the_decorator() -> None:
+    job = build(opts(type_key="demo.email.send.v1", payload={"to": "a@b.c", "subject": "x"}))
+    assert job.queue == "emails" and job.priority == 10 and job.delay_seconds is None
+    assert json.loads(job.payload) == {"to": "a@b.c", "subject": "x"}
+    assert len(job.id) == 26
+
+
+def test_unknown_type_is_refused_naming_the_key() -> None:
+    with pytest.raises(UnknownJobTypeError, match="nope.v1") as info:
+        build(opts(type_key="nope.v1"))
+    assert isinstance(info.value, ValueError)
+
+
+def test_unknown_type_allowed_with_explicit_opt_out() -> None:
+    job = build(opts(type_key="other.service.v1", allow_unregistered=True))
+    assert job.type == "other.service.v1" and job.queue == "default"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"type_key": ""}, "type key must not be blank"),
+        ({"type_key": "x" * 256, "allow_unregistered": True}, "type key is 256 characters; the limit is 255"),
+        ({"queue": "  "}, "queue must not be blank"),
+        ({"queue": "q" * 256}, "limit is 255"),
+        ({"created_by": "c" * 101}, "created_by is 101 characters; the limit is 100"),
+        ({"idempotency_key": "k" * 256}, "idempotency key is 256 characters"),
+        ({"tags": ["t" * 600, "u" * 600]}, "the limit is 1000"),
+        ({"tags": ["a,b"]}, "must not contain a comma"),
+        ({"job_id": "i" * 51}, "job id is 51 characters; the limit is 50"),
+        ({"priority": 10**9}, "priority must be within"),
+    ],
+)
+def test_envelope_limits(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(EnvelopeError, match=message):
+        build(opts(**kwargs))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"priority": "high"}, "priority must be an int"),
+        ({"priority": True}, "priority must be an int"),
+        ({"queue": 5}, "queue must be a string"),
+        ({"delay": "soon"}, "delay must be a timedelta or seconds"),
+        ({"run_at": dt.datetime(2030, 1, 1)}, "aware datetime"),
+        ({"payload": ["not", "a", "mapping"]}, "payload must be a mapping"),
+        ({"tags": [1, 2]}, "tags must be strings"),
+    ],
+)
+def test_wrong_types_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        build(opts(**kwargs))
+
+
+def test_negative_delay_is_refused() -> None:
+    with pytest.raises(ValueError, match="must not be negative"):
+        build(opts(delay=-1))
+    with pytest.raises(ValueError, match="either delay or run_at"):
+        build(opts(delay=1, run_at=dt.datetime.now(dt.UTC)))
+
+
+def test_blank_idempotency_key_means_none_and_keys_are_trimmed() -> None:
+    assert build(opts(idempotency_key="   ")).idempotency_key is None
+    assert build(opts(idempotency_key="  k1 ")).idempotency_key == "k1"
+
+
+def test_tags_are_joined_and_trimmed() -> None:
+    assert build(opts(tags=[" a ", "b", ""])).tags == "a,b"
+    assert build(opts(tags="x, y")).tags == "x,y"
+    assert build(opts(tags=[])).tags is None
+
+
+def test_delay_and_run_at() -> None:
+    assert build(opts(delay=dt.timedelta(minutes=5))).delay_seconds == 300
+    run_at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    assert 3590 < (build(opts(run_at=run_at)).delay_seconds or 0) <= 3600
+
+
+def test_unserialisable_field_is_named() -> None:
+    with pytest.raises(TypeError, match=r"payload field 'user\.avatar' is not JSON-serialisable"):
+        serialize_payload({"user": {"name": "x", "avatar": object()}})
+    with pytest.raises(TypeError, match=r"payload field 'items\[1\]'"):
+        serialize_payload({"items": [1, {1, 2}]})
+    with pytest.raises(TypeError, match="payload field 'ratio'"):
+        serialize_payload({"ratio": float("nan")})
+    with pytest.raises(TypeError, match="field names must be strings"):
+        serialize_payload({1: "x"})  # type: ignore[dict-item]
+
+
+def test_django_types_serialise() -> None:
+    text = serialize_payload({"when": dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "d": decimal.Decimal("1.5"),
+                              "u": uuid.UUID(int=0), "s": "ünïcødé"})
+    assert json.loads(text) == {"when": "2026-01-01T00:00:00Z", "d": "1.5",
+                                "u": "00000000-0000-0000-0000-000000000000", "s": "ünïcødé"}
+
+
+def test_oversized_payload_names_the_limit(settings: object) -> None:
+    with pytest.raises(EnvelopeError, match="the limit is 1000000 bytes"):
+        serialize_payload({"blob": "x" * 1_000_000})
+    assert serialize_payload({"blob": "x" * 999_000})
+
+
+def test_ulids_are_unique_sortable_and_crockford() -> None:
+    ids = [new_ulid() for _ in range(5000)]
+    assert len(set(ids)) == 5000
+    assert ids == sorted(ids)
+    assert all(len(i) == 26 and set(i) <= set("0123456789ABCDEFGHJKMNPQRSTVWXYZ") for i in ids)
