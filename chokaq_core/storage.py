@@ -84,8 +84,10 @@ def is_transient(exc: BaseException) -> bool:
 
 @contextmanager
 def _cursor(using: str) -> Iterator[Any]:
-    """The driver-level cursor (``%s`` placeholders on every vendor), without Django's debug logging."""
-    with connections[using].cursor() as wrapper:
+    """The driver-level cursor (``%s`` placeholders on every vendor), without Django's debug logging;
+    driver errors still surface as Django's (``IntegrityError``, ``OperationalError``, …)."""
+    connection = connections[using]
+    with connection.cursor() as wrapper, connection.wrap_database_errors:
         yield wrapper.cursor
 
 

@@ -39,6 +39,17 @@ from chokaq_core.sql import Cursor, Moved
 
 NOTIFY_CHANNEL = "chokaq_jobs"
 
+# Every function but enqueue is one statement (a move is one CTE statement) or a read,
+# so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
+AUTOCOMMIT_SAFE = frozenset({
+    "fetch_batch", "mark_processing", "keep_alive", "cancel_requests", "archive_succeeded", "move_to_dlq",
+    "reschedule_for_retry", "release_jobs", "resurrect", "resurrect_batch", "cancel_batch", "request_cancel",
+    "update_hot_data", "update_dlq_data", "purge_dlq_ids", "purge_dlq_older_than", "purge_archive",
+    "recover_abandoned", "archive_zombies", "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers",
+    "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats", "queue_stats", "get_hot",
+    "get_archived", "get_dead",
+})  # fmt: skip
+
 ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"
 
@@ -166,17 +177,50 @@ NOTIFY_SQL = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"
 
 
 def _fetch_sql(queue_filter: bool) -> str:
-    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim."""
-    queue_predicate = "AND h.queue = ANY(%s::text[])" if queue_filter else ""
+    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
+
+    The window is found through ``hot_fetch_pending`` instead of sorting every Pending
+    row: per open queue, two index-ordered streams (due rows without ``scheduled_at``
+    by ``created_at``, due scheduled rows by ``scheduled_at``) each give their first
+    rows already in (priority desc, coalesce(scheduled_at, created_at)) order, so their
+    merge holds exactly the spec's candidates. The candidate pool is twice the lock
+    window, so a claimer still fills its window while another claimer holds one.
+    ``queues`` None walks the distinct queues with Pending rows (a loose index scan),
+    since a queue with no ``chokaq_queues`` row is still eligible. Rows are re-read by
+    ``id = ANY(ARRAY(...))`` so the plan stays primary-key lookups even before the
+    table is analysed.
+    """
+    if queue_filter:
+        recursive, names = "", "SELECT DISTINCT name FROM unnest(%(queues)s::text[]) AS name"
+    else:
+        recursive = """RECURSIVE pending_queues AS (
+    (SELECT queue FROM chokaq_jobs_hot WHERE status = 0 ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT h.queue FROM chokaq_jobs_hot h WHERE h.status = 0 AND h.queue > p.queue ORDER BY h.queue LIMIT 1)
+    FROM pending_queues p WHERE p.queue IS NOT NULL),
+"""
+        names = "SELECT queue AS name FROM pending_queues WHERE queue IS NOT NULL"
+    stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
+         WHERE h.queue = n.name AND h.status = 0 AND {due}
+         ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
     return f"""
-WITH locked AS (
+WITH {recursive}open_queues AS (
+    SELECT n.name FROM ({names}) n LEFT JOIN chokaq_queues q ON q.name = n.name
+    WHERE coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true)),
+candidates AS (
+    SELECT c.id, c.priority, c.sort_at FROM open_queues n CROSS JOIN LATERAL (
+        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL")}
+        UNION ALL
+        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()")}) c
+    ORDER BY c.priority DESC, c.sort_at, c.id
+    LIMIT %(candidates)s),
+locked AS (
     SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
-    FROM chokaq_jobs_hot h LEFT JOIN chokaq_queues q ON q.name = h.queue
-    WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= now())
-      {queue_predicate}
-      AND coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true)
+    FROM chokaq_jobs_hot h
+    WHERE h.id = ANY(ARRAY(SELECT id FROM candidates))
+      AND h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= now())
     ORDER BY h.priority DESC, sort_at, h.id
-    LIMIT %s
+    LIMIT %(scan)s
     FOR UPDATE OF h SKIP LOCKED),
 capped AS (
     SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
@@ -192,10 +236,10 @@ ranked AS (
 picked AS (
     SELECT id FROM ranked
     WHERE max_workers IS NULL OR cur + rnk <= max_workers
-    ORDER BY priority DESC, sort_at, id LIMIT %s),
+    ORDER BY priority DESC, sort_at, id LIMIT %(limit)s),
 claimed AS (
-    UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %s, last_updated_at = now()
-    FROM picked p WHERE h.id = p.id AND h.status = 0
+    UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
+    WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
 SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
 """
@@ -270,7 +314,7 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     + _returning(
         DLQ_FIELDS,
         "failed_at",
-        {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": f"'{ZOMBIE_ERROR}'::text"},
+        {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"},
     )
     + ")",
     DLQ_INSERT,
@@ -283,7 +327,7 @@ WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[]) AS t(id
 upd AS (
     UPDATE chokaq_jobs_hot h
     SET status = 0, attempt_count = i.attempt_count, scheduled_at = now() + make_interval(secs => i.delay_seconds),
-        worker_id = NULL, heartbeat_at = NULL, last_updated_at = now()
+        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now()
     FROM items i WHERE h.id = i.id AND {WORKER_GUARD}
     RETURNING h.id, h.queue),
 {_stats_add("retried_total", "upd")}
@@ -431,6 +475,13 @@ def _moved(cursor: Cursor) -> Moved:
     return [(job_id, queue) for job_id, queue in cursor.fetchall()]
 
 
+def _count(cursor: Cursor, sql: str, params: Sequence[Any]) -> int:
+    """Run a statement whose one row holds a count."""
+    cursor.execute(sql, params)
+    row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
 def _floats(values: Iterable[float | None]) -> list[float | None]:
     """psycopg picks an array's type from its items: keep them all floats."""
     return [None if v is None else float(v) for v in values]
@@ -481,7 +532,7 @@ def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
         stored.update(
             (j.id, holders[j.idempotency_key])
             for j in todo
-            if j.id not in inserted and j.idempotency_key in holders and j.idempotency_key is not None
+            if j.id not in inserted and j.idempotency_key is not None and j.idempotency_key in holders
         )
         todo = [j for j in todo if j.id not in stored]
         if not todo:
@@ -497,10 +548,12 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
     """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
     if limit <= 0 or (queues is not None and not queues):
         return []
+    # The scan window is the spec's 10 x limit; twice as many candidates leave room for skipped locked rows.
+    params = {"scan": limit * 10, "candidates": limit * 20, "limit": limit, "worker": worker_id}
     if queues is None:
-        cursor.execute(FETCH_ALL_SQL, [limit * 10, limit, worker_id])
+        cursor.execute(FETCH_ALL_SQL, params)
     else:
-        cursor.execute(FETCH_QUEUES_SQL, [list(queues), limit * 10, limit, worker_id])
+        cursor.execute(FETCH_QUEUES_SQL, {**params, "queues": list(queues)})
     return [_hot(row) for row in cursor.fetchall()]
 
 
@@ -602,12 +655,12 @@ def _resurrect(
 def resurrect(
     cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
 ) -> bool:
-    """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal −1."""
+    """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
     return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor))
 
 
 def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal −n."""
+    """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
     if not job_ids:
         return []
     return _resurrect(cursor, job_ids, None, None, None, actor)
@@ -649,28 +702,22 @@ def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str 
 
 
 def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
+    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal -n."""
     if not job_ids or batch_size <= 0:
         return []
     cursor.execute(PURGE_DLQ_IDS_SQL, [_unique_ids(job_ids), batch_size])
     return _moved(cursor)
 
 
-def _count(cursor: Cursor, sql: str, params: Sequence[Any]) -> int:
-    cursor.execute(sql, params)
-    row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
 def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal −n."""
+    """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
     if batch_size <= 0:
         return 0
     return _count(cursor, PURGE_DLQ_OLDER_SQL, [cutoff, batch_size])
 
 
 def purge_archive(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal −n."""
+    """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
     if batch_size <= 0:
         return 0
     return _count(cursor, PURGE_ARCHIVE_SQL, [cutoff, batch_size])
@@ -687,7 +734,7 @@ def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
 
 def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s)])
+    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s), ZOMBIE_ERROR])
     return _moved(cursor)
 
 
