@@ -1,16 +1,20 @@
-"""Pure decisions of the worker: backoff with jitter and failure classification (spec 02 §4–§5).
+"""Pure decisions of the worker: backoff with jitter, failure classification (spec 02 §4–§5)
+and the per-type circuit breaker (spec 03 §7).
 
-Nothing here touches the database, the clock of the process, or threads:
-every input is an argument, so every rule has a unit test.
+Nothing here touches the database; time is always an argument or an injected
+clock, so every rule has a unit test.
 """
 
 from __future__ import annotations
 
 import random
+import threading
+import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
+from enum import Enum, IntEnum
 
 from chokaq_core.domain import (
     CancellationReason,
@@ -127,3 +131,169 @@ def cancellation_outcome(reason: CancellationReason | None) -> tuple[FailureReas
     if reason == CancellationReason.TIMEOUT:
         return FailureReason.TIMEOUT, "Timeout: Execution Timeout"
     return FailureReason.TIMEOUT, "Unknown execution cancellation"
+
+
+# ---------------------------------------------------------------- circuit breaker (spec 03 §7.3–§7.5)
+
+
+class CircuitStatus(IntEnum):
+    CLOSED = 0
+    OPEN = 1
+    HALF_OPEN = 2
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    failure_threshold: int = 5
+    break_duration: float = 30.0
+    half_open_max_calls: int = 1
+    half_open_probe_timeout: float = 30.0
+    failure_window: float = 60.0
+
+
+@dataclass(frozen=True)
+class Permit:
+    """A one-shot lease: exactly one of success / failure / release is applied (spec 03 §7.4)."""
+
+    key: str
+    generation: int
+    probe: bool
+
+
+class CircuitBreaker:
+    """One breaker per job type key, per worker process. ``clock`` returns seconds (monotonic)."""
+
+    def __init__(self, key: str, policy: BreakerPolicy, clock: Callable[[], float],
+                 on_event: Callable[[str, str, CircuitStatus], None] | None = None) -> None:
+        self.key = key
+        self.policy = policy
+        self.clock = clock
+        self.on_event = on_event
+        self.status = CircuitStatus.CLOSED
+        self.failure_count = 0
+        self.last_failure: float | None = None
+        self.generation = 0
+        self.half_open_started = 0.0
+        self.outstanding = 0
+        self.probe_successes = 0
+        self._lock = threading.Lock()
+
+    def _event(self, name: str) -> None:
+        if self.on_event is not None:
+            self.on_event(self.key, name, self.status)
+
+    def _open(self) -> None:
+        self.status = CircuitStatus.OPEN
+        self.generation += 1
+        self.outstanding = 0
+        self.probe_successes = 0
+        self._event("opened")
+
+    def acquire(self) -> Permit | None:
+        """A permit to execute, or None (the job is deferred without consuming an attempt)."""
+        with self._lock:
+            now = self.clock()
+            if self.status == CircuitStatus.CLOSED:
+                return Permit(self.key, self.generation, probe=False)
+            if self.status == CircuitStatus.OPEN:
+                assert self.last_failure is not None
+                if now < self.last_failure + self.policy.break_duration:
+                    self._event("rejected")
+                    return None
+                self.status = CircuitStatus.HALF_OPEN
+                self.generation += 1
+                self.half_open_started = now
+                self.outstanding = 0
+                self.probe_successes = 0
+                self._event("half_opened")
+            if self.outstanding and now >= self.half_open_started + self.policy.half_open_probe_timeout:
+                self.generation += 1
+                self.half_open_started = now
+                self.outstanding = 0
+                self._event("probe_expired")
+            if self.outstanding < self.policy.half_open_max_calls:
+                self.outstanding += 1
+                self._event("probe_acquired")
+                return Permit(self.key, self.generation, probe=True)
+            self._event("rejected")
+            return None
+
+    def success(self, permit: Permit) -> None:
+        with self._lock:
+            if permit.generation != self.generation:
+                return
+            if self.status == CircuitStatus.HALF_OPEN and permit.probe:
+                self.outstanding = max(0, self.outstanding - 1)
+                self.probe_successes += 1
+                if self.probe_successes >= self.policy.half_open_max_calls:
+                    self.status = CircuitStatus.CLOSED
+                    self.failure_count = 0
+                    self.generation += 1
+                    self._event("closed")
+            elif self.status == CircuitStatus.CLOSED and self.failure_count > 0:
+                self.failure_count = 0
+
+    def failure(self, permit: Permit, *, fatal: bool = False) -> None:
+        with self._lock:
+            if permit.generation != self.generation:
+                return
+            now = self.clock()
+            if self.status == CircuitStatus.HALF_OPEN:
+                self.failure_count += 1
+                self.last_failure = now
+                self._open()
+                return
+            if (self.failure_count > 0 and self.last_failure is not None
+                    and now >= self.last_failure + self.policy.failure_window):
+                self.failure_count = 0
+            self.failure_count += 1
+            self.last_failure = now
+            if self.failure_count >= self.policy.failure_threshold or fatal:
+                self._open()
+
+    def release(self, permit: Permit) -> None:
+        """No outcome (lease lost, cancellation, timeout, shutdown): frees a probe slot."""
+        with self._lock:
+            if permit.generation == self.generation and permit.probe and self.outstanding:
+                self.outstanding -= 1
+                self._event("permit_released")
+
+    def snapshot(self) -> dict[str, object]:
+        with self._lock:
+            reset_at = (self.last_failure + self.policy.break_duration
+                        if self.status == CircuitStatus.OPEN and self.last_failure is not None else None)
+            return {"circuitKey": self.key, "status": int(self.status), "failureCount": self.failure_count,
+                    "resetAt": reset_at}
+
+
+class CircuitBreakers:
+    """The breakers of one worker process, created on first use per type key."""
+
+    def __init__(self, default: BreakerPolicy, overrides: dict[str, BreakerPolicy] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_event: Callable[[str, str, CircuitStatus], None] | None = None) -> None:
+        self.default = default
+        self.overrides = {k.lower(): v for k, v in (overrides or {}).items()}
+        self.clock = clock
+        self.on_event = on_event
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> CircuitBreaker:
+        lowered = key.lower()
+        with self._lock:
+            breaker = self._breakers.get(lowered)
+            if breaker is None:
+                breaker = CircuitBreaker(key, self.overrides.get(lowered, self.default), self.clock, self.on_event)
+                self._breakers[lowered] = breaker
+            return breaker
+
+    def snapshot(self) -> list[dict[str, object]]:
+        with self._lock:
+            breakers = list(self._breakers.values())
+        return [b.snapshot() for b in breakers]
+
+
+def is_circuit_fatal(exc: BaseException) -> bool:
+    """Only exceptions marked circuit-fatal open the circuit at once (spec 02 §5.2)."""
+    return bool(getattr(root_cause(exc), "chokaq_circuit_fatal", False))
