@@ -118,5 +118,49 @@ def purge_dlq(job_ids: Sequence[str]) -> int:
     return storage.purge_dlq_ids(_ids(job_ids))
 
 
+MAX_WORKERS_RANGE = (1, 10_000)
+ZOMBIE_TIMEOUT_RANGE = (1, 86_400)
+
+
+def _queue(name: str) -> str:
+    name = (name or "").strip()
+    if not name or len(name) > 255:
+        raise ServiceError("queue name must be 1-255 characters")
+    return name
+
+
+def _optional_int(label: str, value: int | str | None, bounds: tuple[int, int]) -> int | None:
+    """Empty/None clears the setting; anything else must be an integer within ``bounds``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ServiceError(f"{label} must be a whole number, got {value!r}") from None
+    if not bounds[0] <= number <= bounds[1]:
+        raise ServiceError(f"{label} must be within {bounds[0]}-{bounds[1]}, got {number}")
+    return number
+
+
 def set_queue_paused(queue: str, paused: bool) -> None:
-    storage.set_queue_paused(queue, paused)
+    """Pause stops new claims at once; buffered jobs of the queue are released; running jobs finish."""
+    storage.set_queue_paused(_queue(queue), paused)
+
+
+def set_queue_visible(queue: str, visible: bool) -> bool:
+    """Hide/show a queue; both directions leave it paused (spec 01 §4.17). False if the queue is unknown."""
+    return storage.set_queue_active(_queue(queue), visible)
+
+
+def set_queue_max_workers(queue: str, max_workers: int | str | None) -> int | None:
+    """Fleet-wide cap on Fetched + Processing rows of the queue (None = unlimited)."""
+    value = _optional_int("max workers", max_workers, MAX_WORKERS_RANGE)
+    storage.set_queue_max_workers(_queue(queue), value)
+    return value
+
+
+def set_queue_zombie_timeout(queue: str, seconds: int | str | None) -> int | None:
+    """Per-queue zombie timeout override in seconds (None = the global setting)."""
+    value = _optional_int("zombie timeout", seconds, ZOMBIE_TIMEOUT_RANGE)
+    storage.set_queue_zombie_timeout(_queue(queue), value)
+    return value

@@ -1,0 +1,53 @@
+"""``python manage.py chokaq_queue pause|resume|hide|show QUEUE`` and ``set QUEUE --max-workers N --zombie-timeout S``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from chokaq_core import service
+
+
+class Command(BaseCommand):
+    help = "Control a queue: pause, resume, hide, show, or set its max workers / zombie timeout."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("action", choices=["pause", "resume", "hide", "show", "set", "list"])
+        parser.add_argument("queue", nargs="?", default="")
+        parser.add_argument("--max-workers", default=None,
+                            help="fleet-wide cap on running jobs of the queue (1-10000; 'none' clears)")
+        parser.add_argument("--zombie-timeout", default=None,
+                            help="seconds without heartbeat before a running job is a zombie (1-86400; 'none' clears)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action, queue = options["action"], options["queue"]
+        if action == "list":
+            for state in service.queue_states():
+                self.stdout.write(
+                    f"{state.name}\tpaused={state.is_paused}\tvisible={state.is_active}\t"
+                    f"max_workers={state.max_workers or '-'}\tzombie_timeout={state.zombie_timeout_seconds or '-'}"
+                )
+            return
+        if not queue:
+            raise CommandError(f"{action} needs a QUEUE")
+        try:
+            if action in ("pause", "resume"):
+                service.set_queue_paused(queue, action == "pause")
+            elif action in ("hide", "show"):
+                if not service.set_queue_visible(queue, action == "show"):
+                    raise CommandError(f"queue {queue!r} does not exist")
+            else:
+                if options["max_workers"] is None and options["zombie_timeout"] is None:
+                    raise CommandError("set needs --max-workers and/or --zombie-timeout")
+                if options["max_workers"] is not None:
+                    service.set_queue_max_workers(queue, _none(options["max_workers"]))
+                if options["zombie_timeout"] is not None:
+                    service.set_queue_zombie_timeout(queue, _none(options["zombie_timeout"]))
+        except service.ServiceError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"queue {queue}: {action} done")
+
+
+def _none(value: str) -> str | None:
+    return None if value.strip().lower() in ("none", "null", "") else value

@@ -1,0 +1,65 @@
+"""``chokaq_queue``: pause/resume/hide/show/set with validated limits (spec 04 §6 ranges)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from chokaq_core.models import Queues
+
+pytestmark = pytest.mark.django_db
+
+
+def state(name: str) -> Queues:
+    return Queues.objects.get(name=name)
+
+
+def test_pause_resume_creates_and_updates_the_row() -> None:
+    call_command("chokaq_queue", "pause", "emails")
+    assert state("emails").is_paused and state("emails").is_active
+    call_command("chokaq_queue", "resume", "emails")
+    assert not state("emails").is_paused
+
+
+def test_hide_and_show_leave_the_queue_paused() -> None:
+    call_command("chokaq_queue", "resume", "reports")
+    call_command("chokaq_queue", "hide", "reports")
+    assert not state("reports").is_active and state("reports").is_paused
+    call_command("chokaq_queue", "show", "reports")
+    assert state("reports").is_active and state("reports").is_paused
+
+
+def test_hide_unknown_queue_is_an_error() -> None:
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("chokaq_queue", "hide", "nope")
+    assert not Queues.objects.filter(name="nope").exists()
+
+
+def test_set_limits_and_clear_them() -> None:
+    call_command("chokaq_queue", "set", "q1", "--max-workers", "3", "--zombie-timeout", "120")
+    assert (state("q1").max_workers, state("q1").zombie_timeout_seconds) == (3, 120)
+    call_command("chokaq_queue", "set", "q1", "--max-workers", "none")
+    assert state("q1").max_workers is None and state("q1").zombie_timeout_seconds == 120
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-workers", "0"], "max workers must be within 1-10000, got 0"),
+        (["--max-workers", "10001"], "max workers must be within 1-10000"),
+        (["--max-workers", "lots"], "max workers must be a whole number"),
+        (["--zombie-timeout", "86401"], "zombie timeout must be within 1-86400"),
+        ([], "set needs --max-workers"),
+    ],
+)
+def test_out_of_range_limits_are_refused_and_nothing_changes(args: list[str], message: str) -> None:
+    call_command("chokaq_queue", "set", "q2", "--max-workers", "5")
+    with pytest.raises(CommandError, match=message):
+        call_command("chokaq_queue", "set", "q2", *args)
+    assert state("q2").max_workers == 5
+
+
+def test_blank_queue_name_is_refused() -> None:
+    with pytest.raises(CommandError, match="queue name must be 1-255 characters"):
+        call_command("chokaq_queue", "pause", "   ")
