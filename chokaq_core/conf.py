@@ -21,6 +21,9 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     "JOB_MODULES": [],
     "REQUIRE_REGISTERED_JOB_TYPES": True,
+    "MODE": "bus",
+    "PIPE_HANDLER": None,
+    "MIDDLEWARE": [],
     "EXECUTION": {
         "DEFAULT_TIMEOUT": 15 * 60,
         "HEARTBEAT_INTERVAL_MIN": 8,
@@ -67,6 +70,24 @@ DEFAULTS: dict[str, Any] = {
     "QUEUES": {},
     "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT": 30},
     "EVENTS": {"COALESCE_INTERVAL": 0.2},
+    "IDEMPOTENCY": {
+        "IN_PROGRESS_TTL": 30 * 60,
+        "DEFAULT_RESULT_TTL": None,
+        "MIN_RESULT_TTL": None,
+        "MAX_RESULT_TTL": None,
+        "STORE": "chokaq_core.middleware.InMemoryIdempotencyStore",
+        "REDIS_URL": "",
+    },
+    "CIRCUIT_BREAKER": {
+        "DEFAULT": {
+            "FAILURE_THRESHOLD": 5,
+            "BREAK_DURATION_SECONDS": 30,
+            "HALF_OPEN_MAX_CALLS": 1,
+            "HALF_OPEN_PROBE_TIMEOUT_SECONDS": 30,
+            "FAILURE_WINDOW_SECONDS": 60,
+        },
+        "POLICIES": {},
+    },
 }
 
 _DURATION_KEYS = {
@@ -78,7 +99,10 @@ _DURATION_KEYS = {
                "PREFETCHED_JOB_RELEASE_TIMEOUT", "REGISTRY_HEARTBEAT_INTERVAL", "COMPLETION_FLUSH_INTERVAL"},
     "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT"},
     "EVENTS": {"COALESCE_INTERVAL"},
+    "IDEMPOTENCY": {"IN_PROGRESS_TTL", "DEFAULT_RESULT_TTL", "MIN_RESULT_TTL", "MAX_RESULT_TTL"},
 }
+_OPTIONAL_DURATIONS = {("RETRY", "MAX_JOB_AGE"), ("IDEMPOTENCY", "DEFAULT_RESULT_TTL"),
+                       ("IDEMPOTENCY", "MIN_RESULT_TTL"), ("IDEMPOTENCY", "MAX_RESULT_TTL")}
 
 
 def seconds(value: Any) -> float | None:
@@ -107,6 +131,9 @@ class Config:
     DATABASE: str
     JOB_MODULES: list[str]
     REQUIRE_REGISTERED_JOB_TYPES: bool
+    MODE: str
+    PIPE_HANDLER: str | None
+    MIDDLEWARE: list[str]
     EXECUTION: Section
     RETRY: Section
     RECOVERY: Section
@@ -116,6 +143,17 @@ class Config:
     QUEUES: dict[str, Section]
     HEALTH: Section
     EVENTS: Section
+    IDEMPOTENCY: Section
+    CIRCUIT_BREAKER: Section
+
+    def breaker_settings(self, type_key: str | None = None) -> dict[str, float]:
+        """The breaker policy of a type key: its POLICIES entry over DEFAULT."""
+        policy = dict(self.CIRCUIT_BREAKER.DEFAULT)
+        if type_key is not None:
+            for key, override in self.CIRCUIT_BREAKER.POLICIES.items():
+                if key.lower() == type_key.lower():
+                    policy.update(override)
+        return policy
 
     def execution_timeout(self, queue: str) -> float:
         """Per-queue ``EXECUTION_TIMEOUT`` (names matched case-insensitively) else the default."""
@@ -142,6 +180,9 @@ def _merge(errors: list[str]) -> Config:
                 merged[key][sub] = subvalue
         else:
             merged[key] = value
+    if isinstance(merged["CIRCUIT_BREAKER"].get("DEFAULT"), dict):
+        merged["CIRCUIT_BREAKER"]["DEFAULT"] = {**DEFAULTS["CIRCUIT_BREAKER"]["DEFAULT"],
+                                                **merged["CIRCUIT_BREAKER"]["DEFAULT"]}
     for section, keys in _DURATION_KEYS.items():
         for key in keys:
             try:
@@ -179,7 +220,7 @@ def _check(cfg: Config, errors: list[str]) -> None:
         for key in keys:
             if (section, key) == ("RETRY", "JITTER_MAX_DELAY"):
                 continue
-            positive(section, key, allow_none=(section, key) == ("RETRY", "MAX_JOB_AGE"))
+            positive(section, key, allow_none=(section, key) in _OPTIONAL_DURATIONS)
     ex, rt, wk, sql = cfg.EXECUTION, cfg.RETRY, cfg.WORKER, cfg.SQL
     if ex.HEARTBEAT_INTERVAL_MAX < ex.HEARTBEAT_INTERVAL_MIN:
         errors.append("EXECUTION.HEARTBEAT_INTERVAL_MAX must be >= HEARTBEAT_INTERVAL_MIN")
@@ -212,6 +253,26 @@ def _check(cfg: Config, errors: list[str]) -> None:
             errors.append(f"SQL.{key} must be > 0")
     if sql.MAX_TRANSIENT_RETRIES < 0:
         errors.append("SQL.MAX_TRANSIENT_RETRIES must be >= 0")
+    if cfg.MODE not in ("bus", "pipe"):
+        errors.append(f"MODE must be 'bus' or 'pipe' (got {cfg.MODE!r})")
+    if cfg.MODE == "pipe" and not cfg.PIPE_HANDLER:
+        errors.append("PIPE_HANDLER is required when MODE is 'pipe'")
+    if not isinstance(cfg.MIDDLEWARE, (list, tuple)) or not all(isinstance(m, str) for m in cfg.MIDDLEWARE):
+        errors.append("MIDDLEWARE must be a list of dotted paths")
+    idem = cfg.IDEMPOTENCY
+    if idem.MIN_RESULT_TTL is not None and idem.MAX_RESULT_TTL is not None and idem.MIN_RESULT_TTL > idem.MAX_RESULT_TTL:
+        errors.append("IDEMPOTENCY.MIN_RESULT_TTL must be <= MAX_RESULT_TTL")
+    breaker_keys = set(DEFAULTS["CIRCUIT_BREAKER"]["DEFAULT"])
+    for name, policy in [("DEFAULT", cfg.CIRCUIT_BREAKER.DEFAULT), *(
+            (f"POLICIES.{k}", v) for k, v in (cfg.CIRCUIT_BREAKER.POLICIES or {}).items())]:
+        if not isinstance(policy, dict):
+            errors.append(f"CIRCUIT_BREAKER.{name} must be a dict")
+            continue
+        for key, value in policy.items():
+            if key not in breaker_keys:
+                errors.append(f"CIRCUIT_BREAKER.{name}: unknown key {key!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+                errors.append(f"CIRCUIT_BREAKER.{name}.{key} must be a number >= 1 (got {value!r})")
     if cfg.SERIALIZATION.MAX_PAYLOAD_BYTES < 1:
         errors.append("SERIALIZATION.MAX_PAYLOAD_BYTES must be >= 1")
     for name, options in cfg.QUEUES.items():

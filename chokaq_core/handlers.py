@@ -38,10 +38,22 @@ class JobDefinition:
     func: Callable[..., Any]
     queue: str = "default"
     priority: int = 10
+    # Idempotency middleware opt-in (spec 03 §11): a format string over the payload
+    # ("order:{order_id}") or a callable payload -> key; and how long completion is remembered.
+    idempotency_key: str | Callable[[dict[str, Any]], str] | None = None
+    result_ttl: float | None = None
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
+
+    def execution_key(self, payload: dict[str, Any]) -> str | None:
+        """The idempotency-middleware key of one execution, or None when the job does not opt in."""
+        if self.idempotency_key is None:
+            return None
+        if callable(self.idempotency_key):
+            return str(self.idempotency_key(payload))
+        return self.idempotency_key.format(**payload)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calling the definition runs the handler directly (handy in tests)."""
@@ -93,8 +105,14 @@ class BoundJob:
         return EnqueueOptions(type_key=self.definition.type_key, payload=payload, **self._options())
 
 
-def job(type_key: str, *, queue: str = "default", priority: int = 10) -> Callable[[Callable[..., Any]], JobDefinition]:
-    """Register ``func`` as the handler of ``type_key`` (a stable contract name, e.g. ``email.send.v1``)."""
+def job(
+    type_key: str, *, queue: str = "default", priority: int = 10,
+    idempotency_key: str | Callable[[dict[str, Any]], str] | None = None, result_ttl: float | None = None,
+) -> Callable[[Callable[..., Any]], JobDefinition]:
+    """Register ``func`` as the handler of ``type_key`` (a stable contract name, e.g. ``email.send.v1``).
+
+    ``idempotency_key``/``result_ttl`` opt the job into the idempotency middleware.
+    """
     key = (type_key or "").strip()
     if not key or len(key) > 255:
         raise ValueError(f"job type key must be 1-255 characters, got {type_key!r}")
@@ -102,7 +120,8 @@ def job(type_key: str, *, queue: str = "default", priority: int = 10) -> Callabl
         raise ValueError(f"queue must be 1-255 characters, got {queue!r}")
 
     def decorate(func: Callable[..., Any]) -> JobDefinition:
-        definition = JobDefinition(type_key=key, func=func, queue=queue, priority=priority)
+        definition = JobDefinition(type_key=key, func=func, queue=queue, priority=priority,
+                                   idempotency_key=idempotency_key, result_ttl=result_ttl)
         register(definition)
         return definition
 
