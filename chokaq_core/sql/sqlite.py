@@ -68,6 +68,7 @@ AUTOCOMMIT_SAFE = frozenset({
     "queue_stats", "get_hot", "get_archived", "get_dead",
 })
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
+UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
 MAX_ROWS_PER_INSERT = 500
 
 
@@ -321,7 +322,11 @@ def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Suc
 def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
     if not items:
         return []
-    details = {item.job_id: (int(item.reason), item.error_details) for item in items}
+    details = {
+        item.job_id: (int(item.reason), item.error_details if item.error_details and item.error_details.strip()
+                      else UNKNOWN_ERROR)
+        for item in items
+    }
     guard, params = _worker_guard(worker_id)
     rows = _delete_hot(cursor, list(details), guard, params)
     return _insert_dlq(cursor, rows, details, _now()) if rows else []

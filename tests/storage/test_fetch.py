@@ -1,0 +1,247 @@
+"""storage.fetch_batch: selection, ordering, pause/hide, bulkheads, no double claims (spec 01 §4.2)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from django.db import connections
+from django.utils import timezone
+
+from chokaq_core import storage
+from chokaq_core.domain import JobStatus, Success
+from chokaq_core.models import JobsHot, Queues
+
+from .rows import ago, backdate, close_to, fetched, hot, new_job, pending, processing
+
+
+def stagger(ids: list[str]) -> None:
+    """Distinct creation times, oldest first in list order (one enqueue call stamps them all alike)."""
+    for i, job_id in enumerate(ids):
+        JobsHot.objects.filter(id=job_id).update(created_at=ago(100 - i))
+
+
+def test_claims_only_due_pending_rows_and_stamps_them() -> None:
+    due = pending("claim")[0]
+    future = pending("claim", delay=3600)[0]
+    other_fetched = fetched("claim-busy", "w-other")[0]
+    JobsHot.objects.filter(id=other_fetched.id).update(queue="claim")
+    running = processing("claim-run", "w-other")[0]
+    JobsHot.objects.filter(id=running.id).update(queue="claim")
+    before = timezone.now()
+
+    claimed = storage.fetch_batch("w1", 10, ["claim"])
+
+    assert [j.id for j in claimed] == [due]
+    job = claimed[0]
+    assert job.status == JobStatus.FETCHED
+    assert job.worker_id == "w1"
+    assert job.attempt_count == 0, "fetching is not an attempt"
+    row = hot(due)
+    assert row is not None
+    assert (row["status"], row["worker_id"], row["attempt_count"]) == (1, "w1", 0)
+    assert close_to(row["last_updated_at"], before)
+    assert hot(future)["status"] == 0  # type: ignore[index]
+    assert hot(other_fetched.id)["worker_id"] == "w-other"  # type: ignore[index]
+    assert hot(running.id)["status"] == 2  # type: ignore[index]
+
+
+def test_returned_rows_carry_the_stored_columns() -> None:
+    job = new_job("cols", payload='{"a":1}', tags="x", priority=7, created_by="api", key="cols-key")
+    storage.enqueue([job])
+
+    [claimed] = storage.fetch_batch("w1", 5, ["cols"])
+
+    assert (claimed.id, claimed.queue, claimed.type, claimed.payload, claimed.tags, claimed.priority,
+            claimed.created_by, claimed.idempotency_key) == (
+        job.id, "cols", job.type, '{"a":1}', "x", 7, "api", "cols-key")
+    assert claimed.created_at is not None and claimed.created_at.tzinfo is not None
+    assert claimed.scheduled_at is None
+
+
+def test_a_row_becomes_claimable_once_its_scheduled_time_passes() -> None:
+    job_id = pending("later", delay=3600)[0]
+    assert storage.fetch_batch("w1", 5, ["later"]) == []
+
+    backdate([job_id], 1, "scheduled_at")
+
+    assert [j.id for j in storage.fetch_batch("w1", 5, ["later"])] == [job_id]
+
+
+def test_a_claimed_row_is_not_claimed_again() -> None:
+    job_id = pending("once")[0]
+    assert [j.id for j in storage.fetch_batch("w1", 5, ["once"])] == [job_id]
+    assert storage.fetch_batch("w2", 5, ["once"]) == []
+    assert storage.fetch_batch("w1", 5, ["once"]) == []
+    assert hot(job_id)["worker_id"] == "w1"  # type: ignore[index]
+
+
+def test_respects_the_limit() -> None:
+    ids = pending("limit", 10)
+
+    claimed = storage.fetch_batch("w1", 3, ["limit"])
+
+    assert len(claimed) == 3
+    assert JobsHot.objects.filter(id__in=ids, status=1, worker_id="w1").count() == 3
+    assert JobsHot.objects.filter(id__in=ids, status=0, worker_id__isnull=True).count() == 7
+
+
+def test_orders_by_priority_desc_then_due_time() -> None:
+    t0 = ago(600)
+    spec = {  # name: (priority, created_at offset s, scheduled_at offset s or None)
+        "low_old": (1, 0, None),
+        "mid_late": (10, 300, None),
+        "mid_early": (10, 100, None),
+        "mid_sched": (10, 0, 200),  # created first, but due at +200: between mid_early and mid_late
+        "high_new": (50, 500, None),
+        "high_sched_early": (50, 550, 50),  # created last, due earliest among the 50s
+    }
+    ids = {}
+    for name, (priority, created, scheduled) in spec.items():
+        job_id = pending("prio", priority=priority)[0]
+        ids[name] = job_id
+        JobsHot.objects.filter(id=job_id).update(
+            created_at=t0 + timedelta(seconds=created),
+            scheduled_at=None if scheduled is None else t0 + timedelta(seconds=scheduled),
+        )
+    expected = ["high_sched_early", "high_new", "mid_early", "mid_sched", "mid_late", "low_old"]
+
+    top = storage.fetch_batch("w1", 3, ["prio"])
+    rest = storage.fetch_batch("w1", 10, ["prio"])
+
+    assert [j.id for j in top] == [ids[n] for n in expected[:3]]
+    assert [j.id for j in rest] == [ids[n] for n in expected[3:]]
+
+
+def test_skips_paused_queues_until_resumed() -> None:
+    paused = pending("paused-q", 2)
+    live = pending("live-q")[0]
+    storage.set_queue_paused("paused-q", True)
+
+    assert [j.id for j in storage.fetch_batch("w1", 10, ["paused-q", "live-q"])] == [live]
+    assert storage.fetch_batch("w1", 10, None) == []
+
+    storage.set_queue_paused("paused-q", False)
+    assert sorted(j.id for j in storage.fetch_batch("w1", 10, ["paused-q"])) == sorted(paused)
+
+
+def test_skips_hidden_queues_even_when_not_paused() -> None:
+    hidden = pending("hidden-q")[0]
+    assert storage.set_queue_active("hidden-q", False) is True
+    storage.set_queue_paused("hidden-q", False)  # hidden but explicitly resumed
+    state = next(q for q in storage.queue_states() if q.name == "hidden-q")
+    assert (state.is_active, state.is_paused) == (False, False)
+
+    assert storage.fetch_batch("w1", 10, ["hidden-q"]) == []
+    assert storage.fetch_batch("w1", 10, None) == []
+
+    storage.set_queue_active("hidden-q", True)
+    storage.set_queue_paused("hidden-q", False)
+    assert [j.id for j in storage.fetch_batch("w1", 10, ["hidden-q"])] == [hidden]
+
+
+def test_rows_of_a_queue_without_a_queues_row_are_claimable() -> None:
+    job_id = pending("orphan")[0]
+    Queues.objects.filter(name="orphan").delete()
+    assert [j.id for j in storage.fetch_batch("w1", 10, ["orphan"])] == [job_id]
+
+
+def test_queue_filter_list() -> None:
+    a = pending("qa", 2)
+    b = pending("qb", 2)
+    c = pending("qc", 2)
+
+    assert storage.fetch_batch("w1", 10, []) == []
+    assert sorted(j.id for j in storage.fetch_batch("w1", 10, ["qa", "qc"])) == sorted(a + c)
+    assert JobsHot.objects.filter(id__in=b, status=0).count() == 2
+    assert storage.fetch_batch("w1", 10, ["nope"]) == []
+    assert sorted(j.id for j in storage.fetch_batch("w1", 10, None)) == sorted(b)
+
+
+def test_bulkhead_caps_fetched_plus_processing_per_queue() -> None:
+    storage.set_queue_max_workers("capped", 2)
+    ids = pending("capped", 5)
+    stagger(ids)
+    free = pending("uncapped", 3)
+
+    first = storage.fetch_batch("w1", 10, ["capped", "uncapped"])
+    assert sorted(j.id for j in first if j.queue == "capped") == sorted(ids[:2]), "the two oldest"
+    assert len([j for j in first if j.queue == "uncapped"]) == 3
+    assert storage.fetch_batch("w2", 10, ["capped"]) == [], "fleet-wide: another worker is capped too"
+
+    job = next(j for j in first if j.queue == "capped")
+    assert storage.mark_processing(job, "w1") == 1
+    assert storage.fetch_batch("w2", 10, ["capped"]) == [], "Processing rows still count"
+
+    storage.complete("w1", [Success(job.id, 1.0)], [], [])
+    again = storage.fetch_batch("w2", 10, ["capped"])
+    assert [j.id for j in again] == [ids[2]]
+    assert JobsHot.objects.filter(queue="capped", status__in=[1, 2]).count() == 2
+    assert JobsHot.objects.filter(id__in=free, status=1).count() == 3
+
+
+def test_bulkhead_counts_rows_claimed_before_the_cap_was_set() -> None:
+    running = processing("late-cap", "w0", 1)
+    waiting = pending("late-cap", 4)
+    stagger(waiting)
+    storage.set_queue_max_workers("late-cap", 3)
+
+    claimed = storage.fetch_batch("w1", 10, ["late-cap"])
+
+    assert sorted(j.id for j in claimed) == sorted(waiting[:2])
+    assert JobsHot.objects.filter(queue="late-cap", status__in=[1, 2]).count() == 3
+    assert hot(running[0].id)["status"] == 2  # type: ignore[index]
+
+
+def test_bulkhead_cleared_with_none() -> None:
+    storage.set_queue_max_workers("uncap", 1)
+    pending("uncap", 3)
+    assert len(storage.fetch_batch("w1", 10, ["uncap"])) == 1
+    storage.set_queue_max_workers("uncap", None)
+    assert len(storage.fetch_batch("w1", 10, ["uncap"])) == 2
+
+
+def test_two_workers_never_claim_the_same_row() -> None:
+    """Two threads, each with its own connection, claim side by side (lockstep rounds) until none is left.
+
+    On PostgreSQL a claim may come back short or empty while the other worker holds the remaining rows
+    locked (SKIP LOCKED, best effort): each thread keeps going until no Pending row is left.
+    """
+    total, limit = 500, 7
+    ids = set(pending("race", total))
+    claims: dict[str, list[str]] = {"w-a": [], "w-b": []}
+    errors: list[BaseException] = []
+    lockstep = threading.Barrier(2, timeout=30)
+
+    def claim(worker: str) -> None:
+        try:
+            for _ in range(20):  # contended rounds: both threads claim at the same moment
+                lockstep.wait()
+                claims[worker].extend(j.id for j in storage.fetch_batch(worker, limit, ["race"]))
+            for _ in range(10_000):  # then drain
+                batch = storage.fetch_batch(worker, limit, ["race"])
+                claims[worker].extend(j.id for j in batch)
+                if not batch and not JobsHot.objects.filter(queue="race", status=0).exists():
+                    return
+            raise AssertionError(f"{worker} could not drain the queue")
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            lockstep.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claim, args=(w,)) for w in claims]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+
+    assert errors == []
+    a, b = claims["w-a"], claims["w-b"]
+    assert len(a) == len(set(a)) and len(b) == len(set(b))
+    assert not set(a) & set(b), "a row was claimed by both workers"
+    assert len(a) + len(b) == total
+    assert set(a) | set(b) == ids
+    assert a and b, "both workers took part"
+    assert set(JobsHot.objects.filter(worker_id="w-a", status=1).values_list("id", flat=True)) == set(a)
+    assert set(JobsHot.objects.filter(worker_id="w-b", status=1).values_list("id", flat=True)) == set(b)

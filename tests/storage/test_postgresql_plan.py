@@ -1,0 +1,123 @@
+"""PostgreSQL only: the claim query is served by the partial index ``hot_fetch_pending`` (spec 01 §2.1, §4.2).
+
+The SQL text is not copied here: it is captured from a real
+``chokaq_core.sql.postgresql.fetch_batch`` call through a recording cursor,
+then EXPLAINed with the same parameters on a realistic table (50k Hot rows,
+mostly Fetched/Processing, a few hundred or 10k Pending, statistics analysed).
+Both the capture and the EXPLAIN run in transactions that are rolled back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from chokaq_core.models import JobsHot
+
+pytestmark = pytest.mark.postgresql
+
+HOT_ROWS = 50_000
+# Every n-th row is Pending (spread over the four queues), the rest Fetched/Processing:
+# a few hundred Pending rows (310), and a backlog (10,000) where index order decides the cost.
+BACKLOGS = {"few-hundred-pending": 161, "backlog-10k": 5}
+QUEUES = ["alpha", "beta", "gamma", "delta"]
+
+
+class RecordingCursor:
+    """Wraps a driver cursor and keeps every (sql, params) it executes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.executed: list[tuple[str, Sequence[Any] | None]] = []
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        self.executed.append((sql, params))
+        return self.inner.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class Rollback(Exception):
+    pass
+
+
+def _fill_hot_table(pending_step: int) -> None:
+    """50k rows over four queues: every ``pending_step``-th row due Pending, the others Fetched/Processing."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO chokaq_jobs_hot (id, queue, type, payload, priority, status, attempt_count, worker_id,
+                                         heartbeat_at, scheduled_at, created_at, started_at, last_updated_at)
+            SELECT 'job-' || lpad(g::text, 8, '0'),
+                   (%s::text[])[1 + g %% 4],
+                   'plan.v1', '{}', (g %% 5) * 10,
+                   CASE WHEN g %% %s = 0 THEN 0 WHEN g %% 2 = 0 THEN 1 ELSE 2 END,
+                   CASE WHEN g %% %s = 0 THEN 0 ELSE 1 END,
+                   CASE WHEN g %% %s = 0 THEN NULL ELSE 'w-' || (g %% 20) END,
+                   CASE WHEN g %% 2 = 1 THEN now() END,
+                   CASE WHEN g %% 7 = 0 THEN now() - interval '1 minute' END,
+                   now() - (g || ' milliseconds')::interval, NULL, now()
+            FROM generate_series(1, %s) AS g
+            """,
+            [QUEUES, pending_step, pending_step, pending_step, HOT_ROWS],
+        )
+        cursor.execute(
+            "INSERT INTO chokaq_queues (name, is_paused, is_active, last_updated_at)"
+            " SELECT unnest(%s::text[]), false, true, now() ON CONFLICT (name) DO NOTHING",
+            [QUEUES],
+        )
+        cursor.execute("ANALYZE chokaq_jobs_hot")
+        cursor.execute("ANALYZE chokaq_queues")
+
+
+def _captured_fetch_sql(queues: list[str] | None) -> tuple[str, Sequence[Any] | None]:
+    """The statement ``fetch_batch`` sends (run for real, then rolled back)."""
+    from chokaq_core.sql import postgresql
+
+    recorder: RecordingCursor | None = None
+    try:
+        with transaction.atomic(), connection.cursor() as wrapper:
+            recorder = RecordingCursor(wrapper.cursor)
+            claimed = postgresql.fetch_batch(recorder, "w-plan", 20, queues)
+            assert len(claimed) == 20, "the realistic table has due Pending rows to claim"
+            raise Rollback
+    except Rollback:
+        pass
+    assert recorder is not None
+    claims = [(sql, params) for sql, params in recorder.executed if "chokaq_jobs_hot" in sql]
+    assert len(claims) == 1, f"fetch_batch should be one statement, saw {len(recorder.executed)}"
+    return claims[0]
+
+
+def _plan(sql: str, params: Sequence[Any] | None) -> str:
+    lines: list[str] = []
+    try:
+        with transaction.atomic(), connection.cursor() as wrapper:
+            wrapper.cursor.execute("EXPLAIN " + sql, params)
+            lines = [row[0] for row in wrapper.cursor.fetchall()]
+            raise Rollback
+    except Rollback:
+        pass
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("backlog", list(BACKLOGS))
+@pytest.mark.parametrize("queues", [["alpha", "gamma"], None], ids=["queue-list", "all-queues"])
+def test_claim_query_uses_the_partial_fetch_index(queues: list[str] | None, backlog: str) -> None:
+    assert connection.vendor == "postgresql"
+    step = BACKLOGS[backlog]
+    _fill_hot_table(step)
+    pending_rows = HOT_ROWS // step
+    assert JobsHot.objects.filter(status=0).count() == pending_rows
+    assert JobsHot.objects.count() == HOT_ROWS
+    assert JobsHot.objects.filter(status=0, queue__in=["alpha", "gamma"]).count() > 100
+
+    sql, params = _captured_fetch_sql(queues)
+    plan = _plan(sql, params)
+
+    assert "hot_fetch_pending" in plan, f"claim query does not use hot_fetch_pending:\n{plan}"
+    assert JobsHot.objects.filter(status=0).count() == pending_rows, "capture and EXPLAIN were rolled back"
