@@ -119,5 +119,12 @@ def test_claim_query_uses_the_partial_fetch_index(queues: list[str] | None, back
     sql, params = _captured_fetch_sql(queues)
     plan = _plan(sql, params)
 
-    assert "hot_fetch_pending" in plan, f"claim query does not use hot_fetch_pending:\n{plan}"
+    assert "Seq Scan on chokaq_jobs_hot" not in plan, f"claim query scans all of Hot:\n{plan}"
+    if backlog == "backlog-10k":
+        # With a real backlog the ordered fetch index decides the cost.
+        assert "hot_fetch_pending" in plan, f"claim query does not use hot_fetch_pending:\n{plan}"
+    else:
+        # With a few hundred Pending rows the planner may prefer the smaller Pending-only
+        # partial index (hot_pending_lag); either way it reads Pending rows only.
+        assert "hot_fetch_pending" in plan or "hot_pending_lag" in plan, plan
     assert JobsHot.objects.filter(status=0).count() == pending_rows, "capture and EXPLAIN were rolled back"
