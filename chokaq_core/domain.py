@@ -190,6 +190,7 @@ class ArchivedJob:
     started_at: datetime | None
     finished_at: datetime
     duration_ms: float | None
+    result: str | None = None  # the handler's return value as JSON text (Django addition, issue 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +216,7 @@ class Success:
 
     job_id: str
     duration_ms: float | None
+    result: str | None = None  # the handler's return value as JSON text, kept in the Archive row
 
 
 @dataclass(frozen=True, slots=True)

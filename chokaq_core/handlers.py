@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -148,9 +149,39 @@ def _qualname(func: Callable[..., Any]) -> str:
     return f"{func.__module__}.{func.__qualname__}"
 
 
+DJANGO_TASK_PREFIX = "django.task:"
+
+
 def get_definition(type_key: str) -> JobDefinition | None:
-    """Type keys are compared case-insensitively (spec 03 §8)."""
-    return _registry.get(type_key.lower())
+    """Type keys are compared case-insensitively (spec 03 §8). Keys ``django.task:<module path>``
+    (written by the ``django.tasks`` backend) resolve to the ``@task`` function at that path."""
+    definition = _registry.get(type_key.lower())
+    if definition is None and type_key[: len(DJANGO_TASK_PREFIX)].lower() == DJANGO_TASK_PREFIX:
+        from chokaq_core.backend import task_definition
+
+        return task_definition(type_key)
+    return definition
+
+
+def encode_result(job_id: str, value: Any) -> str | None:
+    """A handler's return value as JSON text for the Archive row; None when it returned None, or
+    when the value is not JSON (logged: the job still succeeded) or bigger than MAX_PAYLOAD_BYTES."""
+    if value is None:
+        return None
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    from chokaq_core.conf import config
+
+    try:
+        text = json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        logger.warning("job %s returned a value JSON cannot hold; no result is stored: %s", job_id, exc)
+        return None
+    limit = config().SERIALIZATION.MAX_PAYLOAD_BYTES
+    if len(text.encode("utf-8")) > limit:
+        logger.warning("job %s returned a result over %s bytes of JSON; no result is stored", job_id, limit)
+        return None
+    return text
 
 
 def registered_types() -> list[str]:

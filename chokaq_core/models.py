@@ -96,6 +96,9 @@ class JobsArchive(models.Model):
     started_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField()
     duration_ms = models.FloatField(null=True)
+    # Django addition (issue 5): the handler's return value as JSON text, read by the
+    # django.tasks backend's get_result(). NULL when the handler returned None.
+    result = models.TextField(null=True)
 
     class Meta:
         db_table = "chokaq_jobs_archive"

@@ -55,7 +55,7 @@ from chokaq_core.domain import (
     Success,
     WorkerInfo,
 )
-from chokaq_core.handlers import CancellationToken, JobContext, get_definition
+from chokaq_core.handlers import CancellationToken, JobContext, encode_result, get_definition
 from chokaq_core.policy import Kind, RetryPolicy, cancellation_outcome, classify, decide_failure
 
 logger = logging.getLogger("chokaq.worker")
@@ -446,7 +446,7 @@ class Worker:
         started = time.perf_counter()
         try:
             token.raise_if_cancelled()
-            _invoke(job, ctx)
+            value = _invoke(job, ctx)
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -461,7 +461,7 @@ class Worker:
             logger.warning("job %s failed terminally as %s", job.id, decision.reason.display_name)
             return Failure(job.id, decision.reason, decision.details)
         duration_ms = (time.perf_counter() - started) * 1000
-        return Success(job.id, round(duration_ms, 3))
+        return Success(job.id, round(duration_ms, 3), encode_result(job.id, value))
 
     def _cancelled(self, job: HotJob, token: CancellationToken, attempt: int) -> Outcome:
         reason, details = cancellation_outcome(token.reason)
@@ -612,8 +612,8 @@ class Worker:
 # ---------------------------------------------------------------- dispatch
 
 
-def _invoke(job: HotJob, ctx: JobContext) -> None:
-    """Resolve the type, decode the payload and call the handler (spec 03 §7.1 step 7)."""
+def _invoke(job: HotJob, ctx: JobContext) -> Any:
+    """Resolve the type, decode the payload and call the handler (spec 03 §7.1 step 7); its return value."""
     definition = get_definition(job.type)
     if definition is None:
         raise JobTypeNotRegisteredError(f"no handler is registered for job type {job.type!r} in this worker")
@@ -626,9 +626,8 @@ def _invoke(job: HotJob, ctx: JobContext) -> None:
             f"payload of job {job.id} must be a JSON object of handler arguments, got {type(payload).__name__}"
         )
     if definition.is_async:
-        asyncio.run(_drive(definition.func(ctx, **payload), ctx.cancellation))
-    else:
-        definition.func(ctx, **payload)
+        return asyncio.run(_drive(definition.func(ctx, **payload), ctx.cancellation))
+    return definition.func(ctx, **payload)
 
 
 async def _drive(coro: Any, token: CancellationToken) -> Any:

@@ -157,6 +157,10 @@ LOGGING = {
     },
 }
 
+# Django's Tasks framework runs on ChokaQ: any @task is a ChokaQ job (chokaq_core.backend).
+# QUEUES empty: any queue name is accepted (ChokaQ creates a queue on its first enqueue).
+TASKS = {"default": {"BACKEND": "chokaq_core.backend.ChokaQBackend", "QUEUES": []}}
+
 CHOKAQ: dict[str, object] = {
     "JOB_MODULES": [m for m in os.environ.get("CHOKAQ_JOB_MODULES", "config.demo_jobs").split(",") if m],
 }

@@ -267,10 +267,10 @@ WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL
 """
 
 ARCHIVE_SUCCEEDED_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS t(id, duration_ms)),\n"
+    "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
     "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
     f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
-    f"    RETURNING {_returning(ARCHIVE_FIELDS, 'finished_at', {'duration_ms': 'i.duration_ms'})})",
+    f"    RETURNING {_returning(ARCHIVE_FIELDS, 'finished_at', {'duration_ms': 'i.duration_ms', 'result': 'i.result'})})",
     ARCHIVE_INSERT,
     "succeeded_total",
     0,
@@ -588,7 +588,8 @@ def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Suc
         return []
     cursor.execute(
         ARCHIVE_SUCCEEDED_SQL,
-        [list(by_id), _floats(i.duration_ms for i in by_id.values()), worker_id, worker_id],
+        [list(by_id), _floats(i.duration_ms for i in by_id.values()), [i.result for i in by_id.values()], worker_id,
+         worker_id],
     )
     return _moved(cursor)
 

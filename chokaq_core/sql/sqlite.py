@@ -50,7 +50,7 @@ HOT_COLUMNS = (
 )
 ARCHIVE_COLUMNS = (
     "id, queue, type, payload, tags, attempt_count, worker_id, created_by, last_modified_by, "
-    "created_at, started_at, finished_at, duration_ms"
+    "created_at, started_at, finished_at, duration_ms, result"
 )
 DLQ_COLUMNS = (
     "id, queue, type, payload, tags, failure_reason, error_details, attempt_count, worker_id, "
@@ -305,14 +305,15 @@ def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Suc
     now = _now()
     stamp = _ts(now)
     durations = {item.job_id: item.duration_ms for item in items}
+    results = {item.job_id: item.result for item in items}
     guard, params = _worker_guard(worker_id)
     rows = _delete_hot(cursor, list(durations), guard, params)
     if not rows:
         return []
     cursor.executemany(
-        f"INSERT INTO {ARCHIVE} ({ARCHIVE_COLUMNS}) VALUES ({_marks(13)})",
+        f"INSERT INTO {ARCHIVE} ({ARCHIVE_COLUMNS}) VALUES ({_marks(14)})",
         [(r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], r[_ATTEMPTS], r[_WORKER], r[_CREATED_BY],
-          r[_MODIFIED_BY], r[_CREATED], r[_STARTED], stamp, durations[r[_ID]]) for r in rows],
+          r[_MODIFIED_BY], r[_CREATED], r[_STARTED], stamp, durations[r[_ID]], results[r[_ID]]) for r in rows],
     )
     _bump_stats(cursor, "succeeded_total", Counter(r[_QUEUE] for r in rows), stamp)
     _bump_buckets(cursor, now, ((r[_QUEUE], 0, -1, durations[r[_ID]]) for r in rows))
@@ -635,7 +636,7 @@ def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
     if not r:
         return None
     return ArchivedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], _dt(r[9]),  # type: ignore[arg-type]
-                       _dt(r[10]), _dt(r[11]), r[12])  # type: ignore[arg-type]
+                       _dt(r[10]), _dt(r[11]), r[12], r[13])  # type: ignore[arg-type]
 
 
 def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
