@@ -39,7 +39,7 @@ from functools import partial
 from traceback import format_exception
 from typing import Any
 
-from django.conf import settings
+from django.apps import apps
 from django.core import checks
 from django.db import transaction
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
@@ -253,7 +253,7 @@ class ChokaQBackend(BaseTaskBackend):
             return task
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        if "chokaq_core" not in {app.split(".")[0] for app in settings.INSTALLED_APPS}:
+        if not apps.is_installed("chokaq_core"):
             return [checks.Error("ChokaQBackend needs 'chokaq_core' in INSTALLED_APPS", id="chokaq.E010",
                                  obj=self.alias)]
         return []

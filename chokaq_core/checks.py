@@ -1,13 +1,46 @@
-"""Django system checks for ChokaQ (spec 05 §1)."""
+"""Django system checks for ChokaQ (spec 05 §1). Ids are stable: alert and silence on them.
+
+============  =======  =====================================================================
+id            level    rule
+============  =======  =====================================================================
+chokaq.E001   Error    a ``CHOKAQ`` setting is unknown, of the wrong type or out of range
+                       (durations, intervals, retry/worker/SQL limits, HEALTH thresholds,
+                       METRICS guard, RETENTION, SCHEDULE entries and cron expressions)
+chokaq.E002   Error    ``CHOKAQ["DATABASE"]`` names no ``DATABASES`` alias
+chokaq.E003   Error    the database vendor is not postgresql, sqlite or microsoft
+chokaq.E004   Error    a ``CHOKAQ_DECK`` setting is invalid (spec 05 §1.2)
+chokaq.E005   Error    the Deck is installed without Channels or without a default channel layer
+chokaq.W006   Warning  the Deck's channel layer is in-memory: workers in other processes
+                       cannot push live events or receive worker control
+chokaq.W007   Warning  a Redis channel layer is configured but does not answer PING
+chokaq.E010   Error    ``TASKS`` uses ChokaQBackend while ``chokaq_core`` is not installed
+                       (reported by the backend's own check)
+chokaq.W020   Warning  (``--deploy``) unregistered job types are accepted at enqueue
+                       (``REQUIRE_REGISTERED_JOB_TYPES`` should be True in production)
+============  =======  =====================================================================
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+from urllib.parse import urlsplit
 
+from django.apps import apps
+from django.conf import settings
 from django.core import checks
 from django.db import connections
 
+logger = logging.getLogger("chokaq.checks")
+
 SUPPORTED_VENDORS = ("postgresql", "sqlite", "microsoft")
+IN_MEMORY_LAYERS = ("channels.layers.InMemoryChannelLayer",)
+REDIS_LAYERS = ("channels_redis.core.RedisChannelLayer", "channels_redis.pubsub.RedisPubSubChannelLayer")
+REDIS_PING_TIMEOUT = 1.0
+DECK_KEYS = {
+    "ROUTE_PREFIX", "READ_PERMISSION", "DESTRUCTIVE_PERMISSION", "ALLOW_ANONYMOUS",
+    "QUEUE_LAG_WARNING_THRESHOLD_SECONDS", "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS",
+}
 
 
 def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -33,5 +66,120 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     return messages
 
 
+def deck_settings_errors(deck: Any) -> list[str]:
+    """What is wrong with ``settings.CHOKAQ_DECK`` (spec 05 §1.2)."""
+    if not isinstance(deck, dict):
+        return ["CHOKAQ_DECK must be a dict"]
+    problems = [f"unknown setting CHOKAQ_DECK[{key!r}]" for key in sorted(set(deck) - DECK_KEYS)]
+    prefix = deck.get("ROUTE_PREFIX", "/chokaq")
+    if not isinstance(prefix, str) or not prefix.startswith("/"):
+        problems.append(f"ROUTE_PREFIX must be a path starting with '/' (got {prefix!r})")
+    for key in ("READ_PERMISSION", "DESTRUCTIVE_PERMISSION"):
+        value = deck.get(key)
+        if value is not None and (not isinstance(value, str) or value.count(".") != 1 or not all(value.split("."))):
+            problems.append(f"{key} must be None or '<app_label>.<codename>' (got {value!r})")
+    anonymous = deck.get("ALLOW_ANONYMOUS", False)
+    if not isinstance(anonymous, bool):
+        problems.append("ALLOW_ANONYMOUS must be True or False")
+    elif anonymous and (deck.get("READ_PERMISSION") or deck.get("DESTRUCTIVE_PERMISSION")):
+        problems.append("ALLOW_ANONYMOUS cannot be combined with READ_PERMISSION or DESTRUCTIVE_PERMISSION")
+    warning = deck.get("QUEUE_LAG_WARNING_THRESHOLD_SECONDS", 5)
+    critical = deck.get("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS", 10)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (warning, critical))
+    if not numbers:
+        problems.append("QUEUE_LAG_*_THRESHOLD_SECONDS must be numbers")
+    else:
+        if warning < 0:
+            problems.append("QUEUE_LAG_WARNING_THRESHOLD_SECONDS must be >= 0")
+        if critical <= warning:
+            problems.append("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS must be > QUEUE_LAG_WARNING_THRESHOLD_SECONDS")
+    return problems
+
+
+def check_deck(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The Deck's settings and its channel layer (spec 05 §1.2)."""
+    messages: list[checks.CheckMessage] = [
+        checks.Error(problem, id="chokaq.E004", hint="Fix settings.CHOKAQ_DECK")
+        for problem in deck_settings_errors(getattr(settings, "CHOKAQ_DECK", {}))
+    ]
+    if not apps.is_installed("deck"):
+        return messages
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    if not apps.is_installed("channels") or not isinstance(layers, dict) or "default" not in layers:
+        messages.append(checks.Error(
+            "the Deck is installed but Channels has no default channel layer: live updates and worker "
+            "control cannot reach it",
+            hint="add 'channels' to INSTALLED_APPS and a CHANNEL_LAYERS['default'] (Redis across processes)",
+            id="chokaq.E005",
+        ))
+        return messages
+    backend = str(layers["default"].get("BACKEND", ""))
+    if backend in IN_MEMORY_LAYERS:
+        messages.append(checks.Warning(
+            "the Deck uses the in-memory channel layer: events of workers in other processes never reach it "
+            "and worker control silently does nothing",
+            hint="set REDIS_URL (channels_redis) whenever chokaq_worker runs in its own process",
+            id="chokaq.W006",
+        ))
+    elif backend in REDIS_LAYERS:
+        for host in layers["default"].get("CONFIG", {}).get("hosts", ["redis://localhost:6379"]):
+            error = redis_unreachable(host)
+            if error:
+                messages.append(checks.Warning(
+                    f"the Redis channel layer at {_describe(host)} does not answer: {error}",
+                    hint="start Redis or fix CHANNEL_LAYERS; live Deck updates are lost meanwhile",
+                    id="chokaq.W007",
+                ))
+    return messages
+
+
+def _describe(host: Any) -> str:
+    """host:port of a channels_redis host entry, never its password."""
+    if isinstance(host, (tuple, list)):
+        return f"{host[0]}:{host[1]}"
+    if isinstance(host, dict):
+        host = host.get("address", "")
+    parsed = urlsplit(str(host))
+    return f"{parsed.scheme}://{parsed.hostname}:{parsed.port or 6379}"
+
+
+def redis_unreachable(host: Any) -> str | None:
+    """None when the Redis server answers PING within a second, else why not."""
+    import redis
+
+    options = {"socket_connect_timeout": REDIS_PING_TIMEOUT, "socket_timeout": REDIS_PING_TIMEOUT}
+    try:
+        if isinstance(host, (tuple, list)):
+            client = redis.Redis(host=host[0], port=int(host[1]), **options)  # type: ignore[arg-type]
+        elif isinstance(host, dict):
+            extra = {k: v for k, v in host.items() if k != "address"}
+            client = redis.Redis.from_url(str(host["address"]), **{**extra, **options})
+        else:
+            client = redis.Redis.from_url(str(host), **options)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from chokaq_core.conf import collect_errors, config
+
+    if collect_errors():
+        return []
+    if not config().REQUIRE_REGISTERED_JOB_TYPES:
+        return [checks.Warning(
+            "CHOKAQ['REQUIRE_REGISTERED_JOB_TYPES'] is False: enqueue accepts type keys no worker can run",
+            hint="set it to True in production (spec 05 §9, production checklist)",
+            id="chokaq.W020",
+        )]
+    return []
+
+
 def register() -> None:
     checks.register(check_configuration, "chokaq")
+    checks.register(check_deck, "chokaq")
+    checks.register(check_deploy, "chokaq", deploy=True)

@@ -68,7 +68,22 @@ DEFAULTS: dict[str, Any] = {
     },
     "SERIALIZATION": {"MAX_PAYLOAD_BYTES": 1_000_000},
     "QUEUES": {},
-    "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT": 30},
+    "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT": 30, "QUEUE_LAG_DEGRADED_THRESHOLD": 5, "QUEUE_LAG_UNHEALTHY_THRESHOLD": 10},
+    # Spec 05 §2 cardinality guard of metric labels (issue 5).
+    "METRICS": {
+        "MAX_QUEUE_TAG_VALUES": 100,
+        "MAX_JOB_TYPE_TAG_VALUES": 500,
+        "MAX_ERROR_TAG_VALUES": 100,
+        "MAX_FAILURE_REASON_TAG_VALUES": 50,
+        "MAX_TAG_VALUE_LENGTH": 128,
+        "UNKNOWN_TAG_VALUE": "unknown",
+        "OVERFLOW_TAG_VALUE": "other",
+    },
+    # Spec 05 §5 (issue 5): None = keep forever; INTERVAL = the in-worker cleanup period (None = off).
+    "RETENTION": {"ARCHIVE_DAYS": None, "DLQ_DAYS": None, "METRIC_BUCKETS_HOURS": 24, "WORKER_ROWS_DAYS": 1,
+                  "INTERVAL": 3600},
+    # Recurring jobs (issue 5): {"name": {"CRON": "*/5 * * * *", "TYPE": "type.key", "PAYLOAD": {}, ...}}.
+    "SCHEDULE": {},
     "EVENTS": {"COALESCE_INTERVAL": 0.2},
     "IDEMPOTENCY": {
         "IN_PROGRESS_TTL": 30 * 60,
@@ -97,11 +112,16 @@ _DURATION_KEYS = {
     "RECOVERY": {"FETCHED_JOB_TIMEOUT", "PROCESSING_ZOMBIE_TIMEOUT", "SCAN_INTERVAL"},
     "WORKER": {"POLLING_INTERVAL", "NO_QUEUES_SLEEP_INTERVAL", "SHUTDOWN_GRACE_PERIOD",
                "PREFETCHED_JOB_RELEASE_TIMEOUT", "REGISTRY_HEARTBEAT_INTERVAL", "COMPLETION_FLUSH_INTERVAL"},
-    "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT"},
+    "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT", "QUEUE_LAG_DEGRADED_THRESHOLD", "QUEUE_LAG_UNHEALTHY_THRESHOLD"},
+    "RETENTION": {"INTERVAL"},
     "EVENTS": {"COALESCE_INTERVAL"},
     "IDEMPOTENCY": {"IN_PROGRESS_TTL", "DEFAULT_RESULT_TTL", "MIN_RESULT_TTL", "MAX_RESULT_TTL"},
 }
-_OPTIONAL_DURATIONS = {("RETRY", "MAX_JOB_AGE"), ("IDEMPOTENCY", "DEFAULT_RESULT_TTL"),
+# Sections holding user-named entries rather than fixed keys.
+_FREE_SECTIONS = ("QUEUES", "SCHEDULE")
+# Durations that may be 0 (checked >= 0 below).
+_NON_NEGATIVE = {("RETRY", "JITTER_MAX_DELAY"), ("HEALTH", "QUEUE_LAG_DEGRADED_THRESHOLD")}
+_OPTIONAL_DURATIONS = {("RETENTION", "INTERVAL"), ("RETRY", "MAX_JOB_AGE"), ("IDEMPOTENCY", "DEFAULT_RESULT_TTL"),
                        ("IDEMPOTENCY", "MIN_RESULT_TTL"), ("IDEMPOTENCY", "MAX_RESULT_TTL")}
 
 
@@ -145,6 +165,9 @@ class Config:
     EVENTS: Section
     IDEMPOTENCY: Section
     CIRCUIT_BREAKER: Section
+    METRICS: Section
+    RETENTION: Section
+    SCHEDULE: dict[str, Any]
 
     def breaker_settings(self, type_key: str | None = None) -> dict[str, float]:
         """The breaker policy of a type key: its POLICIES entry over DEFAULT."""
@@ -170,7 +193,7 @@ def _merge(errors: list[str]) -> Config:
         if key not in merged:
             errors.append(f"unknown setting CHOKAQ[{key!r}]")
             continue
-        if isinstance(merged[key], dict) and key != "QUEUES":
+        if isinstance(merged[key], dict) and key not in _FREE_SECTIONS:
             if not isinstance(value, dict):
                 errors.append(f"CHOKAQ[{key!r}] must be a dict")
                 continue
@@ -203,7 +226,7 @@ def _merge(errors: list[str]) -> Config:
                 errors.append(f"QUEUES.{queue_name}.EXECUTION_TIMEOUT: {exc}")
         queues[str(queue_name).lower()] = queue_section
     merged["QUEUES"] = queues
-    values: dict[str, Any] = {k: Section(v) if isinstance(v, dict) and k != "QUEUES" else v
+    values: dict[str, Any] = {k: Section(v) if isinstance(v, dict) and k not in _FREE_SECTIONS else v
                               for k, v in merged.items()}
     return Config(**values)
 
@@ -218,7 +241,7 @@ def _check(cfg: Config, errors: list[str]) -> None:
 
     for section, keys in _DURATION_KEYS.items():
         for key in keys:
-            if (section, key) == ("RETRY", "JITTER_MAX_DELAY"):
+            if (section, key) in _NON_NEGATIVE:
                 continue
             positive(section, key, allow_none=(section, key) in _OPTIONAL_DURATIONS)
     ex, rt, wk, sql = cfg.EXECUTION, cfg.RETRY, cfg.WORKER, cfg.SQL
@@ -273,6 +296,7 @@ def _check(cfg: Config, errors: list[str]) -> None:
                 errors.append(f"CIRCUIT_BREAKER.{name}: unknown key {key!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
                 errors.append(f"CIRCUIT_BREAKER.{name}.{key} must be a number >= 1 (got {value!r})")
+    _check_operations(cfg, errors)
     if cfg.SERIALIZATION.MAX_PAYLOAD_BYTES < 1:
         errors.append("SERIALIZATION.MAX_PAYLOAD_BYTES must be >= 1")
     for name, options in cfg.QUEUES.items():
@@ -282,6 +306,78 @@ def _check(cfg: Config, errors: list[str]) -> None:
         timeout = options.get("EXECUTION_TIMEOUT")
         if timeout is not None and timeout <= 0:
             errors.append(f"QUEUES.{name}.EXECUTION_TIMEOUT must be > 0")
+
+
+def _check_operations(cfg: Config, errors: list[str]) -> None:
+    """HEALTH thresholds, METRICS guard, RETENTION and SCHEDULE (spec 05 §1, issue 5)."""
+    health = cfg.HEALTH
+    if health.QUEUE_LAG_DEGRADED_THRESHOLD is not None and health.QUEUE_LAG_DEGRADED_THRESHOLD < 0:
+        errors.append("HEALTH.QUEUE_LAG_DEGRADED_THRESHOLD must be >= 0")
+    if (health.QUEUE_LAG_UNHEALTHY_THRESHOLD or 0) < (health.QUEUE_LAG_DEGRADED_THRESHOLD or 0):
+        errors.append("HEALTH.QUEUE_LAG_UNHEALTHY_THRESHOLD must be >= HEALTH.QUEUE_LAG_DEGRADED_THRESHOLD")
+    metrics = cfg.METRICS
+    for key in ("MAX_QUEUE_TAG_VALUES", "MAX_JOB_TYPE_TAG_VALUES", "MAX_ERROR_TAG_VALUES",
+                "MAX_FAILURE_REASON_TAG_VALUES", "MAX_TAG_VALUE_LENGTH"):
+        if isinstance(metrics[key], bool) or not isinstance(metrics[key], int) or metrics[key] <= 0:
+            errors.append(f"METRICS.{key} must be an integer > 0 (got {metrics[key]!r})")
+    for key in ("UNKNOWN_TAG_VALUE", "OVERFLOW_TAG_VALUE"):
+        value = metrics[key]
+        if not isinstance(value, str) or not value.strip():
+            errors.append(f"METRICS.{key} must be a non-blank string")
+        elif isinstance(metrics.MAX_TAG_VALUE_LENGTH, int) and len(value.strip()) > metrics.MAX_TAG_VALUE_LENGTH:
+            errors.append(f"METRICS.{key} must be at most MAX_TAG_VALUE_LENGTH characters")
+    retention = cfg.RETENTION
+    for key, none_ok in (("ARCHIVE_DAYS", True), ("DLQ_DAYS", True), ("METRIC_BUCKETS_HOURS", False),
+                         ("WORKER_ROWS_DAYS", False)):
+        value = retention[key]
+        if value is None and none_ok:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            errors.append(f"RETENTION.{key} must be a number > 0{' or None' if none_ok else ''} (got {value!r})")
+    if not isinstance(cfg.SCHEDULE, dict):
+        errors.append("SCHEDULE must be a dict of named entries")
+        return
+    for name, entry in cfg.SCHEDULE.items():
+        errors.extend(f"SCHEDULE[{name!r}]: {problem}" for problem in schedule_entry_errors(name, entry))
+
+
+def schedule_entry_errors(name: Any, entry: Any) -> list[str]:
+    """What is wrong with one recurring-job entry (empty when it is valid)."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        return ["names must be 1-200 characters"]
+    if not isinstance(entry, dict):
+        return ["each entry must be a dict with CRON and TYPE"]
+    problems = []
+    unknown = set(entry) - {"CRON", "TYPE", "PAYLOAD", "QUEUE", "PRIORITY", "TIMEZONE", "ENABLED"}
+    if unknown:
+        problems.append(f"unknown keys {sorted(unknown)}")
+    cron = entry.get("CRON")
+    if not isinstance(cron, str) or not cron.strip():
+        problems.append("CRON must be a cron expression")
+    else:
+        from croniter import croniter
+
+        if not croniter.is_valid(cron):
+            problems.append(f"CRON {cron!r} is not a valid cron expression")
+    job_type = entry.get("TYPE")
+    if not isinstance(job_type, str) or not job_type.strip() or len(job_type) > 255:
+        problems.append("TYPE must be a job type key of 1-255 characters")
+    if not isinstance(entry.get("PAYLOAD", {}), dict):
+        problems.append("PAYLOAD must be a dict of handler arguments")
+    queue = entry.get("QUEUE")
+    if queue is not None and (not isinstance(queue, str) or not queue.strip()):
+        problems.append("QUEUE must be a non-blank string")
+    priority = entry.get("PRIORITY")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        problems.append("PRIORITY must be an integer")
+    zone = entry.get("TIMEZONE", "UTC")
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(zone)
+    except Exception:
+        problems.append(f"TIMEZONE {zone!r} is not a known time zone")
+    return problems
 
 
 def collect_errors() -> list[str]:
