@@ -1,0 +1,1080 @@
+"""SQL Server dialect (mssql-django): every transition of the ``Dialect`` protocol as T-SQL.
+
+Rules followed by every function here (spec 01 §1.2, §1.3, §3, §4):
+
+* ``cursor`` is mssql-django's cursor: ``%s`` placeholders, turned into
+  pyodbc's ``?``. Every batch first copies its parameters into typed
+  variables (``DECLARE @WorkerId nvarchar(4000) = %s``) so a NULL or a long
+  string always has a declared type; batched inputs (ids, per-job durations,
+  reasons, details, delays) travel as one JSON parameter read with
+  ``OPENJSON … WITH (…)`` — one round trip whatever the batch size, and far
+  from SQL Server's 2,100-parameter limit.
+* ``storage`` owns the transaction (``transaction.atomic()``, READ COMMITTED):
+  no batch issues ``BEGIN TRANSACTION``, ``COMMIT`` or ``SET XACT_ABORT ON``
+  (the latter would doom the caller's whole transaction on a statement error,
+  which breaks the savepoint ``enqueue`` relies on inside a caller's
+  ``atomic()``; a failed batch is rolled back by ``atomic()`` instead).
+* Time is the database clock: ``@Now = SYSUTCDATETIME()`` once per batch.
+  Columns are ``datetimeoffset`` under ``USE_TZ``; a ``datetime2`` value
+  assigned or compared to them is taken as ``+00:00``.
+* Multi-statement batches start with ``SET NOCOUNT ON`` (so pyodbc sees no
+  intermediate row counts, and an error in any statement reaches the client
+  before the first result) and switch it back ``OFF`` just before the one
+  statement whose result is read — the setting lives on the session, and
+  Django's ORM counts rows (``save()``, ``update()``) on the same connection.
+* Claims read ``WITH (UPDLOCK, READPAST, ROWLOCK)``; a move is
+  ``DELETE … OUTPUT deleted.… INTO @Moved`` with the guard in its predicate,
+  ``INSERT … SELECT … FROM @Moved``, ``MERGE … WITH (HOLDLOCK)`` for
+  ``chokaq_stats_summary`` and ``chokaq_metric_buckets`` (grouped, so no
+  merge touches a row twice), and ``SELECT id, queue FROM @Moved``.
+* Aggregates never see NULLs (``Null value is eliminated…`` would be an
+  informational message in front of the result); ``_rows`` also skips any
+  result that is not a row set.
+* The passive dashboard reads (``summary_stats``, ``queue_stats``) use
+  ``WITH (NOLOCK)`` as spec 01 §1.3 allows; every other read is committed.
+* No ``{``/``}`` and no ``%`` other than ``%s`` appear in the SQL text:
+  mssql-django rewrites statements containing ``GROUP BY`` with
+  ``str.format`` and formats every statement with ``%``.
+
+Requires SQL Server 2016+ with database compatibility level ≥ 130 (``OPENJSON``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any
+
+from chokaq_core.domain import (
+    ArchivedJob,
+    DeadJob,
+    Failure,
+    FailureReason,
+    HotJob,
+    JobStatus,
+    NewJob,
+    QueueState,
+    QueueStats,
+    Retry,
+    StorageError,
+    Success,
+    SummaryStats,
+    WorkerInfo,
+)
+from chokaq_core.sql import Cursor, Moved
+
+ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
+UNKNOWN_ERROR = "Unknown error (No details provided)"
+IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
+DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
+ENQUEUE_PASSES = 3
+
+# Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads.
+AUTOCOMMIT_SAFE = frozenset({
+    "fetch_batch", "mark_processing", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
+    "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
+    "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
+    "queue_stats", "get_hot", "get_archived", "get_dead",
+})
+
+# Column lists follow the row dataclasses field for field, so a row maps by position.
+HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
+ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
+DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
+HOT_COLUMNS = ", ".join(HOT_FIELDS)
+ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
+DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
+
+_INT_MAX = 2**31 - 1
+
+# ---------------------------------------------------------------- SQL builders
+
+_NOW = "DECLARE @Now datetime2(7) = SYSUTCDATETIME();"
+# The current UTC second (spec 01 §4.13): whole seconds since a fixed epoch, added back to it (int until 2068).
+_BUCKET = (
+    "DECLARE @Bucket datetime2(7) = DATEADD(SECOND, DATEDIFF(SECOND, CAST('20000101' AS datetime2(7)), @Now),"
+    " CAST('20000101' AS datetime2(7)));"
+)
+
+# Types of the ``@Moved`` table variable columns (the physical column types of the models).
+_MOVED_TYPES = {
+    "id": "nvarchar(50) NOT NULL PRIMARY KEY",
+    "queue": "nvarchar(255) NOT NULL",
+    "type": "nvarchar(255) NOT NULL",
+    "payload": "nvarchar(max) NULL",
+    "tags": "nvarchar(1000) NULL",
+    "failure_reason": "int NOT NULL",
+    "error_details": "nvarchar(max) NULL",
+    "attempt_count": "int NOT NULL",
+    "worker_id": "nvarchar(100) NULL",
+    "created_by": "nvarchar(100) NULL",
+    "last_modified_by": "nvarchar(100) NULL",
+    "created_at": "datetimeoffset NOT NULL",
+    "started_at": "datetimeoffset NULL",
+    "duration_ms": "float NULL",
+    "result": "nvarchar(max) NULL",
+}
+
+# What a Hot → Archive / Hot → DLQ move carries in ``@Moved`` (the destination row minus its stamp).
+ARCHIVE_MOVED = tuple(c for c in ARCHIVE_FIELDS if c != "finished_at")
+DLQ_MOVED = tuple(c for c in DLQ_FIELDS if c != "failed_at")
+
+
+def _moved_table(columns: Sequence[str]) -> str:
+    return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
+
+
+def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
+    """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere."""
+    values = ", ".join(overrides.get(c, f"deleted.{c}") for c in columns)
+    return f"OUTPUT {values}\n    INTO @Moved ({', '.join(columns)})"
+
+
+def _insert_from_moved(table: str, columns: Sequence[str], stamp: str) -> str:
+    """Copy ``@Moved`` into ``table`` with ``stamp`` = @Now."""
+    select = ", ".join("@Now" if c == stamp else c for c in columns)
+    return f"INSERT INTO {table} ({', '.join(columns)})\nSELECT {select} FROM @Moved;"
+
+
+def _stats_add(counter: str) -> str:
+    """``counter += rows moved`` per queue, inserting a missing row (spec 01 §4.13)."""
+    values = ", ".join("s.n" if c == counter else "0" for c in ("succeeded_total", "failed_total", "retried_total"))
+    return (
+        "MERGE chokaq_stats_summary WITH (HOLDLOCK) AS t\n"
+        "USING (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS s ON t.queue = s.queue\n"
+        f"WHEN MATCHED THEN UPDATE SET {counter} = t.{counter} + s.n, last_activity_at = @Now\n"
+        "WHEN NOT MATCHED THEN INSERT (queue, succeeded_total, failed_total, retried_total, last_activity_at)\n"
+        f"    VALUES (s.queue, {values}, @Now);"
+    )
+
+
+def _stats_sub(counter: str, touch: bool = False) -> str:
+    """``counter = max(counter - rows moved, 0)`` per queue, update only."""
+    touched = ", last_activity_at = @Now" if touch else ""
+    return (
+        f"UPDATE t SET {counter} = CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END{touched}\n"
+        "FROM chokaq_stats_summary AS t\n"
+        "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
+    )
+
+
+# Bucket sources: (queue, failure_reason, n, timed, total, longest) without aggregating a NULL.
+_SUCCESS_BUCKETS = (
+    "SELECT queue, -1 AS failure_reason, COUNT(*) AS n,"
+    " SUM(CASE WHEN duration_ms IS NULL THEN 0 ELSE 1 END) AS timed,"
+    " SUM(COALESCE(duration_ms, 0)) AS total,"
+    " NULLIF(MAX(COALESCE(duration_ms, -1)), -1) AS longest"
+    " FROM @Moved GROUP BY queue"
+)
+_FAILURE_BUCKETS = (
+    "SELECT queue, failure_reason, COUNT(*) AS n, 0 AS timed, CAST(0 AS float) AS total,"
+    " CAST(NULL AS float) AS longest FROM @Moved GROUP BY queue, failure_reason"
+)
+
+
+def _bucket_merge(outcome: int, source: str) -> str:
+    """Upsert of this second's outcome buckets (spec 01 §4.13); ``max`` ignores NULLs."""
+    return (
+        "MERGE chokaq_metric_buckets WITH (HOLDLOCK) AS t\n"
+        f"USING ({source}) AS s\n"
+        f"ON t.bucket_start = @Bucket AND t.queue = s.queue AND t.outcome = {outcome}"
+        " AND t.failure_reason = s.failure_reason\n"
+        "WHEN MATCHED THEN UPDATE SET\n"
+        "    completed_count = t.completed_count + s.n,\n"
+        "    duration_count = t.duration_count + s.timed,\n"
+        "    total_duration_ms = t.total_duration_ms + s.total,\n"
+        "    max_duration_ms = CASE WHEN s.longest IS NULL THEN t.max_duration_ms\n"
+        "        WHEN t.max_duration_ms IS NULL OR s.longest > t.max_duration_ms THEN s.longest\n"
+        "        ELSE t.max_duration_ms END,\n"
+        "    last_updated_at = @Now\n"
+        "WHEN NOT MATCHED THEN INSERT (bucket_start, queue, outcome, failure_reason, completed_count, duration_count,\n"
+        "        total_duration_ms, max_duration_ms, last_updated_at)\n"
+        f"    VALUES (@Bucket, s.queue, {outcome}, s.failure_reason, s.n, s.timed, s.total, s.longest, @Now);"
+    )
+
+
+def _batch(*statements: str) -> str:
+    """A multi-statement batch: NOCOUNT on for the work, off again for the final statement."""
+    *work, last = statements
+    return "\n".join(["SET NOCOUNT ON;", *work, "SET NOCOUNT OFF;", last])
+
+
+def _completion(declares: Sequence[str], moved: Sequence[str], delete: str, table: str, stamp: str,
+                counter: str, outcome: int, buckets: str) -> str:
+    """A whole Hot → Archive/DLQ move (spec 01 §3): delete with guard, insert, counters, buckets."""
+    return _batch(
+        _NOW,
+        _BUCKET,
+        *declares,
+        _moved_table(moved),
+        delete,
+        _insert_from_moved(table, (*moved, stamp), stamp),
+        _stats_add(counter),
+        _bucket_merge(outcome, buckets),
+        "SELECT id, queue FROM @Moved;",
+    )
+
+
+# ---------------------------------------------------------------- statements
+
+ENQUEUE_SQL = _batch(
+    _NOW,
+    "DECLARE @Jobs nvarchar(max) = %s;",
+    "DECLARE @Inserted TABLE (id nvarchar(50) NOT NULL PRIMARY KEY);",
+    "DECLARE @NewQueues TABLE (queue nvarchar(255) NOT NULL PRIMARY KEY);",
+    # The idempotency check rides on the insert; the filtered unique index is the safety net (2601).
+    "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,"
+    " attempt_count, scheduled_at, created_at, last_updated_at, created_by)\n"
+    "OUTPUT inserted.id INTO @Inserted (id)\n"
+    "SELECT j.id, j.queue, j.type, j.payload, j.tags, j.idempotency_key, j.priority, 0, 0,\n"
+    "    CASE WHEN j.delay_s IS NULL THEN NULL ELSE DATEADD(MILLISECOND, j.delay_ms, DATEADD(SECOND, j.delay_s, @Now))"
+    " END,\n"
+    "    @Now, @Now, j.created_by\n"
+    "FROM OPENJSON(@Jobs) WITH (id nvarchar(4000) '$.id', queue nvarchar(4000) '$.queue',"
+    " type nvarchar(4000) '$.type', payload nvarchar(max) '$.payload', tags nvarchar(4000) '$.tags',"
+    " idempotency_key nvarchar(4000) '$.idempotency_key', priority int '$.priority', delay_s int '$.delay_s',"
+    " delay_ms int '$.delay_ms', created_by nvarchar(4000) '$.created_by') AS j\n"
+    "WHERE j.idempotency_key IS NULL\n"
+    "    OR NOT EXISTS (SELECT 1 FROM chokaq_jobs_hot AS k WHERE k.idempotency_key = j.idempotency_key);",
+    # Queues and counters rows: an unlocked look first, so only brand-new queues take the range locks.
+    "INSERT INTO @NewQueues (queue)\n"
+    "SELECT DISTINCT n.queue FROM OPENJSON(@Jobs) WITH (queue nvarchar(4000) '$.queue') AS n\n"
+    "WHERE NOT EXISTS (SELECT 1 FROM chokaq_queues AS q WHERE q.name = n.queue)\n"
+    "    OR NOT EXISTS (SELECT 1 FROM chokaq_stats_summary AS s WHERE s.queue = n.queue);",
+    "INSERT INTO chokaq_queues (name, is_paused, is_active, last_updated_at)\n"
+    "SELECT n.queue, 0, 1, @Now FROM @NewQueues AS n\n"
+    "WHERE NOT EXISTS (SELECT 1 FROM chokaq_queues AS q WITH (UPDLOCK, HOLDLOCK) WHERE q.name = n.queue);",
+    "INSERT INTO chokaq_stats_summary (queue)\n"
+    "SELECT n.queue FROM @NewQueues AS n\n"
+    "WHERE NOT EXISTS (SELECT 1 FROM chokaq_stats_summary AS s WITH (UPDLOCK, HOLDLOCK) WHERE s.queue = n.queue);",
+    # Rows inserted (key NULL) and, per key of the batch, the id holding it now.
+    "SELECT i.id, CAST(NULL AS nvarchar(255)) AS idempotency_key FROM @Inserted AS i\n"
+    "UNION ALL\n"
+    "SELECT k.id, k.idempotency_key FROM chokaq_jobs_hot AS k\n"
+    "WHERE k.idempotency_key IN (SELECT j.idempotency_key FROM OPENJSON(@Jobs)"
+    " WITH (idempotency_key nvarchar(4000) '$.idempotency_key') AS j WHERE j.idempotency_key IS NOT NULL);",
+)
+
+
+def _fetch_sql(queue_filter: bool) -> str:
+    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim."""
+    declare_queues = ["DECLARE @Queues nvarchar(max) = %s;"] if queue_filter else []
+    queue_predicate = (
+        "\n      AND h.queue IN (SELECT f.name FROM OPENJSON(@Queues) WITH (name nvarchar(4000) '$.name') AS f)"
+        if queue_filter else ""
+    )
+    claim = f"""WITH Eligible AS (
+    SELECT TOP (@ScanLimit) h.id, h.queue, h.priority, COALESCE(h.scheduled_at, h.created_at) AS sort_at
+    FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+    LEFT JOIN chokaq_queues AS q ON q.name = h.queue
+    WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){queue_predicate}
+      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1
+    ORDER BY h.priority DESC, sort_at, h.id),
+ActiveCounts AS (
+    SELECT a.queue, COUNT(*) AS n FROM chokaq_jobs_hot AS a
+    WHERE a.status IN (1, 2)
+      AND a.queue IN (SELECT c.name FROM chokaq_queues AS c WHERE c.max_workers IS NOT NULL)
+    GROUP BY a.queue),
+Ranked AS (
+    SELECT e.id, e.priority, e.sort_at, q.max_workers, COALESCE(ac.n, 0) AS cur,
+           ROW_NUMBER() OVER (PARTITION BY e.queue ORDER BY e.priority DESC, e.sort_at, e.id) AS rnk
+    FROM Eligible AS e
+    LEFT JOIN chokaq_queues AS q ON q.name = e.queue
+    LEFT JOIN ActiveCounts AS ac ON ac.queue = e.queue),
+Picked AS (
+    SELECT TOP (@Limit) r.id FROM Ranked AS r
+    WHERE r.max_workers IS NULL OR r.cur + r.rnk <= r.max_workers
+    ORDER BY r.priority DESC, r.sort_at, r.id)
+UPDATE h SET status = 1, worker_id = @WorkerId, last_updated_at = @Now
+OUTPUT {", ".join(f"inserted.{c}" for c in HOT_FIELDS)}
+FROM chokaq_jobs_hot AS h WITH (ROWLOCK)
+INNER JOIN Picked AS p ON p.id = h.id
+WHERE h.status = 0;"""
+    return _batch(
+        _NOW,
+        "DECLARE @WorkerId nvarchar(4000) = %s;",
+        "DECLARE @ScanLimit int = %s;",
+        "DECLARE @Limit int = %s;",
+        *declare_queues,
+        claim,
+    )
+
+
+FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
+FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
+
+MARK_PROCESSING_SQL = _batch(
+    _NOW,
+    "DECLARE @JobId nvarchar(4000) = %s;",
+    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
+    "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
+    " last_updated_at = @Now\n"
+    "OUTPUT inserted.attempt_count\n"
+    "WHERE id = @JobId AND worker_id = @WorkerId AND status = 1;",
+)
+
+_IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
+
+KEEP_ALIVE_SQL = _batch(
+    _NOW,
+    "DECLARE @Ids nvarchar(max) = %s;",
+    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET heartbeat_at = @Now, last_updated_at = @Now\n"
+    "OUTPUT inserted.id\n"
+    f"WHERE id IN {_IDS} AND status = 2 AND worker_id = @WorkerId;",
+)
+
+CANCEL_REQUESTS_SQL = (
+    "SELECT id, cancel_requested_by FROM chokaq_jobs_hot\n"
+    "WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL"
+)
+
+_WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
+
+ARCHIVE_SUCCEEDED_SQL = _completion(
+    ["DECLARE @Items nvarchar(max) = %s;", "DECLARE @WorkerId nvarchar(4000) = %s;"],
+    ARCHIVE_MOVED,
+    "DELETE h\n"
+    + _output_into(ARCHIVE_MOVED, {"duration_ms": "i.duration_ms", "result": "i.result"})
+    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
+    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', duration_ms float '$.duration_ms',"
+    " result nvarchar(max) '$.result') AS i ON i.id = h.id\n"
+    f"WHERE {_WORKER_GUARD};",
+    "chokaq_jobs_archive",
+    "finished_at",
+    "succeeded_total",
+    0,
+    _SUCCESS_BUCKETS,
+)
+
+MOVE_TO_DLQ_SQL = _completion(
+    ["DECLARE @Items nvarchar(max) = %s;", "DECLARE @WorkerId nvarchar(4000) = %s;"],
+    DLQ_MOVED,
+    "DELETE h\n"
+    + _output_into(DLQ_MOVED, {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})
+    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
+    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', failure_reason int '$.failure_reason',"
+    " error_details nvarchar(max) '$.error_details') AS i ON i.id = h.id\n"
+    f"WHERE {_WORKER_GUARD};",
+    "chokaq_jobs_dlq",
+    "failed_at",
+    "failed_total",
+    1,
+    _FAILURE_BUCKETS,
+)
+
+CANCEL_BATCH_SQL = _completion(
+    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Details nvarchar(max) = %s;",
+     "DECLARE @Actor nvarchar(4000) = %s;"],
+    DLQ_MOVED,
+    "DELETE h\n"
+    + _output_into(DLQ_MOVED, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
+                               "last_modified_by": "@Actor"})
+    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
+    f"WHERE h.id IN {_IDS} AND h.status IN (0, 1);",
+    "chokaq_jobs_dlq",
+    "failed_at",
+    "failed_total",
+    1,
+    _FAILURE_BUCKETS,
+)
+
+# Spec 01 §4.12: both OR branches compare a column to a computed cutoff (queue timeout, else global).
+ARCHIVE_ZOMBIES_SQL = _completion(
+    ["DECLARE @GlobalSeconds int = %s;", "DECLARE @GlobalMs int = %s;", "DECLARE @Details nvarchar(max) = %s;",
+     "DECLARE @GlobalCutoff datetime2(7) = DATEADD(MILLISECOND, -@GlobalMs, DATEADD(SECOND, -@GlobalSeconds, @Now));"],
+    DLQ_MOVED,
+    "DELETE h\n"
+    + _output_into(DLQ_MOVED, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
+    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK, READPAST)\n"
+    "LEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
+    "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN @GlobalCutoff\n"
+    "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z\n"
+    "WHERE h.status = 2\n"
+    "  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
+    "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
+    "chokaq_jobs_dlq",
+    "failed_at",
+    "failed_total",
+    1,
+    _FAILURE_BUCKETS,
+)
+
+RESCHEDULE_SQL = _batch(
+    _NOW,
+    "DECLARE @Items nvarchar(max) = %s;",
+    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _moved_table(("id", "queue")),
+    "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
+    "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
+    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now\n"
+    "OUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n"
+    "FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
+    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', attempt_count int '$.attempt_count',"
+    " delay_s int '$.delay_s', delay_ms int '$.delay_ms') AS i ON i.id = h.id\n"
+    f"WHERE {_WORKER_GUARD};",
+    _stats_add("retried_total"),
+    "SELECT id, queue FROM @Moved;",
+)
+
+RELEASE_SQL = _batch(
+    _NOW,
+    "DECLARE @Ids nvarchar(max) = %s;",
+    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    "DECLARE @Changed int;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
+    f"WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;",
+    "SET @Changed = @@ROWCOUNT;",
+    "SELECT @Changed;",
+)
+
+_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at")
+
+
+def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
+    """DLQ → Hot (spec 01 §4.7/§4.8): ``delete`` moves the chosen DLQ rows into ``@Moved``."""
+    return _batch(
+        _NOW,
+        "DECLARE @Payload nvarchar(max) = %s;",
+        "DECLARE @Tags nvarchar(max) = %s;",
+        "DECLARE @Priority int = %s;",
+        "DECLARE @Actor nvarchar(4000) = %s;",
+        *declares,
+        _moved_table(_RESURRECTED),
+        delete,
+        "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
+        " last_updated_at, created_by, last_modified_by)\n"
+        "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
+        " created_at, @Now, created_by, @Actor\n"
+        "FROM @Moved;",
+        _stats_sub("failed_total", touch=True),
+        "SELECT id, queue FROM @Moved;",
+    )
+
+
+# One batch for the single (edited) and the batch form: parameters payload, tags, priority, actor, ids.
+RESURRECT_SQL = _resurrect_sql(
+    ["DECLARE @Ids nvarchar(max) = %s;"],
+    "DELETE d\n"
+    + _output_into(_RESURRECTED, {})
+    + "\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
+    f"WHERE d.id IN {_IDS};",
+)
+
+REQUEST_CANCEL_SQL = _batch(
+    "DECLARE @Actor nvarchar(4000) = %s;",
+    "DECLARE @Ids nvarchar(max) = %s;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET cancel_requested_by = @Actor\n"
+    "OUTPUT inserted.id\n"
+    f"WHERE id IN {_IDS} AND status = 2;",
+)
+
+UPDATE_HOT_SQL = _batch(
+    _NOW,
+    "DECLARE @Payload nvarchar(max) = %s;",
+    "DECLARE @Tags nvarchar(max) = %s;",
+    "DECLARE @Priority int = %s;",
+    "DECLARE @Actor nvarchar(4000) = %s;",
+    "DECLARE @JobId nvarchar(4000) = %s;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
+    "SET payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags),"
+    " priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now\n"
+    "OUTPUT inserted.id\n"
+    "WHERE id = @JobId AND status = 0;",
+)
+
+# previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
+UPDATE_DLQ_SQL = _batch(
+    "DECLARE @Payload nvarchar(max) = %s;",
+    "DECLARE @Tags nvarchar(max) = %s;",
+    "DECLARE @Actor nvarchar(4000) = %s;",
+    "DECLARE @JobId nvarchar(4000) = %s;",
+    "UPDATE chokaq_jobs_dlq WITH (ROWLOCK)\n"
+    "SET previous_payload = CASE WHEN @Payload IS NOT NULL AND (payload IS NULL\n"
+    "        OR CAST(payload AS varbinary(max)) <> CAST(@Payload AS varbinary(max)))\n"
+    "        THEN payload ELSE previous_payload END,\n"
+    "    payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags), last_modified_by = @Actor\n"
+    "OUTPUT inserted.id\n"
+    "WHERE id = @JobId;",
+)
+
+
+# Datetimes travel as ISO 8601 text (exact to the microsecond, whatever the driver binds datetimes as).
+_CUTOFF = "DECLARE @Cutoff datetimeoffset(7) = %s;"
+
+
+def _purge(table: str, declares: Sequence[str], where: str, order: str, counter: str, result: str) -> str:
+    """One skip-locked batch delete of ``table`` decrementing ``counter`` (spec 01 §4.10)."""
+    return _batch(
+        _NOW,
+        *declares,
+        "DECLARE @Batch int = %s;",
+        _moved_table(("id", "queue")),
+        f"WITH Picked AS (\n"
+        f"    SELECT TOP (@Batch) p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
+        f"    WHERE {where} ORDER BY {order})\n"
+        "DELETE d\n"
+        "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
+        f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
+        _stats_sub(counter),
+        f"SELECT {result} FROM @Moved;",
+    )
+
+
+PURGE_DLQ_IDS_SQL = _purge(
+    "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
+    "p.id IN (SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)",
+    "p.failed_at, p.id", "failed_total", "id, queue",
+)
+PURGE_DLQ_OLDER_SQL = _purge(
+    "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
+    "failed_total", "COUNT(*)",
+)
+PURGE_ARCHIVE_SQL = _purge(
+    "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
+    "succeeded_total", "COUNT(*)",
+)
+
+# Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
+RECOVER_ABANDONED_SQL = _batch(
+    _NOW,
+    "DECLARE @TimeoutSeconds int = %s;",
+    "DECLARE @TimeoutMs int = %s;",
+    "DECLARE @Changed int;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
+    "WHERE status = 1\n"
+    "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));",
+    "SET @Changed = @@ROWCOUNT;",
+    "SELECT @Changed;",
+)
+
+
+def _queue_upsert(column: str, sql_type: str) -> str:
+    """Upsert of one queue setting (spec 01 §4.17); a new row starts visible and unpaused."""
+    values = {"is_paused": "0", "is_active": "1", column: "@Value"}
+    return _batch(
+        "DECLARE @Name nvarchar(4000) = %s;",
+        f"DECLARE @Value {sql_type} = %s;",
+        "MERGE chokaq_queues WITH (HOLDLOCK) AS t\n"
+        "USING (SELECT @Name AS name) AS s ON t.name = s.name\n"
+        f"WHEN MATCHED THEN UPDATE SET {column} = @Value, last_updated_at = SYSUTCDATETIME()\n"
+        f"WHEN NOT MATCHED THEN INSERT (name, {', '.join(values)}, last_updated_at)\n"
+        f"    VALUES (s.name, {', '.join(values.values())}, SYSUTCDATETIME());",
+    )
+
+
+QUEUE_UPSERT_SQL = {
+    "is_paused": _queue_upsert("is_paused", "bit"),
+    "zombie_timeout_seconds": _queue_upsert("zombie_timeout_seconds", "int"),
+    "max_workers": _queue_upsert("max_workers", "int"),
+}
+
+SET_QUEUE_ACTIVE_SQL = _batch(
+    "DECLARE @Active bit = %s;",
+    "DECLARE @Name nvarchar(4000) = %s;",
+    "UPDATE chokaq_queues SET is_active = @Active, is_paused = 1, last_updated_at = SYSUTCDATETIME()\n"
+    "OUTPUT inserted.name\n"
+    "WHERE name = @Name;",
+)
+
+UPSERT_WORKER_SQL = _batch(
+    _NOW,
+    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    "DECLARE @Hostname nvarchar(4000) = %s;",
+    "DECLARE @Pid int = %s;",
+    "DECLARE @Queues nvarchar(4000) = %s;",
+    "DECLARE @IsRunning bit = %s;",
+    "DECLARE @Capacity int = %s;",
+    "DECLARE @ActiveCount int = %s;",
+    "DECLARE @RuntimeJson nvarchar(max) = %s;",
+    "DECLARE @CircuitsJson nvarchar(max) = %s;",
+    "MERGE chokaq_workers WITH (HOLDLOCK) AS t\n"
+    "USING (SELECT @WorkerId AS worker_id) AS s ON t.worker_id = s.worker_id\n"
+    "WHEN MATCHED THEN UPDATE SET hostname = @Hostname, pid = @Pid, queues = @Queues, last_heartbeat_at = @Now,\n"
+    "    stopped_at = CASE WHEN @IsRunning = 1 THEN NULL ELSE t.stopped_at END, is_running = @IsRunning,\n"
+    "    capacity = @Capacity, active_count = @ActiveCount, runtime_json = @RuntimeJson,"
+    " circuits_json = @CircuitsJson\n"
+    "WHEN NOT MATCHED THEN INSERT (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,\n"
+    "        is_running, capacity, active_count, runtime_json, circuits_json)\n"
+    "    VALUES (s.worker_id, @Hostname, @Pid, @Queues, @Now, @Now, NULL, @IsRunning, @Capacity, @ActiveCount,\n"
+    "        @RuntimeJson, @CircuitsJson);",
+)
+
+STOP_WORKER_SQL = (
+    "UPDATE chokaq_workers SET is_running = 0, stopped_at = SYSUTCDATETIME(), active_count = 0 WHERE worker_id = %s"
+)
+
+QUEUE_STATES_SQL = "SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues ORDER BY name"
+
+_HOT_COUNTS = (
+    "SUM(CASE WHEN x.status = 0 THEN 1 ELSE 0 END) AS pending,"
+    " SUM(CASE WHEN x.status = 1 THEN 1 ELSE 0 END) AS fetched,"
+    " SUM(CASE WHEN x.status = 2 THEN 1 ELSE 0 END) AS processing"
+)
+
+# Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
+SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
+       s.succeeded, s.failed, s.retried,
+       (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
+        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at
+FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
+CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
+                   COALESCE(SUM(y.retried_total), 0) AS retried
+            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS s"""
+
+QUEUE_STATS_SQL = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
+       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at
+FROM chokaq_queues AS q WITH (NOLOCK)
+LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK) GROUP BY x.queue) AS h
+    ON h.queue = q.name
+LEFT JOIN chokaq_stats_summary AS s WITH (NOLOCK) ON s.queue = q.name
+ORDER BY q.name"""
+
+GET_HOT_SQL = f"SELECT {HOT_COLUMNS} FROM chokaq_jobs_hot WHERE id = %s"
+GET_ARCHIVED_SQL = f"SELECT {ARCHIVE_COLUMNS} FROM chokaq_jobs_archive WHERE id = %s"
+GET_DEAD_SQL = f"SELECT {DLQ_COLUMNS} FROM chokaq_jobs_dlq WHERE id = %s"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
+    """The rows of the batch's result set, skipping results that carry none (messages, counts)."""
+    while cursor.description is None:
+        if not cursor.nextset():
+            return []
+    return [tuple(row) for row in cursor.fetchall()]
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """``datetimeoffset`` reads back aware, ``datetime2`` naive (then it is UTC): always aware UTC."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _ts(value: datetime) -> str:
+    """A datetime parameter: ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
+    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return aware.isoformat(timespec="microseconds")
+
+
+def _hot(row: Sequence[Any]) -> HotJob:
+    data = dict(zip(HOT_FIELDS, row, strict=True))
+    for name in ("heartbeat_at", "scheduled_at", "created_at", "started_at", "last_updated_at"):
+        data[name] = _utc(data[name])
+    data["status"] = JobStatus(data["status"])
+    return HotJob(**data)
+
+
+def _archived(row: Sequence[Any]) -> ArchivedJob:
+    data = dict(zip(ARCHIVE_FIELDS, row, strict=True))
+    for name in ("created_at", "started_at", "finished_at"):
+        data[name] = _utc(data[name])
+    return ArchivedJob(**data)
+
+
+def _dead(row: Sequence[Any]) -> DeadJob:
+    data = dict(zip(DLQ_FIELDS, row, strict=True))
+    for name in ("created_at", "failed_at"):
+        data[name] = _utc(data[name])
+    data["failure_reason"] = FailureReason(data["failure_reason"])
+    return DeadJob(**data)
+
+
+def _moved(cursor: Cursor) -> Moved:
+    return [(str(job_id), str(queue)) for job_id, queue in _rows(cursor)]
+
+
+def _count(cursor: Cursor) -> int:
+    rows = _rows(cursor)
+    return int(rows[0][0] or 0) if rows else 0
+
+
+def _json(items: Iterable[Mapping[str, Any]]) -> str:
+    return json.dumps(list(items), separators=(",", ":"))
+
+
+def _unique_ids(job_ids: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(job_ids))
+
+
+def _ids_json(job_ids: Iterable[str]) -> str:
+    return _json({"id": job_id} for job_id in _unique_ids(job_ids))
+
+
+def _split_seconds(seconds: float) -> tuple[int, int]:
+    """(whole seconds, remaining ms) for ``DATEADD``, whose number is an int."""
+    whole, ms = divmod(round(float(seconds) * 1000), 1000)
+    return max(-_INT_MAX, min(_INT_MAX, int(whole))), int(ms)
+
+
+def _duration(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _error_text(exc: BaseException) -> str:
+    """Every message of an exception chain (pyodbc puts the native error number in the text)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.extend(str(arg) for arg in current.args)
+        current = current.__cause__ or current.__context__
+    return " ".join(parts)
+
+
+def _is_idempotency_race(exc: BaseException) -> bool:
+    """A concurrent producer committed the same idempotency key first (2601 on ``hot_idempotency``)."""
+    text = _error_text(exc)
+    return any(code in text for code in DUPLICATE_KEY_ERRORS) and IDEMPOTENCY_INDEX in text
+
+
+# ---------------------------------------------------------------- enqueue / claim
+
+
+def _jobs_json(jobs: Sequence[NewJob]) -> str:
+    items = []
+    for job in jobs:
+        delay_s, delay_ms = (None, None) if job.delay_seconds is None else _split_seconds(job.delay_seconds)
+        items.append({
+            "id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
+            "idempotency_key": job.idempotency_key, "priority": int(job.priority), "delay_s": delay_s,
+            "delay_ms": delay_ms, "created_by": job.created_by,
+        })
+    return _json(items)
+
+
+def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+    """Insert Pending rows; a taken idempotency key yields the holder's id (spec 01 §4.1).
+
+    One batch inserts the jobs whose key is free (the first job of a key repeated in the batch
+    stands for the others), creates missing Queues/StatsSummary rows and returns the ids inserted
+    plus the holder of every key. A producer racing on the same key makes the filtered unique index
+    refuse the insert (2601): the statement alone is rolled back and the next pass reads the winner.
+    """
+    if not jobs:
+        return []
+    stored: dict[str, str] = {}
+    todo = list(jobs)
+    for attempt in range(ENQUEUE_PASSES):
+        first_of_key: set[str] = set()
+        batch: list[NewJob] = []
+        for job in todo:
+            if job.idempotency_key is None:
+                batch.append(job)
+            elif job.idempotency_key not in first_of_key:
+                first_of_key.add(job.idempotency_key)
+                batch.append(job)
+        try:
+            cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
+            rows = _rows(cursor)
+        except Exception as exc:
+            if attempt + 1 < ENQUEUE_PASSES and _is_idempotency_race(exc):
+                continue
+            raise
+        inserted = {str(job_id) for job_id, key in rows if key is None}
+        holders = {str(key): str(job_id) for job_id, key in rows if key is not None}
+        for job in todo:
+            if job.id in inserted:
+                stored[job.id] = job.id
+            elif job.idempotency_key is not None and job.idempotency_key in holders:
+                stored[job.id] = holders[job.idempotency_key]
+        todo = [job for job in todo if job.id not in stored]
+        if not todo:
+            break
+    if todo:
+        raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
+    return [stored[job.id] for job in jobs]
+
+
+def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
+    if limit <= 0 or (queues is not None and not queues):
+        return []
+    if queues is None:
+        cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
+    else:
+        names = _json({"name": name} for name in dict.fromkeys(queues))
+        cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
+    jobs = [_hot(row) for row in _rows(cursor)]
+    # OUTPUT order is unspecified: priority desc, due time asc, id.
+    return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+
+
+def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
+    """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
+    cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
+    rows = _rows(cursor)
+    return int(rows[0][0]) if rows else None
+
+
+def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+    """Stamp the heartbeat of the listed Processing rows this worker owns; the ids still owned."""
+    if not job_ids:
+        return []
+    cursor.execute(KEEP_ALIVE_SQL, [_ids_json(job_ids), worker_id])
+    return [str(row[0]) for row in _rows(cursor)]
+
+
+def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+    """(job id, actor) of this worker's Processing rows flagged for cancellation."""
+    cursor.execute(CANCEL_REQUESTS_SQL, [worker_id])
+    return [(str(job_id), str(actor)) for job_id, actor in _rows(cursor)]
+
+
+# ---------------------------------------------------------------- completion (batched)
+
+
+def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
+    """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
+    by_id = {item.job_id: item for item in items}
+    if not by_id:
+        return []
+    payload = _json(
+        {"id": i.job_id, "duration_ms": _duration(i.duration_ms), "result": getattr(i, "result", None)}
+        for i in by_id.values()
+    )
+    cursor.execute(ARCHIVE_SUCCEEDED_SQL, [payload, worker_id])
+    return _moved(cursor)
+
+
+def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
+    """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
+    by_id = {item.job_id: item for item in items}
+    if not by_id:
+        return []
+    payload = _json(
+        {"id": i.job_id, "failure_reason": int(i.reason),
+         "error_details": i.error_details if i.error_details and i.error_details.strip() else UNKNOWN_ERROR}
+        for i in by_id.values()
+    )
+    cursor.execute(MOVE_TO_DLQ_SQL, [payload, worker_id])
+    return _moved(cursor)
+
+
+def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
+    """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
+    by_id = {item.job_id: item for item in items}
+    if not by_id:
+        return []
+    rows = []
+    for item in by_id.values():
+        delay_s, delay_ms = _split_seconds(item.delay_seconds)
+        rows.append({"id": item.job_id, "attempt_count": int(item.attempt_count), "delay_s": delay_s,
+                     "delay_ms": delay_ms})
+    cursor.execute(RESCHEDULE_SQL, [_json(rows), worker_id])
+    return _moved(cursor)
+
+
+def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
+    """Fetched → Pending for the unstarted rows this worker owns."""
+    if not job_ids:
+        return 0
+    cursor.execute(RELEASE_SQL, [_ids_json(job_ids), worker_id])
+    return _count(cursor)
+
+
+# ---------------------------------------------------------------- operator commands
+
+
+def _resurrect(
+    cursor: Cursor,
+    job_ids: Sequence[str],
+    payload: str | None,
+    tags: str | None,
+    priority: int | None,
+    actor: str | None,
+) -> Moved:
+    cursor.execute(RESURRECT_SQL, [payload, tags, priority, actor, _ids_json(job_ids)])
+    return _moved(cursor)
+
+
+def resurrect(
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+) -> bool:
+    """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
+    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor))
+
+
+def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+    """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
+    if not job_ids:
+        return []
+    return _resurrect(cursor, job_ids, None, None, None, actor)
+
+
+def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+    """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
+    if not job_ids:
+        return []
+    details = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
+    cursor.execute(CANCEL_BATCH_SQL, [_ids_json(job_ids), details, actor])
+    return _moved(cursor)
+
+
+def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+    """Flag Processing rows for cooperative cancellation; the flagged ids."""
+    if not job_ids:
+        return []
+    cursor.execute(REQUEST_CANCEL_SQL, [actor, _ids_json(job_ids)])
+    return [str(row[0]) for row in _rows(cursor)]
+
+
+def update_hot_data(
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+) -> bool:
+    """Edit a Pending Hot row (None keeps the old value); False if not Pending or nothing to change."""
+    if payload is None and tags is None and priority is None:
+        return False
+    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id])
+    return bool(_rows(cursor))
+
+
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+    """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
+    if payload is None and tags is None:
+        return False
+    cursor.execute(UPDATE_DLQ_SQL, [payload, tags, actor, job_id])
+    return bool(_rows(cursor))
+
+
+def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal -n."""
+    if not job_ids or batch_size <= 0:
+        return []
+    cursor.execute(PURGE_DLQ_IDS_SQL, [_ids_json(job_ids), batch_size])
+    return _moved(cursor)
+
+
+def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
+    if batch_size <= 0:
+        return 0
+    cursor.execute(PURGE_DLQ_OLDER_SQL, [_ts(cutoff), batch_size])
+    return _count(cursor)
+
+
+def purge_archive(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
+    if batch_size <= 0:
+        return 0
+    cursor.execute(PURGE_ARCHIVE_SQL, [_ts(cutoff), batch_size])
+    return _count(cursor)
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
+    """Fetched rows untouched for the timeout → Pending."""
+    cursor.execute(RECOVER_ABANDONED_SQL, list(_split_seconds(fetched_timeout_s)))
+    return _count(cursor)
+
+
+def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
+    """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
+    cursor.execute(ARCHIVE_ZOMBIES_SQL, [*_split_seconds(global_timeout_s), ZOMBIE_ERROR])
+    return _moved(cursor)
+
+
+# ---------------------------------------------------------------- queue controls
+
+
+def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
+    """Upsert ``is_paused``."""
+    cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, bool(paused)])
+
+
+def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
+    """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
+    cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
+
+
+def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
+    """Upsert ``max_workers`` (None = unlimited)."""
+    cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
+
+
+def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
+    """Update only; sets ``is_paused = 1`` in both directions (spec 01 §4.17)."""
+    cursor.execute(SET_QUEUE_ACTIVE_SQL, [bool(active), queue])
+    return bool(_rows(cursor))
+
+
+# ---------------------------------------------------------------- worker registry
+
+
+def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
+    """Register or refresh a worker row; ``started_at`` is set on first insert only."""
+    cursor.execute(
+        UPSERT_WORKER_SQL,
+        [
+            info.worker_id,
+            info.hostname,
+            info.pid,
+            info.queues,
+            bool(info.is_running),
+            info.capacity,
+            info.active_count,
+            info.runtime_json,
+            info.circuits_json,
+        ],
+    )
+
+
+def stop_worker(cursor: Cursor, worker_id: str) -> None:
+    """Mark a worker stopped (not running, no active executions)."""
+    cursor.execute(STOP_WORKER_SQL, [worker_id])
+
+
+# ---------------------------------------------------------------- reads
+
+
+def queue_states(cursor: Cursor) -> list[QueueState]:
+    """Every ``chokaq_queues`` row, ordered by name (committed read: workers act on it)."""
+    cursor.execute(QUEUE_STATES_SQL)
+    return [QueueState(str(n), bool(p), bool(a), z, m) for n, p, a, z, m in _rows(cursor)]
+
+
+def summary_stats(cursor: Cursor) -> SummaryStats:
+    """Hot counts by status plus the retained counters summed over every queue."""
+    cursor.execute(SUMMARY_STATS_SQL)
+    pending, fetched, processing, succeeded, failed, retried, last_activity_at = _rows(cursor)[0]
+    return SummaryStats(
+        int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried),
+        _utc(last_activity_at),
+    )
+
+
+def queue_stats(cursor: Cursor) -> list[QueueStats]:
+    """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
+    cursor.execute(QUEUE_STATS_SQL)
+    return [
+        QueueStats(str(name), int(p), int(f), int(r), int(s), int(fl), int(rt), _utc(last))
+        for name, p, f, r, s, fl, rt, last in _rows(cursor)
+    ]
+
+
+def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
+    cursor.execute(GET_HOT_SQL, [job_id])
+    rows = _rows(cursor)
+    return _hot(rows[0]) if rows else None
+
+
+def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
+    cursor.execute(GET_ARCHIVED_SQL, [job_id])
+    rows = _rows(cursor)
+    return _archived(rows[0]) if rows else None
+
+
+def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
+    cursor.execute(GET_DEAD_SQL, [job_id])
+    rows = _rows(cursor)
+    return _dead(rows[0]) if rows else None
+

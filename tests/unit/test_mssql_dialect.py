@@ -1,0 +1,841 @@
+"""SQL Server dialect without a SQL Server (issue 6).
+
+No SQL Server can run where this suite runs, so these tests check what breaks
+at run time on SQL Server and can be decided from the text alone:
+
+* every function of ``chokaq_core.sql.mssql`` is called with sample arguments
+  through a recording cursor that hands each statement to mssql-django's own
+  cursor wrapper (its ``%s`` → ``?`` formatting and its ``GROUP BY``
+  rewrite), over a fake pyodbc cursor that returns plausible rows, so every
+  code path runs and every return value is checked against the protocol;
+* each recorded statement: every table and column exists in the Django models
+  (per table where the alias says which), placeholders match parameters in
+  number, JSON parameters carry every key their ``OPENJSON … WITH`` paths read,
+  no PostgreSQL/SQLite-only syntax leaks in, ``SET NOCOUNT`` is restored,
+  no transaction control, autocommit-safe functions change one table at most;
+* the migrations render through mssql-django's schema editor in collect mode
+  (what ``manage.py sqlmigrate`` prints): the filtered indexes of 0001 and the
+  PAGE compression of 0003, and the ``@Moved`` column types match the columns.
+
+``manage.py sqlmigrate`` itself needs a live server (its migration loader reads
+``django_migrations``), hence the schema editor here. When the system has no
+unixODBC library, pyodbc cannot be imported; mssql-django then gets a stub
+module with pyodbc's names, enough to format SQL (nothing here connects).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import sys
+import types
+import typing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from django.apps import apps
+
+from chokaq_core import vendor_ops
+from chokaq_core.domain import (
+    ArchivedJob,
+    DeadJob,
+    Failure,
+    FailureReason,
+    HotJob,
+    JobStatus,
+    NewJob,
+    QueueState,
+    QueueStats,
+    Retry,
+    Success,
+    SummaryStats,
+    WorkerInfo,
+)
+from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect
+from chokaq_core.sql import mssql as sql
+
+RENDER_ALIAS = "chokaq_mssql_render"
+
+# ---------------------------------------------------------------- mssql-django without a driver
+
+
+def _pyodbc_stub() -> types.ModuleType:
+    """The names mssql-django reads from pyodbc at import time (constants, version, error classes)."""
+    stub = types.ModuleType("pyodbc")
+    stub.version = "5.0.0"  # type: ignore[attr-defined]
+    stub.pooling = True  # type: ignore[attr-defined]
+    error = type("Error", (Exception,), {})
+    stub.Error = error  # type: ignore[attr-defined]
+    for name in ("DatabaseError", "IntegrityError", "OperationalError", "ProgrammingError", "DataError",
+                 "InterfaceError", "InternalError", "NotSupportedError"):
+        setattr(stub, name, type(name, (error,), {}))
+    constants: dict[str, int] = {}
+
+    def constant(name: str) -> int:
+        if not name.startswith("SQL_"):
+            raise AttributeError(name)
+        return constants.setdefault(name, -1000 - len(constants))
+
+    stub.__getattr__ = constant  # type: ignore[method-assign]
+    return stub
+
+
+def mssql_base() -> types.ModuleType:
+    try:
+        import pyodbc  # noqa: F401
+    except ImportError:
+        sys.modules["pyodbc"] = _pyodbc_stub()
+    return importlib.import_module("mssql.base")
+
+
+# ---------------------------------------------------------------- recording cursor
+
+
+class DriverError(Exception):
+    """What pyodbc raises: SQLSTATE then the driver's message (with the native error number)."""
+
+
+@dataclass
+class Sets:
+    """A batch whose first result carries no rows (a message or a count) before the row set."""
+
+    results: list[list[tuple[Any, ...]] | None]
+
+
+class DriverCursor:
+    """Stands in for a pyodbc cursor: takes ``?`` SQL, serves scripted results."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = list(script)
+        self.executed: list[tuple[str, tuple[Any, ...]]] = []
+        self.results: list[list[tuple[Any, ...]] | None] = []
+
+    def execute(self, sql_text: str, params: Sequence[Any] = ()) -> DriverCursor:
+        self.executed.append((sql_text, tuple(params)))
+        item = self.script.pop(0) if self.script else None
+        if isinstance(item, BaseException):
+            raise item
+        self.results = list(item.results) if isinstance(item, Sets) else [item]
+        return self
+
+    @property
+    def description(self) -> list[tuple[str]] | None:
+        return [("column",)] if self.results and self.results[0] is not None else None
+
+    def nextset(self) -> bool:
+        if self.results:
+            self.results.pop(0)
+        return bool(self.results)
+
+    def fetchall(self) -> list[list[Any]]:
+        rows = self.results[0] if self.results and self.results[0] is not None else []
+        self.results = []
+        return [list(row) for row in rows]
+
+    def close(self) -> None:
+        pass
+
+
+class FakeDriverConnection:
+    """The attributes mssql-django's cursor wrapper reads from its connection."""
+
+    driver_charset = None
+    supports_mars = True
+    _is_microsoft_driver = True
+
+    class Database:
+        Error = Exception
+
+    def _on_error(self, exc: BaseException) -> None:
+        pass
+
+
+class Recorder:
+    """The cursor the dialect gets: records (sql, params) and runs them through mssql-django's wrapper."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.driver = DriverCursor(script)
+        self.wrapped = mssql_base().CursorWrapper(self.driver, FakeDriverConnection())
+        self.calls: list[tuple[str, list[Any]]] = []
+
+    def execute(self, sql_text: str, params: Sequence[Any] | None = None) -> Any:
+        self.calls.append((sql_text, list(params or [])))
+        return self.wrapped.execute(sql_text, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+# ---------------------------------------------------------------- the statement checker
+
+KEYWORDS = frozenset("""
+    SET NOCOUNT ON OFF DECLARE TABLE NOT NULL PRIMARY KEY NVARCHAR MAX INT BIGINT FLOAT BIT DATETIME2 DATETIMEOFFSET
+    VARBINARY SELECT FROM WHERE AND OR IN IS AS WITH UPDLOCK READPAST ROWLOCK HOLDLOCK NOLOCK TOP ORDER BY DESC ASC
+    GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
+    COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
+    LEFT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
+    DATEDIFF_BIG TODATETIMEOFFSET
+""".split())
+
+FORBIDDEN = {
+    "RETURNING": r"\bRETURNING\b",
+    "SKIP LOCKED": r"\bSKIP\s+LOCKED\b",
+    "ON CONFLICT": r"\bON\s+CONFLICT\b",
+    "LIMIT": r"\bLIMIT\b",
+    "FOR UPDATE": r"\bFOR\s+UPDATE\b",
+    "::": r"::",
+    "excluded.": r"\bexcluded\.",
+    "now()": r"\bnow\s*\(",
+    "GREATEST(": r"\bGREATEST\s*\(",
+    "LEAST(": r"\bLEAST\s*\(",
+    "make_interval": r"\bmake_interval\b",
+    "date_trunc": r"\bdate_trunc\b",
+    "unnest": r"\bunnest\b",
+    "ANY(": r"\bANY\s*\(",
+    "ILIKE": r"\bILIKE\b",
+    "FILTER (WHERE": r"\bFILTER\s*\(",
+    "IS DISTINCT FROM": r"\bIS\s+(?:NOT\s+)?DISTINCT\s+FROM\b",
+    "true/false literal": r"\b(?:true|false)\b",
+    "|| concatenation": r"\|\|",
+    "double-quoted identifier": r'"',
+    "json_each": r"\bjson_each\b",
+    "julianday": r"\bjulianday\b",
+    "NOTIFY": r"\b(?:pg_)?notify\b",
+    "transaction control": r"\b(?:BEGIN\s+TRAN(?:SACTION)?|COMMIT|ROLLBACK|SAVE\s+TRAN(?:SACTION)?)\b",
+    "XACT_ABORT": r"\bXACT_ABORT\b",
+}
+
+DML = re.compile(r"^\s*(?:WITH\b.*?\)\s*)?(INSERT|UPDATE|DELETE|MERGE)\b", re.S | re.I)
+
+
+def model_columns() -> dict[str, set[str]]:
+    """``db_table`` → column names, from the ChokaQ models."""
+    return {
+        model._meta.db_table: {f.column for f in model._meta.concrete_fields if f.column}
+        for model in apps.get_app_config("chokaq_core").get_models()
+    }
+
+
+def _strip_literals(text: str) -> str:
+    return re.sub(r"(?:\bN)?'(?:[^']|'')*'", "''", text)
+
+
+def _balanced(text: str, start: int) -> str:
+    """The text inside the parenthesis opening at ``text[start]``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1 : i]
+    raise AssertionError(f"unbalanced parenthesis at {start}: {text[start:start + 60]!r}")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _openjson_schemas(text: str) -> list[tuple[str, dict[str, str]]]:
+    """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept)."""
+    schemas = []
+    for match in re.finditer(r"OPENJSON\((@\w+)\)\s+WITH\s*\(", text, re.I):
+        columns = {}
+        for entry in _split_top(_balanced(text, match.end() - 1)):
+            path = re.search(r"'([^']*)'", entry)
+            columns[entry.split()[0]] = path.group(1) if path else f"$.{entry.split()[0]}"
+        schemas.append((match.group(1), columns))
+    return schemas
+
+
+def _declared_params(text: str, params: Sequence[Any]) -> dict[str, Any]:
+    """``@var`` → the parameter bound by ``DECLARE @var <type> = %s`` (placeholders in order)."""
+    bound: dict[str, Any] = {}
+    for index, match in enumerate(re.finditer(r"%s", text)):
+        declared = re.search(r"DECLARE\s+(@\w+)\s+[\w()]+\s*=\s*$", text[: match.start()].rsplit("\n", 1)[-1])
+        if declared and index < len(params):
+            bound[declared.group(1)] = params[index]
+    return bound
+
+
+def check_statement(text: str, params: Sequence[Any]) -> list[str]:
+    """Everything SQL Server would reject at run time that the text alone decides. [] when clean."""
+    columns = model_columns()
+    all_columns = set().union(*columns.values())
+    problems: list[str] = []
+
+    if text.count("%s") != len(params):
+        problems.append(f"{text.count('%s')} placeholders for {len(params)} parameters")
+    bare = _strip_literals(text)
+    if re.search(r"%(?!s)", bare):
+        problems.append("a literal % (mssql-django formats every statement with %)")
+    if "{" in bare or "}" in bare:
+        problems.append("braces (mssql-django rewrites GROUP BY statements with str.format)")
+    for name, pattern in FORBIDDEN.items():
+        if re.search(pattern, re.sub(r"@@?\w+", "@v", bare), re.I):
+            problems.append(f"PostgreSQL/SQLite-only or forbidden syntax: {name}")
+
+    # SET NOCOUNT discipline: ON for the work, OFF again before the one statement whose result is read.
+    statements = [s.strip() for s in bare.replace("%s", "NULL").split(";") if s.strip()]
+    changing = [s for s in statements if DML.match(s) and re.search(r"\bchokaq_\w+", s)]
+    if "SET NOCOUNT ON" in bare:
+        if not statements[0].upper().startswith("SET NOCOUNT ON"):
+            problems.append("SET NOCOUNT ON is not the first statement")
+        if len(statements) < 2 or statements[-2].upper() != "SET NOCOUNT OFF":
+            problems.append("SET NOCOUNT OFF must come right before the final statement (it is session state)")
+    elif len(changing) > 1:
+        problems.append("a batch changing several tables without SET NOCOUNT ON")
+
+    # JSON parameters carry every key their OPENJSON paths read (lax paths silently yield NULL).
+    bound = _declared_params(text, params)
+    for variable, schema in _openjson_schemas(text):
+        if variable not in bound:
+            problems.append(f"OPENJSON reads {variable}, which no DECLARE binds to a parameter")
+            continue
+        items = json.loads(bound[variable])
+        assert isinstance(items, list) and items, f"{variable} must be a non-empty JSON array"
+        for column, path in schema.items():
+            key = path.removeprefix("$.")
+            missing = [item for item in items if key not in item]
+            if not path.startswith("$.") or missing:
+                problems.append(f"OPENJSON column {column} reads {path}, absent from the {variable} items")
+
+    ctes = set(re.findall(r"\b(\w+)\s+AS\s*\(", bare, re.I)) - KEYWORDS
+    table_vars: dict[str, set[str]] = {}
+    for match in re.finditer(r"DECLARE\s+(@\w+)\s+TABLE\s*\(", bare, re.I):
+        entries = _split_top(_balanced(bare, match.end() - 1))
+        table_vars[match.group(1)] = {entry.split()[0] for entry in entries}
+        for name in table_vars[match.group(1)] - all_columns:
+            problems.append(f"{match.group(1)} column {name} is not a model column")
+    openjson_names = {name for _, schema in _openjson_schemas(text) for name in schema}
+
+    for statement in statements:
+        tables = set(re.findall(r"\b(chokaq_\w+)\b", statement))
+        for table in tables - set(columns):
+            problems.append(f"unknown table {table}")
+        aliases: dict[str, str] = {}  # alias -> chokaq table, @table variable, CTE name or "derived"
+        for table, alias in re.findall(r"\b(chokaq_\w+)\s+(?:WITH\s*\([^)]*\)\s+)?AS\s+(\w+)", statement, re.I):
+            aliases[alias] = table
+        for source, alias in re.findall(r"(@\w+|\b\w+)\s+AS\s+(\w+)", statement):
+            if source in table_vars or source in ctes:
+                aliases.setdefault(alias, source)
+        for alias in re.findall(r"\)\s*AS\s+(\w+)", statement):
+            aliases.setdefault(alias, "derived")
+        declared = {a for a in re.findall(r"\bAS\s+(\w+)", statement, re.I)} - KEYWORDS
+        vars_used = [v for v in table_vars if v in statement]
+        local_columns = set().union(*(columns.get(t, set()) for t in tables), *(table_vars[v] for v in vars_used))
+        scope = local_columns | declared | ctes | openjson_names | set(tables)
+
+        for token in re.findall(r"@{0,2}[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?", statement):
+            if token.startswith("@") or token.upper() in KEYWORDS:
+                continue
+            if "." in token:
+                prefix, name = token.split(".")
+                source = aliases.get(prefix)
+                if prefix.lower() in ("inserted", "deleted"):
+                    allowed = local_columns
+                elif source in columns:
+                    allowed = columns[source]
+                elif source in table_vars:
+                    allowed = table_vars[source]
+                elif source is not None:  # a CTE or a derived table: its declared names
+                    allowed = declared | local_columns | openjson_names
+                else:
+                    problems.append(f"unknown alias {prefix} in {token}")
+                    continue
+                if name not in allowed:
+                    problems.append(f"{token}: no column {name} in {source or prefix}")
+            elif token not in scope and token not in aliases:
+                problems.append(f"unknown identifier {token}")
+
+        # Column lists and assignments name columns of their target table.
+        for table, names in re.findall(r"INSERT\s+INTO\s+(chokaq_\w+|@\w+)\s*\(([^)]*)\)", statement, re.I):
+            target = columns.get(table) or table_vars.get(table, set())
+            problems += [f"INSERT INTO {table}: no column {n}" for n in _split_top(names) if n not in target]
+        merge = re.match(r"MERGE\s+(chokaq_\w+)", statement, re.I)
+        if merge:
+            target = columns.get(merge.group(1), set())
+            insert = re.search(r"THEN\s+INSERT\s*\(([^)]*)\)", statement, re.I)
+            if insert:
+                problems += [f"MERGE INSERT: no column {n}" for n in _split_top(insert.group(1)) if n not in target]
+            update = re.search(r"THEN\s+UPDATE\s+SET\s+(.*?)(?=\bWHEN\b|$)", statement, re.I | re.S)
+            if update:
+                problems += [f"MERGE UPDATE SET: no column {a}" for a in _assigned(update.group(1)) if a not in target]
+        update = re.match(r"(?:WITH\b.*?\)\s*)?UPDATE\s+(\w+)(?:\s+WITH\s*\([^)]*\))?\s+SET\s+(.*?)(?=\bOUTPUT\b|\bFROM\b"
+                          r"|\bWHERE\b|$)", statement, re.I | re.S)
+        if update:
+            target_name = aliases.get(update.group(1), update.group(1))
+            target = columns.get(target_name, set())
+            if not target:
+                problems.append(f"UPDATE target {update.group(1)} is not a ChokaQ table")
+            problems += [f"UPDATE SET: no column {a} in {target_name}" for a in _assigned(update.group(2))
+                         if a not in target]
+    return problems
+
+
+def _assigned(set_clause: str) -> list[str]:
+    return [re.match(r"(?:\w+\.)?(\w+)\s*=", part).group(1)  # type: ignore[union-attr]
+            for part in _split_top(set_clause)]
+
+
+def test_the_checker_catches_what_it_claims_to() -> None:
+    assert check_statement("SELECT id FROM chokaq_jobs_hot WHERE id = %s", ["x"]) == []
+    cases = {
+        "SELECT nope FROM chokaq_jobs_hot": "unknown identifier nope",
+        "SELECT h.failed_at FROM chokaq_jobs_hot AS h": "no column failed_at",
+        "SELECT id FROM chokaq_nope": "unknown table",
+        "SELECT id FROM chokaq_jobs_hot WHERE id = %s": "placeholders",
+        "UPDATE chokaq_queues SET is_paused = true": "true/false",
+        "UPDATE chokaq_queues SET paused = 1": "UPDATE SET: no column paused",
+        "SELECT TOP 1 id FROM chokaq_jobs_hot LIMIT 1": "LIMIT",
+        "DELETE FROM chokaq_jobs_dlq WHERE id = 'a' RETURNING id": "RETURNING",
+        "INSERT INTO chokaq_queues (name, paused) VALUES ('a', 1)": "no column paused",
+        "SET NOCOUNT ON; UPDATE chokaq_queues SET is_paused = 1; SELECT 1": "SET NOCOUNT OFF",
+        "UPDATE chokaq_queues SET is_paused = 1; DELETE FROM chokaq_workers": "without SET NOCOUNT ON",
+        "SELECT x.id FROM chokaq_jobs_hot AS h": "unknown alias x",
+        "SELECT id FROM chokaq_jobs_hot WHERE tags = 'a%{b}'": "",  # inside literals: fine
+        "BEGIN TRANSACTION; SELECT 1": "transaction control",
+    }
+    for statement, expected in cases.items():
+        problems = check_statement(statement, [])
+        if expected:
+            assert any(expected in p for p in problems), (statement, problems)
+        else:
+            assert problems == [], (statement, problems)
+    planted = "DECLARE @Ids nvarchar(max) = %s; SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(50) '$.job') AS i"
+    assert any("reads $.job" in p for p in check_statement(planted, ['[{"id": "a"}]']))
+
+
+# ---------------------------------------------------------------- sample rows
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def _row(names: Sequence[str], **values: Any) -> tuple[Any, ...]:
+    defaults: dict[str, Any] = {
+        "id": "J1", "queue": "mail", "type": "test.ok.v1", "payload": "{}", "priority": 10, "status": 1,
+        "attempt_count": 0, "worker_id": "w1", "created_at": T0, "last_updated_at": T0, "finished_at": T0,
+        "failed_at": T0, "failure_reason": 6,
+    }
+    defaults.update(values)
+    return tuple(defaults.get(name) for name in names)
+
+
+def hot_row(**values: Any) -> tuple[Any, ...]:
+    return _row(sql.HOT_FIELDS, **values)
+
+
+def new_job(job_id: str, key: str | None = None, delay: float | None = None) -> NewJob:
+    return NewJob(id=job_id, queue="mail", type="test.ok.v1", payload='{"n": 1}', tags="a,b", idempotency_key=key,
+                  priority=20, delay_seconds=delay, created_by="tests")
+
+
+WORKER = WorkerInfo(worker_id="w1", hostname="host", pid=42, queues="mail,default", capacity=8, active_count=2)
+
+
+@dataclass
+class Case:
+    """One call of a dialect function: arguments, the driver's scripted results, the expected return."""
+
+    function: str
+    args: tuple[Any, ...]
+    script: list[Any] = field(default_factory=list)
+    expected: Any = None
+    check: Any = None  # a callable(result) for results compared by shape
+
+
+def _is_hot_batch(result: Any) -> bool:
+    return [j.id for j in result] == ["J2", "J3", "J1"] and all(
+        isinstance(j, HotJob) and j.status is JobStatus.FETCHED and j.created_at.tzinfo is not None for j in result)
+
+
+CASES = [
+    Case("enqueue", ([new_job("A", "k1"), new_job("B", "k1"), new_job("C"), new_job("D", "k2", 1.5)],),
+         [[("A", None), ("C", None), ("A", "k1"), ("HOLDER", "k2")]], ["A", "A", "C", "HOLDER"]),
+    Case("enqueue", ([],), [], []),
+    Case("fetch_batch", ("w1", 5, ["mail", "default", "mail"]),
+         [[hot_row(id="J1", priority=1), hot_row(id="J3", priority=50, created_at=T0 + timedelta(seconds=5)),
+           hot_row(id="J2", priority=50, scheduled_at=T0 - timedelta(seconds=5))]], check=_is_hot_batch),
+    Case("fetch_batch", ("w1", 5, None),
+         [[hot_row(id="J1", priority=1), hot_row(id="J3", priority=50, created_at=T0 + timedelta(seconds=5)),
+           hot_row(id="J2", priority=50, scheduled_at=T0 - timedelta(seconds=5))]], check=_is_hot_batch),
+    Case("fetch_batch", ("w1", 5, []), [], []),
+    Case("mark_processing", ("J1", "w1"), [[(1,)]], 1),
+    Case("mark_processing", ("J1", "w1"), [[]], None),
+    Case("keep_alive", (["J1", "J2", "J1"], "w1"), [[("J1",)]], ["J1"]),
+    Case("keep_alive", ([], "w1"), [], []),
+    Case("cancel_requests", ("w1",), [[("J1", "bob")]], [("J1", "bob")]),
+    Case("archive_succeeded", ("w1", [Success("J1", 12.5), Success("J2", None)]),
+         [[("J1", "mail"), ("J2", "mail")]], [("J1", "mail"), ("J2", "mail")]),
+    Case("archive_succeeded", (None, [Success("J1", float("nan"))]), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("archive_succeeded", ("w1", []), [], []),
+    Case("move_to_dlq", ("w1", [Failure("J1", FailureReason.FATAL_ERROR, "boom"),
+                                Failure("J2", FailureReason.TIMEOUT, "  ")]),
+         [[("J1", "mail")]], [("J1", "mail")]),
+    Case("move_to_dlq", (None, [Failure("J1", FailureReason.CANCELLED, "Cancelled by admin: x")]), [[]], []),
+    Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 3.25), Retry("J2", 1, 0.0)]),
+         [[("J1", "mail")]], [("J1", "mail")]),
+    Case("reschedule_for_retry", (None, [Retry("J1", 1, 86400.0 * 40)]), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("release_jobs", (["J1", "J2"], "w1"), [[(2,)]], 2),
+    Case("release_jobs", ([], "w1"), [], 0),
+    Case("resurrect", ("J1", '{"fixed": true}', "retried", 30, "alice"), [[("J1", "mail")]], True),
+    Case("resurrect", ("J1", None, None, None, None), [[]], False),
+    Case("resurrect_batch", (["J1", "J2"], "alice"), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("resurrect_batch", ([], "alice"), [], []),
+    Case("cancel_batch", (["J1", "J2"], "alice"), [[("J2", "mail")]], [("J2", "mail")]),
+    Case("cancel_batch", (["J1"], None), [[]], []),
+    Case("request_cancel", (["J1"], "alice"), [[("J1",)]], ["J1"]),
+    Case("update_hot_data", ("J1", '{"a": 1}', None, 5, "alice"), [[("J1",)]], True),
+    Case("update_hot_data", ("J1", None, None, None, "alice"), [], False),
+    Case("update_dlq_data", ("J1", '{"a": 1}', "t", "alice"), [[]], False),
+    Case("update_dlq_data", ("J1", None, "t", None), [[("J1",)]], True),
+    Case("purge_dlq_ids", (["J1", "J2", "J1"], 1000), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("purge_dlq_ids", ([], 1000), [], []),
+    Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[(3,)]], 3),
+    Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [(2,)]])], 2),
+    Case("recover_abandoned", (600.0,), [[(4,)]], 4),
+    Case("archive_zombies", (600.5,), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("set_queue_paused", ("mail", True), [None], None),
+    Case("set_queue_zombie_timeout", ("mail", None), [None], None),
+    Case("set_queue_max_workers", ("mail", 3), [None], None),
+    Case("set_queue_active", ("mail", False), [[("mail",)]], True),
+    Case("set_queue_active", ("nope", True), [[]], False),
+    Case("upsert_worker", (WORKER,), [None], None),
+    Case("stop_worker", ("w1",), [None], None),
+    Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
+         [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
+    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None))]], SummaryStats(1, 2, 3, 10, 4, 5, T0)),
+    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None)]),
+    Case("get_hot", ("J1",), [[hot_row(status=2)]],
+         check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
+    Case("get_hot", ("J1",), [[]], None),
+    Case("get_archived", ("J1",), [[_row(sql.ARCHIVE_FIELDS, duration_ms=3.5)]],
+         check=lambda job: isinstance(job, ArchivedJob) and job.duration_ms == 3.5 and job.finished_at == T0),
+    Case("get_archived", ("J1",), [[]], None),
+    Case("get_dead", ("J1",), [[_row(sql.DLQ_FIELDS, error_details="boom")]],
+         check=lambda job: isinstance(job, DeadJob) and job.failure_reason is FailureReason.FATAL_ERROR),
+    Case("get_dead", ("J1",), [[]], None),
+]
+
+
+def _run(case: Case) -> tuple[Any, Recorder]:
+    cursor = Recorder(case.script)
+    return getattr(sql, case.function)(cursor, *case.args), cursor
+
+
+def test_every_protocol_function_has_a_render_case() -> None:
+    assert set(DIALECT_FUNCTIONS) <= {case.function for case in CASES}
+
+
+def test_return_annotations_mirror_the_protocol() -> None:
+    for name in DIALECT_FUNCTIONS:
+        expected = typing.get_type_hints(getattr(Dialect, name))
+        actual = typing.get_type_hints(getattr(sql, name))
+        assert actual == expected, name
+
+
+def _case_id(case: Case) -> str:
+    return case.function
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_every_function_runs_and_returns_what_the_protocol_says(case: Case) -> None:
+    result, cursor = _run(case)
+
+    if case.check is not None:
+        assert case.check(result), result
+    else:
+        assert result == case.expected
+    hint = typing.get_type_hints(getattr(sql, case.function))["return"]
+    origin = typing.get_origin(hint)
+    if origin is list:
+        assert isinstance(result, list)
+    elif hint in (bool, int, type(None), SummaryStats):
+        assert type(result) is hint or (hint is SummaryStats and isinstance(result, SummaryStats))
+    if case.script:
+        assert cursor.calls, "a call with work to do must reach the database"
+
+
+def _statements() -> Iterator[tuple[str, str, list[Any]]]:
+    for case in CASES:
+        _, cursor = _run(case)
+        for text, params in cursor.calls:
+            yield case.function, text, params
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_every_statement_passes_the_checker(case: Case) -> None:
+    _, cursor = _run(case)
+    for text, params in cursor.calls:
+        assert check_statement(text, params) == [], text
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_mssql_django_formats_every_statement(case: Case) -> None:
+    """Through mssql-django's own wrapper: ``?`` per parameter, GROUP BY batches rewritten with DECLAREs."""
+    _, cursor = _run(case)
+    assert len(cursor.driver.executed) == len(cursor.calls)
+    for (text, params), (sent, sent_params) in zip(cursor.calls, cursor.driver.executed, strict=True):
+        assert "%s" not in sent
+        assert sent.count("?") == len(sent_params), sent
+        if "GROUP BY" in text and params:
+            assert sent.startswith("DECLARE @var"), "the wrapper declares GROUP BY parameters as variables"
+        else:
+            assert len(sent_params) == len(params)
+
+
+def test_autocommit_safe_functions_change_one_table_at_most() -> None:
+    assert set(sql.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
+    for function, text, _ in _statements():
+        if function not in sql.AUTOCOMMIT_SAFE:
+            continue
+        statements = [s for s in _strip_literals(text).split(";") if s.strip()]
+        changing = [s for s in statements if DML.match(s) and re.search(r"\bchokaq_\w+", s)]
+        assert len(changing) <= 1, function
+
+
+def test_move_batches_have_the_sql_server_shape() -> None:
+    completions = {"archive_succeeded", "move_to_dlq", "cancel_batch", "archive_zombies"}
+    seen = set()
+    for function, text, _ in _statements():
+        if function in completions:
+            seen.add(function)
+            assert text.startswith("SET NOCOUNT ON;")
+            assert re.search(r"DELETE h\s+OUTPUT deleted\.id, deleted\.queue", text)
+            assert "INTO @Moved (" in text
+            assert re.search(r"INSERT INTO chokaq_jobs_(archive|dlq) \(.*\)\s+SELECT .* FROM @Moved;", text)
+            assert "MERGE chokaq_stats_summary WITH (HOLDLOCK) AS t" in text
+            assert "MERGE chokaq_metric_buckets WITH (HOLDLOCK) AS t" in text
+            assert text.endswith("SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;")
+        if function in ("resurrect", "resurrect_batch"):
+            assert "FROM chokaq_jobs_dlq AS d WITH (ROWLOCK)" in text and "INSERT INTO chokaq_jobs_hot" in text
+            assert "metric_buckets" not in text, "resurrection never changes buckets"
+        if function in ("purge_dlq_ids", "purge_dlq_older_than", "purge_archive"):
+            assert "WITH (UPDLOCK, READPAST, ROWLOCK)" in text and "TOP (@Batch)" in text
+        if function.endswith("_by_filter"):
+            assert "SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)" in text
+            assert "ORDER BY p.failed_at DESC, p.id ASC" in text
+        if function.startswith(("purge_", "resurrect")):
+            assert "metric_buckets" not in text, "purges and resurrection never touch buckets"
+        assert "BEGIN TRAN" not in text.upper()
+    assert seen == completions
+
+
+def test_claims_lock_skip_and_rank_inside_the_claim() -> None:
+    for queues in (None, ["mail"]):
+        _, cursor = _run(Case("fetch_batch", ("w1", 10, queues), [[]]))
+        [(text, params)] = cursor.calls
+        assert "FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)" in text
+        assert "ROW_NUMBER() OVER (PARTITION BY e.queue" in text
+        assert "r.cur + r.rnk <= r.max_workers" in text
+        assert "OUTPUT inserted.id, inserted.queue" in text
+        assert "h.status = 0" in text, "the literal predicate lets the filtered index hot_fetch_pending serve"
+        assert params[:3] == ["w1", 100, 10], "worker, scan window (10 x limit), limit"
+
+
+def test_dashboard_reads_are_dirty_and_correctness_reads_are_not() -> None:
+    for function, text, _ in _statements():
+        tables = len(re.findall(r"\bchokaq_\w+", text))
+        if function in ("summary_stats", "queue_stats", "throughput", "queue_health", "top_errors"):
+            assert text.count("WITH (NOLOCK)") == tables, function
+        else:
+            assert "NOLOCK" not in text, function
+
+
+def test_enqueue_ensures_queue_rows_under_key_range_locks() -> None:
+    _, cursor = _run(CASES[0])
+    [(text, params)] = cursor.calls
+    assert "FROM chokaq_queues AS q WITH (UPDLOCK, HOLDLOCK) WHERE q.name = n.queue" in text
+    assert "FROM chokaq_stats_summary AS s WITH (UPDLOCK, HOLDLOCK) WHERE s.queue = n.queue" in text
+    sent = json.loads(params[0])
+    assert [item["id"] for item in sent] == ["A", "C", "D"], "the first job of a repeated key stands for the others"
+    assert (sent[2]["delay_s"], sent[2]["delay_ms"]) == (1, 500)
+    assert sent[0]["delay_s"] is None
+
+
+def _duplicate_key_error(index: str, number: str = "2601") -> DriverError:
+    return DriverError("23000", f"[23000] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]Cannot insert duplicate "
+                                f"key row in object 'dbo.chokaq_jobs_hot' with unique index '{index}'. ({number})")
+
+
+def test_enqueue_losing_a_key_race_rereads_the_winner() -> None:
+    race = _duplicate_key_error(sql.IDEMPOTENCY_INDEX)
+    result, cursor = _run(Case("enqueue", ([new_job("A", "k1"), new_job("B")],),
+                               [race, [("B", None), ("WINNER", "k1")]]))
+    assert result == ["WINNER", "B"]
+    assert len(cursor.calls) == 2
+
+
+def test_enqueue_reraises_a_duplicate_job_id() -> None:
+    clash = _duplicate_key_error("PK__chokaq_j__3213E83F", "2627")
+    with pytest.raises(DriverError):
+        _run(Case("enqueue", ([new_job("A")],), [clash]))
+
+
+def test_enqueue_reraises_a_race_it_cannot_resolve() -> None:
+    race = _duplicate_key_error(sql.IDEMPOTENCY_INDEX)
+    with pytest.raises(DriverError):
+        _run(Case("enqueue", ([new_job("A", "k1")],), [race] * sql.ENQUEUE_PASSES))
+
+
+def test_enqueue_retries_a_key_whose_holder_left_meanwhile() -> None:
+    """Not inserted (the key was taken) and no holder any more: the next pass inserts it."""
+    result, cursor = _run(Case("enqueue", ([new_job("A", "k1")],), [[], [("A", None), ("A", "k1")]]))
+    assert result == ["A"]
+    assert len(cursor.calls) == 2
+
+
+def test_datetime_parameters_are_naive_utc_and_delays_split_for_dateadd() -> None:
+    cutoff = datetime(2026, 3, 1, 14, 0, 0, 250, tzinfo=UTC).astimezone(timezone(timedelta(hours=2)))
+    _, cursor = _run(Case("purge_archive", (cutoff, 10), [[(0,)]]))
+    assert cursor.calls[0][1][0] == "2026-03-01T14:00:00.000250+00:00", "exact, whatever the driver does with datetimes"
+    _, cursor = _run(Case("recover_abandoned", (90.25,), [[(0,)]]))
+    assert cursor.calls[0][1] == [90, 250]
+    _, cursor = _run(Case("reschedule_for_retry", (None, [Retry("J1", 1, -1.5)]), [[]]))
+    item = json.loads(cursor.calls[0][1][0])[0]
+    assert (item["delay_s"], item["delay_ms"]) == (-2, 500), "DATEADD(SECOND, -2) + 500 ms = -1.5 s"
+
+
+def test_rows_skip_results_without_a_row_set() -> None:
+    result, _ = _run(Case("mark_processing", ("J1", "w1"), [Sets([None, None, [(3,)]])]))
+    assert result == 3
+
+
+# ---------------------------------------------------------------- migrations through mssql-django
+
+
+@pytest.fixture(scope="module")
+def mssql_connection() -> Iterator[Any]:
+    """A mssql-django connection object that never connects (the server version is pinned)."""
+    from django.db import connections
+    from django.db.utils import ConnectionHandler
+
+    mssql_base()
+    configured = ConnectionHandler({
+        "default": {"ENGINE": "django.db.backends.dummy"},
+        RENDER_ALIAS: {"ENGINE": "mssql", "NAME": "chokaq", "HOST": "127.0.0.1", "PORT": "1433", "USER": "sa",
+                       "PASSWORD": "x", "OPTIONS": {"driver": "ODBC Driver 18 for SQL Server"}},
+    }).settings[RENDER_ALIAS]
+    connections.settings[RENDER_ALIAS] = configured  # migrations look their alias up in django.db.connections
+    connection = connections[RENDER_ALIAS]
+    assert connection.vendor == "microsoft"
+    known = type(connection)._known_versions  # type: ignore[attr-defined]
+    known[RENDER_ALIAS] = 2022
+    try:
+        yield connection
+    finally:
+        known.pop(RENDER_ALIAS, None)
+        del connections[RENDER_ALIAS]
+        connections.settings.pop(RENDER_ALIAS, None)
+
+
+def collect_sql(connection: Any, name: str) -> list[str]:
+    """What ``manage.py sqlmigrate chokaq_core <name>`` prints, rendered without a server."""
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    key = ("chokaq_core", name)
+    state = loader.project_state(key, at_end=False)
+    with connection.schema_editor(collect_sql=True, atomic=False) as editor:
+        loader.graph.nodes[key].apply(state, editor, collect_sql=True)
+    return [s for s in editor.collected_sql if not s.startswith("--")]
+
+
+def _statement_for(statements: list[str], index: str) -> str:
+    [statement] = [s for s in statements if f"[{index}]" in s and s.startswith("CREATE")]
+    return statement
+
+
+def test_0001_creates_the_filtered_indexes_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0001_initial")
+
+    fetch = _statement_for(statements, "hot_fetch_pending")
+    assert "ON [chokaq_jobs_hot] ([queue], [priority] DESC, [scheduled_at], [created_at])" in fetch
+    assert "INCLUDE ([type])" in fetch
+    assert fetch.endswith("WHERE [status] = 0;")
+    key = _statement_for(statements, "hot_idempotency")
+    assert key.startswith("CREATE UNIQUE INDEX [hot_idempotency] ON [chokaq_jobs_hot] ([idempotency_key])")
+    assert key.endswith("WHERE [idempotency_key] IS NOT NULL;")
+    assert _statement_for(statements, "hot_fetched_recovery").endswith("WHERE [status] = 1;")
+    assert _statement_for(statements, "hot_processing_heartbeat").endswith("WHERE [status] = 2;")
+    assert _statement_for(statements, "hot_pending_lag").endswith("WHERE [status] = 0;")
+
+
+def test_moved_table_variables_use_the_column_types_mssql_django_creates(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0001_initial")
+    created: dict[str, str] = {}
+    for statement in statements:
+        if statement.startswith("CREATE TABLE [chokaq_jobs_"):
+            for column, column_type in re.findall(r"\[(\w+)\] ([\w()]+)", statement):
+                created.setdefault(column, column_type)
+    synonyms = {"double precision": "float"}
+    for column, declaration in sql._MOVED_TYPES.items():
+        if column not in created:  # a column another migration adds (e.g. the archive result)
+            continue
+        expected = synonyms.get(created[column], created[column])
+        if created[column] == "double":
+            expected = "float"
+        assert declaration.split()[0] == expected, column
+
+
+def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0003_sqlserver_storage")
+    for table in ("chokaq_jobs_hot", "chokaq_jobs_archive", "chokaq_jobs_dlq", "chokaq_metric_buckets"):
+        assert f"ALTER TABLE [{table}] REBUILD WITH (DATA_COMPRESSION = PAGE);" in statements
+        assert f"ALTER INDEX ALL ON [{table}] REBUILD WITH (DATA_COMPRESSION = PAGE, FILLFACTOR = 80);" in statements
+    assert len(statements) == 8
+
+
+class _RecordingEditor:
+    def __init__(self, vendor: str) -> None:
+        self.connection = types.SimpleNamespace(vendor=vendor)
+        self.executed: list[str] = []
+
+    def quote_name(self, name: str) -> str:
+        return f"[{name}]"
+
+    def execute(self, sql_text: str, params: Any = None) -> None:
+        self.executed.append(sql_text)
+
+
+@pytest.mark.parametrize("vendor", ["sqlite", "postgresql", "microsoft"])
+def test_the_vendor_operation_does_nothing_elsewhere(vendor: str) -> None:
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    key = ("chokaq_core", "0003_sqlserver_storage")
+    state = loader.project_state(key, at_end=False)
+    migration = loader.graph.nodes[key]
+    editor = _RecordingEditor(vendor)
+    for operation in migration.operations:
+        assert isinstance(operation, vendor_ops.SqlServerPageCompression)
+        operation.database_forwards("chokaq_core", editor, state, state)
+        operation.database_backwards("chokaq_core", editor, state, state)
+    if vendor == "microsoft":
+        assert "ALTER TABLE [chokaq_jobs_hot] REBUILD WITH (DATA_COMPRESSION = NONE)" in editor.executed
+        assert len(editor.executed) == 16
+    else:
+        assert editor.executed == []
+
+
+def test_the_parity_test_covers_mssql() -> None:
+    parity = importlib.import_module("tests.unit.test_architecture")
+    assert "mssql" in parity.VENDORS
+    for name in DIALECT_FUNCTIONS:
+        expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]
+        assert list(inspect.signature(getattr(sql, name)).parameters) == expected, name
