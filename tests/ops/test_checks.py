@@ -81,7 +81,6 @@ def test_unsupported_vendor_is_e003(monkeypatch: pytest.MonkeyPatch) -> None:
         {"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": 10, "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS": 10},
         {"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": -1},
         {"DESTRUCTIVE_PERMISSION": "no-dot"},
-        {"ROUTE_PERFIX": "/x"},
     ],
 )
 def test_invalid_deck_settings_are_e004(settings: Any, deck: dict[str, Any]) -> None:
