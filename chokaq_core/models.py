@@ -236,3 +236,19 @@ class SchemaMigrations(models.Model):
 
     class Meta:
         db_table = "chokaq_schema_migrations"
+
+
+class Schedules(models.Model):
+    """Recurring jobs (issue 5): the latest tick claimed per ``CHOKAQ["SCHEDULE"]`` name.
+
+    Workers move ``last_tick_at`` forward with a guarded update in the same
+    transaction as the tick's enqueue, so each tick becomes exactly one job
+    across the fleet.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    last_tick_at = models.DateTimeField()
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "chokaq_schedules"

@@ -292,12 +292,14 @@ def purge_dlq_ids(job_ids: Sequence[str]) -> int:
     return len(purged)
 
 
-def _purge_by_age(name: str, source: str, cutoff: datetime) -> int:
+def _purge_by_age(name: str, source: str, cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     batch = config().SQL.CLEANUP_BATCH_SIZE
     total = 0
     while True:
         n = call(name, cutoff, batch)
         total += n
+        if progress is not None and n:
+            progress(n)
         if n < batch:
             break
     if total:
@@ -306,12 +308,14 @@ def _purge_by_age(name: str, source: str, cutoff: datetime) -> int:
     return total
 
 
-def purge_archive(cutoff: datetime) -> int:
-    return _purge_by_age("purge_archive", "Archive", cutoff)
+def purge_archive(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """Archive rows finished before ``cutoff``, batch by batch (``progress(n)`` after each)."""
+    return _purge_by_age("purge_archive", "Archive", cutoff, progress)
 
 
-def purge_dlq_older_than(cutoff: datetime) -> int:
-    return _purge_by_age("purge_dlq_older_than", "DLQ", cutoff)
+def purge_dlq_older_than(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """DLQ rows created at or before ``cutoff``, batch by batch (``progress(n)`` after each)."""
+    return _purge_by_age("purge_dlq_older_than", "DLQ", cutoff, progress)
 
 
 # ---------------------------------------------------------------- maintenance
@@ -371,6 +375,58 @@ def upsert_worker(info: WorkerInfo) -> None:
 
 def stop_worker(worker_id: str) -> None:
     call("stop_worker", worker_id)
+
+
+# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
+
+
+def list_workers() -> list[WorkerInfo]:
+    return call("list_workers")
+
+
+def _purge_batches(name: str, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
+    """Repeat one-batch deletes (each its own transaction) until a batch comes back short."""
+    batch = config().SQL.CLEANUP_BATCH_SIZE
+    total = 0
+    while True:
+        n = int(call(name, cutoff, batch))
+        total += n
+        if progress is not None and n:
+            progress(n)
+        if n < batch:
+            return total
+
+
+def purge_workers(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """Worker registry rows whose last heartbeat is before ``cutoff``."""
+    return _purge_batches("purge_workers", cutoff, progress)
+
+
+def purge_metric_buckets(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """MetricBuckets rows that started before ``cutoff`` (counters are not touched)."""
+    return _purge_batches("purge_metric_buckets", cutoff, progress)
+
+
+def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
+    """Claim ``tick`` of recurring job ``name`` and enqueue ``job`` in one transaction: the stored id,
+    or None when the tick was already claimed (by another worker) or is the schedule's first sight."""
+    db = alias()
+
+    def operation(cursor: Any) -> str | None:
+        sql = dialect(db)
+        if not sql.claim_schedule_tick(cursor, name, tick):
+            return None
+        return str(sql.enqueue(cursor, [job])[0])
+
+    stored = run(operation, using=db)
+    if stored == job.id:
+        events.publish([events.job_updated(job.id, job.type, job.queue, JobStatus.PENDING, 0, priority=job.priority,
+                                           created_by=job.created_by), events.stats_updated()], using=db)
+    return stored
+
+
+def schedule_ticks() -> dict[str, datetime]:
+    return call("schedule_ticks")
 
 
 # ---------------------------------------------------------------- reads

@@ -161,6 +161,29 @@ class Dialect(Protocol):
 
     def stop_worker(self, cursor: Cursor, worker_id: str) -> None: ...
 
+    # ------------------------------------------------------------ operations: health, retention, schedule (issue 5)
+    def list_workers(self, cursor: Cursor) -> list[WorkerInfo]:
+        """Every worker registry row, freshest heartbeat first."""
+        ...
+
+    def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``; rows deleted."""
+        ...
+
+    def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
+        ...
+
+    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
+        """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller
+        that moved it (run it in the enqueue's transaction). A name seen for the first time records
+        ``tick`` and returns False, so a new schedule starts with its next tick."""
+        ...
+
+    def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
+        """The latest claimed tick of every recurring job, by name."""
+        ...
+
     # ------------------------------------------------------------ reads
     def queue_states(self, cursor: Cursor) -> list[QueueState]: ...
 

@@ -1033,6 +1033,85 @@ def stop_worker(cursor: Cursor, worker_id: str) -> None:
     cursor.execute(STOP_WORKER_SQL, [worker_id])
 
 
+# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
+
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "schedule_ticks"}
+
+WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
+                 "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
+LIST_WORKERS_SQL = (
+    f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers ORDER BY last_heartbeat_at DESC, worker_id"
+)
+
+
+def _batch_delete(table: str, column: str) -> str:
+    """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row."""
+    return _batch(
+        "DECLARE @Cutoff datetimeoffset(7) = %s;",
+        "DECLARE @Batch int = %s;",
+        "DECLARE @N int;",
+        f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;",
+        "SET @N = @@ROWCOUNT;",
+        "SELECT @N;",
+    )
+
+
+PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
+PURGE_METRIC_BUCKETS_SQL = _batch_delete("chokaq_metric_buckets", "bucket_start")
+# UPDLOCK + HOLDLOCK on the name: concurrent claimers queue on it, the first moves the tick forward.
+CLAIM_SCHEDULE_TICK_SQL = _batch(
+    _NOW,
+    "DECLARE @Name nvarchar(200) = %s;",
+    "DECLARE @Tick datetimeoffset(7) = %s;",
+    "DECLARE @Claimed int = 0;",
+    "IF NOT EXISTS (SELECT 1 FROM chokaq_schedules WITH (UPDLOCK, HOLDLOCK) WHERE name = @Name)\n"
+    "    INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (@Name, @Tick, @Now);\n"
+    "ELSE BEGIN\n"
+    "    UPDATE chokaq_schedules SET last_tick_at = @Tick, updated_at = @Now WHERE name = @Name AND last_tick_at < @Tick;\n"
+    "    SET @Claimed = @@ROWCOUNT;\n"
+    "END",
+    "SELECT @Claimed;",
+)
+SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
+
+
+def list_workers(cursor: Cursor) -> list[WorkerInfo]:
+    """Every worker registry row, freshest heartbeat first."""
+    cursor.execute(LIST_WORKERS_SQL)
+    workers = []
+    for row in _rows(cursor):
+        data = dict(zip(WORKER_FIELDS, row, strict=True))
+        for name in ("started_at", "last_heartbeat_at", "stopped_at"):
+            data[name] = _utc(data[name])
+        data["is_running"] = bool(data["is_running"])
+        workers.append(WorkerInfo(**data))
+    return workers
+
+
+def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
+    cursor.execute(PURGE_WORKERS_SQL, [_ts(cutoff), batch_size])
+    return _count(cursor)
+
+
+def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
+    cursor.execute(PURGE_METRIC_BUCKETS_SQL, [_ts(cutoff), batch_size])
+    return _count(cursor)
+
+
+def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
+    """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
+    cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
+    return _count(cursor) > 0
+
+
+def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
+    """The latest claimed tick of every recurring job."""
+    cursor.execute(SCHEDULE_TICKS_SQL)
+    return {str(name): _utc(at) for name, at in _rows(cursor)}  # type: ignore[misc]
+
+
 # ---------------------------------------------------------------- reads
 
 

@@ -789,6 +789,70 @@ def stop_worker(cursor: Cursor, worker_id: str) -> None:
     cursor.execute(STOP_WORKER_SQL, [worker_id])
 
 
+# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
+
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks"}
+
+WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
+                 "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
+LIST_WORKERS_SQL = (
+    f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers ORDER BY last_heartbeat_at DESC, worker_id"
+)
+PURGE_WORKERS_SQL = """
+DELETE FROM chokaq_workers WHERE worker_id IN (
+    SELECT worker_id FROM chokaq_workers WHERE last_heartbeat_at < %s
+    ORDER BY last_heartbeat_at LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
+PURGE_METRIC_BUCKETS_SQL = """
+DELETE FROM chokaq_metric_buckets WHERE (bucket_start, queue, outcome, failure_reason) IN (
+    SELECT bucket_start, queue, outcome, failure_reason FROM chokaq_metric_buckets WHERE bucket_start < %s
+    ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
+INSERT_SCHEDULE_SQL = """
+INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (%s, %s, now())
+ON CONFLICT (name) DO NOTHING RETURNING name
+"""
+# A concurrent claimer blocks on the row lock, then re-reads last_tick_at and finds the tick taken.
+ADVANCE_SCHEDULE_SQL = """
+UPDATE chokaq_schedules SET last_tick_at = %s, updated_at = now() WHERE name = %s AND last_tick_at < %s
+RETURNING name
+"""
+SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
+
+
+def list_workers(cursor: Cursor) -> list[WorkerInfo]:
+    """Every worker registry row, freshest heartbeat first."""
+    cursor.execute(LIST_WORKERS_SQL)
+    return [WorkerInfo(**dict(zip(WORKER_FIELDS, row, strict=True))) for row in cursor.fetchall()]
+
+
+def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
+    cursor.execute(PURGE_WORKERS_SQL, [cutoff, batch_size])
+    return int(cursor.rowcount)
+
+
+def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
+    cursor.execute(PURGE_METRIC_BUCKETS_SQL, [cutoff, batch_size])
+    return int(cursor.rowcount)
+
+
+def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
+    """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
+    cursor.execute(INSERT_SCHEDULE_SQL, [name, tick])
+    if cursor.fetchone() is not None:
+        return False
+    cursor.execute(ADVANCE_SCHEDULE_SQL, [tick, name, tick])
+    return cursor.fetchone() is not None
+
+
+def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
+    """The latest claimed tick of every recurring job."""
+    cursor.execute(SCHEDULE_TICKS_SQL)
+    return {name: at for name, at in cursor.fetchall()}
+
+
 # ---------------------------------------------------------------- reads
 
 

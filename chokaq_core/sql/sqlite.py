@@ -578,6 +578,64 @@ def stop_worker(cursor: Cursor, worker_id: str) -> None:
     )
 
 
+# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
+
+SCHEDULES = "chokaq_schedules"
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks"}
+WORKER_COLUMNS = (
+    "worker_id, hostname, pid, queues, capacity, active_count, is_running, runtime_json, circuits_json, "
+    "started_at, last_heartbeat_at, stopped_at"
+)
+
+
+def list_workers(cursor: Cursor) -> list[WorkerInfo]:
+    cursor.execute(f"SELECT {WORKER_COLUMNS} FROM {WORKERS} ORDER BY last_heartbeat_at DESC, worker_id")
+    return [
+        WorkerInfo(r[0], r[1], int(r[2]), r[3], int(r[4]), int(r[5]), bool(r[6]), r[7], r[8], _dt(r[9]), _dt(r[10]),
+                   _dt(r[11]))
+        for r in cursor.fetchall()
+    ]
+
+
+def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    cursor.execute(
+        f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS} WHERE last_heartbeat_at < %s"
+        " ORDER BY last_heartbeat_at LIMIT %s)",
+        [_ts(cutoff), batch_size],
+    )
+    return int(cursor.rowcount)
+
+
+def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    cursor.execute(
+        f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
+        " ORDER BY bucket_start LIMIT %s)",
+        [_ts(cutoff), batch_size],
+    )
+    return int(cursor.rowcount)
+
+
+def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
+    # BEGIN IMMEDIATE serializes the callers: the first to move the tick forward wins.
+    stamp, at = _ts(_now()), _ts(tick)
+    cursor.execute(
+        f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
+        [name, at, stamp],
+    )
+    if cursor.rowcount:
+        return False
+    cursor.execute(
+        f"UPDATE {SCHEDULES} SET last_tick_at = %s, updated_at = %s WHERE name = %s AND last_tick_at < %s",
+        [at, stamp, name, at],
+    )
+    return bool(cursor.rowcount)
+
+
+def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
+    cursor.execute(f"SELECT name, last_tick_at FROM {SCHEDULES}")
+    return {name: _dt(at) for name, at in cursor.fetchall()}  # type: ignore[misc]
+
+
 # ---------------------------------------------------------------- reads
 
 

@@ -179,7 +179,7 @@ KEYWORDS = frozenset("""
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
     LEFT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
-    DATEDIFF_BIG TODATETIMEOFFSET
+    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN
 """.split())
 
 FORBIDDEN = {
@@ -296,7 +296,7 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
     if "SET NOCOUNT ON" in bare:
         if not statements[0].upper().startswith("SET NOCOUNT ON"):
             problems.append("SET NOCOUNT ON is not the first statement")
-        if len(statements) < 2 or statements[-2].upper() != "SET NOCOUNT OFF":
+        if len(statements) < 2 or not re.fullmatch(r"(?:END\s+)?SET NOCOUNT OFF", statements[-2], re.I):
             problems.append("SET NOCOUNT OFF must come right before the final statement (it is session state)")
     elif len(changing) > 1:
         problems.append("a batch changing several tables without SET NOCOUNT ON")
@@ -376,8 +376,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
             update = re.search(r"THEN\s+UPDATE\s+SET\s+(.*?)(?=\bWHEN\b|$)", statement, re.I | re.S)
             if update:
                 problems += [f"MERGE UPDATE SET: no column {a}" for a in _assigned(update.group(1)) if a not in target]
-        update = re.match(r"(?:WITH\b.*?\)\s*)?UPDATE\s+(\w+)(?:\s+WITH\s*\([^)]*\))?\s+SET\s+(.*?)(?=\bOUTPUT\b|\bFROM\b"
-                          r"|\bWHERE\b|$)", statement, re.I | re.S)
+        update = re.search(r"\bUPDATE\s+(?!SET\b)(\w+)(?:\s+WITH\s*\([^)]*\))?\s+SET\s+(.*?)(?=\bOUTPUT\b|\bFROM\b"
+                           r"|\bWHERE\b|$)", statement, re.I | re.S)
         if update:
             target_name = aliases.get(update.group(1), update.group(1))
             target = columns.get(target_name, set())
@@ -530,6 +530,16 @@ CASES = [
     Case("get_dead", ("J1",), [[_row(sql.DLQ_FIELDS, error_details="boom")]],
          check=lambda job: isinstance(job, DeadJob) and job.failure_reason is FailureReason.FATAL_ERROR),
     Case("get_dead", ("J1",), [[]], None),
+    Case("list_workers", (), [[_row(sql.WORKER_FIELDS, hostname="h", pid=7, queues="mail", capacity=4,
+                                    active_count=1, is_running=1, runtime_json="{}", circuits_json="[]",
+                                    started_at=T0, last_heartbeat_at=T0.replace(tzinfo=None))]],
+         check=lambda ws: len(ws) == 1 and isinstance(ws[0], WorkerInfo) and ws[0].is_running is True
+         and ws[0].last_heartbeat_at == T0),
+    Case("purge_workers", (T0, 100), [[(3,)]], 3),
+    Case("purge_metric_buckets", (T0, 100), [[(0,)]], 0),
+    Case("claim_schedule_tick", ("nightly", T0), [[(1,)]], True),
+    Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
+    Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
 ]
 
 
@@ -630,7 +640,7 @@ def test_move_batches_have_the_sql_server_shape() -> None:
         if function.endswith("_by_filter"):
             assert "SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)" in text
             assert "ORDER BY p.failed_at DESC, p.id ASC" in text
-        if function.startswith(("purge_", "resurrect")):
+        if function.startswith(("purge_", "resurrect")) and function != "purge_metric_buckets":
             assert "metric_buckets" not in text, "purges and resurrection never touch buckets"
         assert "BEGIN TRAN" not in text.upper()
     assert seen == completions
