@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from chokaq_core import storage
@@ -31,3 +34,83 @@ def purge_archive_older_than(days: float) -> int:
 
 def purge_dlq_older_than(days: float) -> int:
     return storage.purge_dlq_older_than(datetime.now(UTC) - timedelta(days=days))
+
+
+# ---------------------------------------------------------------- retention (spec 05 §5)
+
+Progress = Callable[[str, int], None]  # (target, rows deleted by the batch just committed)
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    """What one cleanup run deletes: None skips a target (Archive and DLQ default to keep forever)."""
+
+    archive_days: float | None
+    dlq_days: float | None
+    metric_buckets_hours: float | None
+    worker_rows_days: float | None
+
+    @classmethod
+    def from_settings(cls, cfg: Config | None = None, **overrides: float | None) -> RetentionPlan:
+        retention = (cfg or config()).RETENTION
+        values = {
+            "archive_days": retention.ARCHIVE_DAYS, "dlq_days": retention.DLQ_DAYS,
+            "metric_buckets_hours": retention.METRIC_BUCKETS_HOURS, "worker_rows_days": retention.WORKER_ROWS_DAYS,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        for key, value in values.items():
+            if value is not None and value <= 0:
+                raise ValueError(f"{key} must be > 0 (got {value})")
+        return cls(**values)
+
+    def cutoffs(self, now: datetime | None = None) -> dict[str, datetime]:
+        """Target → cutoff: rows older than it are deleted."""
+        now = now or datetime.now(UTC)
+        spans = {"archive": timedelta(days=self.archive_days) if self.archive_days else None,
+                 "dlq": timedelta(days=self.dlq_days) if self.dlq_days else None,
+                 "metric_buckets": timedelta(hours=self.metric_buckets_hours) if self.metric_buckets_hours else None,
+                 "workers": timedelta(days=self.worker_rows_days) if self.worker_rows_days else None}
+        return {target: now - span for target, span in spans.items() if span is not None}
+
+
+CLEANUP_TARGETS = {
+    "archive": storage.purge_archive,
+    "dlq": storage.purge_dlq_older_than,
+    "metric_buckets": storage.purge_metric_buckets,
+    "workers": storage.purge_workers,
+}
+
+
+def cleanup(plan: RetentionPlan, progress: Progress | None = None, now: datetime | None = None) -> dict[str, int]:
+    """Delete what ``plan`` says, target by target, in batches of ``SQL.CLEANUP_BATCH_SIZE`` rows, each
+    batch its own short transaction (counters decremented with it). Hot is never touched."""
+    deleted: dict[str, int] = {}
+    for target, cutoff in plan.cutoffs(now).items():
+        def report(n: int, target: str = target) -> None:
+            if progress is not None:
+                progress(target, n)
+
+        deleted[target] = CLEANUP_TARGETS[target](cutoff, report)
+        if deleted[target]:
+            logger.info("retention cleanup deleted %s %s rows older than %s", deleted[target], target,
+                        cutoff.isoformat())
+    return deleted
+
+
+def run_cleanup_if_due(state: dict[str, float], cfg: Config | None = None) -> dict[str, int] | None:
+    """The in-worker retention run: at most once per ``RETENTION.INTERVAL`` (None: never), first one
+    interval after the worker started. Errors are logged, never raised."""
+    cfg = cfg or config()
+    interval = cfg.RETENTION.INTERVAL
+    if not interval:
+        return None
+    now = time.monotonic()
+    due = state.setdefault("cleanup_due", now + interval)
+    if now < due:
+        return None
+    state["cleanup_due"] = now + interval
+    try:
+        return cleanup(RetentionPlan.from_settings(cfg))
+    except Exception:
+        logger.exception("in-worker retention cleanup failed; the next run is in %s s", interval)
+        return None
