@@ -291,3 +291,115 @@ class WorkerInfo:
     last_heartbeat_at: datetime | None = None
     stopped_at: datetime | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- Deck reads (issue 3)
+
+SORT_KEYS = ("date", "id", "queue", "type", "created", "worker", "attempts", "duration", "reason")
+"""Whitelisted history sort keys (spec 04 §5); the dialects map each to a column per pillar."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One line of a Deck table in any pillar: never the payload, at most 400 chars of error."""
+
+    id: str
+    queue: str
+    type: str
+    status: JobStatus  # Hot status, SUCCEEDED (Archive), FAILED / CANCELLED / ZOMBIE (DLQ)
+    attempt_count: int
+    created_at: datetime
+    priority: int | None = None  # Hot only
+    created_by: str | None = None
+    tags: str | None = None
+    worker_id: str | None = None
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None  # Archive: finished; DLQ: failed
+    duration_ms: float | None = None
+    failure_reason: FailureReason | None = None
+    error_head: str | None = None  # first 400 characters of the error details (DLQ)
+
+    def sort_value(self, key: str) -> Any:
+        """The value the dialects order by for ``key`` (NULLs coalesced as in their SQL)."""
+        match key:
+            case "id":
+                return self.id
+            case "queue":
+                return self.queue
+            case "type":
+                return self.type
+            case "created":
+                return self.created_at
+            case "worker":
+                return self.worker_id or ""
+            case "attempts":
+                return self.attempt_count
+            case "duration":
+                return -1.0 if self.duration_ms is None else float(self.duration_ms)
+            case "reason":
+                return int(self.failure_reason) if self.failure_reason is not None else -1
+        return self.finished_at
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Filters of the Deck's lists and of the DLQ bulk operations (spec 01 §4.10, 04 §5).
+
+    ``search`` is a case-insensitive substring (LIKE wildcards escaped) over id, type and tags
+    (and error details in the DLQ). ``from_at``/``to_at`` bound finished_at (Archive) or
+    created_at (DLQ, Hot), both inclusive. ``status`` applies to Hot only; ``failure_reason`` to the DLQ.
+    """
+
+    queue: str | None = None
+    type: str | None = None
+    status: JobStatus | None = None
+    failure_reason: FailureReason | None = None
+    search: str | None = None
+    from_at: datetime | None = None
+    to_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySort:
+    key: str = "date"  # one of SORT_KEYS
+    descending: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPoint:
+    """One second of MetricBuckets summed over queues."""
+
+    at: datetime
+    succeeded: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    """Spec 01 §5 queue health: eligible (due) Pending rows and their waiting time."""
+
+    queue: str
+    pending: int
+    avg_lag_seconds: float
+    max_lag_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorGroup:
+    """A top DLQ error type (spec 01 §5)."""
+
+    reason: FailureReason
+    prefix: str
+    count: int
+    latest_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BulkPreview:
+    """Dry run of a DLQ bulk operation (spec 01 §4.10)."""
+
+    matched: int
+    will_affect: int
+    truncated: bool
+    sample_ids: list[str]

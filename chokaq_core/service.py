@@ -8,16 +8,29 @@ road as the worker's (storage → events after commit).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from chokaq_core import storage
-from chokaq_core.api import serialize_payload
+from chokaq_core.api import PRIORITY_RANGE, serialize_payload
 from chokaq_core.domain import (
+    SORT_KEYS,
     ArchivedJob,
+    BulkPreview,
     DeadJob,
+    ErrorGroup,
+    HistorySort,
     HotJob,
+    JobFilter,
+    JobRow,
+    JobStatus,
+    MetricPoint,
+    QueueLag,
     QueueState,
     QueueStats,
     SummaryStats,
@@ -28,6 +41,10 @@ MAX_BULK_IDS = 1000
 
 class ServiceError(ValueError):
     """An operator command was refused; the message says why."""
+
+
+class ConflictError(ServiceError):
+    """The job is no longer where the command expects it (it moved meanwhile); nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -164,3 +181,270 @@ def set_queue_zombie_timeout(queue: str, seconds: int | str | None) -> int | Non
     value = _optional_int("zombie timeout", seconds, ZOMBIE_TIMEOUT_RANGE)
     storage.set_queue_zombie_timeout(_queue(queue), value)
     return value
+
+
+# ---------------------------------------------------------------- Deck reads (issue 3)
+
+ACTIVE_LIMIT = 100
+MAX_PAGE_SIZE = 1000
+MAX_BULK_FILTER_JOBS = 1000
+THROUGHPUT_WINDOW = 300
+TAGS_MAX = 1000
+
+
+@dataclass(frozen=True)
+class QueueOverview:
+    """A Queues row with its counters and lag, for the Deck's queues panel."""
+
+    state: QueueState
+    stats: QueueStats | None
+    lag: QueueLag | None
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Per-second outcomes of the last ``THROUGHPUT_WINDOW`` seconds (zero-filled) and the spec 04 §3.3 rates."""
+
+    points: list[MetricPoint]
+    per_second_1m: float
+    per_second_5m: float
+    fail_rate_1m: float
+    fail_rate_5m: float
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """One keyset page of Archive or DLQ rows. ``next_token``/``prev_token`` are opaque page keys;
+    ``retained`` is the pillar's O(1) counter (not a filtered count: history is never COUNTed to render)."""
+
+    rows: list[JobRow]
+    next_token: str | None
+    prev_token: str | None
+    retained: int
+
+
+def queue_overview() -> list[QueueOverview]:
+    stats = {q.queue: q for q in storage.queue_stats()}
+    lags = {q.queue: q for q in storage.queue_health()}
+    return [QueueOverview(state, stats.get(state.name), lags.get(state.name)) for state in storage.queue_states()]
+
+
+def throughput(now: datetime | None = None) -> Throughput:
+    now = (now or datetime.now(UTC)).replace(microsecond=0)
+    start = now - timedelta(seconds=THROUGHPUT_WINDOW - 1)
+    by_second = {p.at.astimezone(UTC).replace(microsecond=0): p for p in storage.throughput(start)}
+    points = [by_second.get(start + timedelta(seconds=n)) or MetricPoint(start + timedelta(seconds=n), 0, 0)
+              for n in range(THROUGHPUT_WINDOW)]
+    last_minute = points[-60:]
+    done_1m = sum(p.succeeded + p.failed for p in last_minute)
+    failed_1m = sum(p.failed for p in last_minute)
+    done_5m = sum(p.succeeded + p.failed for p in points)
+    failed_5m = sum(p.failed for p in points)
+    return Throughput(
+        points=points,
+        per_second_1m=done_1m / 60,
+        per_second_5m=done_5m / THROUGHPUT_WINDOW,
+        fail_rate_1m=failed_1m * 100 / done_1m if done_1m else 0.0,
+        fail_rate_5m=failed_5m * 100 / done_5m if done_5m else 0.0,
+    )
+
+
+def top_errors(limit: int = 5) -> list[ErrorGroup]:
+    return storage.top_errors(limit)
+
+
+def active_jobs(filters: JobFilter | None = None, limit: int = ACTIVE_LIMIT) -> list[JobRow]:
+    """The newest Hot rows (never the payload)."""
+    return storage.list_active(filters or JobFilter(), max(1, min(limit, MAX_PAGE_SIZE)))
+
+
+def locate(job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    return storage.locate_jobs(list(job_ids))
+
+
+def _encode_key(sort: HistorySort, row: JobRow) -> str:
+    value = row.sort_value(sort.key)
+    raw = json.dumps([sort.key, value.isoformat() if isinstance(value, datetime) else value, row.id])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_key(token: str, sort: HistorySort) -> tuple[Any, str]:
+    """A page key back to (sort value, id); anything malformed or from another sort is refused."""
+    try:
+        key, value, job_id = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if key != sort.key or not isinstance(job_id, str):
+            raise ValueError("page key of another sort")
+        sample = JobRow("", "", "", JobStatus.PENDING, 0, datetime.now(UTC)).sort_value(key)
+        if sort.key in ("date", "created"):
+            value = datetime.fromisoformat(value)
+            if value.tzinfo is None:
+                raise ValueError("naive time")
+        elif isinstance(sample, float):
+            value = float(value)
+        elif isinstance(sample, int) or sort.key == "reason":
+            if not isinstance(value, int):
+                raise ValueError("not an integer")
+        elif not isinstance(value, str):
+            raise ValueError("not a string")
+        return value, job_id
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise ServiceError(f"invalid page key: {exc}") from exc
+
+
+def history(
+    pillar: str, filters: JobFilter, sort: HistorySort, *, after: str | None = None, before: str | None = None,
+    size: int = 100,
+) -> HistoryPage:
+    """A keyset page of ``pillar`` ("archive" or "dlq"): the first page, the page after ``after`` or the page
+    before ``before`` (page keys from an earlier ``HistoryPage``)."""
+    if pillar not in ("archive", "dlq"):
+        raise ServiceError(f"unknown history view {pillar!r}")
+    if sort.key not in SORT_KEYS:
+        raise ServiceError(f"unknown sort key {sort.key!r} (allowed: {', '.join(SORT_KEYS)})")
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise ServiceError(f"page size must be within 1..{MAX_PAGE_SIZE}")
+    read = storage.list_archive if pillar == "archive" else storage.list_dlq
+    summary = storage.summary_stats()
+    retained = summary.succeeded_total if pillar == "archive" else summary.failed_total
+    if before:
+        rows = read(filters, _decode_key(before, sort), size + 1, replace(sort, descending=not sort.descending))
+        more_before = len(rows) > size
+        rows = list(reversed(rows[:size]))
+        if rows:
+            return HistoryPage(rows, _encode_key(sort, rows[-1]),
+                               _encode_key(sort, rows[0]) if more_before else None, retained)
+        after = None
+    key: tuple[Any, str] | None = _decode_key(after, sort) if after else None
+    rows = read(filters, key, size + 1, sort)
+    if key is not None and not rows:  # the page emptied meanwhile (purge, requeue): back to the first page
+        key, rows = None, read(filters, None, size + 1, sort)
+    more = len(rows) > size
+    rows = rows[:size]
+    return HistoryPage(rows, _encode_key(sort, rows[-1]) if more else None,
+                       _encode_key(sort, rows[0]) if key is not None and rows else None, retained)
+
+
+# ---------------------------------------------------------------- Deck commands (issue 3)
+
+
+def _job_id(job_id: str) -> str:
+    job_id = (job_id or "").strip()
+    if not job_id or len(job_id) > 50:
+        raise ServiceError("job id must be 1–50 characters")
+    return job_id
+
+
+def _edits(tags: str | None, priority: int | None) -> None:
+    if tags is not None and len(tags) > TAGS_MAX:
+        raise ServiceError(f"tags must be at most {TAGS_MAX} characters")
+    if priority is not None and not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise ServiceError(f"priority must be within {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}")
+
+
+def _where_is(job_id: str) -> str:
+    status = storage.locate_jobs([job_id]).get(job_id)
+    return "gone" if status is None else status.name.capitalize()
+
+
+def cancel_one(job_id: str, *, actor: str) -> str:
+    """Cancel one job: returns "moved" (Pending/Fetched → DLQ) or "flagged" (Processing, cooperative)."""
+    job_id = _job_id(job_id)
+    moved, flagged = storage.cancel([job_id], actor=actor)
+    if moved:
+        return "moved"
+    if flagged:
+        return "flagged"
+    raise ConflictError(f"Job {job_id} cannot be cancelled: it is {_where_is(job_id)}")
+
+
+def restart(job_id: str, *, actor: str) -> None:
+    """DLQ → Hot without edits; any other place is a conflict (Processing jobs are never restarted)."""
+    job_id = _job_id(job_id)
+    if not storage.resurrect(job_id, actor=actor):
+        raise ConflictError(f"Job {job_id} is not in the DLQ (it is {_where_is(job_id)})")
+
+
+def repair_and_requeue(job_id: str, *, actor: str, payload: str | None, tags: str | None = None,
+                       priority: int | None = None) -> None:
+    """Edit a DLQ job and move it to Hot in one transaction."""
+    job_id = _job_id(job_id)
+    _edits(tags, priority)
+    clean = _payload(payload)
+    if not storage.resurrect(job_id, payload=clean, tags=tags, priority=priority, actor=actor):
+        raise ConflictError("Repair and retry failed. Job might have been purged or requeued externally.")
+
+
+def edit_job(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
+             priority: int | None = None) -> None:
+    """``edit`` with validation; a job that is neither Pending nor in the DLQ any more is a conflict."""
+    job_id = _job_id(job_id)
+    _edits(tags, priority)
+    if not edit(job_id, actor=actor, payload=payload, tags=tags, priority=priority):
+        raise ConflictError("Save failed. Job might have been processed or deleted externally.")
+
+
+def set_priority(job_id: str, priority: int, *, actor: str) -> None:
+    job_id = _job_id(job_id)
+    _edits(None, priority)
+    if not storage.update_hot_data(job_id, priority=priority, actor=actor):
+        raise ConflictError(f"Job {job_id} is not Pending any more (it is {_where_is(job_id)})")
+
+
+def purge_archive_job(job_id: str) -> None:
+    job_id = _job_id(job_id)
+    if not storage.purge_archive_ids([job_id]):
+        raise ConflictError(f"Job {job_id} is not in the Archive")
+
+
+def purge_dlq_job(job_id: str) -> None:
+    job_id = _job_id(job_id)
+    if not storage.purge_dlq_ids([job_id]):
+        raise ConflictError(f"Job {job_id} is not in the DLQ")
+
+
+def _max_jobs(max_jobs: int | None) -> int:
+    if max_jobs is None or max_jobs <= 0:
+        return 100
+    if max_jobs > MAX_BULK_FILTER_JOBS:
+        raise ServiceError(f"max jobs must be at most {MAX_BULK_FILTER_JOBS}")
+    return max_jobs
+
+
+def _dlq_filter(filters: JobFilter) -> JobFilter:
+    if filters.from_at and filters.to_at and filters.from_at > filters.to_at:
+        raise ServiceError("'from' must not be after 'to'")
+    return filters
+
+
+def preview_dlq_bulk(filters: JobFilter, max_jobs: int | None = None) -> BulkPreview:
+    return storage.preview_dlq_bulk(_dlq_filter(filters), _max_jobs(max_jobs))
+
+
+def purge_dlq_by_filter(filters: JobFilter, max_jobs: int | None = None) -> int:
+    return storage.purge_dlq_by_filter(_dlq_filter(filters), _max_jobs(max_jobs))
+
+
+def requeue_dlq_by_filter(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> int:
+    return storage.resurrect_dlq_by_filter(_dlq_filter(filters), _max_jobs(max_jobs), actor=actor)
+
+
+def _cutoff(days: int) -> datetime:
+    if not 1 <= days <= 365:
+        raise ServiceError("days must be within 1..365")
+    return datetime.now(UTC) - timedelta(days=days)
+
+
+def preview_purge(pillar: str, days: int) -> tuple[datetime, int]:
+    """(cutoff, rows a purge older than ``days`` would delete now) for "archive" or "dlq"."""
+    cutoff = _cutoff(days)
+    count = storage.count_archive_older_than(cutoff) if pillar == "archive" else storage.count_dlq_older_than(cutoff)
+    return cutoff, count
+
+
+def purge_older_than(pillar: str, days: int) -> int:
+    cutoff = _cutoff(days)
+    return storage.purge_archive(cutoff) if pillar == "archive" else storage.purge_dlq_older_than(cutoff)

@@ -27,11 +27,18 @@ from chokaq_core import events
 from chokaq_core.conf import config
 from chokaq_core.domain import (
     ArchivedJob,
+    BulkPreview,
     DeadJob,
+    ErrorGroup,
     Failure,
+    HistorySort,
     HotJob,
+    JobFilter,
+    JobRow,
     JobStatus,
+    MetricPoint,
     NewJob,
+    QueueLag,
     QueueState,
     QueueStats,
     Retry,
@@ -454,3 +461,71 @@ def get_archived(job_id: str) -> ArchivedJob | None:
 
 def get_dead(job_id: str) -> DeadJob | None:
     return call("get_dead", job_id)
+
+
+# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
+
+
+def list_active(filters: JobFilter, limit: int) -> list[JobRow]:
+    return call("list_active", filters, limit)
+
+
+def list_archive(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
+    return call("list_archive", filters, after_key, limit, sort)
+
+
+def list_dlq(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
+    return call("list_dlq", filters, after_key, limit, sort)
+
+
+def locate_jobs(job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    return call("locate_jobs", job_ids) if job_ids else {}
+
+
+def throughput(since: datetime) -> list[MetricPoint]:
+    return call("throughput", since)
+
+
+def queue_health() -> list[QueueLag]:
+    return call("queue_health")
+
+
+def top_errors(limit: int) -> list[ErrorGroup]:
+    return call("top_errors", limit)
+
+
+def preview_dlq_bulk(filters: JobFilter, max_jobs: int) -> BulkPreview:
+    return call("preview_dlq_bulk", filters, max_jobs)
+
+
+def purge_dlq_by_filter(filters: JobFilter, max_jobs: int) -> int:
+    moved = call("purge_dlq_by_filter", filters, max_jobs)
+    if moved:
+        _emit([events.Event(events.EventKind.JOBS_PURGED,
+                            {"jobIds": [i for i, _ in moved], "source": "DLQ", "count": len(moved)}),
+               events.stats_updated()])
+    return len(moved)
+
+
+def resurrect_dlq_by_filter(filters: JobFilter, max_jobs: int, *, actor: str | None = None) -> int:
+    moved = call("resurrect_dlq_by_filter", filters, max_jobs, actor)
+    if moved:
+        _emit([events.stats_updated()])
+    return len(moved)
+
+
+def purge_archive_ids(job_ids: Sequence[str]) -> int:
+    moved = call("purge_archive_ids", job_ids) if job_ids else []
+    if moved:
+        _emit([events.Event(events.EventKind.JOBS_PURGED,
+                            {"jobIds": [i for i, _ in moved], "source": "Archive", "count": len(moved)}),
+               events.stats_updated()])
+    return len(moved)
+
+
+def count_archive_older_than(cutoff: datetime) -> int:
+    return int(call("count_archive_older_than", cutoff))
+
+
+def count_dlq_older_than(cutoff: datetime) -> int:
+    return int(call("count_dlq_older_than", cutoff))

@@ -32,10 +32,18 @@ from django.core.exceptions import ImproperlyConfigured
 
 from chokaq_core.domain import (
     ArchivedJob,
+    BulkPreview,
     DeadJob,
+    ErrorGroup,
     Failure,
+    HistorySort,
     HotJob,
+    JobFilter,
+    JobRow,
+    JobStatus,
+    MetricPoint,
     NewJob,
+    QueueLag,
     QueueState,
     QueueStats,
     Retry,
@@ -196,6 +204,65 @@ class Dialect(Protocol):
     def get_archived(self, cursor: Cursor, job_id: str) -> ArchivedJob | None: ...
 
     def get_dead(self, cursor: Cursor, job_id: str) -> DeadJob | None: ...
+
+    # ------------------------------------------------------------ Deck reads and bulk commands (issue 3)
+    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+        """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type/search; no payload."""
+        ...
+
+    def list_archive(
+        self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+    ) -> list[JobRow]:
+        """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
+        after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
+        ...
+
+    def list_dlq(
+        self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+    ) -> list[JobRow]:
+        """One keyset page of DLQ rows, as ``list_archive``."""
+        ...
+
+    def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Where each id is now: its Hot status, SUCCEEDED (Archive) or FAILED/CANCELLED/ZOMBIE (DLQ); absent ids
+        are left out. Primary-key lookups only."""
+        ...
+
+    def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
+        """Per-second succeeded (outcome 0) and failed (outcome 1) counts from MetricBuckets, oldest first."""
+        ...
+
+    def queue_health(self, cursor: Cursor) -> list[QueueLag]:
+        """Per ``Queues`` row: due Pending count, average and max lag in seconds (0 when none)."""
+        ...
+
+    def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
+        """Top (reason, error prefix) groups over the 5000 newest DLQ rows (spec 01 §5)."""
+        ...
+
+    def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
+        """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
+        ...
+
+    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+        """Delete the first ``max_jobs`` matches (failed_at desc, id asc; skip locked); FailedTotal −n."""
+        ...
+
+    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+        """Move the first ``max_jobs`` matches to Hot exactly as ``resurrect_batch``."""
+        ...
+
+    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+        """Delete the given Archive rows; SucceededTotal −n."""
+        ...
+
+    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
+        """Archive rows ``purge_archive`` would delete (finished_at < cutoff): a preview, not a render-time count."""
+        ...
+
+    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
+        """DLQ rows ``purge_dlq_older_than`` would delete (created_at <= cutoff)."""
+        ...
 
 
 DIALECT_FUNCTIONS: tuple[str, ...] = tuple(

@@ -21,12 +21,19 @@ from typing import Any
 
 from chokaq_core.domain import (
     ArchivedJob,
+    BulkPreview,
     DeadJob,
+    ErrorGroup,
     Failure,
     FailureReason,
+    HistorySort,
     HotJob,
+    JobFilter,
+    JobRow,
     JobStatus,
+    MetricPoint,
     NewJob,
+    QueueLag,
     QueueState,
     QueueStats,
     Retry,
@@ -47,7 +54,9 @@ AUTOCOMMIT_SAFE = frozenset({
     "update_hot_data", "update_dlq_data", "purge_dlq_ids", "purge_dlq_older_than", "purge_archive",
     "recover_abandoned", "archive_zombies", "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers",
     "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats", "queue_stats", "get_hot",
-    "get_archived", "get_dead",
+    "get_archived", "get_dead", "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health",
+    "top_errors", "preview_dlq_bulk", "purge_dlq_by_filter", "purge_archive_ids", "count_archive_older_than",
+    "count_dlq_older_than",
 })  # fmt: skip
 
 ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
@@ -896,3 +905,258 @@ def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
     cursor.execute(GET_DEAD_SQL, [job_id])
     row = cursor.fetchone()
     return None if row is None else _dead(row)
+
+
+# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
+
+TOP_ERRORS_SAMPLE = 5000
+EMPTY_ERROR = "(empty error details)"
+ACTIVE_ROW = (
+    "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
+)
+ARCHIVE_ROW = (
+    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at, duration_ms"
+)
+DLQ_ROW = (
+    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
+    " left(error_details, 400)"
+)
+# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
+ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
+                "worker": "coalesce(worker_id, '')", "attempts": "attempt_count",
+                "duration": "coalesce(duration_ms, -1.0)", "date": "finished_at"}  # fmt: skip
+DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
+            "worker": "coalesce(worker_id, '')", "attempts": "attempt_count", "reason": "failure_reason",
+            "date": "failed_at"}  # fmt: skip
+
+LOCATE_SQL = f"""
+SELECT id, status FROM chokaq_jobs_hot WHERE id = ANY(%s::text[])
+UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id = ANY(%s::text[])
+UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[])
+"""
+
+THROUGHPUT_SQL = """
+SELECT bucket_start, coalesce(sum(completed_count) FILTER (WHERE outcome = 0), 0)::bigint,
+       coalesce(sum(completed_count) FILTER (WHERE outcome = 1), 0)::bigint
+FROM chokaq_metric_buckets WHERE bucket_start >= %s
+GROUP BY bucket_start ORDER BY bucket_start
+"""
+
+QUEUE_HEALTH_SQL = """
+SELECT q.name, h.n, coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
+FROM chokaq_queues q CROSS JOIN LATERAL (
+    SELECT count(*) AS n, avg(lag) AS avg_lag, max(lag) AS max_lag FROM (
+        SELECT greatest(0, extract(epoch FROM now() - coalesce(h.scheduled_at, h.created_at)))::float8 AS lag
+        FROM chokaq_jobs_hot h
+        WHERE h.queue = q.name AND h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= now())) x) h
+ORDER BY q.name
+"""
+
+TOP_ERRORS_SQL = """
+WITH recent AS (
+    SELECT failure_reason, failed_at, btrim(left(coalesce(error_details, ''), 4000), E' \\t\\r\\n') AS e
+    FROM chokaq_jobs_dlq ORDER BY failed_at DESC LIMIT %s)
+SELECT failure_reason, CASE WHEN e = '' THEN %s ELSE translate(left(e, 160), E'\\r\\n', '  ') END AS prefix,
+       count(*) AS n, max(failed_at) AS latest
+FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
+"""
+
+PURGE_ARCHIVE_IDS_SQL = f"""
+WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
+{_stats_sub("succeeded_total", "del")}
+SELECT id, queue FROM del
+"""
+
+
+def _like(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _where(filters: JobFilter, date_column: str, search_columns: Sequence[str]) -> tuple[list[str], list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters.queue is not None:
+        clauses.append("queue = %s")
+        params.append(filters.queue)
+    if filters.type is not None:
+        clauses.append("type = %s")
+        params.append(filters.type)
+    if filters.search:
+        pattern = _like(filters.search)
+        clauses.append("(" + " OR ".join(f"{c} ILIKE %s ESCAPE '\\'" for c in search_columns) + ")")
+        params += [pattern] * len(search_columns)
+    if filters.from_at is not None:
+        clauses.append(f"{date_column} >= %s")
+        params.append(filters.from_at)
+    if filters.to_at is not None:
+        clauses.append(f"{date_column} <= %s")
+        params.append(filters.to_at)
+    return clauses, params
+
+
+def _dlq_where(filters: JobFilter) -> tuple[str, list[Any]]:
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"))
+    if filters.failure_reason is not None:
+        clauses.append("failure_reason = %s")
+        params.append(int(filters.failure_reason))
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _dlq_status(reason: FailureReason) -> JobStatus:
+    if reason == FailureReason.CANCELLED:
+        return JobStatus.CANCELLED
+    if reason == FailureReason.ZOMBIE:
+        return JobStatus.ZOMBIE
+    return JobStatus.FAILED
+
+
+def _keyset(
+    sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None, limit: int,
+    sort: HistorySort,
+) -> tuple[str, list[Any]]:
+    """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction.
+    The predicate is spelled ``c <= v AND (c < v OR id < i)`` so a single-column index on ``c`` bounds the scan."""
+    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
+    params = list(params)
+    if after_key is not None:
+        value, last_id = after_key
+        keyset = f"{order} {op}= %s AND ({order} {op} %s OR id {op} %s)"
+        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
+        params += [value, value, last_id]
+    return f"{sql}{where} ORDER BY {order} {direction}, id {direction} LIMIT %s", [*params, int(limit)]
+
+
+def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+    """Newest Hot rows (no payload) matching the filters."""
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags"))
+    if filters.status is not None:
+        clauses.append("status = %s")
+        params.append(int(filters.status))
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    cursor.execute(
+        f"SELECT {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC LIMIT %s",
+        [*params, int(limit)],
+    )
+    return [
+        JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=r[5],
+               priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=r[10], started_at=r[11])
+        for r in cursor.fetchall()
+    ]
+
+
+def list_archive(
+    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+) -> list[JobRow]:
+    """One keyset page of Archive rows."""
+    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    sql, params = _keyset(f"SELECT {ARCHIVE_ROW} FROM chokaq_jobs_archive", where, params,
+                          ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
+    cursor.execute(sql, params)
+    return [
+        JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3], created_at=r[4],
+               created_by=r[5], tags=r[6], worker_id=r[7], started_at=r[8], finished_at=r[9], duration_ms=r[10])
+        for r in cursor.fetchall()
+    ]
+
+
+def list_dlq(
+    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+) -> list[JobRow]:
+    """One keyset page of DLQ rows."""
+    where, params = _dlq_where(filters)
+    sql, params = _keyset(f"SELECT {DLQ_ROW} FROM chokaq_jobs_dlq", where, params,
+                          DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
+    cursor.execute(sql, params)
+    rows = []
+    for r in cursor.fetchall():
+        reason = FailureReason(r[9])
+        rows.append(JobRow(id=r[0], queue=r[1], type=r[2], status=_dlq_status(reason), attempt_count=r[3],
+                           created_at=r[4], created_by=r[5], tags=r[6], worker_id=r[7], finished_at=r[8],
+                           failure_reason=reason, error_head=r[10]))
+    return rows
+
+
+def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    """Where each id is now (primary-key lookups in the three pillars)."""
+    ids = _unique_ids(job_ids)
+    if not ids:
+        return {}
+    cursor.execute(LOCATE_SQL, [ids, ids, ids])
+    return {
+        job_id: JobStatus(code) if code >= 0 else _dlq_status(FailureReason(-1 - code))
+        for job_id, code in cursor.fetchall()
+    }
+
+
+def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
+    """Per-second succeeded/failed counts since ``since``."""
+    cursor.execute(THROUGHPUT_SQL, [since])
+    return [MetricPoint(at, int(ok), int(failed)) for at, ok, failed in cursor.fetchall()]
+
+
+def queue_health(cursor: Cursor) -> list[QueueLag]:
+    """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
+    cursor.execute(QUEUE_HEALTH_SQL)
+    return [QueueLag(name, int(n), float(avg), float(mx)) for name, n, avg, mx in cursor.fetchall()]
+
+
+def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
+    """Top (reason, prefix) groups over the newest DLQ rows."""
+    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
+    return [ErrorGroup(FailureReason(r), prefix, int(n), latest) for r, prefix, n, latest in cursor.fetchall()]
+
+
+def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
+    """Matched count and up to 10 sample ids of a filtered DLQ bulk operation."""
+    where, params = _dlq_where(filters)
+    matched = _count(cursor, f"SELECT count(*) FROM chokaq_jobs_dlq{where}", params)
+    sample: list[str] = []
+    if matched:
+        cursor.execute(f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s",
+                       [*params, min(max_jobs, 10)])
+        sample = [row[0] for row in cursor.fetchall()]
+    return BulkPreview(matched, min(matched, max_jobs), matched > max_jobs, sample)
+
+
+def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+    """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
+    where, params = _dlq_where(filters)
+    cursor.execute(
+        f"WITH picked AS (SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s"
+        " FOR UPDATE SKIP LOCKED),\n"
+        "del AS (DELETE FROM chokaq_jobs_dlq d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
+        f"{_stats_sub('failed_total', 'del')}\nSELECT id, queue FROM del",
+        [*params, max_jobs],
+    )
+    return _moved(cursor)
+
+
+def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+    """Lock the first ``max_jobs`` matches (skip locked), then move them to Hot as ``resurrect_batch``."""
+    where, params = _dlq_where(filters)
+    cursor.execute(
+        f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s FOR UPDATE SKIP LOCKED",
+        [*params, max_jobs],
+    )
+    ids = [row[0] for row in cursor.fetchall()]
+    return _resurrect(cursor, ids, None, None, None, actor) if ids else []
+
+
+def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+    """Delete the given Archive rows; SucceededTotal -n."""
+    if not job_ids:
+        return []
+    cursor.execute(PURGE_ARCHIVE_IDS_SQL, [_unique_ids(job_ids)])
+    return _moved(cursor)
+
+
+def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
+    """Rows ``purge_archive`` would delete."""
+    return _count(cursor, "SELECT count(*) FROM chokaq_jobs_archive WHERE finished_at < %s", [cutoff])
+
+
+def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
+    """Rows ``purge_dlq_older_than`` would delete."""
+    return _count(cursor, "SELECT count(*) FROM chokaq_jobs_dlq WHERE created_at <= %s", [cutoff])

@@ -19,12 +19,19 @@ from typing import Any
 
 from chokaq_core.domain import (
     ArchivedJob,
+    BulkPreview,
     DeadJob,
+    ErrorGroup,
     Failure,
     FailureReason,
+    HistorySort,
     HotJob,
+    JobFilter,
+    JobRow,
     JobStatus,
+    MetricPoint,
     NewJob,
+    QueueLag,
     QueueState,
     QueueStats,
     Retry,
@@ -66,6 +73,8 @@ AUTOCOMMIT_SAFE = frozenset({
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
     "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
     "queue_stats", "get_hot", "get_archived", "get_dead",
+    "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
+    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than",
 })
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
@@ -704,3 +713,247 @@ def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
         return None
     return DeadJob(r[0], r[1], r[2], r[3], r[4], FailureReason(r[5]), r[6], r[7], r[8], r[9], r[10],
                    _dt(r[11]), _dt(r[12]))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
+
+TOP_ERRORS_SAMPLE = 5000
+EMPTY_ERROR = "(empty error details)"
+ACTIVE_ROW = "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"\
+    " started_at"
+ARCHIVE_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"\
+    " duration_ms"
+DLQ_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"\
+    " substr(error_details, 1, 400)"
+# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
+ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
+                "worker": "coalesce(worker_id, '')", "attempts": "attempt_count",
+                "duration": "coalesce(duration_ms, -1.0)", "date": "finished_at"}
+DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
+            "worker": "coalesce(worker_id, '')", "attempts": "attempt_count", "reason": "failure_reason",
+            "date": "failed_at"}
+_DATE_SORTS = {"created_at", "finished_at", "failed_at"}
+
+
+def _like(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _where(filters: JobFilter, date_column: str, search_columns: Sequence[str]) -> tuple[list[str], list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters.queue is not None:
+        clauses.append("queue = %s")
+        params.append(filters.queue)
+    if filters.type is not None:
+        clauses.append("type = %s")
+        params.append(filters.type)
+    if filters.search:
+        pattern = _like(filters.search)
+        clauses.append("(" + " OR ".join(f"{c} LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
+        params += [pattern] * len(search_columns)
+    if filters.from_at is not None:
+        clauses.append(f"{date_column} >= %s")
+        params.append(_ts(filters.from_at))
+    if filters.to_at is not None:
+        clauses.append(f"{date_column} <= %s")
+        params.append(_ts(filters.to_at))
+    return clauses, params
+
+
+def _dlq_where(filters: JobFilter) -> tuple[str, list[Any]]:
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"))
+    if filters.failure_reason is not None:
+        clauses.append("failure_reason = %s")
+        params.append(int(filters.failure_reason))
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _dlq_status(reason: FailureReason) -> JobStatus:
+    if reason == FailureReason.CANCELLED:
+        return JobStatus.CANCELLED
+    if reason == FailureReason.ZOMBIE:
+        return JobStatus.ZOMBIE
+    return JobStatus.FAILED
+
+
+def _keyset(
+    sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None, limit: int,
+    sort: HistorySort,
+) -> tuple[str, list[Any]]:
+    """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction."""
+    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
+    params = list(params)
+    if after_key is not None:
+        value, last_id = after_key
+        if order in _DATE_SORTS and isinstance(value, datetime):
+            value = _ts(value)
+        keyset = f"{order} {op}= %s AND ({order} {op} %s OR id {op} %s)"
+        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
+        params += [value, value, last_id]
+    return f"{sql}{where} ORDER BY {order} {direction}, id {direction} LIMIT %s", [*params, int(limit)]
+
+
+def _archive_row(r: Sequence[Any]) -> JobRow:
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3],
+                  created_at=_dt(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
+                  started_at=_dt(r[8]), finished_at=_dt(r[9]), duration_ms=r[10])
+
+
+def _dlq_row(r: Sequence[Any]) -> JobRow:
+    reason = FailureReason(r[9])
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=_dlq_status(reason), attempt_count=r[3],
+                  created_at=_dt(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
+                  finished_at=_dt(r[8]), failure_reason=reason, error_head=r[10])
+
+
+def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags"))
+    if filters.status is not None:
+        clauses.append("status = %s")
+        params.append(int(filters.status))
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    cursor.execute(f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC LIMIT %s",
+                   [*params, int(limit)])
+    return [
+        JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4],
+               created_at=_dt(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
+               worker_id=r[9], scheduled_at=_dt(r[10]), started_at=_dt(r[11]))
+        for r in cursor.fetchall()
+    ]
+
+
+def list_archive(
+    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+) -> list[JobRow]:
+    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    sql, params = _keyset(f"SELECT {ARCHIVE_ROW} FROM {ARCHIVE}", where, params,
+                          ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
+    cursor.execute(sql, params)
+    return [_archive_row(r) for r in cursor.fetchall()]
+
+
+def list_dlq(
+    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+) -> list[JobRow]:
+    where, params = _dlq_where(filters)
+    sql, params = _keyset(f"SELECT {DLQ_ROW} FROM {DLQ}", where, params, DLQ_SORT.get(sort.key, "failed_at"),
+                          after_key, limit, sort)
+    cursor.execute(sql, params)
+    return [_dlq_row(r) for r in cursor.fetchall()]
+
+
+def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return {}
+    marks = _marks(len(ids))
+    cursor.execute(
+        f"SELECT id, status FROM {HOT} WHERE id IN ({marks})"
+        f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id IN ({marks})"
+        f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id IN ({marks})",
+        ids * 3,
+    )
+    found: dict[str, JobStatus] = {}
+    for job_id, code in cursor.fetchall():
+        found[job_id] = JobStatus(code) if code >= 0 else _dlq_status(FailureReason(-1 - code))
+    return found
+
+
+def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
+    cursor.execute(
+        f"SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
+        f" sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
+        f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start",
+        [_ts(since)],
+    )
+    return [MetricPoint(_dt(r[0]), int(r[1]), int(r[2])) for r in cursor.fetchall()]  # type: ignore[arg-type]
+
+
+def queue_health(cursor: Cursor) -> list[QueueLag]:
+    now = _ts(_now())
+    cursor.execute(
+        f"""
+        SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
+        FROM {QUEUES} q LEFT JOIN (
+            SELECT queue, count(*) AS n, avg(lag) AS avg_lag, max(lag) AS max_lag FROM (
+                SELECT queue, max(0.0, (julianday(%s) - julianday(coalesce(scheduled_at, created_at))) * 86400.0)
+                       AS lag
+                FROM {HOT} WHERE status = 0 AND (scheduled_at IS NULL OR scheduled_at <= %s))
+            GROUP BY queue) h ON h.queue = q.name
+        ORDER BY q.name
+        """,
+        [now, now],
+    )
+    return [QueueLag(r[0], int(r[1]), float(r[2]), float(r[3])) for r in cursor.fetchall()]
+
+
+def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
+    cursor.execute(
+        f"""
+        WITH recent AS (
+            SELECT failure_reason, failed_at,
+                   trim(substr(coalesce(error_details, ''), 1, 4000), ' ' || char(9) || char(10) || char(13)) AS e
+            FROM {DLQ} ORDER BY failed_at DESC LIMIT %s)
+        SELECT failure_reason,
+               CASE WHEN e = '' THEN %s ELSE replace(replace(substr(e, 1, 160), char(13), ' '), char(10), ' ') END
+                   AS prefix,
+               count(*) AS n, max(failed_at) AS latest
+        FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
+        """,
+        [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)],
+    )
+    return [ErrorGroup(FailureReason(r[0]), r[1], int(r[2]), _dt(r[3])) for r in cursor.fetchall()]  # type: ignore[arg-type]
+
+
+def _dlq_pick(cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
+    where, params = _dlq_where(filters)
+    cursor.execute(f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC LIMIT %s", [*params, max_jobs])
+    return [r[0] for r in cursor.fetchall()]
+
+
+def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
+    where, params = _dlq_where(filters)
+    cursor.execute(f"SELECT count(*) FROM {DLQ}{where}", params)
+    matched = int(cursor.fetchone()[0])
+    sample = _dlq_pick(cursor, filters, min(max_jobs, 10)) if matched else []
+    return BulkPreview(matched, min(matched, max_jobs), matched > max_jobs, sample)
+
+
+def _delete_dlq(cursor: Cursor, ids: Sequence[str]) -> Moved:
+    if not ids:
+        return []
+    cursor.execute(f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", list(ids))
+    moved = [(row[0], row[1]) for row in cursor.fetchall()]
+    _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
+    return moved
+
+
+def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+    return _delete_dlq(cursor, _dlq_pick(cursor, filters, max_jobs))
+
+
+def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+    return _resurrect_rows(cursor, _dlq_pick(cursor, filters, max_jobs), None, None, None, actor)
+
+
+def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return []
+    cursor.execute(f"DELETE FROM {ARCHIVE} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", ids)
+    moved = [(row[0], row[1]) for row in cursor.fetchall()]
+    _drop_stats(cursor, "succeeded_total", Counter(q for _, q in moved), _ts(_now()))
+    return moved
+
+
+def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
+    cursor.execute(f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < %s", [_ts(cutoff)])
+    return int(cursor.fetchone()[0])
+
+
+def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
+    cursor.execute(f"SELECT count(*) FROM {DLQ} WHERE created_at <= %s", [_ts(cutoff)])
+    return int(cursor.fetchone()[0])

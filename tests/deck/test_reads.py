@@ -1,0 +1,180 @@
+"""The engine reads and bulk commands the Deck needs (issue 3), through ``chokaq_core.service``.
+
+Run on every vendor of the suite: each is one dialect function in sqlite.py / postgresql.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from chokaq_core import service
+from chokaq_core.domain import FailureReason, HistorySort, JobFilter, JobStatus
+from chokaq_core.models import JobsArchive, JobsDLQ, StatsSummary
+from tests.deck.conftest import archived, dead, pending, processing
+
+pytestmark = pytest.mark.django_db
+
+
+def failed_total(queue: str) -> int:
+    return StatsSummary.objects.get(queue=queue).failed_total
+
+
+def test_active_lists_newest_hot_rows_without_payload_and_filters() -> None:
+    first = pending("q1", tags="alpha")[0]
+    second = pending("q2", type="test.fail.v1")[0]
+    running = processing("q3")[0]
+    rows = service.active_jobs()
+    assert [r.id for r in rows[:3]] == [running, second, first]
+    assert not hasattr(rows[0], "payload")
+    assert rows[0].status == JobStatus.PROCESSING and rows[0].started_at is not None
+    assert [r.id for r in service.active_jobs(JobFilter(status=JobStatus.PENDING))] == [second, first]
+    assert [r.id for r in service.active_jobs(JobFilter(queue="q1"))] == [first]
+    assert [r.id for r in service.active_jobs(JobFilter(search="ALPHA"))] == [first]
+    assert [r.id for r in service.active_jobs(JobFilter(search="fail"))] == [second]
+    assert service.active_jobs(JobFilter(search="%")) == []  # LIKE wildcards are escaped
+    assert len(service.active_jobs(limit=2)) == 2
+
+
+def test_archive_keyset_pages_cover_every_row_once_forward_and_back() -> None:
+    ids = archived("pages", 7)
+    sort = HistorySort("date", descending=True)
+    seen: list[str] = []
+    page = service.history("archive", JobFilter(), sort, size=3)
+    pages = [page]
+    seen += [r.id for r in page.rows]
+    while page.next_token:
+        page = service.history("archive", JobFilter(), sort, after=page.next_token, size=3)
+        pages.append(page)
+        seen += [r.id for r in page.rows]
+    assert sorted(seen) == sorted(ids) and len(seen) == 7
+    assert [len(p.rows) for p in pages] == [3, 3, 1]
+    assert pages[0].prev_token is None and pages[1].prev_token is not None
+    back = service.history("archive", JobFilter(), sort, before=pages[2].prev_token, size=3)
+    assert [r.id for r in back.rows] == [r.id for r in pages[1].rows]
+    assert back.retained == 7
+
+
+@pytest.mark.parametrize("key", ["id", "queue", "type", "created", "worker", "attempts", "duration", "date"])
+@pytest.mark.parametrize("descending", [True, False])
+def test_every_archive_sort_pages_without_gaps_or_repeats(key: str, descending: bool) -> None:
+    ids = archived("a", 3, duration_ms=5.0) + archived("b", 2, duration_ms=50.0)
+    sort = HistorySort(key, descending)
+    seen: list[str] = []
+    token = None
+    while True:
+        page = service.history("archive", JobFilter(), sort, after=token, size=2)
+        seen += [r.id for r in page.rows]
+        if not page.next_token:
+            break
+        token = page.next_token
+    assert sorted(seen) == sorted(ids) and len(seen) == len(ids)
+    values = [r.sort_value(key) for r in service.history("archive", JobFilter(), sort, size=10).rows]
+    assert values == sorted(values, reverse=descending)
+
+
+def test_dlq_filters_by_reason_type_queue_search_and_dates() -> None:
+    fatal = dead("dq", reason=FailureReason.FATAL_ERROR, details="ValueError: width must be positive")[0]
+    timeout = dead("dq", reason=FailureReason.TIMEOUT, details="Timed out after 5s", type="test.sleep.v1")[0]
+    other = dead("other", reason=FailureReason.FATAL_ERROR, details="KeyError: 'x'")[0]
+    sort = HistorySort()
+
+    def ids(**f: object) -> set[str]:
+        return {r.id for r in service.history("dlq", JobFilter(**f), sort).rows}  # type: ignore[arg-type]
+
+    assert ids() == {fatal, timeout, other}
+    assert ids(failure_reason=FailureReason.TIMEOUT) == {timeout}
+    assert ids(type="test.sleep.v1") == {timeout}
+    assert ids(queue="other") == {other}
+    assert ids(search="WIDTH must") == {fatal}
+    today = timezone.now()
+    assert ids(from_at=today - timedelta(days=1), to_at=today + timedelta(days=1)) == {fatal, timeout, other}
+    assert ids(to_at=today - timedelta(days=1)) == set()
+    row = next(r for r in service.history("dlq", JobFilter(), sort).rows if r.id == fatal)
+    assert row.failure_reason == FailureReason.FATAL_ERROR and row.status == JobStatus.FAILED
+    assert row.error_head == "ValueError: width must be positive"
+
+
+def test_unknown_sort_key_and_bad_page_key_are_refused() -> None:
+    with pytest.raises(service.ServiceError, match="unknown sort key"):
+        service.history("archive", JobFilter(), HistorySort("payload"))
+    with pytest.raises(service.ServiceError, match="invalid page key"):
+        service.history("archive", JobFilter(), HistorySort(), after="not-a-key")
+    with pytest.raises(service.ServiceError, match="page size"):
+        service.history("dlq", JobFilter(), HistorySort(), size=5000)
+
+
+def test_locate_reports_where_each_job_is() -> None:
+    p = pending("loc")[0]
+    a = archived("loc2")[0]
+    c = dead("loc3", reason=FailureReason.CANCELLED)[0]
+    f = dead("loc4")[0]
+    found = service.locate([p, a, c, f, "missing"])
+    assert found == {p: JobStatus.PENDING, a: JobStatus.SUCCEEDED, c: JobStatus.CANCELLED, f: JobStatus.FAILED}
+
+
+def test_throughput_rates_from_metric_buckets() -> None:
+    archived("tp", 3)
+    dead("tp2", 2)
+    tp = service.throughput()
+    assert len(tp.points) == service.THROUGHPUT_WINDOW
+    assert sum(p.succeeded for p in tp.points) == 3 and sum(p.failed for p in tp.points) == 2
+    assert tp.per_second_1m == pytest.approx(5 / 60)
+    assert tp.fail_rate_1m == pytest.approx(40.0)
+    assert tp.fail_rate_5m == pytest.approx(40.0)
+
+
+def test_queue_health_counts_only_due_pending_rows() -> None:
+    pending("lagging", 2)
+    pending("lagging", 1, delay=3600)
+    pending("idle", 1, delay=3600)
+    health = {q.name: q.lag for q in service.queue_overview()}
+    assert health["lagging"] is not None and health["lagging"].pending == 2
+    assert health["lagging"].max_lag_seconds >= health["lagging"].avg_lag_seconds >= 0
+    assert health["idle"] is not None and health["idle"].pending == 0 and health["idle"].max_lag_seconds == 0
+
+
+def test_top_errors_group_by_reason_and_prefix() -> None:
+    dead("te", 3, details="ValueError: width must be positive\r\n  at line 3")
+    dead("te", 1, reason=FailureReason.TIMEOUT, details="  Timed out  ")
+    dead("te", 1, details="x" * 500)
+    groups = service.top_errors()
+    assert groups[0].count == 3 and groups[0].reason == FailureReason.FATAL_ERROR
+    assert groups[0].prefix == "ValueError: width must be positive    at line 3"
+    assert any(g.prefix == "Timed out" and g.reason == FailureReason.TIMEOUT for g in groups)
+    assert any(len(g.prefix) == 160 for g in groups)
+
+
+def test_dlq_bulk_preview_purge_and_requeue_by_filter() -> None:
+    ids = dead("bulk", 5, reason=FailureReason.TIMEOUT)
+    keep = dead("bulk", 1, reason=FailureReason.FATAL_ERROR)[0]
+    f = JobFilter(queue="bulk", failure_reason=FailureReason.TIMEOUT)
+    preview = service.preview_dlq_bulk(f, 3)
+    assert (preview.matched, preview.will_affect, preview.truncated) == (5, 3, True)
+    assert len(preview.sample_ids) == 3 and set(preview.sample_ids) <= set(ids)
+    assert failed_total("bulk") == 6
+    assert service.requeue_dlq_by_filter(f, 2, actor="ops") == 2
+    assert failed_total("bulk") == 4
+    assert service.purge_dlq_by_filter(f, 0) == 3  # max_jobs <= 0 means 100
+    assert failed_total("bulk") == 1
+    assert list(JobsDLQ.objects.values_list("id", flat=True)) == [keep]
+    with pytest.raises(service.ServiceError, match="max jobs"):
+        service.preview_dlq_bulk(f, 1001)
+
+
+def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
+    old, new = archived("age", 2)
+    JobsArchive.objects.filter(id=old).update(finished_at=timezone.now() - timedelta(days=40))
+    gone = dead("age2")[0]
+    JobsDLQ.objects.filter(id=gone).update(created_at=timezone.now() - timedelta(days=10))
+    assert service.preview_purge("archive", 30)[1] == 1
+    assert service.preview_purge("dlq", 7)[1] == 1
+    assert service.preview_purge("dlq", 30)[1] == 0
+    service.purge_archive_job(new)
+    assert StatsSummary.objects.get(queue="age").succeeded_total == 1
+    with pytest.raises(service.ConflictError):
+        service.purge_archive_job(new)
+    assert service.purge_older_than("archive", 30) == 1
+    assert not JobsArchive.objects.exists()
