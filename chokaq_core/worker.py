@@ -201,10 +201,17 @@ class Worker:
         self._running_lock = threading.Lock()
         self._in_flight = 0  # rows taken by the dispatcher and not yet finished
         self._in_flight_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=wk.MAX_CONCURRENCY, thread_name_prefix="chokaq-exec")
+        # Executor threads are the pool's, not ours: each registers its connection wrappers on start
+        # so that shutdown can close them once the pool has joined (spec 03 §1).
+        self._executor_dbs: list[Any] = []
+        self._executor_dbs_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=wk.MAX_CONCURRENCY, thread_name_prefix="chokaq-exec",
+                                        initializer=self._adopt_executor_connections)
         self._pause_cache: tuple[float, set[str]] = (0.0, set())
         self._threads: list[threading.Thread] = []
         self._fetcher_stamp = datetime.now(UTC)
+        self._registry_lock = threading.Lock()
+        self._registry_closed = False
         self._idle_since: float | None = None
         self.exit_code = 0
 
@@ -258,6 +265,11 @@ class Worker:
                          daemon=True).start()
 
     def _shutdown(self) -> None:
+        # Spec 02 §9.1: the fetcher stops claiming and closes the buffer. Wait for it, so that a claim
+        # still on the wire when stop() was called lands in the buffer before the drain releases it.
+        fetcher = next((t for t in self._threads if t.name == "chokaq-fetcher"), None)
+        if fetcher is not None and fetcher is not threading.current_thread():
+            fetcher.join(self.cfg.WORKER.SHUTDOWN_GRACE_PERIOD)
         self.buffer.close()
         self._release(self.buffer.drain())
         deadline = time.monotonic() + self.cfg.WORKER.SHUTDOWN_GRACE_PERIOD
@@ -268,13 +280,36 @@ class Worker:
                            len(self._running))
         self.limiter.close()
         self._flush_outcomes()
-        try:
-            storage.stop_worker(self.worker_id)
-        except Exception:
-            logger.exception("could not mark worker %s stopped", self.worker_id)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._registry_lock:  # no registry write may follow this one (spec 02 §9.5)
+            self._registry_closed = True
+            try:
+                storage.stop_worker(self.worker_id)
+            except Exception:
+                logger.exception("could not mark worker %s stopped", self.worker_id)
+        if self._busy():
+            self._pool.shutdown(wait=False, cancel_futures=True)  # stuck handlers keep their threads
+        else:
+            self.close_executor_connections()
         logger.info("worker %s stopped (1001)", self.worker_id)
         self.stopped.set()
+
+    def _adopt_executor_connections(self) -> None:
+        with self._executor_dbs_lock:
+            self._executor_dbs.extend(connections[name] for name in connections)
+
+    def close_executor_connections(self) -> None:
+        """Join the executor pool, then close the database connections its threads opened."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._executor_dbs_lock:
+            dbs, self._executor_dbs = self._executor_dbs, []
+        for db in dbs:
+            db.inc_thread_sharing()  # its thread has exited: closing it from here is safe
+            try:
+                db.close()
+            except Exception:
+                logger.debug("closing an executor connection failed", exc_info=True)
+            finally:
+                db.dec_thread_sharing()
 
     def _thread_main(self, target: Callable[[], None]) -> None:
         try:
@@ -571,7 +606,8 @@ class Worker:
                 with self._running_lock:
                     for job_id, actor in requests:
                         target = self._running.get(job_id)
-                        if target is not None and not target.token.is_cancelled:
+                        # Admin wins over an earlier Timeout or Shutdown (spec 02 §8).
+                        if target is not None and target.token.reason != CancellationReason.ADMIN:
                             target.token.cancel(CancellationReason.ADMIN, actor)
             if now >= next_registry:
                 next_registry = now + wk.REGISTRY_HEARTBEAT_INTERVAL
@@ -582,16 +618,19 @@ class Worker:
         return random.randint(int(ex.HEARTBEAT_INTERVAL_MIN * 1000), int(ex.HEARTBEAT_INTERVAL_MAX * 1000)) / 1000
 
     def _register(self) -> None:
-        try:
-            storage.upsert_worker(WorkerInfo(
-                worker_id=self.worker_id, hostname=socket.gethostname()[:255], pid=os.getpid(),
-                queues=",".join(self.queues or ["*"]), capacity=self.limiter.capacity,
-                active_count=len(self._running),
-                runtime_json=json.dumps({"maxAttempts": self.retry_policy.max_attempts,
-                                         "baseDelaySeconds": self.retry_policy.base_delay}),
-            ))
-        except Exception:
-            logger.warning("worker registry write failed", exc_info=True)
+        with self._registry_lock:
+            if self._registry_closed:
+                return
+            try:
+                storage.upsert_worker(WorkerInfo(
+                    worker_id=self.worker_id, hostname=socket.gethostname()[:255], pid=os.getpid(),
+                    queues=",".join(self.queues or ["*"]), capacity=self.limiter.capacity,
+                    active_count=len(self._running),
+                    runtime_json=json.dumps({"maxAttempts": self.retry_policy.max_attempts,
+                                             "baseDelaySeconds": self.retry_policy.base_delay}),
+                ))
+            except Exception:
+                logger.warning("worker registry write failed", exc_info=True)
 
     # ------------------------------------------------------------ rescue
 

@@ -19,6 +19,9 @@ from chokaq_core import ChokaQFatalError, ChokaQThrottledError, JobContext, job
 EXECUTIONS: dict[str, list[int]] = defaultdict(list)
 _lock = threading.Lock()
 GATES: dict[str, threading.Event] = {}
+# Worker tests: the whole ctx per execution, and how a watched execution saw its cancellation.
+CONTEXTS: dict[str, list[JobContext]] = defaultdict(list)
+CANCELS: dict[str, tuple[Any, str | None]] = {}
 
 
 def record(ctx: JobContext) -> None:
@@ -30,6 +33,8 @@ def reset() -> None:
     with _lock:
         EXECUTIONS.clear()
         GATES.clear()
+        CONTEXTS.clear()
+        CANCELS.clear()
 
 
 @job("test.ok.v1")
@@ -107,3 +112,46 @@ def record_in_table(ctx: JobContext, sleep: float = 0.0, fail: bool = False) -> 
         time.sleep(sleep)
     if fail:
         raise ConnectionError("recorded failure")
+
+
+# ---------------------------------------------------------------- worker tests
+
+
+@job("test.ctx.v1")
+def ctx_probe(ctx: JobContext, sleep: float = 0.0) -> None:
+    """Keeps the whole context it was given; sleeps cooperatively."""
+    record(ctx)
+    with _lock:
+        CONTEXTS[ctx.job_id].append(ctx)
+    if sleep and ctx.cancellation.wait(sleep):
+        ctx.raise_if_cancelled()
+
+
+@job("test.watch.v1")
+def watch(ctx: JobContext, name: str) -> None:
+    """Like ``test.gate.v1``, but records the reason and actor of the cancellation it saw."""
+    record(ctx)
+    event = GATES.setdefault(name, threading.Event())
+    while not event.wait(0.02):
+        if ctx.is_cancelled:
+            with _lock:
+                CANCELS[ctx.job_id] = (ctx.cancellation.reason, ctx.cancellation.actor)
+            ctx.raise_if_cancelled()
+
+
+@job("test.progress_steps.v1")
+def progress_steps(ctx: JobContext, steps: list[float]) -> None:
+    record(ctx)
+    for step in steps:
+        ctx.progress(step, f"at {step}")
+
+
+@job("test.late.v1")
+def late(ctx: JobContext, seconds: float = 1.0) -> None:
+    """Ignores cancellation for ``seconds``, then honours whatever cancellation arrived meanwhile."""
+    record(ctx)
+    time.sleep(seconds)
+    if ctx.is_cancelled:
+        with _lock:
+            CANCELS[ctx.job_id] = (ctx.cancellation.reason, ctx.cancellation.actor)
+    ctx.raise_if_cancelled()
