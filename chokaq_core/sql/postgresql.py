@@ -49,7 +49,7 @@ NOTIFY_CHANNEL = "chokaq_jobs"
 # Every function but enqueue is one statement (a move is one CTE statement) or a read,
 # so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
 AUTOCOMMIT_SAFE = frozenset({
-    "fetch_batch", "mark_processing", "keep_alive", "cancel_requests", "archive_succeeded", "move_to_dlq",
+    "mark_processing", "keep_alive", "cancel_requests", "archive_succeeded", "move_to_dlq",
     "reschedule_for_retry", "release_jobs", "resurrect", "resurrect_batch", "cancel_batch", "request_cancel",
     "update_hot_data", "update_dlq_data", "purge_dlq_ids", "purge_dlq_older_than", "purge_archive",
     "recover_abandoned", "archive_zombies", "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers",
@@ -256,6 +256,14 @@ SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at)
 
 FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
+# Claimers of a capped queue take turns: the claim statement counts the queue's active rows in
+# its own snapshot, which cannot see another claimer's uncommitted claim. Locking the capped
+# queues' control rows first (held to commit) makes the next claim statement's fresh READ
+# COMMITTED snapshot include every earlier claim, so MaxWorkers holds fleet-wide.
+LOCK_CAPPED_ALL_SQL = "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL ORDER BY name FOR UPDATE"
+LOCK_CAPPED_QUEUES_SQL = (
+    "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
+)
 
 MARK_PROCESSING_SQL = """
 UPDATE chokaq_jobs_hot
@@ -560,9 +568,12 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
     # The scan window is the spec's 10 x limit; twice as many candidates leave room for skipped locked rows.
     params = {"scan": limit * 10, "candidates": limit * 20, "limit": limit, "worker": worker_id}
     if queues is None:
+        cursor.execute(LOCK_CAPPED_ALL_SQL)
         cursor.execute(FETCH_ALL_SQL, params)
     else:
-        cursor.execute(FETCH_QUEUES_SQL, {**params, "queues": list(queues)})
+        params["queues"] = list(queues)
+        cursor.execute(LOCK_CAPPED_QUEUES_SQL, params)
+        cursor.execute(FETCH_QUEUES_SQL, params)
     return [_hot(row) for row in cursor.fetchall()]
 
 

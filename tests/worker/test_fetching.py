@@ -62,14 +62,9 @@ def test_queue_bulkhead_caps_active_rows(start_worker: Any, state: Any) -> None:
         assert jobs.EXECUTIONS[job_id] == [1]
 
 
-def test_bulkhead_holds_between_two_concurrent_claims(state: Any, vendor: str, request: Any) -> None:
+def test_bulkhead_holds_between_two_concurrent_claims(state: Any, vendor: str) -> None:
     """Spec 03 §5: MaxWorkers caps Fetched+Processing *across the whole fleet*. Worker A's claim is
     still uncommitted while worker B claims from the same capped queue."""
-    if vendor == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "sql/postgresql.py fetch_batch: each claimer locks only its own scan window (SKIP LOCKED) and "
-            "counts the queue's active rows from its statement snapshot, so a concurrent claim that is not "
-            "committed yet is not counted and two workers together exceed MaxWorkers (4 active under 2).")))
     storage.set_queue_max_workers("narrow", 2)
     # More rows than A's lock window (10 × its limit), so B finds unlocked rows to claim.
     for _ in range(30):
