@@ -50,12 +50,19 @@ from typing import Any
 
 from chokaq_core.domain import (
     ArchivedJob,
+    BulkPreview,
     DeadJob,
+    ErrorGroup,
     Failure,
     FailureReason,
+    HistorySort,
     HotJob,
+    JobFilter,
+    JobRow,
     JobStatus,
+    MetricPoint,
     NewJob,
+    QueueLag,
     QueueState,
     QueueStats,
     Retry,
@@ -72,12 +79,15 @@ IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the en
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
 ENQUEUE_PASSES = 3
 
-# Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads.
+# Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads
+# (not fetch_batch: its capped-queue locks must last until the claim commits).
 AUTOCOMMIT_SAFE = frozenset({
-    "fetch_batch", "mark_processing", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
+    "mark_processing", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
     "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
     "queue_stats", "get_hot", "get_archived", "get_dead",
+    "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
+    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than",
 })
 
 # Column lists follow the row dataclasses field for field, so a row maps by position.
@@ -260,7 +270,13 @@ ENQUEUE_SQL = _batch(
 
 
 def _fetch_sql(queue_filter: bool) -> str:
-    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim."""
+    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
+
+    As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
+    claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
+    an index order, so the sort reads — and U-locks, for this one statement — every due Pending row of
+    the allowed queues; with a very large due backlog watch for lock escalation on ``chokaq_jobs_hot``.
+    """
     declare_queues = ["DECLARE @Queues nvarchar(max) = %s;"] if queue_filter else []
     queue_predicate = (
         "\n      AND h.queue IN (SELECT f.name FROM OPENJSON(@Queues) WITH (name nvarchar(4000) '$.name') AS f)"
@@ -293,12 +309,21 @@ OUTPUT {", ".join(f"inserted.{c}" for c in HOT_FIELDS)}
 FROM chokaq_jobs_hot AS h WITH (ROWLOCK)
 INNER JOIN Picked AS p ON p.id = h.id
 WHERE h.status = 0;"""
+    # Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control
+    # rows, held to commit, make the claim statement that follows count every earlier committed claim.
+    capped_filter = (
+        " AND c.name IN (SELECT f.name FROM OPENJSON(@Queues) WITH (name nvarchar(4000) '$.name') AS f)"
+        if queue_filter else ""
+    )
     return _batch(
         _NOW,
         "DECLARE @WorkerId nvarchar(4000) = %s;",
         "DECLARE @ScanLimit int = %s;",
         "DECLARE @Limit int = %s;",
         *declare_queues,
+        "DECLARE @Capped int;",
+        "SELECT @Capped = COUNT(*) FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\n"
+        f"WHERE c.max_workers IS NOT NULL{capped_filter};",
         claim,
     )
 
@@ -1157,3 +1182,325 @@ def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
     rows = _rows(cursor)
     return _dead(rows[0]) if rows else None
 
+
+# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
+
+TOP_ERRORS_SAMPLE = 5000
+EMPTY_ERROR = "(empty error details)"
+ACTIVE_ROW = (
+    "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
+)
+ARCHIVE_ROW = (
+    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at, duration_ms"
+)
+DLQ_ROW = (
+    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
+    " LEFT(error_details, 400)"
+)
+# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
+ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
+                "worker": "COALESCE(worker_id, N'')", "attempts": "attempt_count",
+                "duration": "COALESCE(duration_ms, -1.0)", "date": "finished_at"}  # fmt: skip
+DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
+            "worker": "COALESCE(worker_id, N'')", "attempts": "attempt_count", "reason": "failure_reason",
+            "date": "failed_at"}  # fmt: skip
+
+LOCATE_SQL = _batch(
+    "DECLARE @Ids nvarchar(max) = %s;",
+    f"SELECT id, status FROM chokaq_jobs_hot WHERE id IN {_IDS}\n"
+    f"UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id IN {_IDS}\n"
+    f"UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id IN {_IDS};",
+)
+
+# The three passive telemetry reads below may read dirty data (spec 01 §1.3).
+THROUGHPUT_SQL = (
+    "SELECT bucket_start, SUM(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
+    " SUM(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)\n"
+    "FROM chokaq_metric_buckets WITH (NOLOCK) WHERE bucket_start >= CAST(%s AS datetimeoffset(7))\n"
+    "GROUP BY bucket_start ORDER BY bucket_start"
+)
+
+QUEUE_HEALTH_SQL = _batch(
+    "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);",
+    """SELECT q.name, COALESCE(h.n, 0), COALESCE(h.avg_lag, 0), COALESCE(h.max_lag, 0)
+FROM chokaq_queues AS q WITH (NOLOCK)
+LEFT JOIN (
+    SELECT x.queue, COUNT(*) AS n, AVG(x.lag) AS avg_lag, MAX(x.lag) AS max_lag
+    FROM (SELECT p.queue,
+                 CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END AS lag
+          FROM (SELECT w.queue, COALESCE(w.scheduled_at, w.created_at) AS due_at
+                FROM chokaq_jobs_hot AS w WITH (NOLOCK)
+                WHERE w.status = 0 AND (w.scheduled_at IS NULL OR w.scheduled_at <= @Now)) AS p) AS x
+    GROUP BY x.queue) AS h ON h.queue = q.name
+ORDER BY q.name;""",
+)
+
+# Spec 01 §5: the 5000 newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server 2017+).
+TOP_ERRORS_SQL = _batch(
+    "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
+    """WITH Recent AS (
+    SELECT TOP (%s) d.failure_reason, d.failed_at,
+           TRIM(@Blank FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
+    FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC),
+Prefixed AS (
+    SELECT r.failure_reason, r.failed_at,
+           CASE WHEN r.error_text = N'' THEN %s
+                ELSE REPLACE(REPLACE(LEFT(r.error_text, 160), NCHAR(13), N' '), NCHAR(10), N' ') END AS prefix
+    FROM Recent AS r)
+SELECT TOP (%s) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest
+FROM Prefixed AS g GROUP BY g.failure_reason, g.prefix ORDER BY n DESC, latest DESC;""",
+)
+
+PURGE_ARCHIVE_IDS_SQL = _batch(
+    _NOW,
+    "DECLARE @Ids nvarchar(max) = %s;",
+    _moved_table(("id", "queue")),
+    "DELETE d\n"
+    "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
+    "FROM chokaq_jobs_archive AS d WITH (ROWLOCK)\n"
+    f"WHERE d.id IN {_IDS};",
+    _stats_sub("succeeded_total"),
+    "SELECT id, queue FROM @Moved;",
+)
+
+
+def _like(term: str) -> str:
+    """A LIKE pattern matching ``term`` as a substring; ``[`` is a wildcard in T-SQL too."""
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_").replace("[", "\\[")
+    return f"%{escaped}%"
+
+
+def _param(value: Any) -> tuple[str, Any]:
+    """A comparison operand: datetimes as exact ISO text cast back to ``datetimeoffset``."""
+    if isinstance(value, datetime):
+        return "CAST(%s AS datetimeoffset(7))", _ts(value)
+    return "%s", value
+
+
+def _where(
+    filters: JobFilter, date_column: str, search_columns: Sequence[str], prefix: str = ""
+) -> tuple[list[str], list[Any]]:
+    """Filter clauses on ``prefix``-qualified columns (spec 01 §4.10): equality, case-insensitive search, dates."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters.queue is not None:
+        clauses.append(f"{prefix}queue = %s")
+        params.append(filters.queue)
+    if filters.type is not None:
+        clauses.append(f"{prefix}type = %s")
+        params.append(filters.type)
+    if filters.search:
+        pattern = _like(filters.search.lower())
+        clauses.append("(" + " OR ".join(f"LOWER({prefix}{c}) LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
+        params += [pattern] * len(search_columns)
+    for bound, operator in ((filters.from_at, ">="), (filters.to_at, "<=")):
+        if bound is not None:
+            marker, value = _param(bound)
+            clauses.append(f"{prefix}{date_column} {operator} {marker}")
+            params.append(value)
+    return clauses, params
+
+
+def _dlq_where(filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"), prefix)
+    if filters.failure_reason is not None:
+        clauses.append(f"{prefix}failure_reason = %s")
+        params.append(int(filters.failure_reason))
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _dlq_status(reason: FailureReason) -> JobStatus:
+    if reason == FailureReason.CANCELLED:
+        return JobStatus.CANCELLED
+    if reason == FailureReason.ZOMBIE:
+        return JobStatus.ZOMBIE
+    return JobStatus.FAILED
+
+
+def _keyset(
+    columns: str, table: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
+    limit: int, sort: HistorySort,
+) -> tuple[str, list[Any]]:
+    """One page after ``after_key`` on (order, id), both in the sort's direction; never OFFSET.
+    The predicate is spelled ``c <= v AND (c < v OR id < i)`` so an index on ``c`` bounds the scan."""
+    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
+    params = list(params)
+    if after_key is not None:
+        value, last_id = after_key
+        marker, value = _param(value)
+        keyset = f"{order} {op}= {marker} AND ({order} {op} {marker} OR id {op} %s)"
+        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
+        params += [value, value, last_id]
+    sql_text = f"SELECT TOP (%s) {columns} FROM {table}{where} ORDER BY {order} {direction}, id {direction}"
+    return sql_text, [int(limit), *params]
+
+
+def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+    """Newest Hot rows (no payload) matching the filters."""
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags"))
+    if filters.status is not None:
+        clauses.append("status = %s")
+        params.append(int(filters.status))
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    cursor.execute(
+        f"SELECT TOP (%s) {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC",
+        [int(limit), *params],
+    )
+    return [
+        JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus(r[3]), attempt_count=int(r[4]),
+               created_at=_utc(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
+               worker_id=r[9], scheduled_at=_utc(r[10]), started_at=_utc(r[11]))
+        for r in _rows(cursor)
+    ]
+
+
+def list_archive(
+    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+) -> list[JobRow]:
+    """One keyset page of Archive rows."""
+    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    sql_text, params = _keyset(ARCHIVE_ROW, "chokaq_jobs_archive", where, params,
+                               ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
+    cursor.execute(sql_text, params)
+    return [
+        JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus.SUCCEEDED, attempt_count=int(r[3]),
+               created_at=_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
+               started_at=_utc(r[8]), finished_at=_utc(r[9]), duration_ms=r[10])
+        for r in _rows(cursor)
+    ]
+
+
+def list_dlq(
+    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
+) -> list[JobRow]:
+    """One keyset page of DLQ rows."""
+    where, params = _dlq_where(filters)
+    sql_text, params = _keyset(DLQ_ROW, "chokaq_jobs_dlq", where, params, DLQ_SORT.get(sort.key, "failed_at"),
+                               after_key, limit, sort)
+    cursor.execute(sql_text, params)
+    rows = []
+    for r in _rows(cursor):
+        reason = FailureReason(r[9])
+        rows.append(JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=_dlq_status(reason),
+                           attempt_count=int(r[3]), created_at=_utc(r[4]), created_by=r[5],  # type: ignore[arg-type]
+                           tags=r[6], worker_id=r[7], finished_at=_utc(r[8]), failure_reason=reason,
+                           error_head=r[10]))
+    return rows
+
+
+def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    """Where each id is now (primary-key lookups in the three pillars)."""
+    if not job_ids:
+        return {}
+    cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
+    return {
+        str(job_id): JobStatus(code) if code >= 0 else _dlq_status(FailureReason(-1 - code))
+        for job_id, code in _rows(cursor)
+    }
+
+
+def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
+    """Per-second succeeded/failed counts since ``since``."""
+    cursor.execute(THROUGHPUT_SQL, [_ts(since)])
+    return [MetricPoint(_utc(at), int(ok), int(failed)) for at, ok, failed in _rows(cursor)]  # type: ignore[arg-type]
+
+
+def queue_health(cursor: Cursor) -> list[QueueLag]:
+    """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
+    cursor.execute(QUEUE_HEALTH_SQL)
+    return [QueueLag(str(name), int(n), float(avg), float(mx)) for name, n, avg, mx in _rows(cursor)]
+
+
+def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
+    """Top (reason, prefix) groups over the newest DLQ rows."""
+    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
+    return [
+        ErrorGroup(FailureReason(r), str(prefix), int(n), _utc(latest))  # type: ignore[arg-type]
+        for r, prefix, n, latest in _rows(cursor)
+    ]
+
+
+def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
+    """Matched count and up to 10 sample ids of a filtered DLQ bulk operation (committed reads)."""
+    where, params = _dlq_where(filters)
+    cursor.execute(f"SELECT COUNT(*) FROM chokaq_jobs_dlq{where}", params)
+    matched = _count(cursor)
+    sample: list[str] = []
+    if matched and max_jobs > 0:
+        cursor.execute(f"SELECT TOP (%s) id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC",
+                       [min(max_jobs, 10), *params])
+        sample = [str(row[0]) for row in _rows(cursor)]
+    return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
+
+
+def _picked_dlq(filters: JobFilter) -> tuple[str, list[Any]]:
+    """``Picked``: the first ``max_jobs`` filter matches, newest failure first, locked rows skipped."""
+    where, params = _dlq_where(filters, "p.")
+    return (
+        "WITH Picked AS (\n"
+        "    SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)"
+        f"{where}\n"
+        "    ORDER BY p.failed_at DESC, p.id ASC)\n",
+        params,
+    )
+
+
+def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+    """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
+    if max_jobs <= 0:
+        return []
+    picked, params = _picked_dlq(filters)
+    cursor.execute(
+        _batch(
+            _NOW,
+            _moved_table(("id", "queue")),
+            picked
+            + "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
+            "FROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
+            _stats_sub("failed_total"),
+            "SELECT id, queue FROM @Moved;",
+        ),
+        [int(max_jobs), *params],
+    )
+    return _moved(cursor)
+
+
+def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+    """Move the first ``max_jobs`` matches (skip locked) to Hot exactly as ``resurrect_batch``."""
+    if max_jobs <= 0:
+        return []
+    picked, params = _picked_dlq(filters)
+    cursor.execute(
+        _resurrect_sql(
+            [],
+            picked
+            + "DELETE d\n"
+            + _output_into(_RESURRECTED, {})
+            + "\nFROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
+        ),
+        [None, None, None, actor, int(max_jobs), *params],
+    )
+    return _moved(cursor)
+
+
+def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+    """Delete the given Archive rows; SucceededTotal -n."""
+    if not job_ids:
+        return []
+    cursor.execute(PURGE_ARCHIVE_IDS_SQL, [_ids_json(job_ids)])
+    return _moved(cursor)
+
+
+def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
+    """Rows ``purge_archive`` would delete."""
+    cursor.execute("SELECT COUNT(*) FROM chokaq_jobs_archive WHERE finished_at < CAST(%s AS datetimeoffset(7))",
+                   [_ts(cutoff)])
+    return _count(cursor)
+
+
+def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
+    """Rows ``purge_dlq_older_than`` would delete."""
+    cursor.execute("SELECT COUNT(*) FROM chokaq_jobs_dlq WHERE created_at <= CAST(%s AS datetimeoffset(7))",
+                   [_ts(cutoff)])
+    return _count(cursor)

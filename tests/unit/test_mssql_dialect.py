@@ -35,6 +35,7 @@ import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -43,12 +44,19 @@ from django.apps import apps
 from chokaq_core import vendor_ops
 from chokaq_core.domain import (
     ArchivedJob,
+    BulkPreview,
     DeadJob,
+    ErrorGroup,
     Failure,
     FailureReason,
+    HistorySort,
     HotJob,
+    JobFilter,
+    JobRow,
     JobStatus,
+    MetricPoint,
     NewJob,
+    QueueLag,
     QueueState,
     QueueStats,
     Retry,
@@ -459,6 +467,16 @@ class Case:
     check: Any = None  # a callable(result) for results compared by shape
 
 
+ACTIVE_FIELDS = [c.strip() for c in sql.ACTIVE_ROW.split(",")]
+ARCHIVE_ROW_FIELDS = [c.strip() for c in sql.ARCHIVE_ROW.split(",")]
+DLQ_ROW_FIELDS = [*(c.strip() for c in sql.DLQ_ROW.split(",")[:-1]), "error_head"]
+
+
+def _job_rows(rows: Any, status: JobStatus) -> bool:
+    return len(rows) == 1 and isinstance(rows[0], JobRow) and rows[0].status is status and (
+        rows[0].created_at == T0 and rows[0].created_at.tzinfo is not None)
+
+
 def _is_hot_batch(result: Any) -> bool:
     return [j.id for j in result] == ["J2", "J3", "J1"] and all(
         isinstance(j, HotJob) and j.status is JobStatus.FETCHED and j.created_at.tzinfo is not None for j in result)
@@ -530,6 +548,38 @@ CASES = [
     Case("get_dead", ("J1",), [[_row(sql.DLQ_FIELDS, error_details="boom")]],
          check=lambda job: isinstance(job, DeadJob) and job.failure_reason is FailureReason.FATAL_ERROR),
     Case("get_dead", ("J1",), [[]], None),
+    Case("list_active", (JobFilter(queue="mail", type="test.ok.v1", status=JobStatus.PENDING, search="50%_[x]",
+                                   from_at=T0 - timedelta(days=1), to_at=T0), 100),
+         [[_row(ACTIVE_FIELDS, status=0, priority=5)]], check=lambda rows: _job_rows(rows, JobStatus.PENDING)),
+    Case("list_active", (JobFilter(), 10), [[]], []),
+    Case("list_archive", (JobFilter(search="x", from_at=T0), (T0, "J9"), 50, HistorySort("date", True)),
+         [[_row(ARCHIVE_ROW_FIELDS, duration_ms=2.0)]], check=lambda rows: _job_rows(rows, JobStatus.SUCCEEDED)),
+    Case("list_archive", (JobFilter(), ("w1", "J1"), 50, HistorySort("worker", False)), [[]], []),
+    Case("list_archive", (JobFilter(queue="mail"), None, 50, HistorySort("duration", True)), [[]], []),
+    Case("list_dlq", (JobFilter(failure_reason=FailureReason.ZOMBIE, search="boom", to_at=T0), (2, "J2"), 50,
+                      HistorySort("reason", False)),
+         [[_row(DLQ_ROW_FIELDS, failure_reason=2, error_head="Zombie: …")]],
+         check=lambda rows: _job_rows(rows, JobStatus.ZOMBIE)),
+    Case("list_dlq", (JobFilter(), None, 50, HistorySort("date", True)), [[]], []),
+    Case("locate_jobs", (["J1", "J2", "J3", "J1"],), [[("J1", 2), ("J2", 3), ("J3", -2)]],
+         {"J1": JobStatus.PROCESSING, "J2": JobStatus.SUCCEEDED, "J3": JobStatus.CANCELLED}),
+    Case("locate_jobs", ([],), [], {}),
+    Case("throughput", (T0 - timedelta(minutes=5),), [[(T0, 3, 1)]], [MetricPoint(T0, 3, 1)]),
+    Case("queue_health", (), [[("mail", 2, Decimal("1.5"), Decimal("2.25"))]], [QueueLag("mail", 2, 1.5, 2.25)]),
+    Case("top_errors", (5,), [[(6, "boom", 3, T0)]], [ErrorGroup(FailureReason.FATAL_ERROR, "boom", 3, T0)]),
+    Case("preview_dlq_bulk", (JobFilter(queue="mail"), 100), [[(12,)], [("J1",), ("J2",)]],
+         BulkPreview(12, 12, False, ["J1", "J2"])),
+    Case("preview_dlq_bulk", (JobFilter(type="t"), 5), [[(12,)], [("J1",)]], BulkPreview(12, 5, True, ["J1"])),
+    Case("preview_dlq_bulk", (JobFilter(), 100), [[(0,)]], BulkPreview(0, 0, False, [])),
+    Case("purge_dlq_by_filter", (JobFilter(queue="mail", to_at=T0), 100), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("purge_dlq_by_filter", (JobFilter(), 0), [], []),
+    Case("resurrect_dlq_by_filter", (JobFilter(failure_reason=FailureReason.TRANSIENT), 100, "alice"),
+         [[("J1", "mail")]], [("J1", "mail")]),
+    Case("resurrect_dlq_by_filter", (JobFilter(search="x"), 10, None), [[]], []),
+    Case("purge_archive_ids", (["J1", "J1"],), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("purge_archive_ids", ([],), [], []),
+    Case("count_archive_older_than", (T0,), [[(5,)]], 5),
+    Case("count_dlq_older_than", (T0,), [[(0,)]], 0),
     Case("list_workers", (), [[_row(sql.WORKER_FIELDS, hostname="h", pid=7, queues="mail", capacity=4,
                                     active_count=1, is_running=1, runtime_json="{}", circuits_json="[]",
                                     started_at=T0, last_heartbeat_at=T0.replace(tzinfo=None))]],
@@ -655,6 +705,9 @@ def test_claims_lock_skip_and_rank_inside_the_claim() -> None:
         assert "r.cur + r.rnk <= r.max_workers" in text
         assert "OUTPUT inserted.id, inserted.queue" in text
         assert "h.status = 0" in text, "the literal predicate lets the filtered index hot_fetch_pending serve"
+        lock = text.index("FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\nWHERE c.max_workers IS NOT NULL")
+        assert lock < text.index("WITH Eligible AS"), "capped queues' rows are locked before the claim statement"
+        assert "fetch_batch" not in sql.AUTOCOMMIT_SAFE, "those locks must last until the claim commits"
         assert params[:3] == ["w1", 100, 10], "worker, scan window (10 x limit), limit"
 
 
