@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,3 +115,25 @@ def run_cleanup_if_due(state: dict[str, float], cfg: Config | None = None) -> di
     except Exception:
         logger.exception("in-worker retention cleanup failed; the next run is in %s s", interval)
         return None
+
+
+# ---------------------------------------------------------------- the worker's periodic duties (issue 5)
+
+PERIODIC_INTERVAL = 0.5  # seconds between checks of the recurring-job schedule
+
+
+def periodic(stopping: threading.Event, cfg: Config | None = None) -> None:
+    """Run by every non-burst worker on its own thread until ``stopping``: recurring jobs (each tick
+    claimed once fleet-wide) and, every ``RETENTION.INTERVAL``, the retention cleanup."""
+    from chokaq_core import schedule
+
+    cfg = cfg or config()
+    state: dict[str, float] = {}
+    while not stopping.is_set():
+        if cfg.SCHEDULE:
+            try:
+                schedule.run_due(cfg=cfg)
+            except Exception:
+                logger.exception("recurring job check failed")
+        run_cleanup_if_due(state, cfg)
+        stopping.wait(PERIODIC_INTERVAL)

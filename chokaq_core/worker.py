@@ -241,6 +241,8 @@ class Worker:
             targets.append(("chokaq-rescue", self._rescue_loop))
         if storage.vendor() == "postgresql" and not self.options.burst:
             targets.append(("chokaq-listener", self._listen_loop))
+        if not self.options.burst:  # recurring jobs and the in-worker retention run (chokaq_core.maintenance)
+            targets.append(("chokaq-periodic", self._periodic_loop))
         for name, target in targets:
             thread = threading.Thread(target=self._thread_main, args=(target,), name=name, daemon=True)
             thread.start()
@@ -637,6 +639,11 @@ class Worker:
     def _rescue_loop(self) -> None:
         while not self.stopping.wait(self.cfg.RECOVERY.SCAN_INTERVAL):
             self.rescue_once()
+
+    def _periodic_loop(self) -> None:
+        from chokaq_core import maintenance
+
+        maintenance.periodic(self.stopping, self.cfg)
 
     def rescue_once(self) -> tuple[int, int]:
         from chokaq_core import maintenance
