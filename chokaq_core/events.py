@@ -232,3 +232,67 @@ def reset_publisher() -> None:
     global _publisher_instance, _publisher_checked
     with _publisher_lock:
         _publisher_instance, _publisher_checked = None, False
+
+
+# ---------------------------------------------------------------- Deck → worker control (spec 03 §12)
+
+CONTROL_GROUP = "chokaq.workers"
+CONTROL_TYPES = ("worker.set_capacity", "worker.set_retry_policy", "worker.cancel_job")
+
+
+def _cross_process_layer() -> Any | None:
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    layer = get_channel_layer()
+    return None if layer is None or isinstance(layer, InMemoryChannelLayer) else layer
+
+
+def send_control(message: dict[str, Any]) -> bool:
+    """Broadcast a control message to every worker; False when no cross-process layer exists
+    (the Deck then warns that the command cannot reach workers)."""
+    if message.get("type") not in CONTROL_TYPES:
+        raise ValueError(f"unknown control message type {message.get('type')!r}")
+    layer = _cross_process_layer()
+    if layer is None:
+        return False
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(layer.group_send(CONTROL_GROUP, message))
+    finally:
+        loop.close()
+    return True
+
+
+def listen_control(handler: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:
+    """Block (on the calling thread) delivering control messages to ``handler`` until ``stop`` is set.
+    Returns at once without a cross-process layer: best effort, the database stays authoritative."""
+    layer = _cross_process_layer()
+    if layer is None:
+        return
+
+    async def run() -> None:
+        channel = await layer.new_channel()
+        await layer.group_add(CONTROL_GROUP, channel)
+        try:
+            while not stop.is_set():
+                try:
+                    message = await asyncio.wait_for(layer.receive(channel), timeout=1.0)
+                except TimeoutError:
+                    continue
+                try:
+                    handler(message)
+                except Exception:
+                    logger.exception("control message handler failed")
+        finally:
+            await layer.group_discard(CONTROL_GROUP, channel)
+
+    loop = asyncio.new_event_loop()
+    try:
+        while not stop.is_set():
+            try:
+                loop.run_until_complete(run())
+            except Exception:
+                logger.warning("control channel lost; retrying in 5 s", exc_info=True)
+                stop.wait(5)
+    finally:
+        loop.close()

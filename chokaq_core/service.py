@@ -448,3 +448,15 @@ def preview_purge(pillar: str, days: int) -> tuple[datetime, int]:
 def purge_older_than(pillar: str, days: int) -> int:
     cutoff = _cutoff(days)
     return storage.purge_archive(cutoff) if pillar == "archive" else storage.purge_dlq_older_than(cutoff)
+
+
+def set_worker_capacity(capacity: int | str, *, worker_id: str | None = None) -> bool:
+    """Resize the concurrency of every worker (or one) at run time, without a restart.
+    False when no cross-process channel layer (Redis) can carry the command."""
+    from chokaq_core import events
+
+    value = _optional_int("capacity", capacity, (1, 10_000))
+    if value is None:
+        raise ServiceError("capacity is required")
+    return events.send_control({"type": "worker.set_capacity", "capacity": value, "workerId": worker_id})
+

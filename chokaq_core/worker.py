@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import json
 import logging
 import os
@@ -56,7 +57,19 @@ from chokaq_core.domain import (
     WorkerInfo,
 )
 from chokaq_core.handlers import CancellationToken, JobContext, encode_result, get_definition
-from chokaq_core.policy import Kind, RetryPolicy, cancellation_outcome, classify, decide_failure
+from chokaq_core.middleware import JobCall, load_middleware, run_pipeline
+from chokaq_core.policy import (
+    BreakerPolicy,
+    CircuitBreakers,
+    CircuitStatus,
+    Kind,
+    Permit,
+    RetryPolicy,
+    cancellation_outcome,
+    classify,
+    decide_failure,
+    is_circuit_fatal,
+)
 
 logger = logging.getLogger("chokaq.worker")
 
@@ -190,6 +203,17 @@ class Worker:
             max_delay=self.cfg.RETRY.MAX_DELAY, multiplier=self.cfg.RETRY.BACKOFF_MULTIPLIER,
             jitter=self.cfg.RETRY.JITTER_MAX_DELAY, max_job_age=self.cfg.RETRY.MAX_JOB_AGE,
         )
+        self.breakers = CircuitBreakers(
+            _breaker_policy(self.cfg.breaker_settings()),
+            {key: _breaker_policy(self.cfg.breaker_settings(key)) for key in self.cfg.CIRCUIT_BREAKER.POLICIES},
+            on_event=_log_circuit_event,
+        )
+        self.middleware = load_middleware(list(self.cfg.MIDDLEWARE))
+        self.pipe_handler: Callable[..., Any] | None = None
+        if self.cfg.MODE == "pipe":
+            from django.utils.module_loading import import_string
+
+            self.pipe_handler = import_string(str(self.cfg.PIPE_HANDLER))
         self.stopping = threading.Event()
         self.stopped = threading.Event()
         self._wakeup = threading.Event()
@@ -241,6 +265,8 @@ class Worker:
             targets.append(("chokaq-rescue", self._rescue_loop))
         if storage.vendor() == "postgresql" and not self.options.burst:
             targets.append(("chokaq-listener", self._listen_loop))
+        if not self.options.burst:
+            targets.append(("chokaq-control", self._control_loop))
         if not self.options.burst:  # recurring jobs and the in-worker retention run (chokaq_core.maintenance)
             targets.append(("chokaq-periodic", self._periodic_loop))
         for name, target in targets:
@@ -452,8 +478,20 @@ class Worker:
         if self.stopping.is_set():
             self._release_one(job)
             return
-        attempt = storage.mark_processing(job, self.worker_id)
+        breaker = self.breakers.get(job.type)
+        permit = breaker.acquire()
+        if permit is None:
+            delay = self.cfg.RETRY.CIRCUIT_BREAKER_DELAY
+            logger.info("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, delay)
+            self._submit_outcome(Retry(job.id, job.attempt_count, delay))
+            return
+        try:
+            attempt = storage.mark_processing(job, self.worker_id)
+        except Exception:
+            breaker.release(permit)
+            raise
         if attempt is None:
+            breaker.release(permit)
             logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
             return
         timeout = self.cfg.execution_timeout(job.queue)
@@ -463,7 +501,7 @@ class Worker:
         if self.stopping.is_set():  # stop() may have swept _running just before we registered
             token.cancel(CancellationReason.SHUTDOWN)
         try:
-            outcome = self._run_handler(job, token, attempt)
+            outcome = self._run_handler(job, token, attempt, permit)
         finally:
             with self._running_lock:
                 self._running.pop(job.id, None)
@@ -475,7 +513,7 @@ class Worker:
         except Exception:
             logger.warning("release of %s failed (1011)", job.id, exc_info=True)
 
-    def _run_handler(self, job: HotJob, token: CancellationToken, attempt: int) -> Outcome:
+    def _run_handler(self, job: HotJob, token: CancellationToken, attempt: int, permit: Permit) -> Outcome:
         ctx = JobContext(
             job_id=job.id, job_type=job.type, queue=job.queue, attempt=attempt, created_by=job.created_by,
             created_at=job.created_at, cancellation=token, progress_sink=_publish_progress,
@@ -483,12 +521,15 @@ class Worker:
         started = time.perf_counter()
         try:
             token.raise_if_cancelled()
-            value = _invoke(job, ctx)
+            value = _invoke(job, ctx, self.middleware, self.pipe_handler)
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
+            breaker = self.breakers.get(job.type)
             if classify(exc) == Kind.CANCELLED or (token.is_cancelled and isinstance(exc, asyncio.CancelledError)):
+                breaker.release(permit)
                 return self._cancelled(job, token, attempt)
+            breaker.failure(permit, fatal=is_circuit_fatal(exc))
             decision = decide_failure(exc, attempt, job.created_at, datetime.now(UTC), self.retry_policy)
             if decision.retry:
                 logger.info("job %s attempt %s failed, retry in %.1f s (2022): %s", job.id, attempt, decision.delay,
@@ -498,6 +539,7 @@ class Worker:
             logger.warning("job %s failed terminally as %s", job.id, decision.reason.display_name)
             return Failure(job.id, decision.reason, decision.details)
         duration_ms = (time.perf_counter() - started) * 1000
+        self.breakers.get(job.type).success(permit)
         return Success(job.id, round(duration_ms, 3), encode_result(job.id, value))
 
     def _cancelled(self, job: HotJob, token: CancellationToken, attempt: int) -> Outcome:
@@ -615,6 +657,33 @@ class Worker:
                 next_registry = now + wk.REGISTRY_HEARTBEAT_INTERVAL
                 self._register()
 
+    def _control_loop(self) -> None:
+        events.listen_control(self.on_control, self.stopping)
+
+    def on_control(self, message: dict[str, Any]) -> None:
+        """Deck → worker commands over the channel layer (spec 03 §12); best effort, idempotent."""
+        target = message.get("workerId")
+        if target and target != self.worker_id:
+            return
+        kind = message.get("type")
+        if kind == "worker.set_capacity":
+            self.limiter.set_capacity(int(message["capacity"]))
+            logger.info("worker %s capacity set to %s", self.worker_id, self.limiter.capacity)
+            self._register()
+        elif kind == "worker.set_retry_policy":
+            self.retry_policy = RetryPolicy(
+                max_attempts=int(message.get("max_attempts") or self.retry_policy.max_attempts),
+                base_delay=float(message.get("base_delay_seconds") or self.retry_policy.base_delay),
+                max_delay=self.retry_policy.max_delay, multiplier=self.retry_policy.multiplier,
+                jitter=self.retry_policy.jitter, max_job_age=self.retry_policy.max_job_age,
+            )
+            self._register()
+        elif kind == "worker.cancel_job":
+            with self._running_lock:
+                execution = self._running.get(str(message.get("jobId")))
+            if execution is not None:
+                execution.token.cancel(CancellationReason.ADMIN, message.get("actor"))
+
     def _beat_interval(self) -> float:
         ex = self.cfg.EXECUTION
         return random.randint(int(ex.HEARTBEAT_INTERVAL_MIN * 1000), int(ex.HEARTBEAT_INTERVAL_MAX * 1000)) / 1000
@@ -630,6 +699,7 @@ class Worker:
                     active_count=len(self._running),
                     runtime_json=json.dumps({"maxAttempts": self.retry_policy.max_attempts,
                                              "baseDelaySeconds": self.retry_policy.base_delay}),
+                    circuits_json=json.dumps(self.breakers.snapshot()),
                 ))
             except Exception:
                 logger.warning("worker registry write failed", exc_info=True)
@@ -658,8 +728,16 @@ class Worker:
 # ---------------------------------------------------------------- dispatch
 
 
-def _invoke(job: HotJob, ctx: JobContext) -> Any:
-    """Resolve the type, decode the payload and call the handler (spec 03 §7.1 step 7); its return value."""
+def _invoke(job: HotJob, ctx: JobContext, middleware: list[type], pipe: Callable[..., Any] | None) -> Any:
+    """Resolve, decode and call the handler inside the middleware onion (spec 03 §7.1 step 7, §10, §14).
+
+    Bus mode: type key → ``@job`` function → ``func(ctx, **payload)``. Pipe mode: one function
+    ``pipe(job_type, payload_text, ctx)`` receives every raw payload.
+    """
+    if pipe is not None:
+        call = JobCall(job.type, job.payload or "")
+        return run_pipeline(middleware, ctx, call, lambda: _call(pipe, ctx.cancellation, job.type, job.payload or "",
+                                                                  ctx))
     definition = get_definition(job.type)
     if definition is None:
         raise JobTypeNotRegisteredError(f"no handler is registered for job type {job.type!r} in this worker")
@@ -671,9 +749,33 @@ def _invoke(job: HotJob, ctx: JobContext) -> Any:
         raise PayloadDeserializationError(
             f"payload of job {job.id} must be a JSON object of handler arguments, got {type(payload).__name__}"
         )
-    if definition.is_async:
-        return asyncio.run(_drive(definition.func(ctx, **payload), ctx.cancellation))
-    return definition.func(ctx, **payload)
+    try:
+        key = definition.execution_key(payload)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise PayloadDeserializationError(f"cannot build the idempotency key of job {job.id}: {exc!r}") from exc
+    call = JobCall(job.type, payload, key, definition.result_ttl)
+    return run_pipeline(middleware, ctx, call, lambda: _call(definition.func, ctx.cancellation, ctx, **payload))
+
+
+def _call(func: Callable[..., Any], token: CancellationToken, *args: Any, **kwargs: Any) -> Any:
+    """Call a sync handler, or drive an async one to completion on this thread's own loop."""
+    if inspect.iscoroutinefunction(func):
+        return asyncio.run(_drive(func(*args, **kwargs), token))
+    return func(*args, **kwargs)
+
+
+def _breaker_policy(values: dict[str, float]) -> BreakerPolicy:
+    return BreakerPolicy(
+        failure_threshold=int(values["FAILURE_THRESHOLD"]), break_duration=float(values["BREAK_DURATION_SECONDS"]),
+        half_open_max_calls=int(values["HALF_OPEN_MAX_CALLS"]),
+        half_open_probe_timeout=float(values["HALF_OPEN_PROBE_TIMEOUT_SECONDS"]),
+        failure_window=float(values["FAILURE_WINDOW_SECONDS"]),
+    )
+
+
+def _log_circuit_event(key: str, event: str, status: CircuitStatus) -> None:
+    level = logging.WARNING if event in ("opened", "half_opened", "closed") else logging.DEBUG
+    logger.log(level, "circuit %s %s (now %s)", key, event, status.name)
 
 
 async def _drive(coro: Any, token: CancellationToken) -> Any:

@@ -26,7 +26,7 @@ def test_registered_job_defaults_come_from_the_decorator() -> None:
 
 
 def test_unknown_type_is_refused_naming_the_key() -> None:
-    with pytest.raises(UnknownJobTypeError, match="nope.v1") as info:
+    with pytest.raises(UnknownJobTypeError, match=r"nope\.v1") as info:
         build(opts(type_key="nope.v1"))
     assert isinstance(info.value, ValueError)
 
