@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from chokaq_core import storage
+from chokaq_core import metrics, storage
 from chokaq_core.conf import Config, config
 
 logger = logging.getLogger("chokaq.maintenance")
@@ -25,6 +25,7 @@ def rescue(cfg: Config | None = None) -> tuple[int, int]:
         logger.warning("recovered %s abandoned fetched jobs (4001)", recovered)
     zombies = storage.archive_zombies(cfg.RECOVERY.PROCESSING_ZOMBIE_TIMEOUT)
     if zombies:
+        metrics.zombies_moved(zombies)
         logger.warning("moved %s zombie jobs to the DLQ (4002): %s", len(zombies), [i for i, _ in zombies[:10]])
     return recovered, len(zombies)
 

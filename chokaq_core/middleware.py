@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
 
+from chokaq_core import metrics
 from chokaq_core.domain import ChokaQFatalError
 from chokaq_core.handlers import JobContext
 
@@ -231,16 +232,21 @@ class IdempotencyMiddleware:
         key = job.idempotency_key.strip()
         if not key:
             logger.warning("job %s declares a blank idempotency key; running it unguarded", ctx.job_id)
+            metrics.idempotency_claim("empty_key")
             return call_next()
         store = idempotency_store()
         status, _marker = store.try_begin(key, ctx.job_id, settings.IN_PROGRESS_TTL)
         if status is not ClaimStatus.CLAIMED:
             logger.info("job %s skipped: idempotency key %r %s", ctx.job_id, key, status.value)
+            metrics.idempotency_claim("completed_duplicate" if status is ClaimStatus.ALREADY_COMPLETED
+                                      else "in_progress_duplicate")
             return None
+        metrics.idempotency_claim("claimed")
         try:
             result = call_next()
         except BaseException:
             store.release(key, ctx.job_id)
+            metrics.idempotency_claim("released")
             raise
         ttl = job.result_ttl if job.result_ttl is not None else settings.DEFAULT_RESULT_TTL
         if ttl is not None and (
@@ -250,7 +256,9 @@ class IdempotencyMiddleware:
             raise ChokaQFatalError(f"result TTL {ttl}s is outside the configured bounds")
         marker = json.dumps({"CompletedAt": datetime.now(UTC).isoformat(), "JobId": ctx.job_id})
         if not store.complete(key, ctx.job_id, marker, ttl):
+            metrics.idempotency_claim("complete_conflict")
             raise ChokaQFatalError(f"idempotency key {key!r} was taken over before completion (complete_conflict)")
+        metrics.idempotency_claim("completed")
         return result
 
 

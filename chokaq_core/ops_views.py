@@ -23,3 +23,14 @@ def health(request: HttpRequest) -> HttpResponse:
     """``GET /deck/health/[?tags=live]`` → ``{status, checks}``; 200 Healthy/Degraded, 503 Unhealthy."""
     report = health_checks.run(_tags(request))
     return JsonResponse(report.as_dict(), status=report.http_status)
+
+
+@never_cache
+@require_safe
+def metrics(request: HttpRequest) -> HttpResponse:
+    """``GET /deck/metrics``: Prometheus text exposition of ChokaQ's instruments and fleet gauges."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from chokaq_core import metrics as instruments
+
+    return HttpResponse(instruments.exposition(), content_type=CONTENT_TYPE_LATEST)

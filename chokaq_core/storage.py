@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from chokaq_core import events
+from chokaq_core import events, metrics
 from chokaq_core.conf import config
 from chokaq_core.domain import (
     ArchivedJob,
@@ -152,6 +152,8 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     db = using or alias()
     stored = call("enqueue", jobs, using=db)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
+    if fresh:
+        transaction.on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
     events.publish(
         [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, priority=j.priority, created_by=j.created_by)
          for j in fresh] + ([events.stats_updated()] if fresh else []),
@@ -427,6 +429,7 @@ def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
 
     stored = run(operation, using=db)
     if stored == job.id:
+        metrics.jobs_enqueued([job])
         events.publish([events.job_updated(job.id, job.type, job.queue, JobStatus.PENDING, 0, priority=job.priority,
                                            created_by=job.created_by), events.stats_updated()], using=db)
     return stored

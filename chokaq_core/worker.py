@@ -43,7 +43,7 @@ from typing import Any
 
 from django.db import connections
 
-from chokaq_core import events, storage
+from chokaq_core import events, metrics, storage
 from chokaq_core.conf import Config, config
 from chokaq_core.domain import (
     CancellationReason,
@@ -493,6 +493,7 @@ class Worker:
         if attempt is None:
             breaker.release(permit)
             logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
+            metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
             return
         timeout = self.cfg.execution_timeout(job.queue)
         execution = Execution(job, token, attempt, time.monotonic() + timeout)
@@ -500,11 +501,14 @@ class Worker:
             self._running[job.id] = execution
         if self.stopping.is_set():  # stop() may have swept _running just before we registered
             token.cancel(CancellationReason.SHUTDOWN)
+        metrics.execution_started(job)
         try:
             outcome = self._run_handler(job, token, attempt, permit)
         finally:
+            metrics.execution_ended(job)
             with self._running_lock:
                 self._running.pop(job.id, None)
+        metrics.execution_outcome(job, outcome, shutdown=token.reason == CancellationReason.SHUTDOWN)
         self._submit_outcome(outcome)
 
     def _release_one(self, job: HotJob) -> None:
@@ -530,6 +534,7 @@ class Worker:
                 breaker.release(permit)
                 return self._cancelled(job, token, attempt)
             breaker.failure(permit, fatal=is_circuit_fatal(exc))
+            metrics.job_failed(job, exc)
             decision = decide_failure(exc, attempt, job.created_at, datetime.now(UTC), self.retry_policy)
             if decision.retry:
                 logger.info("job %s attempt %s failed, retry in %.1f s (2022): %s", job.id, attempt, decision.delay,
@@ -598,6 +603,7 @@ class Worker:
         if applied < len(batch):
             moved = {i for i, _ in done.archived + done.rescheduled + done.failed}
             lost = [o.job_id for o in batch if o.job_id not in moved]
+            metrics.completion_conflicts(o for o in batch if o.job_id not in moved)
             logger.warning("state transition not applied for %s jobs (2100, lost ownership): %s", len(lost),
                            lost[:10])
 
@@ -632,6 +638,7 @@ class Worker:
                     except Exception:
                         failures += 1
                         logger.warning("heartbeat failed (2006), %s in a row", failures, exc_info=True)
+                        metrics.heartbeat_failed(e.job for e in beating)
                         if failures >= ex.HEARTBEAT_FAILURE_THRESHOLD:
                             failures = 0
                             if ex.CANCEL_ON_HEARTBEAT_FAILURE:
@@ -776,6 +783,7 @@ def _breaker_policy(values: dict[str, float]) -> BreakerPolicy:
 def _log_circuit_event(key: str, event: str, status: CircuitStatus) -> None:
     level = logging.WARNING if event in ("opened", "half_opened", "closed") else logging.DEBUG
     logger.log(level, "circuit %s %s (now %s)", key, event, status.name)
+    metrics.circuit_event(key, event, {0: "Closed", 1: "Open", 2: "HalfOpen"}.get(int(status), status.name))
 
 
 async def _drive(coro: Any, token: CancellationToken) -> Any:

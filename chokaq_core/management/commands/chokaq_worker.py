@@ -13,6 +13,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chokaq_core.worker import Worker, WorkerOptions
 
+METRICS_PORT_OFFSET = "CHOKAQ_METRICS_PORT_OFFSET"  # set by --processes for each child
+
 
 class Command(BaseCommand):
     help = "Run a ChokaQ worker: claim jobs, execute handlers, record outcomes."
@@ -25,6 +27,8 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="process everything eligible now, then exit 0")
         parser.add_argument("--worker-id", default=None, help="explicit worker id (single process only)")
         parser.add_argument("--no-rescue", action="store_true", help="do not run the zombie/abandoned sweep here")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="serve Prometheus metrics on this port (with --processes P: ports N..N+P-1)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         processes = options["processes"]
@@ -43,10 +47,21 @@ class Command(BaseCommand):
             queues=queues, concurrency=options["concurrency"], batch_size=options["batch_size"],
             burst=options["burst"], rescue=not options["no_rescue"], worker_id=options["worker_id"],
         ))
+        if options["metrics_port"] is not None:
+            self._serve_metrics(options["metrics_port"])
         self.stdout.write(worker.banner())
         self.stdout.flush()
         self._install_signals(worker)
         sys.exit(worker.run())
+
+    def _serve_metrics(self, port: int) -> None:
+        from chokaq_core import metrics
+
+        port += int(os.environ.get(METRICS_PORT_OFFSET, "0"))
+        if not 0 < port < 65536:
+            raise CommandError(f"--metrics-port must give ports within 1..65535 (got {port})")
+        metrics.serve(port)
+        self.stdout.write(f"Prometheus metrics on :{port}/metrics")
 
     def _install_signals(self, worker: Worker) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -77,7 +92,7 @@ class Command(BaseCommand):
             if arg.startswith("--processes="):
                 continue
             argv.append(arg)
-        children = [subprocess.Popen(argv) for _ in range(processes)]
+        children = [subprocess.Popen(argv, env={**os.environ, METRICS_PORT_OFFSET: str(i)}) for i in range(processes)]
 
         def forward(signum: int, frame: Any) -> None:
             for child in children:

@@ -1,0 +1,406 @@
+"""The instruments of spec 05 §2, for Prometheus (prometheus_client) and OpenTelemetry.
+
+Two kinds of series live in :data:`REGISTRY`:
+
+* **process instruments**, recorded where things happen (enqueue commits, the
+  worker's executions, the rescue sweep, circuit breakers, the idempotency
+  middleware): ``chokaq_jobs_enqueued_total``, ``chokaq_jobs_completed_total``,
+  ``chokaq_jobs_failed_total``, ``chokaq_jobs_processing_duration`` (ms),
+  ``chokaq_jobs_queue_lag`` (ms), ``chokaq_jobs_dlq_total``,
+  ``chokaq_jobs_retried_total``, ``chokaq_workers_active``,
+  ``chokaq_jobs_heartbeat_failures_total``,
+  ``chokaq_jobs_state_transition_conflicts_total``,
+  ``chokaq_idempotency_claims_total``, ``chokaq_circuits_events_total``.
+  The same instruments go to the OpenTelemetry meter ``ChokaQ`` 1.0.0 under
+  their dotted names (a no-op unless the host configures a MeterProvider).
+* **fleet gauges** read from the database at scrape time (one cheap read per
+  family): queue depth by status, queue lag, retained Archive/DLQ counters,
+  outcomes of the last minute, worker heartbeat age and capacity, and circuit
+  states reported by the worker registry.
+
+Label values pass the cardinality guard of spec 05 §2: trimmed, cut to
+``METRICS.MAX_TAG_VALUE_LENGTH``, blank → ``UNKNOWN_TAG_VALUE``; the first N
+distinct values of a family pass and later ones become ``OVERFLOW_TAG_VALUE``.
+
+The web process serves ``/deck/metrics``; a worker serves the same registry with
+``chokaq_worker --metrics-port N``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from chokaq_core.domain import FailureReason, HotJob, NewJob
+
+logger = logging.getLogger("chokaq.metrics")
+
+OTEL_METER_NAME = "ChokaQ"
+OTEL_METER_VERSION = "1.0.0"
+MS_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000, 900_000)
+
+# ---------------------------------------------------------------- cardinality guard
+
+
+class TagGuard:
+    """Process-local guard of one tag family: the first ``limit`` distinct values pass."""
+
+    def __init__(self, family: str, limit_key: str) -> None:
+        self.family = family
+        self.limit_key = limit_key
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: Any) -> str:
+        from chokaq_core.conf import config
+
+        settings = config().METRICS
+        text = "" if value is None else str(value).strip()
+        text = text[: settings.MAX_TAG_VALUE_LENGTH] if text else str(settings.UNKNOWN_TAG_VALUE).strip()
+        with self._lock:
+            if text in self._seen:
+                return text
+            if len(self._seen) < settings[self.limit_key]:
+                self._seen.add(text)
+                return text
+        return str(settings.OVERFLOW_TAG_VALUE).strip()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
+queue_tag = TagGuard("queue", "MAX_QUEUE_TAG_VALUES")
+type_tag = TagGuard("type", "MAX_JOB_TYPE_TAG_VALUES")
+error_tag = TagGuard("error", "MAX_ERROR_TAG_VALUES")
+reason_tag = TagGuard("reason", "MAX_FAILURE_REASON_TAG_VALUES")  # reason, transition, outcome, state, event
+GUARDS = (queue_tag, type_tag, error_tag, reason_tag)
+
+
+# ---------------------------------------------------------------- instruments
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+ENQUEUED = Counter("chokaq_jobs_enqueued", "New (non-duplicate) jobs committed.", ["queue", "type"],
+                   registry=REGISTRY)
+COMPLETED = Counter("chokaq_jobs_completed", "Successful executions.", ["queue", "type"], registry=REGISTRY)
+FAILED = Counter("chokaq_jobs_failed", "Executions that raised (not cancellations); error = exception class.",
+                 ["queue", "type", "error"], registry=REGISTRY)
+PROCESSING_DURATION = Histogram("chokaq_jobs_processing_duration", "Handler duration of successes, milliseconds.",
+                                ["queue", "type"], buckets=MS_BUCKETS, registry=REGISTRY)
+QUEUE_LAG = Histogram("chokaq_jobs_queue_lag", "Wait from due time to execution start, milliseconds.",
+                      ["queue", "type"], buckets=MS_BUCKETS, registry=REGISTRY)
+DLQ = Counter("chokaq_jobs_dlq", "Moves to the DLQ; reason = FailureReason name.", ["queue", "type", "reason"],
+              registry=REGISTRY)
+RETRIED = Counter("chokaq_jobs_retried", "Transient/throttled reschedules; attempt = next execution number.",
+                  ["queue", "type", "attempt"], registry=REGISTRY)
+ACTIVE = Gauge("chokaq_workers_active", "Executions running in this process.", ["queue"], registry=REGISTRY)
+HEARTBEAT_FAILURES = Counter("chokaq_jobs_heartbeat_failures", "Failed job heartbeat writes.", ["queue", "type"],
+                             registry=REGISTRY)
+CONFLICTS = Counter("chokaq_jobs_state_transition_conflicts", "Worker transitions that changed no row.",
+                    ["queue", "type", "transition"], registry=REGISTRY)
+IDEMPOTENCY_CLAIMS = Counter("chokaq_idempotency_claims", "Idempotency middleware outcomes.", ["outcome"],
+                             registry=REGISTRY)
+CIRCUIT_EVENTS = Counter("chokaq_circuits_events", "Circuit breaker events.", ["type", "state", "event"],
+                         registry=REGISTRY)
+
+
+class _Otel:
+    """The same instruments on the OpenTelemetry meter ``ChokaQ`` (absent API: nothing is recorded)."""
+
+    def __init__(self) -> None:
+        self._instruments: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> Any:
+        if self._instruments is None:
+            with self._lock:
+                if self._instruments is None:
+                    self._instruments = self._build()
+        return self._instruments.get(name)
+
+    @staticmethod
+    def _build() -> dict[str, Any]:
+        try:
+            from opentelemetry import metrics as otel
+        except ImportError:
+            return {}
+        meter = otel.get_meter(OTEL_METER_NAME, OTEL_METER_VERSION)
+        counters = ("chokaq.jobs.enqueued", "chokaq.jobs.completed", "chokaq.jobs.failed", "chokaq.jobs.dlq",
+                    "chokaq.jobs.retried", "chokaq.jobs.heartbeat_failures", "chokaq.jobs.state_transition_conflicts",
+                    "chokaq.idempotency.claims", "chokaq.circuits.events")
+        instruments: dict[str, Any] = {name: meter.create_counter(name) for name in counters}
+        instruments["chokaq.jobs.processing_duration"] = meter.create_histogram("chokaq.jobs.processing_duration",
+                                                                                unit="ms")
+        instruments["chokaq.jobs.queue_lag"] = meter.create_histogram("chokaq.jobs.queue_lag", unit="ms")
+        instruments["chokaq.workers.active"] = meter.create_up_down_counter("chokaq.workers.active")
+        return instruments
+
+
+OTEL = _Otel()
+
+
+def _add(counter: Counter, otel_name: str, labels: dict[str, str], amount: float = 1) -> None:
+    counter.labels(**labels).inc(amount)
+    instrument = OTEL.get(otel_name)
+    if instrument is not None:
+        instrument.add(amount, labels)
+
+
+def _observe(histogram: Histogram, otel_name: str, labels: dict[str, str], value: float) -> None:
+    histogram.labels(**labels).observe(value)
+    instrument = OTEL.get(otel_name)
+    if instrument is not None:
+        instrument.record(value, labels)
+
+
+def _safely(func: Any) -> Any:
+    """Metrics never break the engine: a recording error is logged and swallowed."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            func(*args, **kwargs)
+        except Exception:
+            logger.debug("metric %s not recorded", func.__name__, exc_info=True)
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
+    return {"queue": queue_tag(queue), "type": type_tag(job_type)}
+
+
+# ---------------------------------------------------------------- recording points
+
+
+@_safely
+def jobs_enqueued(jobs: Sequence[NewJob]) -> None:
+    for job in jobs:
+        _add(ENQUEUED, "chokaq.jobs.enqueued", _job_labels(job.queue, job.type))
+
+
+@_safely
+def execution_started(job: HotJob) -> None:
+    labels = _job_labels(job.queue, job.type)
+    due = job.scheduled_at or job.created_at
+    lag_ms = max(0.0, (datetime.now(UTC) - due).total_seconds() * 1000)
+    _observe(QUEUE_LAG, "chokaq.jobs.queue_lag", labels, lag_ms)
+    ACTIVE.labels(queue=labels["queue"]).inc()
+    active = OTEL.get("chokaq.workers.active")
+    if active is not None:
+        active.add(1, {"queue": labels["queue"]})
+
+
+@_safely
+def execution_ended(job: HotJob) -> None:
+    queue = queue_tag(job.queue)
+    ACTIVE.labels(queue=queue).dec()
+    active = OTEL.get("chokaq.workers.active")
+    if active is not None:
+        active.add(-1, {"queue": queue})
+
+
+@_safely
+def job_failed(job: HotJob, exc: BaseException) -> None:
+    labels = {**_job_labels(job.queue, job.type), "error": error_tag(type(exc).__name__)}
+    _add(FAILED, "chokaq.jobs.failed", labels)
+
+
+@_safely
+def execution_outcome(job: HotJob, outcome: Any, shutdown: bool = False) -> None:
+    """Success → completed + duration; Retry → retried (not for a shutdown reschedule); Failure → dlq."""
+    from chokaq_core.domain import Failure, Retry, Success
+
+    labels = _job_labels(job.queue, job.type)
+    if isinstance(outcome, Success):
+        _add(COMPLETED, "chokaq.jobs.completed", labels)
+        if outcome.duration_ms is not None:
+            _observe(PROCESSING_DURATION, "chokaq.jobs.processing_duration", labels, outcome.duration_ms)
+    elif isinstance(outcome, Retry) and not shutdown:
+        _add(RETRIED, "chokaq.jobs.retried", {**labels, "attempt": str(outcome.attempt_count + 1)})
+    elif isinstance(outcome, Failure):
+        _add(DLQ, "chokaq.jobs.dlq", {**labels, "reason": reason_tag(FailureReason(outcome.reason).display_name)})
+
+
+@_safely
+def zombies_moved(moved: Iterable[tuple[str, str]]) -> None:
+    for _job_id, queue in moved:
+        _add(DLQ, "chokaq.jobs.dlq", {**_job_labels(queue, None), "reason": reason_tag("Zombie")})
+
+
+@_safely
+def transition_conflict(transition: str, queue: str | None = None, job_type: str | None = None, count: int = 1) -> None:
+    labels = {**_job_labels(queue, job_type), "transition": reason_tag(transition)}
+    _add(CONFLICTS, "chokaq.jobs.state_transition_conflicts", labels, count)
+
+
+@_safely
+def completion_conflicts(outcomes: Iterable[Any]) -> None:
+    """Outcomes whose completion changed no row (the worker lost ownership)."""
+    from chokaq_core.domain import Failure, Retry
+
+    for outcome in outcomes:
+        if isinstance(outcome, Retry):
+            name = "RescheduleForRetry"
+        elif isinstance(outcome, Failure):
+            name = "ArchiveCancelled" if outcome.reason == FailureReason.CANCELLED else "ArchiveFailed"
+        else:
+            name = "ArchiveSucceeded"
+        transition_conflict(name)
+
+
+@_safely
+def heartbeat_failed(jobs: Iterable[HotJob]) -> None:
+    for job in jobs:
+        _add(HEARTBEAT_FAILURES, "chokaq.jobs.heartbeat_failures", _job_labels(job.queue, job.type))
+
+
+@_safely
+def idempotency_claim(outcome: str) -> None:
+    _add(IDEMPOTENCY_CLAIMS, "chokaq.idempotency.claims", {"outcome": reason_tag(outcome)})
+
+
+@_safely
+def circuit_event(key: str, event: str, state: str) -> None:
+    labels = {"type": type_tag(key), "state": reason_tag(state), "event": reason_tag(event)}
+    _add(CIRCUIT_EVENTS, "chokaq.circuits.events", labels)
+
+
+# ---------------------------------------------------------------- fleet gauges read at scrape time
+
+
+class FleetCollector(Collector):
+    """Gauges from the database, read once per scrape (a failed read exports chokaq_scrape_error 1)."""
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # nothing is read from the database at registration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from chokaq_core import storage
+
+        error = GaugeMetricFamily("chokaq_scrape_error", "1 when the last scrape could not read the database.")
+        try:
+            families = list(self._families(storage))
+        except Exception:
+            logger.warning("metrics scrape could not read the database", exc_info=True)
+            error.add_metric([], 1)
+            yield error
+            return
+        error.add_metric([], 0)
+        yield error
+        yield from families
+
+    @staticmethod
+    def _families(storage: Any) -> Iterator[GaugeMetricFamily]:
+        now = datetime.now(UTC)
+        depth = GaugeMetricFamily("chokaq_queue_depth", "Hot rows by queue and status.", labels=["queue", "status"])
+        retained = GaugeMetricFamily("chokaq_jobs_retained", "Rows kept in Archive/DLQ (StatsSummary counters).",
+                                     labels=["queue", "pillar"])
+        for q in storage.queue_stats():
+            queue = queue_tag(q.queue)
+            for status, value in (("pending", q.pending), ("fetched", q.fetched), ("processing", q.processing)):
+                depth.add_metric([queue, status], value)
+            retained.add_metric([queue, "archive"], q.succeeded_total)
+            retained.add_metric([queue, "dlq"], q.failed_total)
+        yield depth
+        yield retained
+        lag_max = GaugeMetricFamily("chokaq_queue_lag_seconds", "Max wait of due Pending jobs.", labels=["queue"])
+        lag_avg = GaugeMetricFamily("chokaq_queue_lag_avg_seconds", "Average wait of due Pending jobs.",
+                                    labels=["queue"])
+        due = GaugeMetricFamily("chokaq_queue_due_pending", "Due Pending jobs.", labels=["queue"])
+        for lag in storage.queue_health():
+            queue = queue_tag(lag.queue)
+            lag_max.add_metric([queue], lag.max_lag_seconds)
+            lag_avg.add_metric([queue], lag.avg_lag_seconds)
+            due.add_metric([queue], lag.pending)
+        yield lag_max
+        yield lag_avg
+        yield due
+        points = storage.throughput(now - timedelta(seconds=60))
+        minute = GaugeMetricFamily("chokaq_outcomes_last_minute", "Outcomes recorded in the last 60 s (MetricBuckets)",
+                                   labels=["outcome"])
+        minute.add_metric(["succeeded"], sum(p.succeeded for p in points))
+        minute.add_metric(["dlq"], sum(p.failed for p in points))
+        yield minute
+        yield from _worker_families(storage.list_workers(), now)
+
+
+def _worker_families(workers: Sequence[Any], now: datetime) -> Iterator[GaugeMetricFamily]:
+    running = [w for w in workers if w.is_running]
+    count = GaugeMetricFamily("chokaq_workers_running", "Worker processes marked running in the registry.")
+    count.add_metric([], len(running))
+    yield count
+    capacity = GaugeMetricFamily("chokaq_workers_capacity", "Sum of running workers' concurrency.")
+    capacity.add_metric([], sum(w.capacity for w in running))
+    yield capacity
+    busy = GaugeMetricFamily("chokaq_workers_busy", "Sum of running workers' active executions.")
+    busy.add_metric([], sum(w.active_count for w in running))
+    yield busy
+    ages = [(now - w.last_heartbeat_at).total_seconds() for w in running if w.last_heartbeat_at]
+    age = GaugeMetricFamily("chokaq_worker_heartbeat_age_seconds",
+                            "Registry heartbeat age of running workers: freshest and stalest.", labels=["which"])
+    if ages:
+        age.add_metric(["freshest"], max(0.0, min(ages)))
+        age.add_metric(["stalest"], max(0.0, max(ages)))
+    yield age
+    circuits = GaugeMetricFamily("chokaq_circuit_state", "Worker processes reporting a circuit in a state.",
+                                 labels=["type", "state"])
+    states = {0: "Closed", 1: "Open", 2: "HalfOpen"}
+    counted: dict[tuple[str, str], int] = {}
+    for w in running:
+        try:
+            snapshot = json.loads(w.circuits_json or "[]")
+        except ValueError:
+            continue
+        for circuit in snapshot if isinstance(snapshot, list) else []:
+            if not isinstance(circuit, dict):
+                continue
+            state = circuit.get("status")
+            name = states.get(state, str(state)) if isinstance(state, int) else str(state)
+            key = (type_tag(circuit.get("circuitKey")), reason_tag(name))
+            counted[key] = counted.get(key, 0) + 1
+    for (circuit_type, state), n in sorted(counted.items()):
+        circuits.add_metric([circuit_type, state], n)
+    yield circuits
+
+
+REGISTRY.register(FleetCollector())
+
+
+def exposition() -> bytes:
+    """The registry in Prometheus text format."""
+    return generate_latest(REGISTRY)
+
+
+class _ClosingRegistry:
+    """The registry for the worker's own HTTP server: each scrape runs on a short-lived server
+    thread, so the database connection it opened is closed when the scrape is done."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Any]:
+        from django.db import connections
+
+        try:
+            yield from self.registry.collect()
+        finally:
+            connections.close_all()
+
+    def restricted_registry(self, names: Iterable[str]) -> _ClosingRegistry:
+        return _ClosingRegistry(self.registry.restricted_registry(names))  # type: ignore[arg-type]
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> Any:
+    """Serve :data:`REGISTRY` on ``port`` from a daemon thread (``chokaq_worker --metrics-port``)."""
+    return start_http_server(port, addr=addr, registry=_ClosingRegistry(REGISTRY))  # type: ignore[arg-type]
