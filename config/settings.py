@@ -141,7 +141,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/deck/login/"
+LOGIN_REDIRECT_URL = "/deck/"
+LOGOUT_REDIRECT_URL = "/deck/login/"
+
+# The Deck's live updates (deck/consumers.py): one broadcaster per web process pushes at most one
+# frame per TICK seconds to every open tab, and re-reads storage every POLL_INTERVAL seconds (the
+# only way to see other processes' work when no cross-process channel layer, i.e. Redis, is set).
+CHOKAQ_DECK = {
+    "TICK": float(os.environ.get("CHOKAQ_DECK_TICK", "0.25")),
+    "POLL_INTERVAL": float(os.environ.get("CHOKAQ_DECK_POLL_INTERVAL", "1.0")),
+}
 
 # SQLite cannot use INCLUDE columns: the covering part of those indexes is a
 # PostgreSQL/SQL Server refinement, the index itself is created everywhere.

@@ -1,26 +1,470 @@
-"""Until the full Deck lands: a plain page with the counts of the three pillars."""
+"""The Deck's HTTP side: one full page, htmx partials, POST commands (spec 04 §1, §4).
+
+* ``GET`` endpoints render the full page, or only their partial for an htmx
+  request (``HX-Request``), so every URL can be reloaded or bookmarked.
+* ``POST`` commands validate with ``deck.forms``, call ``chokaq_core.service``,
+  record the operator action and answer ``{"ok": true, "affected": n}`` (or,
+  for htmx, 204 / a fragment with an ``HX-Trigger`` toast). Bad input is a
+  400, a job that moved meanwhile a 409, a missing role a 403 — never a 500.
+"""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.utils.html import escape
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.views.decorators.http import require_GET, require_POST
 
 from chokaq_core import service
+from chokaq_core.domain import JobStatus
+from deck import forms, fragments
+from deck.models import OperatorAction
+from deck.permissions import Role, actor, refuse, require, role_of
+
+logger = logging.getLogger("chokaq.deck")
+
+PAGE = "deck/index.html"
+PANEL_TEMPLATES = {
+    "stats": "deck/panels.html#stats",
+    "queues": "deck/panels.html#queues",
+    "chart": "deck/panels.html#chart",
+    "top-errors": "deck/panels.html#top-errors",
+    "console": "deck/panels.html#console",
+    "maintenance": "deck/panels.html#maintenance",
+    "jobs": "deck/jobs.html#matrix",
+}
+CONSOLE_LINES = 30
 
 
-def overview(request: HttpRequest) -> HttpResponse:
-    stats = service.summary()
-    rows = "".join(
-        f"<tr><td>{escape(q.queue)}</td><td>{q.pending}</td><td>{q.fetched}</td><td>{q.processing}</td>"
-        f"<td>{q.succeeded_total}</td><td>{q.failed_total}</td><td>{q.retried_total}</td></tr>"
-        for q in service.queues()
+def _htmx(request: HttpRequest) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _role(request: HttpRequest) -> Role:
+    return getattr(request, "deck_role", None) or role_of(request.user)
+
+
+# ---------------------------------------------------------------- page and partials
+
+
+def console_entries(limit: int = CONSOLE_LINES) -> list[dict[str, Any]]:
+    entries = list(OperatorAction.objects.all()[:limit])
+    return [{"id": e.id, "at": e.at, "level": e.level, "message": f"{e.actor}: {e.message}"} for e in reversed(entries)]
+
+
+def _matrix(query: QueryDict) -> dict[str, Any]:
+    form = forms.jobs_query(query)
+    view = form.pillar
+    d = form.cleaned_data
+    base = query.copy()
+    for key in ("after", "before"):
+        base.pop(key, None)
+    ctx: dict[str, Any] = {
+        "view": view, "q": d, "query": base.urlencode(), "full_query": query.urlencode(),
+        "sort_options": [(k, forms.SORT_LABELS[k]) for k in ("date", "duration", "type", "queue", "attempts")],
+        "reasons": forms.REASONS, "page_sizes": forms.PAGE_SIZES[1:], "tokens": forms.TOKENS,
+    }
+    if view == "active":
+        ctx["rows"] = service.active_jobs(form.active_filters())
+        ctx["status_filter"] = "" if d.get("status") is None else str(d["status"])
+        return ctx
+    preview = not d.get("size") and not d.get("after") and not d.get("before")
+    size = d.get("size") or (10 if preview else 100)
+    page = service.history(view, form.filters(view), form.sort_spec(), after=d.get("after") or None,
+                           before=d.get("before") or None, size=size)
+
+    def link(token: str | None, direction: str) -> str | None:
+        if token is None:
+            return None
+        params = base.copy()
+        params["size"] = str(size)
+        params[direction] = token
+        return params.urlencode()
+
+    ctx.update(rows=page.rows, page=page, preview=preview, size=size,
+               next_query=link(page.next_token, "after"), prev_query=link(page.prev_token, "before"))
+    return ctx
+
+
+def _panels() -> dict[str, Any]:
+    tp = service.throughput()
+    return {
+        "summary": service.summary(), "tp": tp, "chart_json": fragments.chart_json(tp),
+        "queues": service.queue_overview(), "errors": service.top_errors(), "errors_at": fragments.now(),
+        "console_entries": console_entries(),
+    }
+
+
+def _inspector(job_id: str) -> dict[str, Any]:
+    job_id = forms.job_id(job_id)
+    jv = service.find_job(job_id)
+    history = list(OperatorAction.objects.filter(job_id=job_id)[:20]) if jv else []
+    return {"job_id": job_id, "jv": jv, "history": history}
+
+
+def _page_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    return {**_panels(), **_matrix(request.GET), **fragments.role_context(_role(request)), **extra}
+
+
+def _render(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    return render(request, template, context, status=status)
+
+
+def _bad(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return refuse(request, 409 if isinstance(exc, service.ConflictError) else 400, str(exc))
+
+
+@require_GET
+def root(request: HttpRequest) -> HttpResponseBase:
+    return redirect("deck:index")
+
+
+@require_GET
+@require(Role.VIEWER)
+def index(request: HttpRequest) -> HttpResponse:
+    try:
+        context = _page_context(request)
+        if request.GET.get("job"):
+            context.update(_inspector(request.GET["job"]), side="inspector")
+    except (forms.InvalidInput, service.ServiceError) as exc:
+        return _bad(request, exc)
+    return _render(request, PAGE, context)
+
+
+@require_GET
+@require(Role.VIEWER)
+def partial(request: HttpRequest, panel: str) -> HttpResponse:
+    if panel not in PANEL_TEMPLATES:
+        return refuse(request, 404, f"unknown panel {panel!r}")
+    try:
+        if not _htmx(request):
+            return _render(request, PAGE, _page_context(request))
+        context: dict[str, Any] = {**fragments.role_context(_role(request))}
+        if panel == "jobs":
+            context.update(_matrix(request.GET))
+        elif panel != "maintenance":
+            context.update(_panels())
+    except (forms.InvalidInput, service.ServiceError) as exc:
+        return _bad(request, exc)
+    return _render(request, PANEL_TEMPLATES[panel], context)
+
+
+@require_GET
+@require(Role.VIEWER)
+def inspector(request: HttpRequest, job_id: str) -> HttpResponse:
+    try:
+        context = _inspector(job_id)
+        if not _htmx(request):
+            return _render(request, PAGE, _page_context(request, side="inspector", **context))
+    except (forms.InvalidInput, service.ServiceError) as exc:
+        return _bad(request, exc)
+    return _render(request, "deck/inspector.html#inspector", {**context, **fragments.role_context(_role(request))})
+
+
+@require_GET
+@require(Role.OPERATOR)
+def editor(request: HttpRequest, job_id: str) -> HttpResponse:
+    try:
+        context = _inspector(job_id)
+        jv = context["jv"]
+        if jv is None or (jv.hot is not None and jv.hot.status != JobStatus.PENDING) or jv.archived is not None:
+            return refuse(request, 409, "Only Pending jobs and DLQ jobs can be edited.")
+        context["priority_default"] = jv.hot.priority if jv.hot else 10
+        if not _htmx(request):
+            return _render(request, PAGE, _page_context(request, side="editor", **context))
+    except (forms.InvalidInput, service.ServiceError) as exc:
+        return _bad(request, exc)
+    return _render(request, "deck/inspector.html#editor", {**context, **fragments.role_context(_role(request))})
+
+
+# ---------------------------------------------------------------- commands
+
+
+@dataclass
+class Done:
+    """What a command did: the operator-facing message, the affected count and the audit details."""
+
+    message: str
+    affected: int = 1
+    level: str = "success"
+    job_id: str | None = None
+    scope: str = ""
+    previous_payload: str | None = None
+    new_payload: str | None = None
+    body: Callable[[], str] | None = None  # renders the htmx fragment to return instead of 204 (after the audit)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def command(minimum: Role) -> Callable[[Callable[..., Done]], Callable[..., HttpResponse]]:
+    def decorate(run: Callable[..., Done]) -> Callable[..., HttpResponse]:
+        @require_POST
+        @require(minimum)
+        @wraps(run)
+        def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            name = run.__name__
+            try:
+                done = run(request, *args, **kwargs)
+            except (forms.InvalidInput, service.ServiceError) as exc:
+                if isinstance(exc, service.ConflictError):
+                    _audit(request, name, Done(str(exc), 0, "warning", scope=_scope(args, kwargs)))
+                return _bad(request, exc)
+            _audit(request, name, done)
+            if _htmx(request):
+                response = HttpResponse(done.body() if done.body else "", status=200 if done.body else 204)
+                response["HX-Trigger"] = json.dumps({"deck:toast": {"level": done.level, "message": done.message},
+                                                     "deck:changed": True})
+                return response
+            return JsonResponse({"ok": True, "affected": done.affected, "message": done.message, **done.extra})
+
+        return view
+
+    return decorate
+
+
+def _scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    return " ".join(str(v) for v in (*args, *kwargs.values()))[:1000]
+
+
+def _audit(request: HttpRequest, name: str, done: Done) -> None:
+    who = actor(request.user)
+    log = logger.warning if "purge" in name else logger.info
+    log("%s by %s: %s", name, who, done.message)
+    OperatorAction.objects.create(
+        actor=who, command=name, scope=done.scope[:1000], job_id=done.job_id, level=done.level,
+        message=done.message, previous_payload=done.previous_payload, new_payload=done.new_payload,
     )
-    html = (
-        "<!doctype html><title>ChokaQ</title><meta http-equiv=refresh content=2>"
-        f"<h1>ChokaQ</h1><p>Hot: {stats.pending + stats.fetched + stats.processing} "
-        f"(pending {stats.pending}, fetched {stats.fetched}, processing {stats.processing}) · "
-        f"Archive: {stats.succeeded_total} · DLQ: {stats.failed_total} · retried {stats.retried_total}</p>"
-        "<table border=1><tr><th>queue<th>pending<th>fetched<th>processing<th>succeeded<th>failed<th>retried</tr>"
-        f"{rows}</table>"
-    )
-    return HttpResponse(html)
+
+
+def _inspector_body(request: HttpRequest, job_id: str) -> Callable[[], str]:
+    return lambda: render_to_string("deck/inspector.html#inspector",
+                                    {**_inspector(job_id), **fragments.role_context(_role(request))}, request=request)
+
+
+def _payload_of(job_id: str) -> str | None:
+    jv = service.find_job(job_id)
+    if jv is None:
+        return None
+    return (jv.hot or jv.archived or jv.dead).payload  # type: ignore[union-attr]
+
+
+@command(Role.OPERATOR)
+def cancel_job(request: HttpRequest, job_id: str) -> Done:
+    job_id = forms.job_id(job_id)
+    how = service.cancel_one(job_id, actor=actor(request.user))
+    text = "moved to the DLQ as Cancelled" if how == "moved" else "asked to stop (it is running)"
+    return Done(f"Cancel request sent for {job_id}: {text}", job_id=job_id, scope=job_id)
+
+
+@command(Role.OPERATOR)
+def restart_job(request: HttpRequest, job_id: str) -> Done:
+    job_id = forms.job_id(job_id)
+    service.restart(job_id, actor=actor(request.user))
+    return Done(f"Job {job_id} requeued from the DLQ", job_id=job_id, scope=job_id)
+
+
+def _edit_data(request: HttpRequest) -> dict[str, Any]:
+    data = forms.clean(forms.Edit, request.POST)
+    return {"payload": data.get("payload"), "tags": data.get("tags") or None, "priority": data.get("priority")}
+
+
+@command(Role.OPERATOR)
+def resurrect_job(request: HttpRequest, job_id: str) -> Done:
+    """Resurrect with optional edits (payload, tags, priority)."""
+    job_id = forms.job_id(job_id)
+    edits = _edit_data(request)
+    before = _payload_of(job_id) if edits["payload"] is not None else None
+    service.repair_and_requeue(job_id, actor=actor(request.user), **edits)
+    return Done(f"Job {job_id} resurrected", job_id=job_id, scope=job_id, previous_payload=before,
+                new_payload=edits["payload"])
+
+
+@command(Role.OPERATOR)
+def repair_requeue(request: HttpRequest, job_id: str) -> Done:
+    job_id = forms.job_id(job_id)
+    edits = _edit_data(request)
+    if edits["payload"] is None:
+        raise forms.InvalidInput("Payload is empty")
+    before = _payload_of(job_id)
+    service.repair_and_requeue(job_id, actor=actor(request.user), **edits)
+    return Done(f"Job {job_id} repaired and requeued", job_id=job_id, scope=job_id, previous_payload=before,
+                new_payload=edits["payload"], body=_inspector_body(request, job_id))
+
+
+@command(Role.OPERATOR)
+def edit_job(request: HttpRequest, job_id: str) -> Done:
+    job_id = forms.job_id(job_id)
+    edits = _edit_data(request)
+    if edits["payload"] is None and edits["tags"] is None and edits["priority"] is None:
+        raise forms.InvalidInput("nothing to change")
+    before = _payload_of(job_id) if edits["payload"] is not None else None
+    service.edit_job(job_id, actor=actor(request.user), **edits)
+    return Done(f"Job {job_id} saved", job_id=job_id, scope=job_id, previous_payload=before,
+                new_payload=edits["payload"], body=_inspector_body(request, job_id))
+
+
+@command(Role.OPERATOR)
+def set_priority(request: HttpRequest, job_id: str) -> Done:
+    job_id = forms.job_id(job_id)
+    priority = forms.clean(forms.Priority, request.POST)["priority"]
+    service.set_priority(job_id, priority, actor=actor(request.user))
+    return Done(f"Job {job_id} priority set to {priority}", job_id=job_id, scope=job_id)
+
+
+@command(Role.ADMIN)
+def purge_archive_job(request: HttpRequest, job_id: str) -> Done:
+    job_id = forms.job_id(job_id)
+    service.purge_archive_job(job_id)
+    return Done(f"Archived job {job_id} deleted forever", job_id=job_id, scope=job_id, level="warning")
+
+
+@command(Role.ADMIN)
+def purge_dlq_job(request: HttpRequest, job_id: str) -> Done:
+    job_id = forms.job_id(job_id)
+    service.purge_dlq_job(job_id)
+    return Done(f"DLQ job {job_id} deleted forever", job_id=job_id, scope=job_id, level="warning")
+
+
+@command(Role.OPERATOR)
+def bulk_cancel(request: HttpRequest) -> Done:
+    ids = forms.ids(request.POST)
+    moved, flagged = service.cancel(ids, actor=actor(request.user))
+    n = len(moved) + len(flagged)
+    return Done(f"Cancel sent for {n} of {len(ids)} job(s) ({len(moved)} moved, {len(flagged)} running)",
+                affected=n, scope=",".join(ids), level="success" if n else "warning")
+
+
+@command(Role.OPERATOR)
+def bulk_resurrect(request: HttpRequest) -> Done:
+    ids = forms.ids(request.POST)
+    n = service.resurrect_many(ids, actor=actor(request.user))
+    return Done(f"Requeued {n} of {len(ids)} DLQ job(s)", affected=n, scope=",".join(ids),
+                level="success" if n else "warning")
+
+
+@command(Role.ADMIN)
+def purge_dlq_ids(request: HttpRequest) -> Done:
+    ids = forms.ids(request.POST)
+    n = service.purge_dlq(ids)
+    return Done(f"Bulk purge: {n} DLQ job(s) permanently deleted", affected=n, scope=",".join(ids), level="warning")
+
+
+def _queue_done(name: str, text: str) -> Done:
+    return Done(f"Queue {name}: {text}", scope=name)
+
+
+@command(Role.OPERATOR)
+def queue_pause(request: HttpRequest, name: str) -> Done:
+    name = forms.queue_name(name)
+    paused = forms.clean(forms.Toggle, request.POST)["value"]
+    service.set_queue_paused(name, paused)
+    return _queue_done(name, "paused" if paused else "resumed")
+
+
+@command(Role.OPERATOR)
+def queue_active(request: HttpRequest, name: str) -> Done:
+    name = forms.queue_name(name)
+    visible = forms.clean(forms.Toggle, request.POST)["value"]
+    if not service.set_queue_visible(name, visible):
+        raise service.ConflictError(f"Queue {name!r} does not exist")
+    return _queue_done(name, "shown (paused)" if visible else "hidden (paused)")
+
+
+@command(Role.OPERATOR)
+def queue_zombie_timeout(request: HttpRequest, name: str) -> Done:
+    name = forms.queue_name(name)
+    seconds = forms.clean(forms.ZombieTimeout, request.POST).get("value")
+    value = service.set_queue_zombie_timeout(name, None if seconds is None else max(60, seconds))
+    return _queue_done(name, f"zombie timeout {value}s" if value else "zombie timeout cleared (global)")
+
+
+@command(Role.OPERATOR)
+def queue_max_workers(request: HttpRequest, name: str) -> Done:
+    name = forms.queue_name(name)
+    value = service.set_queue_max_workers(name, forms.clean(forms.MaxWorkers, request.POST).get("value"))
+    return _queue_done(name, f"max workers {value}" if value else "max workers unlimited")
+
+
+def _bulk_form(request: HttpRequest) -> forms.DlqBulk:
+    return forms.dlq_bulk(request.POST)
+
+
+@require_POST
+@require(Role.ADMIN)
+def dlq_bulk_preview(request: HttpRequest) -> HttpResponse:
+    try:
+        form = _bulk_form(request)
+        preview = service.preview_dlq_bulk(form.filters("dlq"), form.max())
+    except (forms.InvalidInput, service.ServiceError) as exc:
+        return _bad(request, exc)
+    action = request.POST.get("action", "purge")
+    if not _htmx(request):
+        return JsonResponse({"ok": True, "matched": preview.matched, "willAffect": preview.will_affect,
+                             "truncated": preview.truncated, "sampleIds": preview.sample_ids})
+    return _render(request, "deck/panels.html#bulk-preview",
+                   {"preview": preview, "action": action if action in forms.TOKENS else "purge",
+                    "max_jobs": form.max(), "tokens": forms.TOKENS})
+
+
+def _confirmed(form: forms.DlqBulk, action: str) -> None:
+    if form.cleaned_data.get("confirm") != forms.TOKENS[action]:
+        raise forms.InvalidInput(f"type {forms.TOKENS[action]} to confirm")
+
+
+@command(Role.ADMIN)
+def dlq_bulk_purge(request: HttpRequest) -> Done:
+    form = _bulk_form(request)
+    _confirmed(form, "purge")
+    n = service.purge_dlq_by_filter(form.filters("dlq"), form.max())
+    return Done(f"{n} jobs affected (DLQ purge by filter)", affected=n, level="warning",
+                scope=request.POST.urlencode()[:1000])
+
+
+@command(Role.ADMIN)
+def dlq_bulk_requeue(request: HttpRequest) -> Done:
+    form = _bulk_form(request)
+    _confirmed(form, "requeue")
+    n = service.requeue_dlq_by_filter(form.filters("dlq"), form.max(), actor=actor(request.user))
+    return Done(f"{n} jobs affected (DLQ requeue by filter)", affected=n, scope=request.POST.urlencode()[:1000])
+
+
+@require_POST
+@require(Role.ADMIN)
+def maintenance_preview(request: HttpRequest) -> HttpResponse:
+    pillar = request.POST.get("pillar", "")
+    try:
+        if pillar not in ("archive", "dlq"):
+            raise forms.InvalidInput("pillar must be archive or dlq")
+        days = forms.clean(forms.Days, request.POST)["days"]
+        cutoff, count = service.preview_purge(pillar, days)
+    except (forms.InvalidInput, service.ServiceError) as exc:
+        return _bad(request, exc)
+    if not _htmx(request):
+        return JsonResponse({"ok": True, "cutoff": cutoff.isoformat(), "count": count})
+    return _render(request, "deck/panels.html#purge-preview",
+                   {"pillar": pillar, "days": days, "cutoff": cutoff, "count": count})
+
+
+def _purge_older(request: HttpRequest, pillar: str) -> Done:
+    days = forms.clean(forms.Days, request.POST)["days"]
+    n = service.purge_older_than(pillar, days)
+    label = "archived" if pillar == "archive" else "DLQ"
+    text = f"Purged {n} {label} job(s) older than {days} days." if n else f"No {label} jobs to purge."
+    return Done(text, affected=n, level="warning", scope=f"{pillar} older than {days} days")
+
+
+@command(Role.ADMIN)
+def purge_archive_older(request: HttpRequest) -> Done:
+    return _purge_older(request, "archive")
+
+
+@command(Role.ADMIN)
+def purge_dlq_older(request: HttpRequest) -> Done:
+    return _purge_older(request, "dlq")
+

@@ -86,7 +86,8 @@ def roles(db: None) -> None:
 def make_user(role: str) -> User | None:
     if role == "anonymous":
         return None
-    user = User.objects.create_user(f"{role}-user", password=PASSWORD)
+    user = User.objects.filter(username=f"{role}-user").first() or User.objects.create_user(
+        f"{role}-user", password=PASSWORD)
     if role == "nobody":
         return user
     user.groups.add(Group.objects.get(name=GROUP_OF[role]))
@@ -120,14 +121,23 @@ def run(coro: Any) -> Any:
 
 async def frames_until(communicator: Any, predicate: Callable[[str], bool], timeout: float) -> tuple[str | None,
                                                                                                        list[str]]:
-    """Receive frames until one satisfies ``predicate``; (that frame or None, every frame seen)."""
+    """Receive frames until one satisfies ``predicate``; (that frame or None, every frame seen).
+
+    Polls the output queue instead of ``receive_from(timeout=...)``, whose timeout cancels the application.
+    """
     seen: list[str] = []
     deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            frame = await communicator.receive_from(timeout=left)
-        except TimeoutError:
-            break
+    while time.monotonic() < deadline:
+        if communicator.output_queue.empty():
+            if communicator.future.done():
+                communicator.future.result()  # surface the consumer's exception
+                break
+            await asyncio.sleep(0.02)
+            continue
+        message = await communicator.receive_output(timeout=1)
+        if message.get("type") != "websocket.send":
+            raise AssertionError(f"unexpected message {message}")
+        frame = message.get("text") or ""
         seen.append(frame)
         if predicate(frame):
             return frame, seen

@@ -1,0 +1,347 @@
+"""The Deck's live side: a push-only websocket consumer and one broadcaster per web process.
+
+How the Deck stays live (ARCHITECTURE §4 "push cheaply"):
+
+* Every open tab's ``DeckConsumer`` attaches to the process's ``Broadcaster``
+  (one per event loop, i.e. per daphne process). Consumers do no database
+  work of their own and accept no commands (``{"type": "ping"}`` → pong).
+* The broadcaster wakes on engine events and at least every
+  ``CHOKAQ_DECK["POLL_INTERVAL"]`` (1 s); it never sends more than one frame per
+  ``CHOKAQ_DECK["TICK"]`` (250 ms), so thousands of jobs per second become a
+  few frames per second. Per wake it reads storage ONCE for all tabs — the
+  O(1) stats, the newest 100 Hot rows, per-second throughput, queues, top
+  errors when the DLQ changed — diffs against the previous read and renders
+  the changes through ``deck.fragments`` (one render per role, not per tab).
+* Events reach the broadcaster two ways. With a cross-process channel layer
+  (``REDIS_URL``) the broadcaster joins the group ``chokaq.deck`` on behalf of
+  all its tabs and receives the ``deck.events`` messages that every process's
+  ``CoalescingPublisher`` sends (workers on any host included). Without one
+  (the README's run command: SQLite and the in-memory layer) it registers an
+  in-process listener (``events.add_listener``; the hand-off into the loop is
+  ``loop.call_soon_threadsafe``) for commands and in-process work, and the
+  once-a-second poll shows what separate worker processes did.
+* Events are hints, the database is the truth: a row reaches the page only
+  as rendered from storage, and nothing is pushed for a rolled-back
+  transaction (storage publishes after commit only). After a reconnect the
+  page re-fetches its panels over HTTP (deck.js).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from chokaq_core import events, service
+from chokaq_core.domain import JobRow, JobStatus
+from deck import fragments
+from deck.models import OperatorAction
+from deck.permissions import Role, role_of
+
+logger = logging.getLogger("chokaq.deck")
+
+ACTIVE_ROWS = 100
+TOP_ERRORS_MIN_INTERVAL = 2.0
+CONSOLE_FAILURE_LINES = 5
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+
+
+def deck_setting(name: str, default: float) -> float:
+    return float(getattr(settings, "CHOKAQ_DECK", {}).get(name, default))
+
+
+class DeckConsumer(AsyncWebsocketConsumer):
+    """Push-only: refuses anonymous users (4401) and users without the view permission (4403)."""
+
+    role: Role = Role.NONE
+    broadcaster: Broadcaster | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.accept()
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.role = await asyncio.to_thread(_role_of_user, user)
+        if self.role < Role.VIEWER:
+            await self.accept()
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        await self.accept()
+        self.broadcaster = Broadcaster.for_running_loop()
+        self.broadcaster.attach(self)
+
+    async def disconnect(self, code: int) -> None:
+        if self.broadcaster is not None:
+            await self.broadcaster.detach(self)
+            self.broadcaster = None
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        if isinstance(message, dict) and message.get("type") == "ping":
+            await self.send(text_data=json.dumps({"type": "pong"}))
+
+    async def push(self, frame: str) -> None:
+        await self.send(text_data=frame)
+
+
+def _role_of_user(user: Any) -> Role:
+    try:
+        return role_of(user)
+    finally:
+        close_old_connections()
+
+
+@dataclass
+class _State:
+    """What the last read saw, to push only differences."""
+
+    rows: dict[str, JobRow] | None = None
+    failed_total: int | None = None
+    throughput: service.Throughput | None = None
+    errors_read_at: float = 0.0
+    last_action_id: int | None = None
+    sent: dict[tuple[str, bool], str] = field(default_factory=dict)  # (fragment, can_operate) → last html
+
+
+class Broadcaster:
+    """One per event loop (web process): reads storage once per tick and pushes fragments to every tab."""
+
+    _instances: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Broadcaster] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def for_running_loop(cls) -> Broadcaster:
+        loop = asyncio.get_running_loop()
+        instance = cls._instances.get(loop)
+        if instance is None:
+            instance = cls._instances[loop] = cls(loop)
+        return instance
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.consumers: set[DeckConsumer] = set()
+        self.tick = deck_setting("TICK", 0.25)
+        self.poll_interval = deck_setting("POLL_INTERVAL", 1.0)
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._state = _State()
+        layer = get_channel_layer()
+        self.cross_process = layer is not None and not isinstance(layer, InMemoryChannelLayer)
+        self.layer = layer
+        self.frames_sent = 0
+
+    # ------------------------------------------------------------ consumers
+
+    def attach(self, consumer: DeckConsumer) -> None:
+        self.consumers.add(consumer)
+        if not self._tasks:
+            self._start()
+
+    async def detach(self, consumer: DeckConsumer) -> None:
+        self.consumers.discard(consumer)
+        if not self.consumers and self._tasks:
+            await self._stop()
+
+    def _start(self) -> None:
+        self._state = _State()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chokaq-deck")
+        if self.cross_process:
+            self._tasks.append(self.loop.create_task(self._receive()))
+        else:
+            events.add_listener(self._on_event)
+        self._tasks.append(self.loop.create_task(self._run()))
+
+    async def _stop(self) -> None:
+        events.remove_listener(self._on_event)
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # the reader thread's database connection must not outlive the last tab
+            await self.loop.run_in_executor(executor, connections.close_all)
+            executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------ event intake
+
+    def _on_event(self, event: events.Event) -> None:
+        """In-process listener: called on the committing thread, hands off into the loop."""
+        with self._lock:
+            self._pending.append(event.as_message())
+        if self.loop.is_closed():  # the process's loop ended without the last tab saying goodbye
+            events.remove_listener(self._on_event)
+            return
+        self.loop.call_soon_threadsafe(self._wake.set)
+
+    async def _receive(self) -> None:
+        """Cross-process intake: the ``deck.events`` messages of every process's publisher."""
+        assert self.layer is not None
+        channel = await self.layer.new_channel()
+        await self.layer.group_add(events.GROUP, channel)
+        try:
+            while True:
+                message = await self.layer.receive(channel)
+                if message.get("type") == events.MESSAGE_TYPE:
+                    with self._lock:
+                        self._pending.extend(m for m in message.get("events", []) if isinstance(m, dict))
+                    self._wake.set()
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.layer.group_discard(events.GROUP, channel))
+
+    def _drain(self) -> list[dict[str, Any]]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    # ------------------------------------------------------------ the tick loop
+
+    async def _run(self) -> None:
+        next_poll = time.monotonic()
+        last_flush = 0.0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_poll - time.monotonic()))
+            self._wake.clear()
+            wait = last_flush + self.tick - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            received = self._drain()
+            now = time.monotonic()
+            poll_due = now >= next_poll
+            if poll_due:
+                next_poll = now + self.poll_interval
+            dirty = poll_due or any(m.get("event") != events.EventKind.JOB_PROGRESS for m in received)
+            variants = {c.role >= Role.OPERATOR for c in self.consumers}
+            if not variants:
+                continue
+            try:
+                assert self._executor is not None
+                frames = await self.loop.run_in_executor(
+                    self._executor, self._build, received, dirty, poll_due, variants)
+            except Exception:
+                logger.exception("deck broadcaster tick failed")
+                await self.loop.run_in_executor(self._executor, connections.close_all)  # type: ignore[arg-type]
+                continue
+            last_flush = time.monotonic()
+            await self._send(frames)
+
+    async def _send(self, frames: dict[bool, str]) -> None:
+        for consumer in list(self.consumers):
+            frame = frames.get(consumer.role >= Role.OPERATOR)
+            if not frame:
+                continue
+            try:
+                await consumer.push(frame)
+                self.frames_sent += 1
+            except Exception:
+                logger.debug("deck push failed; the socket is going away", exc_info=True)
+
+    # ------------------------------------------------------------ reading and rendering (reader thread)
+
+    def _build(self, received: list[dict[str, Any]], dirty: bool, full: bool, variants: set[bool]) -> dict[bool, str]:
+        """Read storage once and render one frame per role variant (``can_operate``)."""
+        state = self._state
+        progress = {str(m["data"]["jobId"]): int(m["data"].get("percentage") or 0)
+                    for m in received if m.get("event") == events.EventKind.JOB_PROGRESS and m.get("data")}
+        queue_event = any(m.get("event") == events.EventKind.QUEUE_STATE_CHANGED for m in received)
+        parts: dict[bool, list[str]] = {v: [] for v in variants}
+        if dirty:
+            summary = service.summary()
+            rows = service.active_jobs(limit=ACTIVE_ROWS)
+            changed, gone = self._diff(rows)
+            tp = service.throughput() if full or state.throughput is None else None
+            state.throughput = tp or state.throughput
+            overview = service.queue_overview() if full or queue_event else None
+            errors = None
+            now = time.monotonic()
+            if (summary.failed_total != state.failed_total
+                    and now - state.errors_read_at >= TOP_ERRORS_MIN_INTERVAL) or state.errors_read_at == 0:
+                errors = service.top_errors()
+                state.errors_read_at = now
+                state.failed_total = summary.failed_total
+            console = self._console(gone)
+            for can_operate in variants:
+                role = Role.OPERATOR if can_operate else Role.VIEWER
+                out = parts[can_operate]
+                assert state.throughput is not None
+                self._once(out, ("stats", can_operate), fragments.stats(summary, state.throughput, oob=True))
+                if tp is not None:
+                    out.append(fragments.chart(tp, oob=True))
+                if overview is not None:
+                    self._once(out, ("queues", can_operate), fragments.queues(overview, role, oob=True))
+                if errors is not None:
+                    self._once(out, ("errors", can_operate), fragments.top_errors(errors, fragments.now(), oob=True))
+                rendered = [fragments.row(r, role) for r in changed] + [fragments.row(r, role, gone=True) for r in gone]
+                if rendered or progress:
+                    out.append(fragments.inbox(rendered, progress))
+                if console:
+                    out.append(fragments.console(console))
+        elif progress:
+            for can_operate in variants:
+                parts[can_operate].append(fragments.inbox([], progress))
+        return {v: "".join(p) for v, p in parts.items() if p}
+
+    def _once(self, out: list[str], key: tuple[str, bool], html: str) -> None:
+        if self._state.sent.get(key) != html:
+            self._state.sent[key] = html
+            out.append(html)
+
+    def _diff(self, rows: list[JobRow]) -> tuple[list[JobRow], list[JobRow]]:
+        """Rows new or changed since the last read, and rows that left Hot (with their new status)."""
+        state = self._state
+        current = {r.id: r for r in rows}
+        previous, state.rows = state.rows, current
+        if previous is None:  # first read: the baseline the open pages already show
+            return [], []
+        changed = [r for r in rows if previous.get(r.id) != r]
+        missing = [i for i in previous if i not in current]
+        located = service.locate(missing) if missing else {}
+        gone = []
+        for job_id in missing:
+            status = located.get(job_id)
+            if status is None or status >= JobStatus.SUCCEEDED:  # archived, in the DLQ, or purged
+                gone.append(replace(previous[job_id], status=status or previous[job_id].status))
+        return changed, gone
+
+    def _console(self, gone: list[JobRow]) -> list[dict[str, Any]]:
+        state = self._state
+        lines: list[dict[str, Any]] = []
+        if state.last_action_id is None:
+            last = OperatorAction.objects.order_by("-id").values_list("id", flat=True).first()
+            state.last_action_id = last or 0
+        else:
+            for entry in OperatorAction.objects.filter(id__gt=state.last_action_id).order_by("id")[:50]:
+                lines.append({"id": entry.id, "at": entry.at, "level": entry.level,
+                              "message": f"{entry.actor}: {entry.message}"})
+                state.last_action_id = entry.id
+        failed = [r for r in gone if r.status in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ZOMBIE)]
+        for row in failed[:CONSOLE_FAILURE_LINES]:
+            lines.append({"at": fragments.now(), "level": "error",
+                          "message": f"Job {row.id} ({row.type}) moved to the DLQ: {row.status.name}"})
+        if len(failed) > CONSOLE_FAILURE_LINES:
+            lines.append({"at": fragments.now(), "level": "error",
+                          "message": f"... and {len(failed) - CONSOLE_FAILURE_LINES} more job(s) moved to the DLQ"})
+        return lines

@@ -1,0 +1,214 @@
+"""Server-side validation of every Deck input (spec 04 §6).
+
+Each form turns raw query/POST data into service arguments or a message
+that the view answers with a 400 — bad input never reaches the engine and
+never becomes a 500.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time
+from typing import Any
+
+from django import forms
+from django.http import QueryDict
+
+from chokaq_core.domain import SORT_KEYS, FailureReason, HistorySort, JobFilter, JobStatus
+
+MAX_ID = 50
+MAX_NAME = 255
+MAX_SEARCH = 1000
+MAX_TAGS = 1000
+MAX_PAYLOAD_CHARS = 1_000_000
+MAX_BATCH = 1000
+PAGE_SIZES = (10, 100, 500, 1000)
+SORT_LABELS = {"date": "Date", "duration": "Duration", "type": "Type", "queue": "Queue", "attempts": "Attempts",
+               "created": "Created", "id": "Id", "worker": "Worker", "reason": "Reason"}
+REASONS = [(int(r), r.display_name) for r in FailureReason]
+TOKENS = {"purge": "PURGE", "requeue": "REQUEUE"}
+
+
+class InvalidInput(ValueError):
+    """Raised with one readable message for the whole form."""
+
+
+def message(form: forms.Form) -> str:
+    parts = []
+    for field, errors in form.errors.items():
+        label = field if field != "__all__" else ""
+        text = " ".join(str(e) for e in errors)
+        parts.append(f"{label}: {text}" if label else text)
+    return "; ".join(parts) or "invalid input"
+
+
+def clean(form_class: type[forms.Form], data: QueryDict | dict[str, Any]) -> dict[str, Any]:
+    form = form_class(data)
+    if not form.is_valid():
+        raise InvalidInput(message(form))
+    return form.cleaned_data
+
+
+def job_id(value: str) -> str:
+    value = (value or "").strip()
+    if not value or len(value) > MAX_ID:
+        raise InvalidInput(f"job id must be 1–{MAX_ID} characters")
+    return value
+
+
+def queue_name(value: str) -> str:
+    value = (value or "").strip()
+    if not value or len(value) > MAX_NAME:
+        raise InvalidInput(f"queue name must be 1–{MAX_NAME} characters")
+    return value
+
+
+def ids(data: QueryDict) -> list[str]:
+    """``ids`` given as repeated fields and/or comma separated: 1–1000 after trimming, each valid, de-duplicated."""
+    raw: list[str] = []
+    for value in data.getlist("ids"):
+        raw += value.split(",")
+    unique = list(dict.fromkeys(v.strip() for v in raw if v.strip()))
+    if not unique:
+        raise InvalidInput("select at least one job")
+    if len(unique) > MAX_BATCH:
+        raise InvalidInput(f"at most {MAX_BATCH} jobs per command, got {len(unique)}")
+    for value in unique:
+        job_id(value)
+    return unique
+
+
+def _day_start(day: Any) -> datetime | None:
+    return datetime.combine(day, time.min, tzinfo=UTC) if day else None
+
+
+def _day_end(day: Any) -> datetime | None:
+    return datetime.combine(day, time.max, tzinfo=UTC) if day else None
+
+
+class _Filters(forms.Form):
+    queue = forms.CharField(required=False, max_length=MAX_NAME, strip=True)
+    type = forms.CharField(required=False, max_length=MAX_NAME, strip=True)
+    q = forms.CharField(required=False, max_length=MAX_SEARCH, strip=True)
+    reason = forms.TypedChoiceField(required=False, choices=[("", "any"), *REASONS], coerce=int, empty_value=None)
+    start = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    end = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("start") and data.get("end") and data["start"] > data["end"]:
+            raise forms.ValidationError("'from' must not be after 'to'")
+        return data
+
+    def filters(self, pillar: str) -> JobFilter:
+        d = self.cleaned_data
+        reason = d.get("reason")
+        return JobFilter(
+            queue=d.get("queue") or None,
+            type=d.get("type") or None,
+            search=d.get("q") or None,
+            failure_reason=FailureReason(reason) if reason is not None and pillar == "dlq" else None,
+            from_at=_day_start(d.get("start")),
+            to_at=_day_end(d.get("end")),
+        )
+
+
+class JobsQuery(_Filters):
+    """The job matrix: which view, its filters, sort and page."""
+
+    view = forms.ChoiceField(required=False, choices=[("active", "Active"), ("archive", "Archive"), ("dlq", "DLQ")])
+    status = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
+                                    choices=[("", "any"), *((int(s), s.name) for s in JobStatus if s <= 2)])
+    sort = forms.CharField(required=False, max_length=20)
+    dir = forms.ChoiceField(required=False, choices=[("desc", "desc"), ("asc", "asc")])
+    size = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
+                                  choices=[(n, n) for n in PAGE_SIZES])
+    after = forms.CharField(required=False, max_length=2000)
+    before = forms.CharField(required=False, max_length=2000)
+
+    def clean_sort(self) -> str:
+        key = (self.cleaned_data.get("sort") or "date").strip().lower()
+        if key not in SORT_KEYS:
+            raise forms.ValidationError(f"unknown sort key (allowed: {', '.join(SORT_KEYS)})")
+        return key
+
+    @property
+    def pillar(self) -> str:
+        return self.cleaned_data.get("view") or "active"
+
+    def sort_spec(self) -> HistorySort:
+        return HistorySort(self.cleaned_data["sort"], self.cleaned_data.get("dir") != "asc")
+
+    def active_filters(self) -> JobFilter:
+        d = self.cleaned_data
+        status = d.get("status")
+        return JobFilter(queue=d.get("queue") or None, type=d.get("type") or None, search=d.get("q") or None,
+                         status=JobStatus(status) if status is not None else None)
+
+
+def jobs_query(data: QueryDict) -> JobsQuery:
+    form = JobsQuery(data)
+    if not form.is_valid():
+        raise InvalidInput(message(form))
+    return form
+
+
+class DlqBulk(_Filters):
+    """The DLQ bulk-by-filter form (preview / purge / requeue)."""
+
+    max_jobs = forms.IntegerField(required=False, max_value=MAX_BATCH)
+    confirm = forms.CharField(required=False, max_length=20)
+
+    def max(self) -> int:
+        value = self.cleaned_data.get("max_jobs")
+        return 100 if value is None or value <= 0 else value
+
+
+def dlq_bulk(data: QueryDict) -> DlqBulk:
+    form = DlqBulk(data)
+    if not form.is_valid():
+        raise InvalidInput(message(form))
+    return form
+
+
+class Edit(forms.Form):
+    payload = forms.CharField(required=False, max_length=MAX_PAYLOAD_CHARS, strip=False)
+    tags = forms.CharField(required=False, max_length=MAX_TAGS, strip=True)
+    priority = forms.IntegerField(required=False, min_value=0, max_value=1_000_000)
+
+    def clean_payload(self) -> str | None:
+        payload = self.cleaned_data.get("payload")
+        if payload is None or not payload.strip():
+            if "payload" in self.data:
+                raise forms.ValidationError("Payload is empty")
+            return None
+        return str(payload)
+
+
+class Priority(forms.Form):
+    priority = forms.IntegerField(min_value=0, max_value=1_000_000)
+
+
+class Toggle(forms.Form):
+    """``value`` = 1/0 (true/false, on/off)."""
+
+    value = forms.CharField(max_length=5)
+
+    def clean_value(self) -> bool:
+        raw = self.cleaned_data["value"].strip().lower()
+        if raw in ("1", "true", "on", "yes"):
+            return True
+        if raw in ("0", "false", "off", "no"):
+            return False
+        raise forms.ValidationError("must be 1 or 0")
+
+
+class ZombieTimeout(forms.Form):
+    value = forms.IntegerField(required=False, min_value=1, max_value=86_400)
+
+
+class MaxWorkers(forms.Form):
+    value = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+
+
+class Days(forms.Form):
+    days = forms.IntegerField(min_value=1, max_value=365)

@@ -1,0 +1,76 @@
+"""The one place that renders Deck fragments: page loads, htmx partials and websocket pushes.
+
+Every fragment is a ``{% partialdef %}`` of a template under
+``templates/deck/`` whose root element carries a stable id. A push wraps
+the same partials with ``hx-swap-oob`` so the htmx ws extension swaps them
+in by id; rows travel through the hidden ``#row-inbox`` from which
+``deck.js`` upserts them into the Active table (a row the page does not
+hold cannot be swapped by id).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.template.loader import render_to_string
+
+from chokaq_core.domain import ErrorGroup, JobRow, SummaryStats
+from chokaq_core.service import QueueOverview, Throughput
+from deck.permissions import Role
+
+PANELS = "deck/panels.html"
+JOBS = "deck/jobs.html"
+
+
+def render(template: str, partial: str, context: dict[str, Any]) -> str:
+    return render_to_string(f"{template}#{partial}", context)
+
+
+def role_context(role: Role) -> dict[str, Any]:
+    return {"role": int(role), "can_operate": role >= Role.OPERATOR, "can_admin": role >= Role.ADMIN}
+
+
+def chart_json(tp: Throughput) -> str:
+    """uPlot's column data: epoch seconds, succeeded/s, failed/s."""
+    return json.dumps({
+        "t": [int(p.at.timestamp()) for p in tp.points],
+        "ok": [p.succeeded for p in tp.points],
+        "fail": [p.failed for p in tp.points],
+    }, separators=(",", ":"))
+
+
+def stats(summary: SummaryStats, tp: Throughput, *, oob: bool = False) -> str:
+    return render(PANELS, "stats", {"summary": summary, "tp": tp, "oob": oob})
+
+
+def queues(overview: Sequence[QueueOverview], role: Role, *, oob: bool = False) -> str:
+    return render(PANELS, "queues", {"queues": overview, "oob": oob, **role_context(role)})
+
+
+def chart(tp: Throughput, *, oob: bool = False) -> str:
+    return render(PANELS, "chart-data", {"chart_json": chart_json(tp), "oob": oob})
+
+
+def top_errors(groups: Sequence[ErrorGroup], at: datetime | None, *, oob: bool = False) -> str:
+    return render(PANELS, "top-errors", {"errors": groups, "errors_at": at, "oob": oob})
+
+
+def row(job: JobRow, role: Role, *, view: str = "active", gone: bool = False) -> str:
+    return render(JOBS, "row", {"job": job, "view": view, "gone": gone, **role_context(role)})
+
+
+def inbox(rows: Iterable[str], progress: dict[str, int]) -> str:
+    """Rows to upsert (or, marked ``data-gone``, to retire) and progress values, for ``deck.js``."""
+    return render(PANELS, "inbox", {"rows": list(rows), "progress": sorted(progress.items())})
+
+
+def console(entries: Iterable[Any]) -> str:
+    """Lines appended to the system console (operator actions and notable events)."""
+    return render(PANELS, "console-lines", {"entries": list(entries)})
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,87 @@
+"""Who may do what on the Deck (ARCHITECTURE §5).
+
+Three permissions of the ``deck`` app, handed out by ``chokaq_roles`` as
+groups: *Deck viewers* (``view_deck``), *Deck operators* (+ ``operate_deck``:
+cancel, retry/resurrect, edit, pause/resume, queue limits) and *Deck admins*
+(+ ``admin_deck``: purges and bulk-by-filter). A superuser has them all.
+Every view and the websocket check them server-side; templates only use
+them to hide controls.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from enum import IntEnum
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+logger = logging.getLogger("chokaq.deck")
+
+VIEW = "deck.view_deck"
+OPERATE = "deck.operate_deck"
+ADMIN = "deck.admin_deck"
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "Deck viewers": ("view_deck",),
+    "Deck operators": ("view_deck", "operate_deck"),
+    "Deck admins": ("view_deck", "operate_deck", "admin_deck"),
+}
+
+
+class Role(IntEnum):
+    """What a user may do, highest permission wins (each role includes the ones below)."""
+
+    NONE = 0
+    VIEWER = 1
+    OPERATOR = 2
+    ADMIN = 3
+
+
+def role_of(user: Any) -> Role:
+    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return Role.NONE
+    if not user.has_perm(VIEW):
+        return Role.NONE
+    if user.has_perm(OPERATE):
+        return Role.ADMIN if user.has_perm(ADMIN) else Role.OPERATOR
+    return Role.VIEWER
+
+
+def actor(user: Any) -> str:
+    """The name recorded as ``LastModifiedBy`` and in the operator log (spec 04 §8)."""
+    name = user.get_username() if user is not None and getattr(user, "is_authenticated", False) else ""
+    return name or "TheDeck Admin"
+
+
+def refuse(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    """A 4xx the Deck's script turns into a toast (JSON body: ``{"ok": false, "error": ...}``)."""
+    return JsonResponse({"ok": False, "error": message}, status=status)
+
+
+def require(minimum: Role) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Guard a view: anonymous full-page GETs go to the login page, anything else is a 403."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            user = request.user
+            if not user.is_authenticated:
+                if request.method == "GET" and not request.headers.get("HX-Request"):
+                    return redirect_to_login(request.get_full_path())
+                return refuse(request, 403, "Log in to use the Deck.")
+            role = role_of(user)
+            request.deck_role = role  # type: ignore[attr-defined]
+            if role < minimum:
+                if request.method == "POST":
+                    logger.warning("Rejected %s. User %s does not satisfy the %s policy",
+                                   view.__name__, actor(user), minimum.name.lower())
+                return refuse(request, 403, f"Permission denied: this needs the Deck {minimum.name.lower()} role.")
+            return view(request, *args, **kwargs)
+
+        return guarded
+
+    return decorate

@@ -1,0 +1,173 @@
+"""Display rules of the Deck (spec 04 §2): numbers, lag, durations, badges, payloads."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+
+from chokaq_core.domain import FailureReason, JobStatus
+
+register = template.Library()
+
+LAG_WARNING_SECONDS = 5
+LAG_CRITICAL_SECONDS = 10
+_SPACES = re.compile(r"\s+")
+REASON_CLASSES = {
+    FailureReason.THROTTLED: "throttled", FailureReason.FATAL_ERROR: "fatal", FailureReason.TIMEOUT: "timeout",
+    FailureReason.TRANSIENT: "transient", FailureReason.CANCELLED: "cancelled", FailureReason.ZOMBIE: "zombie",
+}
+STATUS_CLASSES = {
+    JobStatus.PENDING: "pending", JobStatus.FETCHED: "fetched", JobStatus.PROCESSING: "processing",
+    JobStatus.SUCCEEDED: "succeeded", JobStatus.FAILED: "failed", JobStatus.CANCELLED: "failed",
+    JobStatus.ZOMBIE: "failed",
+}
+
+
+@register.filter
+def num(value: Any) -> str:
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "-"
+
+
+@register.filter
+def rate(value: Any) -> str:
+    value = float(value or 0)
+    return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
+
+
+@register.filter
+def pct(value: Any) -> str:
+    return f"{float(value or 0):.1f}%"
+
+
+@register.filter
+def lag(seconds: Any) -> str:
+    seconds = float(seconds or 0)
+    if seconds < 1:
+        return f"{int(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes:02d}:{rest:02d}"
+
+
+@register.simple_tag
+def lag_class(pending: int, max_lag: float) -> str:
+    if not pending or max_lag < LAG_WARNING_SECONDS:
+        return "healthy"
+    return "critical" if max_lag >= LAG_CRITICAL_SECONDS else "warning"
+
+
+@register.filter
+def duration(ms: Any) -> str:
+    if ms is None or ms == "":
+        return "-"
+    ms = max(0.0, float(ms))
+    if ms < 1000:
+        return f"{int(ms)}ms"
+    if ms < 60_000:
+        return f"{int(ms // 1000)}s {int(ms % 1000)}ms"
+    minutes, seconds = divmod(int(ms // 1000), 60)
+    return f"{minutes}m {seconds}s"
+
+
+@register.filter
+def since_ms(moment: datetime | None) -> float | None:
+    """Milliseconds from ``moment`` to now (an Active row's running time)."""
+    if moment is None:
+        return None
+    return (datetime.now(UTC) - moment).total_seconds() * 1000
+
+
+@register.filter
+def age(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    seconds = max(0, int((datetime.now(UTC) - moment).total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+@register.filter
+def hms(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%H:%M:%S") if moment else "--"
+
+
+@register.filter
+def stamp(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
+
+
+@register.filter
+def iso(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).isoformat() if moment else ""
+
+
+@register.filter
+def status_name(status: Any) -> str:
+    try:
+        return JobStatus(int(status)).name
+    except (TypeError, ValueError):
+        return "?"
+
+
+@register.filter
+def status_class(status: Any) -> str:
+    try:
+        return STATUS_CLASSES[JobStatus(int(status))]
+    except (TypeError, ValueError, KeyError):
+        return "muted"
+
+
+@register.filter
+def reason_name(reason: Any) -> str:
+    try:
+        return FailureReason(int(reason)).display_name
+    except (TypeError, ValueError):
+        return "-"
+
+
+@register.filter
+def reason_class(reason: Any) -> str:
+    try:
+        return REASON_CLASSES.get(FailureReason(int(reason)), "other")
+    except (TypeError, ValueError):
+        return "other"
+
+
+@register.filter
+def attempt_class(attempts: Any) -> str:
+    attempts = int(attempts or 0)
+    return "danger" if attempts >= 3 else "warning" if attempts == 2 else "plain"
+
+
+@register.filter
+def error_family(text: str | None) -> str:
+    """CR/LF → space, runs of spaces collapsed, trimmed, first 160 characters."""
+    return _SPACES.sub(" ", (text or "").replace("\r", " ").replace("\n", " ")).strip()[:160]
+
+
+@register.filter
+def clip(text: str | None, length: int) -> str:
+    text = text or ""
+    return text if len(text) <= length else text[:length] + "..."
+
+
+@register.filter
+def pretty_json(text: str | None) -> str:
+    """Pretty-printed JSON, or the raw text when it is not JSON (escaped by the template)."""
+    if text is None:
+        return ""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=False)
+    except ValueError:
+        return text

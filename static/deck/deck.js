@@ -1,0 +1,360 @@
+/* The Deck's small script: theme, connection indicator, toasts and console, the live row inbox,
+ * progress bars, the throughput chart, selection and typed confirmations, the editor's JSON check.
+ * Everything else is htmx attributes in the templates. No framework, no build step. */
+(function () {
+  "use strict";
+
+  var MAX_ROWS = 100;
+  var MAX_CONSOLE = 500;
+  var TOAST_MS = 4000;
+  var RECONNECT_CODES = [1006, 1011, 1012, 1013];
+  var progress = {};
+  var plot = null;
+  var everOpened = false;
+  var retries = 0;
+  var armed = null;
+
+  function $(id) { return document.getElementById(id); }
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function clock() { var d = new Date(); return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds()); }
+
+  /* ------------------------------------------------------------------ theme */
+  function initTheme() {
+    var select = $("theme-select");
+    if (!select) return;
+    select.value = document.documentElement.dataset.theme || "blueprint";
+    select.addEventListener("change", function () {
+      document.documentElement.dataset.theme = select.value;
+      try { localStorage.setItem("deck-theme", select.value); } catch (e) { /* private mode */ }
+      plot = null;
+      refreshChart();
+    });
+  }
+
+  /* ------------------------------------------------------------------ toasts and console */
+  function toast(level, message) {
+    var box = $("toasts");
+    if (!box) return;
+    var el = document.createElement("div");
+    el.className = "toast level-" + level;
+    el.setAttribute("role", level === "error" ? "alert" : "status");
+    var text = document.createElement("span");
+    text.textContent = message;
+    var close = document.createElement("button");
+    close.type = "button";
+    close.className = "toast-close";
+    close.textContent = "×";
+    close.addEventListener("click", function () { el.remove(); });
+    el.appendChild(text);
+    el.appendChild(close);
+    box.appendChild(el);
+    setTimeout(function () { el.remove(); }, TOAST_MS);
+  }
+
+  function consoleLine(level, message) {
+    var logEl = $("console-log");
+    if (!logEl) return;
+    var line = document.createElement("div");
+    line.className = "line level-" + level;
+    var t = document.createElement("time");
+    t.textContent = clock();
+    var m = document.createElement("span");
+    m.className = "msg";
+    m.textContent = message;
+    line.appendChild(t);
+    line.appendChild(document.createTextNode(" "));
+    line.appendChild(m);
+    logEl.appendChild(line);
+    trimConsole();
+  }
+
+  function trimConsole() {
+    var logEl = $("console-log");
+    if (!logEl) return;
+    while (logEl.children.length > MAX_CONSOLE) logEl.removeChild(logEl.firstElementChild);
+    logEl.scrollTop = logEl.scrollHeight;
+  }
+
+  /** A client-side entry: console line plus toast (spec 04 §9). */
+  function log(level, message) { consoleLine(level, message); toast(level, message); }
+
+  /* ------------------------------------------------------------------ connection */
+  function setConn(state) {
+    var el = $("conn");
+    if (!el) return;
+    el.dataset.state = state;
+    el.textContent = state.toUpperCase();
+  }
+
+  function onOpen() {
+    setConn("online");
+    retries = 0;
+    if (everOpened) {
+      htmx.trigger(document.body, "deck:resync");
+      log("info", "Reconnected: panels re-synced from the database");
+    } else {
+      consoleLine("success", "System connected");
+    }
+    everOpened = true;
+  }
+
+  function onClose(evt) {
+    var code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+    if (code === 4401 || code === 4403) {
+      setConn("offline");
+      log("error", code === 4401 ? "Live updates refused: log in again" : "Live updates refused: no Deck view permission");
+      return;
+    }
+    if (code === 1000) { setConn("offline"); return; }
+    setConn("reconnecting");
+    if (RECONNECT_CODES.indexOf(code) < 0 && evt.detail && evt.detail.socketWrapper) {
+      // the ws extension only retries 1006/1011/1012/1013 itself; retry the others too, with backoff
+      var wrapper = evt.detail.socketWrapper;
+      var delay = Math.min(30000, 1000 * Math.pow(2, retries++));
+      setTimeout(function () { wrapper.reconnect(); }, delay);
+    }
+  }
+
+  /* ------------------------------------------------------------------ live rows */
+  function matches(tr, tbody) {
+    var f = tbody.dataset;
+    if (f.status && tr.dataset.status !== f.status) return false;
+    if (f.queue && tr.dataset.queue !== f.queue) return false;
+    if (f.type && tr.dataset.type !== f.type) return false;
+    if (f.search && (tr.dataset.search || "").indexOf(f.search) < 0) return false;
+    return true;
+  }
+
+  function retire(tr) {
+    tr.classList.add("leaving");
+    setTimeout(function () { tr.remove(); }, TOAST_MS);
+  }
+
+  function processInbox() {
+    var inbox = $("row-inbox");
+    if (!inbox || !inbox.firstChild) return;
+    var tbody = $("active-rows");
+    var rows = Array.prototype.slice.call(inbox.querySelectorAll("tr[data-job-id]"));
+    // rows arrive newest first: insert from the oldest so the newest ends on top
+    rows.reverse().forEach(function (tr) {
+      var existing = $("job-" + tr.dataset.jobId);
+      if (existing && !(tbody && tbody.contains(existing))) existing = null;
+      if (tr.dataset.gone) {
+        if (existing) { existing.replaceWith(tr); htmx.process(tr); retire(tr); }
+        return;
+      }
+      if (!tbody) return;
+      if (!matches(tr, tbody)) { if (existing) existing.remove(); return; }
+      if (existing) {
+        var box = existing.querySelector(".row-check");
+        if (box && box.checked) { var nb = tr.querySelector(".row-check"); if (nb) nb.checked = true; }
+        existing.replaceWith(tr);
+      } else {
+        tbody.insertBefore(tr, tbody.firstChild);
+        var empty = tbody.querySelector(".empty-row");
+        if (empty) empty.remove();
+      }
+      htmx.process(tr);
+    });
+    if (tbody) {
+      var live = tbody.querySelectorAll("tr.job-row:not(.gone)");
+      for (var i = MAX_ROWS; i < live.length; i++) live[i].remove();
+    }
+    Array.prototype.forEach.call(inbox.querySelectorAll("[data-progress-for]"), function (el) {
+      progress[el.dataset.progressFor] = parseInt(el.dataset.pct, 10) || 0;
+    });
+    inbox.innerHTML = "";
+    applyProgress();
+    updateSelection();
+  }
+
+  function applyProgress() {
+    Array.prototype.forEach.call(document.querySelectorAll(".progress[data-progress-for]"), function (el) {
+      var pct = progress[el.dataset.progressFor];
+      if (pct === undefined) return;
+      var bar = el.querySelector("span");
+      var label = el.querySelector("em");
+      if (bar) bar.style.width = pct + "%";
+      if (label) label.textContent = pct + "%";
+    });
+  }
+
+  function formatDuration(ms) {
+    if (ms < 1000) return Math.floor(ms) + "ms";
+    if (ms < 60000) return Math.floor(ms / 1000) + "s " + Math.floor(ms % 1000) + "ms";
+    var s = Math.floor(ms / 1000);
+    return Math.floor(s / 60) + "m " + (s % 60) + "s";
+  }
+
+  function tickDurations() {
+    var now = Date.now();
+    Array.prototype.forEach.call(document.querySelectorAll("#active-rows tr[data-started]"), function (tr) {
+      var cell = tr.querySelector(".duration");
+      var started = Date.parse(tr.dataset.started);
+      if (cell && !isNaN(started)) cell.textContent = formatDuration(Math.max(0, now - started));
+    });
+  }
+
+  /* ------------------------------------------------------------------ chart */
+  function cssVar(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim(); }
+
+  function refreshChart() {
+    var holder = $("chart");
+    var dataEl = $("chart-data");
+    if (!holder || !dataEl || !window.uPlot) return;
+    var d;
+    try { d = JSON.parse(dataEl.dataset.points); } catch (e) { return; }
+    var data = [d.t, d.ok, d.fail];
+    if (plot && holder.contains(plot.root)) { plot.setData(data); return; }
+    holder.innerHTML = "";
+    var axis = { stroke: cssVar("--muted"), grid: { stroke: cssVar("--grid"), width: 1 }, ticks: { stroke: cssVar("--grid") } };
+    plot = new uPlot({
+      width: Math.max(200, holder.clientWidth), height: 150, legend: { show: false }, cursor: { y: false },
+      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
+      axes: [axis, Object.assign({ size: 40 }, axis)],
+      series: [{}, { label: "succeeded/s", stroke: cssVar("--success"), fill: cssVar("--success-fill"), width: 1.5 },
+               { label: "failed/s", stroke: cssVar("--danger"), fill: cssVar("--danger-fill"), width: 1.5 }]
+    }, data, holder);
+  }
+
+  /* ------------------------------------------------------------------ selection and confirmations */
+  function selected() { return Array.prototype.slice.call(document.querySelectorAll("#job-matrix .row-check:checked")); }
+
+  function disarm() {
+    if (!armed) return;
+    armed.textContent = armed.dataset.label;
+    armed.classList.remove("armed");
+    armed = null;
+    var token = $("bulk-token"), back = $("bulk-back");
+    if (token) { token.hidden = true; token.value = ""; }
+    if (back) back.hidden = true;
+  }
+
+  function updateSelection() {
+    var count = $("selected-count");
+    if (count) count.textContent = selected().length + " selected";
+  }
+
+  function onConfirm(evt) {
+    var elt = evt.detail.elt;
+    if (elt.dataset.jsonCheck) {
+      var problem = checkJson();
+      var box = $("editor-error");
+      if (box) { box.hidden = !problem; box.textContent = problem || ""; }
+      if (problem) { evt.preventDefault(); toast("error", problem); return; }
+    }
+    if (!elt.dataset.arm) return;
+    var n = selected().length;
+    if (!n) { evt.preventDefault(); toast("warning", "Select at least one job first"); return; }
+    var needsToken = !!elt.dataset.alwaysToken || n >= 25;
+    if (armed !== elt) {
+      evt.preventDefault();
+      disarm();
+      armed = elt;
+      elt.dataset.label = elt.dataset.label || elt.textContent;
+      elt.textContent = "CONFIRM: " + elt.dataset.arm.replace("{n}", n);
+      elt.classList.add("armed");
+      var token = $("bulk-token"), back = $("bulk-back");
+      if (token && needsToken) { token.hidden = false; token.placeholder = "type " + elt.dataset.token; token.focus(); }
+      if (back) back.hidden = false;
+      return;
+    }
+    var input = $("bulk-token");
+    if (needsToken && (!input || input.value !== elt.dataset.token)) {
+      evt.preventDefault();
+      toast("warning", "Type " + elt.dataset.token + " to confirm");
+      return;
+    }
+    consoleLine("info", elt.dataset.arm.replace("{n}", n) + ": request sent");
+    disarm();
+  }
+
+  function checkJson() {
+    var area = $("editor-payload");
+    if (!area) return null;
+    if (!area.value.trim()) return "Payload is empty";
+    try {
+      var value = JSON.parse(area.value);
+      if (value === null || typeof value !== "object" || Array.isArray(value)) return "Invalid JSON: the payload must be a JSON object";
+    } catch (e) {
+      return "Invalid JSON: " + e.message;
+    }
+    return null;
+  }
+
+  /* ------------------------------------------------------------------ wiring */
+  function onResponseError(evt) {
+    var xhr = evt.detail.xhr;
+    var message = "Request failed (" + xhr.status + ")";
+    try {
+      var body = JSON.parse(xhr.responseText);
+      if (body && body.error) message = body.error;
+    } catch (e) {
+      if (xhr.status === 403) message = "Permission denied";
+    }
+    log(xhr.status >= 500 ? "error" : "warning", message);
+  }
+
+  function init() {
+    initTheme();
+    var body = document.body;
+    body.addEventListener("htmx:wsOpen", onOpen);
+    body.addEventListener("htmx:wsClose", onClose);
+    body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); });
+    body.addEventListener("htmx:afterSettle", function () { refreshChart(); applyProgress(); updateSelection(); });
+    body.addEventListener("htmx:responseError", onResponseError);
+    body.addEventListener("htmx:sendError", function () { log("error", "Network error: the server did not answer"); });
+    body.addEventListener("htmx:confirm", onConfirm);
+    body.addEventListener("deck:toast", function (evt) {
+      var d = evt.detail || {};
+      toast(d.level || "info", d.message || "Done");
+    });
+    body.addEventListener("htmx:oobBeforeSwap", function (evt) {
+      // never clobber a queue setting the operator is typing
+      var target = evt.detail.target;
+      if (target && target.id === "queues-panel" && target.contains(document.activeElement)) evt.detail.shouldSwap = false;
+    });
+    body.addEventListener("input", function (evt) {
+      if (evt.target.id === "editor-payload") { var box = $("editor-error"); if (box) box.hidden = true; }
+    });
+    body.addEventListener("change", function (evt) {
+      var t = evt.target;
+      if (t.id === "check-all") {
+        Array.prototype.forEach.call(document.querySelectorAll("#job-matrix .row-check"), function (b) { b.checked = t.checked; });
+      }
+      if (t.id === "check-all" || t.classList.contains("row-check")) { disarm(); updateSelection(); }
+      if (t.id === "show-hidden") {
+        var section = $("queues-section");
+        if (section) section.classList.toggle("show-hidden", t.checked);
+        try { localStorage.setItem("deck-show-hidden", t.checked ? "1" : ""); } catch (e) { /* ignore */ }
+      }
+    });
+    body.addEventListener("click", function (evt) {
+      var t = evt.target;
+      if (t.id === "bulk-back") disarm();
+      if (t.id === "console-clear") { var l = $("console-log"); if (l) l.innerHTML = ""; }
+      if (t.classList.contains("side-close")) { var p = $("side-panel"); if (p) p.innerHTML = '<div id="side-empty" class="side-empty"><p class="muted">No active panel.</p></div>'; }
+      if (t.closest && t.closest(".tab")) { var sp = $("side-panel"); if (sp) sp.innerHTML = '<div id="side-empty" class="side-empty"><p class="muted">No active panel.</p></div>'; }
+      var link = t.closest && t.closest("[data-log]");
+      if (link) consoleLine("info", link.dataset.log);
+    });
+    var showHidden = $("show-hidden");
+    try {
+      if (showHidden && localStorage.getItem("deck-show-hidden")) {
+        showHidden.checked = true;
+        $("queues-section").classList.add("show-hidden");
+      }
+    } catch (e) { /* ignore */ }
+    window.addEventListener("resize", function () {
+      var holder = $("chart");
+      if (plot && holder) plot.setSize({ width: Math.max(200, holder.clientWidth), height: 150 });
+    });
+    setInterval(tickDurations, 1000);
+    refreshChart();
+    trimConsole();
+  }
+
+  window.Deck = { toast: toast, log: log, processInbox: processInbox, progress: progress };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

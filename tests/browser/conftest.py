@@ -1,0 +1,158 @@
+"""Browser tests: Playwright drives Debian's chromium against a real daphne and a real worker.
+
+The test process owns the test database (``transactional_db``); daphne and
+``chokaq_worker`` run as subprocesses on that same database (SQLite file or
+PostgreSQL test database). Playwright's sync API is used from plain test
+functions (it cannot run inside an asyncio loop).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from tests.conftest import database_url
+from tests.deck.conftest import PASSWORD, make_user
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+OVERRIDES = {"WORKER": {"POLLING_INTERVAL": 0.2, "CONCURRENCY": 4, "MAX_CONCURRENCY": 4},
+             "RETRY": {"BASE_DELAY": 0.5, "JITTER_MAX_DELAY": 0.1}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Deck:
+    url: str
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    def output(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.logs if p.exists())
+
+
+def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def deck_server(transactional_db: None, tmp_path: Path) -> Iterator[Deck]:
+    """daphne (config.asgi with tests.settings) + one chokaq_worker, on the test database."""
+    call_command("chokaq_roles", verbosity=0)
+    for role in ("viewer", "operator", "admin"):
+        make_user(role)
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
+           "PYTHONUNBUFFERED": "1", "CHOKAQ_TEST_OVERRIDES": json.dumps(OVERRIDES),
+           "CHOKAQ_DECK_TICK": "0.2", "CHOKAQ_DECK_POLL_INTERVAL": "0.5"}
+    env.pop("REDIS_URL", None)
+    deck = Deck(f"http://127.0.0.1:{port}")
+    try:
+        deck.logs.append(tmp_path / "daphne.log")
+        deck.processes.append(_start([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                      "config.asgi:application"], env, deck.logs[-1]))
+        deck.logs.append(tmp_path / "worker.log")
+        deck.processes.append(_start([sys.executable, "manage.py", "chokaq_worker", "--queues", "browser"], env,
+                                     deck.logs[-1]))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{deck.url}/deck/login/", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or deck.processes[0].poll() is not None:
+                raise RuntimeError(f"daphne did not start\n{deck.output()}")
+            time.sleep(0.2)
+        yield deck
+    finally:
+        for proc in deck.processes:
+            _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One chromium per module. Playwright's sync API keeps an event loop running in this thread, which
+    Django's async-safety check would take for an async context: the database calls of these tests are
+    plain synchronous ones, so the check is switched off while the browser is up (and only then)."""
+    from playwright.sync_api import sync_playwright
+
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield instance
+            instance.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+class PageErrors(list[str]):
+    """JavaScript errors and failed requests seen by a page (favicon and expected refusals aside)."""
+
+
+@pytest.fixture
+def page_for(browser: Any, deck_server: Deck) -> Iterator[Any]:
+    contexts: list[Any] = []
+
+    def open_as(role: str, theme: str | None = None) -> Any:
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        if theme:
+            context.add_init_script(f"localStorage.setItem('deck-theme', '{theme}')")
+        contexts.append(context)
+        page = context.new_page()
+        page.errors = PageErrors()
+        page.on("pageerror", lambda exc: page.errors.append(f"pageerror: {exc}"))
+        page.on("console", lambda msg: page.errors.append(f"console: {msg.text}") if msg.type == "error" else None)
+        page.goto(f"{deck_server.url}/deck/")
+        page.fill("input[name=username]", f"{role}-user")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_selector("#conn[data-state=online]", timeout=15_000)
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
+
+
+def shot(page: Any, name: str, full_page: bool = False) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)

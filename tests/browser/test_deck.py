@@ -1,0 +1,156 @@
+"""The Deck in a real browser (Debian chromium via Playwright) against daphne and a real worker."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import chokaq_core
+from chokaq_core import service
+from chokaq_core.domain import FailureReason, JobStatus
+from tests.browser.conftest import Deck, shot
+from tests.deck.conftest import archived, dead
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+Open = Callable[..., Any]
+
+
+def wait_status(page: Any, job_id: str, status: str, timeout: float = 20) -> None:
+    page.wait_for_function(
+        "([id, s]) => { const b = document.querySelector('#job-' + id + ' [data-role=status]');"
+        " return b && b.textContent.trim() === s; }", arg=[job_id, status], timeout=timeout * 1000)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+def real_errors(page: Any) -> list[str]:
+    return [e for e in page.errors if "status of 403" not in e and "status of 409" not in e]
+
+
+def seed_history() -> None:
+    archived("emails", 6, duration_ms=85.0)
+    archived("reports", 3, duration_ms=1450.0, type="demo.report.build.v1")
+    dead("payments", 2, reason=FailureReason.TRANSIENT, details="ConnectionError: payment gateway timeout",
+         type="demo.payment.capture.v1")
+    dead("default", 3, reason=FailureReason.FATAL_ERROR, details="ValueError: width must be positive, got 0",
+         type="demo.image.resize.v1")
+    dead("default", 1, reason=FailureReason.CANCELLED, details="Cancelled by admin: ops")
+
+
+def test_login_and_watch_a_job_go_pending_processing_succeeded_live(deck_server: Deck, page_for: Open) -> None:
+    seed_history()
+    service.set_queue_paused("browser", True)
+    page = page_for("admin")
+    page.evaluate("window.__noReload = true")
+    chokaq_core.enqueue_many([{"type_key": "demo.email.send.v1", "payload": {"to": f"u{n}@x.y", "subject": "Hi"},
+                               "queue": "browser-later"} for n in range(5)])
+    job_id = chokaq_core.enqueue("demo.report.build.v1", {"report_id": 7, "pages": 12}, queue="browser",
+                                 tags=["live"])
+    wait_status(page, job_id, "PENDING")
+    # resume the queue from the queues panel, as an operator would
+    page.locator("#queues-panel tr[data-queue=browser] .switch").click()
+    wait_status(page, job_id, "PROCESSING")
+    page.wait_for_timeout(600)  # let the chart and counters take a tick
+    shot(page, "deck-active")
+    wait_status(page, job_id, "SUCCEEDED")
+    assert page.evaluate("window.__noReload") is True, "the page was reloaded"
+    assert service.find_job(job_id).archived is not None  # type: ignore[union-attr]
+    assert page.locator("#console-log").inner_text().count("Queue browser: resumed") == 1
+    assert real_errors(page) == []
+
+
+def test_failing_job_lands_in_the_dlq_then_edit_save_and_retry_succeeds(deck_server: Deck, page_for: Open) -> None:
+    seed_history()
+    service.set_queue_paused("browser", True)
+    page = page_for("operator")
+    job_id = chokaq_core.enqueue("demo.image.resize.v1", {"url": "https://img.example/1.png", "width": 0},
+                                 queue="browser")
+    wait_status(page, job_id, "PENDING")
+    page.locator("#queues-panel tr[data-queue=browser] .switch").click()
+    wait_status(page, job_id, "FAILED")  # the live row shows the move to the DLQ
+    page.click("#tab-dlq")
+    page.wait_for_selector(f"#history-rows #job-{job_id}")
+    shot(page, "deck-dlq")
+    page.click(f"#job-{job_id} td.type")
+    page.wait_for_selector("#inspector-status")
+    assert "MORGUE" in page.inner_text("#inspector-status")
+    assert "width must be positive" in page.inner_text("#inspector-error")
+    shot(page, "deck-inspector")
+    page.click("#btn-edit")
+    page.wait_for_selector("#editor-payload")
+    page.fill("#editor-payload", '{"url": "https://img.example/1.png", "width": ')
+    page.click("#btn-save-retry")
+    page.wait_for_selector("#editor-error:not([hidden])")
+    assert "Invalid JSON" in page.inner_text("#editor-error")
+    assert service.find_job(job_id).dead is not None  # type: ignore[union-attr]  # nothing was sent
+    page.fill("#editor-payload", json.dumps({"url": "https://img.example/1.png", "width": 640}, indent=2))
+    shot(page, "deck-editor")
+    page.click("#btn-save-retry")
+    page.wait_for_selector("#inspector-history")  # back in the inspector, with the operator history
+    wait_until(lambda: (v := service.find_job(job_id)) is not None and v.archived is not None)
+    archived_job = service.find_job(job_id).archived  # type: ignore[union-attr]
+    assert json.loads(archived_job.payload)["width"] == 640  # type: ignore[union-attr]
+    page.click("#tab-archive")
+    wait_status(page, job_id, "SUCCEEDED")
+    shot(page, "deck-archive")
+    assert real_errors(page) == []
+
+
+def test_viewer_sees_no_operator_actions_and_a_forged_post_is_refused(deck_server: Deck, page_for: Open) -> None:
+    seed_history()
+    service.set_queue_paused("browser", True)
+    job_id = chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser")
+    page = page_for("viewer", theme="daylight")
+    page.wait_for_selector(f"#job-{job_id}")
+    assert page.locator("#bulk-bar").count() == 0
+    assert page.locator("button:has-text('STOP')").count() == 0
+    assert page.locator("#queues-panel .switch").count() == 0
+    assert page.locator("#queues-panel input:not([disabled])").count() == 0
+    page.click(f"#job-{job_id} td.type")
+    page.wait_for_selector("#inspector-status")
+    assert page.locator("#btn-edit, #btn-stop, #btn-retry, #btn-delete").count() == 0
+    shot(page, "deck-viewer-light")
+    status = page.evaluate(
+        """async id => {
+            const token = JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRFToken'];
+            const r = await fetch('/deck/api/jobs/' + id + '/cancel', {method: 'POST', headers: {'X-CSRFToken': token}});
+            return [r.status, await r.text()];
+        }""", job_id)
+    assert status[0] == 403 and "Permission denied" in status[1]
+    no_token = page.evaluate("async id => (await fetch('/deck/api/jobs/' + id + '/cancel', {method: 'POST'})).status",
+                             job_id)
+    assert no_token == 403
+    view = service.find_job(job_id)
+    assert view is not None and view.hot is not None and view.hot.status == JobStatus.PENDING
+
+
+def test_login_page_and_theme_switch(deck_server: Deck, browser: Any) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(f"{deck_server.url}/")
+    assert "/deck/login/" in page.url
+    page.fill("input[name=username]", "admin-user")
+    page.fill("input[name=password]", "wrong")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#login-error")
+    shot(page, "deck-login")
+    page.fill("input[name=username]", "admin-user")
+    page.fill("input[name=password]", "deck-test-pw")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#conn[data-state=online]")
+    assert page.evaluate("document.documentElement.dataset.theme") == "blueprint"
+    page.select_option("#theme-select", "daylight")
+    page.reload()
+    page.wait_for_selector("#conn[data-state=online]")
+    assert page.evaluate("document.documentElement.dataset.theme") == "daylight"
+    context.close()

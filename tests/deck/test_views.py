@@ -1,0 +1,266 @@
+"""The Deck over HTTP: every GET endpoint as a full page and as an htmx partial, every command's effect."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from django.test import Client
+
+from chokaq_core import service
+from chokaq_core.domain import FailureReason, JobStatus
+from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, Queues, StatsSummary
+from deck.models import OperatorAction
+from tests.deck.conftest import HTMX, Jobs, archived, dead, pending
+
+pytestmark = pytest.mark.django_db
+
+ClientAs = Callable[[str], Client]
+
+
+@pytest.fixture
+def admin(client_as: ClientAs) -> Client:
+    return client_as("admin")
+
+
+def test_site_root_redirects_to_the_deck(client: Client) -> None:
+    response = client.get("/")
+    assert response.status_code == 302 and response["Location"] == "/deck/"
+
+
+def test_login_page_and_login(client: Client, client_as: ClientAs) -> None:
+    client_as("viewer")  # creates viewer-user
+    page = client.get("/deck/login/")
+    assert page.status_code == 200 and b"CHOKAQ" in page.content
+    response = client.post("/deck/login/", {"username": "viewer-user", "password": "deck-test-pw", "next": "/deck/"})
+    assert response.status_code == 302 and response["Location"] == "/deck/"
+    assert client.get("/deck/").status_code == 200
+
+
+def test_full_page_shows_every_panel(admin: Client, jobs: Jobs) -> None:
+    html = admin.get("/deck/").content.decode()
+    for element_id in ("deck-header", "conn", "stats-bar", "queues-panel", "chart-panel", "chart-data", "top-errors",
+                       "job-matrix", "active-rows", "side-panel", "maintenance-panel", "console-log", "row-inbox",
+                       "theme-select"):
+        assert f'id="{element_id}"' in html, element_id
+    assert f'id="job-{jobs.pending}"' in html and f'id="job-{jobs.processing}"' in html
+    assert f'id="job-{jobs.archived}"' not in html  # Active view = Hot only
+    assert 'ws-connect="/ws/deck/"' in html and "htmx.min.js" in html and "uPlot.iife.min.js" in html
+
+
+@pytest.mark.parametrize("panel, element_id", [
+    ("stats", "stats-bar"), ("queues", "queues-panel"), ("chart", "chart-panel"), ("top-errors", "top-errors"),
+    ("console", "console-panel"), ("maintenance", "maintenance-panel"), ("jobs", "job-matrix"),
+])
+def test_every_partial_as_full_page_and_htmx_fragment(admin: Client, jobs: Jobs, panel: str, element_id: str) -> None:
+    full = admin.get(f"/deck/partials/{panel}")
+    assert full.status_code == 200 and b"<!doctype html>" in full.content and b'id="deck-header"' in full.content
+    part = admin.get(f"/deck/partials/{panel}", **HTMX)
+    assert part.status_code == 200 and b"<!doctype html>" not in part.content
+    assert f'id="{element_id}"'.encode() in part.content
+
+
+def test_unknown_panel_is_404(admin: Client) -> None:
+    assert admin.get("/deck/partials/nope", **HTMX).status_code == 404
+
+
+@pytest.mark.parametrize("view", ["active", "archive", "dlq"])
+def test_job_matrix_views(admin: Client, jobs: Jobs, view: str) -> None:
+    html = admin.get(f"/deck/partials/jobs?view={view}", **HTMX).content.decode()
+    expected = {"active": jobs.pending, "archive": jobs.archived, "dlq": jobs.dead}[view]
+    assert f'id="job-{expected}"' in html
+    if view == "dlq":
+        assert "FATALERROR" in html and "ValueError: boom" in html
+    if view != "active":
+        assert "PREVIEW — showing last 1 of 1" in html
+
+
+def test_history_paging_links_walk_every_row(admin: Client) -> None:
+    ids = archived("pg", 5)
+    seen: list[str] = []
+    url = "/deck/partials/jobs?view=archive&size=100&sort=date&dir=desc"
+    first = admin.get(url, **HTMX).content.decode()
+    assert all(f"job-{i}" in first for i in ids)
+    # smaller pages through the keyset links
+    page = admin.get("/deck/?view=archive&size=10").content.decode()
+    assert "page-next" not in page
+    for job_id in ids:
+        seen.append(job_id) if f"job-{job_id}" in page else None
+    assert sorted(seen) == sorted(ids)
+
+
+def test_active_status_filter(admin: Client, jobs: Jobs) -> None:
+    html = admin.get("/deck/partials/jobs?view=active&status=2", **HTMX).content.decode()
+    assert f"job-{jobs.processing}" in html and f"job-{jobs.pending}" not in html
+    assert 'data-status="2"' in html
+
+
+@pytest.mark.parametrize("pillar", ["pending", "processing", "archived", "dead"])
+def test_inspector_full_page_and_partial(admin: Client, jobs: Jobs, pillar: str) -> None:
+    job_id = getattr(jobs, pillar)
+    full = admin.get(f"/deck/jobs/{job_id}")
+    assert full.status_code == 200 and b'id="deck-header"' in full.content and b'id="inspector"' in full.content
+    part = admin.get(f"/deck/jobs/{job_id}", **HTMX)
+    html = part.content.decode()
+    assert part.status_code == 200 and 'id="inspector"' in html and "<!doctype" not in html
+    where = {"pending": "ACTIVE", "processing": "ACTIVE", "archived": "ARCHIVE", "dead": "MORGUE"}[pillar]
+    assert where in html
+    assert ('id="btn-edit"' in html) == (pillar in ("pending", "dead"))
+    assert ('id="btn-retry"' in html) == (pillar == "dead")
+    assert ('id="btn-delete"' in html) == (pillar in ("archived", "dead"))
+
+
+def test_inspector_of_unknown_job(admin: Client) -> None:
+    response = admin.get("/deck/jobs/NOPE", **HTMX)
+    assert response.status_code == 200 and b"Job not found" in response.content
+
+
+def test_editor_full_page_and_partial(admin: Client, jobs: Jobs) -> None:
+    assert b'id="editor"' in admin.get(f"/deck/jobs/{jobs.dead}/edit").content
+    html = admin.get(f"/deck/jobs/{jobs.dead}/edit", **HTMX).content.decode()
+    assert 'id="editor-payload"' in html and 'id="btn-save-retry"' in html
+    pending_editor = admin.get(f"/deck/jobs/{jobs.pending}/edit", **HTMX).content.decode()
+    assert 'id="btn-save"' in pending_editor and "btn-save-retry" not in pending_editor
+    assert admin.get(f"/deck/jobs/{jobs.processing}/edit", **HTMX).status_code == 409
+
+
+def test_payload_and_error_text_are_escaped(admin: Client) -> None:
+    job_id = dead("xss", payload={"html": "<script>alert(1)</script>"}, details="<img src=x onerror=alert(2)>",
+                  tags="<b>tag</b>")[0]
+    for url in (f"/deck/jobs/{job_id}", "/deck/?view=dlq", f"/deck/jobs/{job_id}/edit"):
+        html = admin.get(url, **HTMX).content.decode()
+        assert "<script>alert(1)" not in html and "<img src=x" not in html and "<b>tag</b>" not in html
+    inspector = admin.get(f"/deck/jobs/{job_id}", **HTMX).content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in inspector and "&lt;img src=x onerror=alert(2)&gt;" in inspector
+
+
+# ---------------------------------------------------------------- commands
+
+
+def test_command_answers_json_or_htmx_toast(admin: Client, jobs: Jobs) -> None:
+    response = admin.post(f"/deck/api/jobs/{jobs.pending}/cancel")
+    assert response.status_code == 200
+    assert response.json() == {"ok": True, "affected": 1, "message": response.json()["message"]}
+    other = pending("main")[0]
+    htmx = admin.post(f"/deck/api/jobs/{other}/cancel", **HTMX)
+    assert htmx.status_code == 204
+    trigger = json.loads(htmx["HX-Trigger"])
+    assert trigger["deck:toast"]["level"] == "success" and trigger["deck:changed"] is True
+    assert JobsDLQ.objects.get(id=other).failure_reason == FailureReason.CANCELLED
+    assert OperatorAction.objects.filter(command="cancel_job", actor="admin-user").count() == 2
+
+
+def test_cancel_processing_job_flags_it(admin: Client, jobs: Jobs) -> None:
+    assert admin.post(f"/deck/api/jobs/{jobs.processing}/cancel").json()["ok"]
+    assert JobsHot.objects.get(id=jobs.processing).cancel_requested_by == "admin-user"
+
+
+def test_restart_and_resurrect(admin: Client, jobs: Jobs) -> None:
+    assert admin.post(f"/deck/api/jobs/{jobs.dead}/restart").status_code == 200
+    row = JobsHot.objects.get(id=jobs.dead)
+    assert row.status == JobStatus.PENDING and row.last_modified_by == "admin-user"
+    other = dead("failing2")[0]
+    response = admin.post(f"/deck/api/jobs/{other}/resurrect", {"payload": '{"n": 42}', "priority": "30"})
+    assert response.status_code == 200
+    row = JobsHot.objects.get(id=other)
+    assert json.loads(row.payload) == {"n": 42} and row.priority == 30
+
+
+def test_save_and_retry_moves_the_edited_job_and_keeps_the_old_payload(admin: Client, jobs: Jobs) -> None:
+    response = admin.post(f"/deck/api/jobs/{jobs.dead}/repair-requeue",
+                          {"payload": '{"n": 7}', "tags": "fixed", "priority": "50"}, **HTMX)
+    assert response.status_code == 200 and b'id="inspector"' in response.content and b"ACTIVE" in response.content
+    row = JobsHot.objects.get(id=jobs.dead)
+    assert json.loads(row.payload) == {"n": 7} and row.tags == "fixed" and row.priority == 50
+    assert not JobsDLQ.objects.filter(id=jobs.dead).exists()
+    action = OperatorAction.objects.get(command="repair_requeue")
+    assert action.previous_payload == '{"n": 1}' and action.new_payload == '{"n": 7}' and action.actor == "admin-user"
+    assert b"payload change" in response.content  # the inspector shows what changed
+
+
+def test_save_edits_pending_and_dlq_jobs(admin: Client, jobs: Jobs) -> None:
+    assert admin.post(f"/deck/api/jobs/{jobs.pending}/edit", {"payload": '{"n": 2}', "priority": "5"}).status_code == 200
+    hot = JobsHot.objects.get(id=jobs.pending)
+    assert json.loads(hot.payload) == {"n": 2} and hot.priority == 5 and hot.last_modified_by == "admin-user"
+    assert admin.post(f"/deck/api/jobs/{jobs.dead}/edit", {"payload": '{"n": 3}', "tags": "t"}).status_code == 200
+    row = JobsDLQ.objects.get(id=jobs.dead)
+    assert json.loads(row.payload) == {"n": 3} and row.tags == "t" and row.previous_payload == '{"n": 1}'
+
+
+def test_set_priority(admin: Client, jobs: Jobs) -> None:
+    assert admin.post(f"/deck/api/jobs/{jobs.pending}/priority", {"priority": "99"}).status_code == 200
+    assert JobsHot.objects.get(id=jobs.pending).priority == 99
+
+
+def test_bulk_commands(admin: Client) -> None:
+    hot = pending("bulk", 3)
+    response = admin.post("/deck/api/jobs/bulk/cancel", {"ids": hot})
+    assert response.json()["affected"] == 3
+    assert admin.post("/deck/api/jobs/bulk/resurrect", {"ids": ",".join(hot[:2])}).json()["affected"] == 2
+    assert admin.post("/deck/api/dlq/purge", {"ids": [hot[2]]}).json()["affected"] == 1
+    assert not JobsDLQ.objects.exists() and JobsHot.objects.filter(id__in=hot[:2]).count() == 2
+
+
+def test_queue_controls(admin: Client, jobs: Jobs) -> None:
+    assert admin.post("/deck/api/queues/main/pause", {"value": "1"}).status_code == 200
+    assert Queues.objects.get(name="main").is_paused
+    assert admin.post("/deck/api/queues/main/pause", {"value": "0"}).status_code == 200
+    assert not Queues.objects.get(name="main").is_paused
+    assert admin.post("/deck/api/queues/main/zombie-timeout", {"value": "30"}).status_code == 200
+    assert Queues.objects.get(name="main").zombie_timeout_seconds == 60  # raised to 60
+    assert admin.post("/deck/api/queues/main/zombie-timeout", {"value": ""}).status_code == 200
+    assert Queues.objects.get(name="main").zombie_timeout_seconds is None
+    assert admin.post("/deck/api/queues/main/max-workers", {"value": "4"}).status_code == 200
+    assert Queues.objects.get(name="main").max_workers == 4
+    assert admin.post("/deck/api/queues/main/active", {"value": "0"}).status_code == 200
+    queue = Queues.objects.get(name="main")
+    assert not queue.is_active and queue.is_paused
+    assert b"queue-hidden" in admin.get("/deck/partials/queues", **HTMX).content
+
+
+def test_dlq_bulk_by_filter_preview_then_confirmed_purge_and_requeue(admin: Client) -> None:
+    dead("bf", 4, reason=FailureReason.TIMEOUT)
+    dead("bf", 1, reason=FailureReason.FATAL_ERROR)
+    preview = admin.post("/deck/api/dlq/bulk/preview", {"queue": "bf", "reason": "7", "max_jobs": "3"})
+    assert preview.json() == {"ok": True, "matched": 4, "willAffect": 3, "truncated": True,
+                              "sampleIds": preview.json()["sampleIds"]}
+    fragment = admin.post("/deck/api/dlq/bulk/preview", {"queue": "bf", "reason": "7", "action": "requeue"}, **HTMX)
+    assert b"4 / 4" in fragment.content and b"CONFIRM REQUEUE" in fragment.content
+    assert admin.post("/deck/api/dlq/bulk/requeue", {"queue": "bf", "reason": "7", "max_jobs": "3"}).status_code == 400
+    assert admin.post("/deck/api/dlq/bulk/requeue",
+                      {"queue": "bf", "reason": "7", "max_jobs": "3", "confirm": "REQUEUE"}).json()["affected"] == 3
+    assert admin.post("/deck/api/dlq/bulk/purge",
+                      {"queue": "bf", "reason": "7", "confirm": "PURGE"}).json()["affected"] == 1
+    assert JobsDLQ.objects.count() == 1 and StatsSummary.objects.get(queue="bf").failed_total == 1
+
+
+def test_maintenance_preview_and_purges(admin: Client, jobs: Jobs) -> None:
+    preview = admin.post("/deck/api/maintenance/preview", {"pillar": "archive", "days": "30"})
+    assert preview.json()["count"] == 0
+    fragment = admin.post("/deck/api/maintenance/preview", {"pillar": "dlq", "days": "7"}, **HTMX)
+    assert b"would be deleted" in fragment.content
+    assert admin.post("/deck/api/maintenance/purge-archive", {"days": "30"}).json()["affected"] == 0
+    assert admin.post("/deck/api/maintenance/purge-dlq", {"days": "7"}).json()["message"] == "No DLQ jobs to purge."
+    assert JobsArchive.objects.filter(id=jobs.archived).exists()
+
+
+def test_delete_forever_single_rows(admin: Client, jobs: Jobs) -> None:
+    assert admin.post(f"/deck/api/archive/{jobs.archived}/purge").status_code == 200
+    assert admin.post(f"/deck/api/dlq/{jobs.dead}/purge").status_code == 200
+    assert not JobsArchive.objects.exists() and not JobsDLQ.objects.exists()
+    assert service.find_job(jobs.archived) is None
+
+
+def test_console_shows_the_latest_operator_actions(admin: Client, jobs: Jobs) -> None:
+    admin.post(f"/deck/api/jobs/{jobs.pending}/cancel")
+    html = admin.get("/deck/partials/console", **HTMX).content.decode()
+    assert "admin-user: Cancel request sent for" in html
+
+
+def test_top_error_click_through_filters_the_dlq(admin: Client) -> None:
+    dead("te", 2, details="KeyError: 'account'")
+    html = admin.get("/deck/partials/top-errors", **HTMX).content.decode()
+    assert "KeyError: &#x27;account&#x27;" in html and "view=dlq&amp;reason=6" in html
+    filtered = admin.get("/deck/partials/jobs?view=dlq&reason=6&q=KeyError&size=100", **HTMX).content.decode()
+    assert filtered.count('class="job-row') == 2
