@@ -460,3 +460,21 @@ def set_worker_capacity(capacity: int | str, *, worker_id: str | None = None) ->
         raise ServiceError("capacity is required")
     return events.send_control({"type": "worker.set_capacity", "capacity": value, "workerId": worker_id})
 
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Live workers (heartbeat younger than ``HEALTH.WORKER_HEARTBEAT_TIMEOUT``): for the Deck's engine panel."""
+
+    workers: int
+    capacity: int
+    busy: int
+
+
+def fleet(now: datetime | None = None) -> Fleet:
+    from chokaq_core.conf import config
+
+    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=config().HEALTH.WORKER_HEARTBEAT_TIMEOUT)
+    live = [w for w in storage.list_workers()
+            if w.is_running and w.last_heartbeat_at is not None and w.last_heartbeat_at >= cutoff]
+    return Fleet(len(live), sum(w.capacity for w in live), sum(w.active_count for w in live))

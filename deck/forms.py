@@ -210,5 +210,11 @@ class MaxWorkers(forms.Form):
     value = forms.IntegerField(required=False, min_value=1, max_value=10_000)
 
 
+class Capacity(forms.Form):
+    """Fleet-wide handler concurrency per worker (spec 04 §2.9: 0–100; the worker clamps to at least 1)."""
+
+    capacity = forms.IntegerField(min_value=0, max_value=100)
+
+
 class Days(forms.Form):
     days = forms.IntegerField(min_value=1, max_value=365)

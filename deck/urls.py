@@ -36,6 +36,7 @@ urlpatterns = [
     path("api/queues/<path:name>/active", views.queue_active, name="queue-active"),
     path("api/queues/<path:name>/zombie-timeout", views.queue_zombie_timeout, name="queue-zombie-timeout"),
     path("api/queues/<path:name>/max-workers", views.queue_max_workers, name="queue-max-workers"),
+    path("api/workers/capacity", views.worker_capacity, name="worker-capacity"),
     path("api/maintenance/preview", views.maintenance_preview, name="maintenance-preview"),
     path("api/maintenance/purge-archive", views.purge_archive_older, name="purge-archive"),
     path("api/maintenance/purge-dlq", views.purge_dlq_older, name="purge-dlq"),

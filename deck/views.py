@@ -96,7 +96,7 @@ def _matrix(query: QueryDict) -> dict[str, Any]:
 def _panels() -> dict[str, Any]:
     tp = service.throughput()
     return {
-        "summary": service.summary(), "tp": tp, "chart_json": fragments.chart_json(tp),
+        "summary": service.summary(), "tp": tp, "chart_json": fragments.chart_json(tp), "fleet": service.fleet(),
         "queues": service.queue_overview(), "errors": service.top_errors(), "errors_at": fragments.now(),
         "console_entries": console_entries(),
     }
@@ -149,7 +149,9 @@ def partial(request: HttpRequest, panel: str) -> HttpResponse:
         context: dict[str, Any] = {**fragments.role_context(_role(request))}
         if panel == "jobs":
             context.update(_matrix(request.GET))
-        elif panel != "maintenance":
+        elif panel == "maintenance":
+            context["fleet"] = service.fleet()
+        else:
             context.update(_panels())
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
@@ -432,6 +434,15 @@ def dlq_bulk_requeue(request: HttpRequest) -> Done:
     _confirmed(form, "requeue")
     n = service.requeue_dlq_by_filter(form.filters("dlq"), form.max(), actor=actor(request.user))
     return Done(f"{n} jobs affected (DLQ requeue by filter)", affected=n, scope=request.POST.urlencode()[:1000])
+
+
+@command(Role.OPERATOR)
+def worker_capacity(request: HttpRequest) -> Done:
+    capacity = max(1, forms.clean(forms.Capacity, request.POST)["capacity"])
+    if not service.set_worker_capacity(capacity):
+        raise service.ServiceError("Worker control needs a cross-process channel layer (set REDIS_URL): "
+                                   "nothing was sent")
+    return Done(f"Worker capacity set to {capacity} on every live worker", scope=str(capacity))
 
 
 @require_POST

@@ -207,7 +207,8 @@ class Dialect(Protocol):
 
     # ------------------------------------------------------------ Deck reads and bulk commands (issue 3)
     def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-        """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type/search; no payload."""
+        """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
+        (id, type, tags, idempotency key); no payload."""
         ...
 
     def list_archive(

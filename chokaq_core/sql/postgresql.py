@@ -1040,7 +1040,7 @@ def _keyset(
 
 def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
     """Newest Hot rows (no payload) matching the filters."""
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags"))
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
     if filters.status is not None:
         clauses.append("status = %s")
         params.append(int(filters.status))

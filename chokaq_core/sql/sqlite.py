@@ -809,7 +809,7 @@ def _dlq_row(r: Sequence[Any]) -> JobRow:
 
 
 def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags"))
+    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
     if filters.status is not None:
         clauses.append("status = %s")
         params.append(int(filters.status))

@@ -8,13 +8,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django import template
+from django.conf import settings
 
 from chokaq_core.domain import FailureReason, JobStatus
 
 register = template.Library()
 
-LAG_WARNING_SECONDS = 5
-LAG_CRITICAL_SECONDS = 10
+LAG_WARNING_SECONDS = 5  # defaults of CHOKAQ_DECK["QUEUE_LAG_WARNING_THRESHOLD_SECONDS"] (spec 05 §1.2)
+LAG_CRITICAL_SECONDS = 10  # and CHOKAQ_DECK["QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS"]
 _SPACES = re.compile(r"\s+")
 REASON_CLASSES = {
     FailureReason.THROTTLED: "throttled", FailureReason.FATAL_ERROR: "fatal", FailureReason.TIMEOUT: "timeout",
@@ -59,9 +60,12 @@ def lag(seconds: Any) -> str:
 
 @register.simple_tag
 def lag_class(pending: int, max_lag: float) -> str:
-    if not pending or max_lag < LAG_WARNING_SECONDS:
+    deck = getattr(settings, "CHOKAQ_DECK", {})
+    warning = deck.get("QUEUE_LAG_WARNING_THRESHOLD_SECONDS", LAG_WARNING_SECONDS)
+    critical = deck.get("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS", LAG_CRITICAL_SECONDS)
+    if not pending or max_lag < warning:
         return "healthy"
-    return "critical" if max_lag >= LAG_CRITICAL_SECONDS else "warning"
+    return "critical" if max_lag >= critical else "warning"
 
 
 @register.filter

@@ -53,6 +53,7 @@ ENDPOINTS = [
     Endpoint("POST", "/deck/api/queues/main/active", OPERATE, (("value", "0"),)),
     Endpoint("POST", "/deck/api/queues/main/zombie-timeout", OPERATE, (("value", "120"),)),
     Endpoint("POST", "/deck/api/queues/main/max-workers", OPERATE, (("value", "3"),)),
+    Endpoint("POST", "/deck/api/workers/capacity", OPERATE, (("capacity", "4"),)),
     Endpoint("POST", "/deck/api/archive/{archived}/purge", ADMIN),
     Endpoint("POST", "/deck/api/dlq/{dead}/purge", ADMIN),
     Endpoint("POST", "/deck/api/dlq/purge", ADMIN, (("ids", "{dead}"),)),
@@ -63,6 +64,14 @@ ENDPOINTS = [
     Endpoint("POST", "/deck/api/maintenance/purge-archive", ADMIN, (("days", "30"),)),
     Endpoint("POST", "/deck/api/maintenance/purge-dlq", ADMIN, (("days", "7"),)),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _worker_control(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Worker control travels over Redis; here it is only recorded (the matrix is about who may send it)."""
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr("chokaq_core.events.send_control", lambda message: sent.append(message) or True)
+    return sent
 
 
 def snapshot() -> tuple[Any, ...]:
@@ -77,7 +86,8 @@ def snapshot() -> tuple[Any, ...]:
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=str)
 @pytest.mark.parametrize("role", list(LEVEL))
 @pytest.mark.parametrize("htmx", [False, True], ids=["plain", "htmx"])
-def test_matrix(client_as: Callable[[str], Client], jobs: Jobs, role: str, endpoint: Endpoint, htmx: bool) -> None:
+def test_matrix(client_as: Callable[[str], Client], jobs: Jobs, role: str, endpoint: Endpoint, htmx: bool,
+                _worker_control: list[dict[str, Any]]) -> None:
     client = client_as(role) if role != "nobody" else _nobody()
     fill = {"pending": jobs.pending, "processing": jobs.processing, "archived": jobs.archived, "dead": jobs.dead}
     url = endpoint.url.format(**fill)
@@ -96,6 +106,7 @@ def test_matrix(client_as: Callable[[str], Client], jobs: Jobs, role: str, endpo
         if endpoint.method == "POST":
             assert response.json()["ok"] is False
     assert snapshot() == before
+    assert _worker_control == []
 
 
 def _nobody() -> Client:

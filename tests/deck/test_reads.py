@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from chokaq_core import service
-from chokaq_core.domain import FailureReason, HistorySort, JobFilter, JobStatus
+from chokaq_core import service, storage
+from chokaq_core.domain import FailureReason, HistorySort, JobFilter, JobStatus, NewJob, new_ulid
 from chokaq_core.models import JobsArchive, JobsDLQ, StatsSummary
 from tests.deck.conftest import archived, dead, pending, processing
 
@@ -35,6 +35,8 @@ def test_active_lists_newest_hot_rows_without_payload_and_filters() -> None:
     assert [r.id for r in service.active_jobs(JobFilter(search="ALPHA"))] == [first]
     assert [r.id for r in service.active_jobs(JobFilter(search="fail"))] == [second]
     assert service.active_jobs(JobFilter(search="%")) == []  # LIKE wildcards are escaped
+    keyed = storage.enqueue([NewJob(new_ulid(), "q4", "test.ok.v1", "{}", idempotency_key="order-42_x")])[0]
+    assert [r.id for r in service.active_jobs(JobFilter(search="ORDER-42_"))] == [keyed]
     assert len(service.active_jobs(limit=2)) == 2
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from django.test import Client
 
-from chokaq_core import service
+from chokaq_core import service, storage
 from chokaq_core.domain import FailureReason, JobStatus
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, Queues, StatsSummary
 from deck.models import OperatorAction
@@ -264,3 +264,31 @@ def test_top_error_click_through_filters_the_dlq(admin: Client) -> None:
     assert "KeyError: &#x27;account&#x27;" in html and "view=dlq&amp;reason=6" in html
     filtered = admin.get("/deck/partials/jobs?view=dlq&reason=6&q=KeyError&size=100", **HTMX).content.decode()
     assert filtered.count('class="job-row') == 2
+
+
+def test_worker_capacity_needs_a_cross_process_layer(admin: Client) -> None:
+    response = admin.post("/deck/api/workers/capacity", {"capacity": "4"})
+    assert response.status_code == 400 and "REDIS_URL" in response.json()["error"]
+    assert admin.post("/deck/api/workers/capacity", {"capacity": "101"}).status_code == 400
+
+
+def test_maintenance_panel_shows_the_live_fleet(admin: Client) -> None:
+    from chokaq_core.domain import WorkerInfo
+
+    storage.upsert_worker(WorkerInfo("w-fleet", "host", 1, "*", capacity=8, active_count=3))
+    html = admin.get("/deck/partials/maintenance", **HTMX).content.decode()
+    assert "(Busy: 3 · 1 live worker)" in html and 'value="8"' in html
+
+
+def test_lag_colours_follow_the_deck_settings(admin: Client, settings: object) -> None:
+    pending("slow")
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chokaq_core.models import JobsHot as Hot
+
+    Hot.objects.filter(queue="slow").update(created_at=timezone.now() - timedelta(seconds=7))
+    assert "lag-warning" in admin.get("/deck/partials/queues", **HTMX).content.decode()
+    settings.CHOKAQ_DECK = {"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": 1, "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS": 6}  # type: ignore[attr-defined]
+    assert "lag-critical" in admin.get("/deck/partials/queues", **HTMX).content.decode()
