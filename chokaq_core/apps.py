@@ -10,8 +10,9 @@ class ChokaQCoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from chokaq_core import checks, conf, handlers
+        from chokaq_core import checks, conf, handlers, logs
 
+        logs.install()
         checks.register()
         conf.validate()
         handlers.autodiscover()

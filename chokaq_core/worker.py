@@ -273,6 +273,8 @@ class Worker:
             thread = threading.Thread(target=self._thread_main, args=(target,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        logger.info("worker %s started (1000): queues %s, concurrency %s", self.worker_id,
+                    ",".join(self.queues or ["*"]), self.limiter.capacity)
 
     def run(self) -> int:
         self.start()

@@ -157,11 +157,18 @@ CHOKAQ_DECK = {
 # PostgreSQL/SQL Server refinement, the index itself is created everywhere.
 SILENCED_SYSTEM_CHECKS = ["models.W040"]
 
+# Every chokaq.* record carries event_id/event_name (spec 05 §3); CHOKAQ_LOG_FORMAT=json prints one
+# JSON object per line (the default in production).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"chokaq_events": {"()": "chokaq_core.logs.EventIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "chokaq_core.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["chokaq_events"],
+                             "formatter": os.environ.get("CHOKAQ_LOG_FORMAT", "plain")}},
     "loggers": {
         "chokaq": {"handlers": ["console"], "level": os.environ.get("CHOKAQ_LOG_LEVEL", "INFO"), "propagate": False},
     },
@@ -174,3 +181,31 @@ TASKS = {"default": {"BACKEND": "chokaq_core.backend.ChokaQBackend", "QUEUES": [
 CHOKAQ: dict[str, object] = {
     "JOB_MODULES": [m for m in os.environ.get("CHOKAQ_JOB_MODULES", "config.demo_jobs").split(",") if m],
 }
+
+# ---------------------------------------------------------------- production mode (DJANGO_ENV=production)
+# Passes ``manage.py check --deploy``: no DEBUG, a real secret, explicit hosts, HTTPS only behind a
+# TLS-terminating proxy (X-Forwarded-Proto), secure cookies, HSTS, a Redis channel layer, JSON logs.
+DJANGO_ENV = os.environ.get("DJANGO_ENV", "development")
+if DJANGO_ENV == "production":
+    from django.core.exceptions import ImproperlyConfigured
+
+    DEBUG = False
+    if SECRET_KEY == "dev-only-insecure-key-change-me" or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise ImproperlyConfigured("DJANGO_ENV=production needs DJANGO_SECRET_KEY: 50+ random characters")
+    if "DJANGO_ALLOWED_HOSTS" not in os.environ:
+        raise ImproperlyConfigured("DJANGO_ENV=production needs DJANGO_ALLOWED_HOSTS (comma-separated host names)")
+    if not REDIS_URL:
+        raise ImproperlyConfigured("DJANGO_ENV=production needs REDIS_URL: workers run in other processes")
+    CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = os.environ.get("DJANGO_SECURE_SSL_REDIRECT", "1") == "1"
+    # Container probes and scrapers speak plain HTTP to the process itself.
+    SECURE_REDIRECT_EXEMPT = [r"^deck/health/$", r"^deck/metrics$"]
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = os.environ.get("DJANGO_SECURE_HSTS_PRELOAD", "1") == "1"
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    X_FRAME_OPTIONS = "DENY"
+    LOGGING["handlers"]["console"]["formatter"] = os.environ.get("CHOKAQ_LOG_FORMAT", "json")  # type: ignore[index]
+    CHOKAQ["REQUIRE_REGISTERED_JOB_TYPES"] = True

@@ -42,6 +42,7 @@ class Command(BaseCommand):
             if options["worker_id"]:
                 raise CommandError("--worker-id cannot be combined with --processes > 1")
             sys.exit(self._supervise_children(processes))
+        self._check_schema()
         queues = [q.strip() for q in options["queues"].split(",") if q.strip()] or None
         worker = Worker(WorkerOptions(
             queues=queues, concurrency=options["concurrency"], batch_size=options["batch_size"],
@@ -53,6 +54,17 @@ class Command(BaseCommand):
         self.stdout.flush()
         self._install_signals(worker)
         sys.exit(worker.run())
+
+    def _check_schema(self) -> None:
+        """Spec 05 §6: the chokaq_sql check first; a missing schema exits non-zero with log 5002."""
+        import logging
+
+        from chokaq_core import health
+
+        result = health.check_sql()
+        if result.status == health.Status.UNHEALTHY:
+            logging.getLogger("chokaq.worker").error("ChokaQ storage is not ready (5002): %s", result.description)
+            raise CommandError(f"{result.description}")
 
     def _serve_metrics(self, port: int) -> None:
         from chokaq_core import metrics

@@ -1,0 +1,26 @@
+# ChokaQ for Django: one image for the web process (daphne) and the workers (chokaq_worker).
+FROM python:3.12-slim
+
+# INSTALL_MSSQL_DRIVER=1 adds Microsoft's ODBC Driver 18 (the `mssql` compose profile builds with it).
+ARG INSTALL_MSSQL_DRIVER=0
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 CHOKAQ_VAR_DIR=/app/var
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends unixodbc curl gnupg ca-certificates \
+    && if [ "$INSTALL_MSSQL_DRIVER" = "1" ]; then \
+         curl -fsSL https://packages.microsoft.com/keys/microsoft.asc | gpg --dearmor -o /usr/share/keyrings/microsoft.gpg \
+         && echo "deb [signed-by=/usr/share/keyrings/microsoft.gpg] https://packages.microsoft.com/debian/12/prod bookworm main" \
+            > /etc/apt/sources.list.d/mssql-release.list \
+         && apt-get update && ACCEPT_EULA=Y apt-get install -y --no-install-recommends msodbcsql18; \
+       fi \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY requirements.txt .
+RUN pip install --no-cache-dir -r requirements.txt
+COPY . .
+RUN useradd --create-home chokaq && mkdir -p /app/var && chown -R chokaq /app/var
+USER chokaq
+
+EXPOSE 8000 9100
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "config.asgi:application"]
