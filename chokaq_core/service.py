@@ -478,3 +478,11 @@ def fleet(now: datetime | None = None) -> Fleet:
     live = [w for w in storage.list_workers()
             if w.is_running and w.last_heartbeat_at is not None and w.last_heartbeat_at >= cutoff]
     return Fleet(len(live), sum(w.capacity for w in live), sum(w.active_count for w in live))
+
+
+def schedules() -> list[dict[str, Any]]:
+    """Recurring jobs (``CHOKAQ["SCHEDULE"]``) for the Deck's queues panel: name, cron, type, queue,
+    enabled, timezone, ``lastTickUtc`` (latest tick claimed) and ``nextRunUtc``."""
+    from chokaq_core import schedule
+
+    return schedule.overview()

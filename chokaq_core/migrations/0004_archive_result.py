@@ -1,12 +1,7 @@
 """Archive keeps the handler's return value (issue 5: the django.tasks backend's results)."""
 
-from pathlib import Path
-
 from django.db import migrations, models
 from django.utils import timezone
-
-# Follows the SQL Server storage migration when it is present (it is written alongside).
-_PREVIOUS = "0003_sqlserver_storage" if (Path(__file__).parent / "0003_sqlserver_storage.py").exists() else "0002_seed"
 
 
 def ledger(apps, schema_editor):
@@ -24,7 +19,7 @@ def unledger(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("chokaq_core", _PREVIOUS)]
+    dependencies = [("chokaq_core", "0003_sqlserver_storage")]
     operations = [
         migrations.AddField(model_name="jobsarchive", name="result", field=models.TextField(null=True)),
         migrations.RunPython(ledger, unledger),
