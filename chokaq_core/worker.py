@@ -160,6 +160,17 @@ class PrefetchBuffer:
             self._cond.notify_all()
             return items
 
+    def take_queues(self, queues: set[str]) -> list[HotJob]:
+        """Remove and return the buffered rows of ``queues`` (the others keep their order)."""
+        if not queues:
+            return []
+        with self._cond:
+            taken = [j for j in self._items if j.queue in queues]
+            if taken:
+                self._items = collections.deque(j for j in self._items if j.queue not in queues)
+                self._cond.notify_all()
+            return taken
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -433,11 +444,24 @@ class Worker:
             if job.queue in self._paused_queues():
                 self._release([job])
                 continue
-            acquired = False
+            # Waiting for a slot may take as long as a running job: meanwhile a pause must still release
+            # this row and the buffered rows of its queue within the 2 s of spec 03 §6.
+            acquired = paused = False
             while not acquired and not self.stopping.is_set():
-                acquired = self.limiter.acquire(timeout=0.5)
+                acquired = self.limiter.acquire(timeout=0.25)
+                if not acquired:
+                    now_paused = self._paused_queues()
+                    self._release(self.buffer.take_queues(now_paused))
+                    if job.queue in now_paused:
+                        paused = True
+                        break
+            if acquired and job.queue in self._paused_queues():  # paused while this row waited
+                self.limiter.release()
+                acquired, paused = False, True
             if not acquired:
                 self._release([job])
+                if paused:
+                    logger.debug("job %s released: queue %s paused", job.id, job.queue)
                 continue
             self._pool.submit(self._execute, job)
 
