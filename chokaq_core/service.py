@@ -150,6 +150,8 @@ def _optional_int(label: str, value: int | str | None, bounds: tuple[int, int]) 
     """Empty/None clears the setting; anything else must be an integer within ``bounds``."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ServiceError(f"{label} must be a whole number, got {value!r}")  # int() would truncate 1.5 to 1
     try:
         number = int(value)
     except (TypeError, ValueError):
