@@ -234,6 +234,8 @@ class Worker:
         self._unflushed_lock = threading.Lock()
         self._running: dict[str, Execution] = {}
         self._running_lock = threading.Lock()
+        # worker.cancel_job for a job not running here: job id → (expiry, actor), spec 02 §8 (under _running_lock)
+        self._pending_cancels: dict[str, tuple[float, str | None]] = {}
         self._in_flight = 0  # rows taken by the dispatcher and not yet finished
         self._in_flight_lock = threading.Lock()
         # Executor threads are the pool's, not ours: each registers its connection wrappers on start
@@ -525,6 +527,9 @@ class Worker:
         execution = Execution(job, token, attempt, time.monotonic() + timeout)
         with self._running_lock:
             self._running[job.id] = execution
+            pending = self._pending_cancels.pop(job.id, None)
+        if pending is not None and pending[0] > time.monotonic():  # cancelled before it started here
+            token.cancel(CancellationReason.ADMIN, pending[1])
         if self.stopping.is_set():  # stop() may have swept _running just before we registered
             token.cancel(CancellationReason.SHUTDOWN)
         metrics.execution_started(job)
@@ -712,10 +717,20 @@ class Worker:
             )
             self._register()
         elif kind == "worker.cancel_job":
+            job_id = str(message.get("job_id") or message.get("jobId") or "")
+            if not job_id:
+                return
+            actor = message.get("actor")
+            now = time.monotonic()
             with self._running_lock:
-                execution = self._running.get(str(message.get("jobId")))
+                execution = self._running.get(job_id)
+                if execution is None:
+                    # Not running here (yet): remember it for PENDING_CANCELLATION_RETENTION (spec 02 §8).
+                    self._pending_cancels = {k: v for k, v in self._pending_cancels.items() if v[0] > now}
+                    retention = float(self.cfg.EXECUTION.PENDING_CANCELLATION_RETENTION)
+                    self._pending_cancels[job_id] = (now + retention, actor)
             if execution is not None:
-                execution.token.cancel(CancellationReason.ADMIN, message.get("actor"))
+                execution.token.cancel(CancellationReason.ADMIN, actor)
 
     def _beat_interval(self) -> float:
         ex = self.cfg.EXECUTION

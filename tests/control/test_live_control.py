@@ -1,5 +1,6 @@
 """Deck → worker control over a real Redis channel layer (spec 03 §4, §12): resize a running worker
-process, change its retry policy and cancel one of its running jobs, without a restart.
+process, change its retry policy and cancel one of its running jobs, without a restart; and the
+remembered cancel of a job that is not running yet (spec 02 §8, in-process).
 
 This process's channel layer points at Redis; the worker is a ``manage.py
 chokaq_worker`` subprocess started with ``REDIS_URL``. Every effect is read from
@@ -15,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from chokaq_core import FailureReason, JobStatus, enqueue_many, events, service
+from chokaq_core import FailureReason, JobStatus, enqueue, enqueue_many, events, service
 from chokaq_core.api import EnqueueOptions
 from chokaq_core.models import JobsDLQ, JobsHot, Workers
+from tests.control import jobs as ctl
 from tests.control.conftest import WorkerProcess, WorkerProcesses
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
@@ -131,3 +133,30 @@ def test_without_a_cross_process_layer_control_reports_that_it_cannot_reach_work
     assert events.send_control({"type": "worker.cancel_job", "jobId": "x"}) is False
     with pytest.raises(ValueError, match="unknown control message type"):
         events.send_control({"type": "worker.reboot"})
+
+
+@pytest.mark.parametrize(("retention", "cancelled"), [(30, True), (0.2, False)])
+def test_cancel_for_a_job_not_running_yet_is_remembered_for_the_retention_window(
+    start_worker: Any, state: Any, fast: Any, gate: Any, retention: float, cancelled: bool,
+) -> None:
+    """Spec 02 §8: a worker remembers ``worker.cancel_job`` for a job it is not (yet) running for
+    PENDING_CANCELLATION_RETENTION and cancels it before dispatch if it starts within the window."""
+    fast(EXECUTION={"PENDING_CANCELLATION_RETENTION": retention})
+    worker = start_worker(concurrency=1)
+    blocker = enqueue("test.gate.v1", {"name": "slot"})
+    state.wait_status(blocker, JobStatus.PROCESSING)
+    target = enqueue("ctl.ok.v1", {"n": 1})
+    state.wait_status(target, JobStatus.FETCHED)  # in this worker's buffer, waiting for the only slot
+
+    worker.on_control({"type": "worker.cancel_job", "job_id": target, "actor": "ops@example"})
+    if not cancelled:
+        time.sleep(retention + 0.1)  # let the remembered request expire
+    gate("slot").set()
+    state.wait_archived(blocker)
+    if cancelled:
+        dead = state.wait_dead(target)
+        assert dead.failure_reason == FailureReason.CANCELLED and "ops@example" in (dead.error_details or "")
+        assert ctl.calls_of([target]) == 0, "the handler ran although the job was cancelled before it started"
+    else:
+        assert state.wait_archived(target).attempt_count == 1
+        assert ctl.calls_of([target]) == 1
