@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import Enum, IntEnum
 
 from chokaq_core.domain import (
@@ -259,11 +259,15 @@ class CircuitBreaker:
                 self._event("permit_released")
 
     def snapshot(self) -> dict[str, object]:
+        """The registry's view (spec 03 §7.5). ``resetAtUtc`` (ISO 8601, only when Open) is converted from
+        this process's monotonic clock to wall-clock UTC, so that other processes (the Deck) can read it."""
         with self._lock:
-            reset_at = (self.last_failure + self.policy.break_duration
-                        if self.status == CircuitStatus.OPEN and self.last_failure is not None else None)
+            reset_at: str | None = None
+            if self.status == CircuitStatus.OPEN and self.last_failure is not None:
+                remaining = self.last_failure + self.policy.break_duration - self.clock()
+                reset_at = (datetime.now(UTC) + timedelta(seconds=remaining)).isoformat()
             return {"circuitKey": self.key, "status": int(self.status), "failureCount": self.failure_count,
-                    "resetAt": reset_at}
+                    "resetAtUtc": reset_at}
 
 
 class CircuitBreakers:

@@ -10,6 +10,7 @@ registry row, the Hot rows it rescheduled and the retry counter.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -81,7 +82,10 @@ def test_failing_type_opens_defers_probes_and_closes(start_worker: Any, state: A
     # Closed → Open: two transient failures in a row.
     first = [enqueue(FLAKY, {"n": n}) for n in range(2)]
     entry = wait_circuit(state, worker, FLAKY, status=1, failures=2)
-    assert entry["resetAt"] is not None
+    # The break ends BREAK_DURATION after the last failure, in wall-clock UTC the Deck can show.
+    reset_at = datetime.fromisoformat(entry["resetAtUtc"])
+    assert reset_at.utcoffset() == timedelta(0)
+    assert abs((reset_at - datetime.now(UTC)).total_seconds() - 1) < 5
     assert ctl.calls_of(first) == 2
 
     # Open: further jobs of the type are deferred without running and without consuming an attempt.
@@ -121,7 +125,7 @@ def test_failing_type_opens_defers_probes_and_closes(start_worker: Any, state: A
     ctl.HOLD.set()
 
     # The probe succeeds → Closed; every deferred job completes.
-    wait_circuit(state, worker, FLAKY, status=0, failures=0)
+    assert wait_circuit(state, worker, FLAKY, status=0, failures=0)["resetAtUtc"] is None
     for job_id in first + later:
         state.wait_archived(job_id)
     attempts = dict(JobsArchive.objects.filter(id__in=first + later).values_list("id", "attempt_count"))

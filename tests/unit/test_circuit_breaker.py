@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from chokaq_core.policy import BreakerPolicy, CircuitBreaker, CircuitBreakers, CircuitStatus
 
 
@@ -34,7 +36,8 @@ def test_opens_after_threshold_then_half_opens_then_closes() -> None:
     assert breaker.status == CircuitStatus.CLOSED
     fail(breaker)
     assert breaker.status == CircuitStatus.OPEN
-    assert breaker.snapshot()["resetAt"] == 1030.0
+    reset_at = datetime.fromisoformat(str(breaker.snapshot()["resetAtUtc"]))  # now + the 30 s still to wait
+    assert abs((reset_at - datetime.now(UTC)).total_seconds() - 30) < 5
     clock.now += 29
     assert breaker.acquire() is None  # still open: deferred, no attempt consumed
     clock.now += 1
