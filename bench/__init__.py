@@ -1,0 +1,1 @@
+"""ChokaQ benchmark command (see bench/README.md)."""
