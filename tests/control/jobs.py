@@ -89,9 +89,11 @@ def ok(ctx: JobContext, n: int = 0, skip: bool = False, explode: bool = False) -
 
 
 @job("ctl.order.v1", idempotency_key="order:{order_id}", result_ttl=3600)
-def charge_order(ctx: JobContext, order_id: str, fail_first: bool = False) -> None:
-    """Opted into the idempotency middleware by a key built from the payload."""
+def charge_order(ctx: JobContext, order_id: str, fail_first: bool = False, hold: bool = False) -> None:
+    """Opted into the idempotency middleware by a key built from the payload; ``hold`` waits for HOLD."""
     _record(ctx)
+    while hold and not HOLD.wait(0.02):
+        ctx.raise_if_cancelled()
     if fail_first and ctx.attempt == 1:
         raise ConnectionError("payment gateway timeout")
 

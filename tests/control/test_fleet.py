@@ -12,10 +12,11 @@ import sys
 import time
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from chokaq_core import JobStatus, enqueue_many, service
+from chokaq_core import JobStatus, enqueue, enqueue_many, service
 from chokaq_core.api import EnqueueOptions
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, Queues
 from tests.control.conftest import ROOT, WorkerProcesses
@@ -128,3 +129,22 @@ def test_pause_stops_claims_and_starts_within_two_seconds_and_resume_continues(
             rows = Counter(JobsHot.objects.filter(queue=queue).values_list("worker_id", "status"))
             pytest.fail(f"processing did not continue after resume: {rows}\n" + worker_procs.outputs())
         time.sleep(SAMPLE_INTERVAL)
+
+
+def test_hide_pauses_show_leaves_paused_and_resume_runs(start_worker: Any, state: Any) -> None:
+    """Hide (IsActive = false) also stops claims; show leaves the queue paused (spec 03 §6, 01 §4.17)."""
+    hidden = "ctl-hidden"
+    service.set_queue_paused(hidden, False)
+    assert service.set_queue_visible(hidden, False)
+    job_id = enqueue("test.ok.v1", {}, queue=hidden)
+    start_worker(concurrency=2)
+    # The worker is claiming (a job of another queue completes) but the hidden queue's job stays Pending.
+    state.wait_archived(enqueue("test.ok.v1", {}, queue="ctl-visible"))
+    assert state.hot(job_id).status == JobStatus.PENDING  # type: ignore[union-attr]
+    assert service.set_queue_visible(hidden, True)
+    row = Queues.objects.get(name=hidden)
+    assert row.is_active and row.is_paused
+    state.wait_archived(enqueue("test.ok.v1", {}, queue="ctl-visible"))
+    assert state.hot(job_id).status == JobStatus.PENDING  # type: ignore[union-attr]
+    service.set_queue_paused(hidden, False)
+    state.wait_archived(job_id)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chokaq_core import FailureReason, enqueue
+from chokaq_core import FailureReason, JobStatus, enqueue
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot
 from tests.control import jobs as ctl
 
@@ -66,6 +66,23 @@ def test_idempotency_claim_is_released_when_the_handler_fails(start_worker: Any,
     duplicate = enqueue("ctl.order.v1", {"order_id": "C-3"})
     state.wait_archived(duplicate)
     assert ctl.calls_of([duplicate]) == 0, "a completed key must skip the handler"
+
+
+def test_a_duplicate_of_a_running_key_is_skipped_and_archived(start_worker: Any, state: Any, fast: Any) -> None:
+    fast(MIDDLEWARE=[IDEMPOTENCY])
+    start_worker(concurrency=2)
+    ctl.HOLD.clear()
+    first = enqueue("ctl.order.v1", {"order_id": "E-5", "hold": True})
+    state.wait_status(first, JobStatus.PROCESSING)
+    state.wait(lambda: ctl.calls_of([first]) == 1, "the first execution inside its handler")
+    duplicate = enqueue("ctl.order.v1", {"order_id": "E-5"})
+    # AlreadyInProgress: the duplicate is archived as a success without running, while the first still runs.
+    state.wait_archived(duplicate)
+    assert ctl.calls_of([duplicate]) == 0
+    assert state.hot(first) is not None and state.hot(first).status == JobStatus.PROCESSING
+    ctl.HOLD.set()
+    state.wait_archived(first)
+    assert ctl.calls_of([first, duplicate]) == 1
 
 
 def test_without_the_middleware_every_job_runs(start_worker: Any, state: Any, fast: Any) -> None:
