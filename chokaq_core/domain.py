@@ -298,6 +298,9 @@ class WorkerInfo:
 SORT_KEYS = ("date", "id", "queue", "type", "created", "worker", "attempts", "duration", "reason")
 """Whitelisted history sort keys (spec 04 §5); the dialects map each to a column per pillar."""
 
+INDEXED_SORTS = {"archive": frozenset({"date", "id"}), "dlq": frozenset({"date", "id", "created"})}
+"""Sort keys an index serves per pillar; any other sort ranks only the newest ``HistorySort.window`` matches."""
+
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
@@ -358,12 +361,18 @@ class JobFilter:
     search: str | None = None
     from_at: datetime | None = None
     to_at: datetime | None = None
+    job_id: str | None = None  # exact id (a primary-key lookup), combined with the other filters
 
 
 @dataclass(frozen=True, slots=True)
 class HistorySort:
-    key: str = "date"  # one of SORT_KEYS
+    """``key`` is one of SORT_KEYS. For a key outside ``INDEXED_SORTS`` of the pillar, ``window`` (when set)
+    bounds the work: only the newest ``window`` matching rows (by the pillar's date) are ranked, so no page
+    sorts the whole history."""
+
+    key: str = "date"
     descending: bool = True
+    window: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Any
 from chokaq_core import storage
 from chokaq_core.api import PRIORITY_RANGE, serialize_payload
 from chokaq_core.domain import (
+    INDEXED_SORTS,
     SORT_KEYS,
     ArchivedJob,
     BulkPreview,
@@ -192,6 +193,9 @@ MAX_PAGE_SIZE = 1000
 MAX_BULK_FILTER_JOBS = 1000
 THROUGHPUT_WINDOW = 300
 TAGS_MAX = 1000
+SORT_WINDOW = 50_000  # a sort no index serves ranks the newest 50,000 matches (domain.INDEXED_SORTS)
+PILLAR_STATUSES = {"archive": (JobStatus.SUCCEEDED,),
+                   "dlq": (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ZOMBIE)}
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,7 @@ class HistoryPage:
     next_token: str | None
     prev_token: str | None
     retained: int
+    window: int | None = None  # set when the sort only ranks the newest ``window`` matches
 
 
 def queue_overview() -> list[QueueOverview]:
@@ -312,13 +317,21 @@ def history(
     read = storage.list_archive if pillar == "archive" else storage.list_dlq
     summary = storage.summary_stats()
     retained = summary.succeeded_total if pillar == "archive" else summary.failed_total
+    window = None if sort.key in INDEXED_SORTS[pillar] else SORT_WINDOW
+    sort = replace(sort, window=window)
+    term = (filters.search or "").strip()
+    filters = replace(filters, search=term or None)
+    if term and len(term) <= 50 and filters.job_id is None:
+        # a search that is exactly a job id of this pillar finds it by primary key, not by scanning history
+        if storage.locate_jobs([term]).get(term) in PILLAR_STATUSES[pillar]:
+            filters = replace(filters, job_id=term)
     if before:
         rows = read(filters, _decode_key(before, sort), size + 1, replace(sort, descending=not sort.descending))
         more_before = len(rows) > size
         rows = list(reversed(rows[:size]))
         if rows:
             return HistoryPage(rows, _encode_key(sort, rows[-1]),
-                               _encode_key(sort, rows[0]) if more_before else None, retained)
+                               _encode_key(sort, rows[0]) if more_before else None, retained, window)
         after = None
     key: tuple[Any, str] | None = _decode_key(after, sort) if after else None
     rows = read(filters, key, size + 1, sort)
@@ -327,7 +340,7 @@ def history(
     more = len(rows) > size
     rows = rows[:size]
     return HistoryPage(rows, _encode_key(sort, rows[-1]) if more else None,
-                       _encode_key(sort, rows[0]) if key is not None and rows else None, retained)
+                       _encode_key(sort, rows[0]) if key is not None and rows else None, retained, window)
 
 
 # ---------------------------------------------------------------- Deck commands (issue 3)

@@ -93,13 +93,23 @@ def _matrix(query: QueryDict) -> dict[str, Any]:
     return ctx
 
 
-def _panels() -> dict[str, Any]:
-    tp = service.throughput()
-    return {
-        "summary": service.summary(), "tp": tp, "chart_json": fragments.chart_json(tp), "fleet": service.fleet(),
-        "queues": service.queue_overview(), "errors": service.top_errors(), "errors_at": fragments.now(),
-        "console_entries": console_entries(),
-    }
+def _panels(panel: str | None = None) -> dict[str, Any]:
+    """The data of one panel (or of every panel when ``panel`` is None), each read once."""
+    ctx: dict[str, Any] = {}
+    if panel in (None, "stats", "chart"):
+        tp = service.throughput()
+        ctx.update(tp=tp, chart_json=fragments.chart_json(tp))
+    if panel in (None, "stats"):
+        ctx["summary"] = service.summary()
+    if panel in (None, "queues"):
+        ctx["queues"] = service.queue_overview()
+    if panel in (None, "top-errors"):
+        ctx.update(errors=service.top_errors(), errors_at=fragments.now())
+    if panel in (None, "console"):
+        ctx["console_entries"] = console_entries()
+    if panel in (None, "maintenance"):
+        ctx["fleet"] = service.fleet()
+    return ctx
 
 
 def _inspector(job_id: str) -> dict[str, Any]:
@@ -147,12 +157,7 @@ def partial(request: HttpRequest, panel: str) -> HttpResponse:
         if not _htmx(request):
             return _render(request, PAGE, _page_context(request))
         context: dict[str, Any] = {**fragments.role_context(_role(request))}
-        if panel == "jobs":
-            context.update(_matrix(request.GET))
-        elif panel == "maintenance":
-            context["fleet"] = service.fleet()
-        else:
-            context.update(_panels())
+        context.update(_matrix(request.GET) if panel == "jobs" else _panels(panel))
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
     return _render(request, PANEL_TEMPLATES[panel], context)

@@ -1289,6 +1289,9 @@ def _where(
     if filters.type is not None:
         clauses.append(f"{prefix}type = %s")
         params.append(filters.type)
+    if filters.job_id is not None:
+        clauses.append(f"{prefix}id = %s")
+        params.append(filters.job_id)
     if filters.search:
         pattern = _like(filters.search.lower())
         clauses.append("(" + " OR ".join(f"LOWER({prefix}{c}) LIKE %s ESCAPE '\\'" for c in search_columns) + ")")

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from chokaq_core.domain import (
+    INDEXED_SORTS,
     ArchivedJob,
     BulkPreview,
     DeadJob,
@@ -930,7 +931,10 @@ ARCHIVE_ROW = (
 )
 DLQ_ROW = (
     "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
-    " left(error_details, 400)"
+    " left(error_details, 400) AS error_head"
+)
+DLQ_WINDOWED_ROW = (
+    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason, error_head"
 )
 # Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
 ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
@@ -993,9 +997,13 @@ def _where(filters: JobFilter, date_column: str, search_columns: Sequence[str]) 
     if filters.type is not None:
         clauses.append("type = %s")
         params.append(filters.type)
+    if filters.job_id is not None:
+        clauses.append("id = %s")
+        params.append(filters.job_id)
     if filters.search:
-        pattern = _like(filters.search)
-        clauses.append("(" + " OR ".join(f"{c} ILIKE %s ESCAPE '\\'" for c in search_columns) + ")")
+        # lower() LIKE: the same case-insensitive match as ILIKE, measurably cheaper on a full scan
+        pattern = _like(filters.search.lower())
+        clauses.append("(" + " OR ".join(f"lower({c}) LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
         params += [pattern] * len(search_columns)
     if filters.from_at is not None:
         clauses.append(f"{date_column} >= %s")
@@ -1038,6 +1046,18 @@ def _keyset(
     return f"{sql}{where} ORDER BY {order} {direction}, id {direction} LIMIT %s", [*params, int(limit)]
 
 
+def _source(
+    pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any], sort: HistorySort
+) -> tuple[str, str, list[Any]]:
+    """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
+    ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
+    if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
+        return f"SELECT {inner} FROM {table}", where, params
+    date = "finished_at" if pillar == "archive" else "failed_at"
+    return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC LIMIT %s) w",
+            "", [*params, int(sort.window)])
+
+
 def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
     """Newest Hot rows (no payload) matching the filters."""
     clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
@@ -1062,8 +1082,8 @@ def list_archive(
     """One keyset page of Archive rows."""
     clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    sql, params = _keyset(f"SELECT {ARCHIVE_ROW} FROM chokaq_jobs_archive", where, params,
-                          ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
+    select, where, params = _source("archive", "chokaq_jobs_archive", ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
+    sql, params = _keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
     cursor.execute(sql, params)
     return [
         JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3], created_at=r[4],
@@ -1077,8 +1097,8 @@ def list_dlq(
 ) -> list[JobRow]:
     """One keyset page of DLQ rows."""
     where, params = _dlq_where(filters)
-    sql, params = _keyset(f"SELECT {DLQ_ROW} FROM chokaq_jobs_dlq", where, params,
-                          DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
+    select, where, params = _source("dlq", "chokaq_jobs_dlq", DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
+    sql, params = _keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
     cursor.execute(sql, params)
     rows = []
     for r in cursor.fetchall():

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core.domain import (
+    INDEXED_SORTS,
     ArchivedJob,
     BulkPreview,
     DeadJob,
@@ -724,7 +725,9 @@ ACTIVE_ROW = "id, queue, type, status, attempt_count, created_at, priority, crea
 ARCHIVE_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"\
     " duration_ms"
 DLQ_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"\
-    " substr(error_details, 1, 400)"
+    " substr(error_details, 1, 400) AS error_head"
+DLQ_WINDOWED_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"\
+    " error_head"
 # Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
 ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
                 "worker": "coalesce(worker_id, '')", "attempts": "attempt_count",
@@ -749,6 +752,9 @@ def _where(filters: JobFilter, date_column: str, search_columns: Sequence[str]) 
     if filters.type is not None:
         clauses.append("type = %s")
         params.append(filters.type)
+    if filters.job_id is not None:
+        clauses.append("id = %s")
+        params.append(filters.job_id)
     if filters.search:
         pattern = _like(filters.search)
         clauses.append("(" + " OR ".join(f"{c} LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
@@ -808,6 +814,18 @@ def _dlq_row(r: Sequence[Any]) -> JobRow:
                   finished_at=_dt(r[8]), failure_reason=reason, error_head=r[10])
 
 
+def _source(
+    pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any], sort: HistorySort
+) -> tuple[str, str, list[Any]]:
+    """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
+    ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
+    if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
+        return f"SELECT {inner} FROM {table}", where, params
+    date = "finished_at" if pillar == "archive" else "failed_at"
+    return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC LIMIT %s) w",
+            "", [*params, int(sort.window)])
+
+
 def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
     clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
     if filters.status is not None:
@@ -829,8 +847,8 @@ def list_archive(
 ) -> list[JobRow]:
     clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    sql, params = _keyset(f"SELECT {ARCHIVE_ROW} FROM {ARCHIVE}", where, params,
-                          ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
+    select, where, params = _source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
+    sql, params = _keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
     cursor.execute(sql, params)
     return [_archive_row(r) for r in cursor.fetchall()]
 
@@ -839,8 +857,8 @@ def list_dlq(
     cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
 ) -> list[JobRow]:
     where, params = _dlq_where(filters)
-    sql, params = _keyset(f"SELECT {DLQ_ROW} FROM {DLQ}", where, params, DLQ_SORT.get(sort.key, "failed_at"),
-                          after_key, limit, sort)
+    select, where, params = _source("dlq", DLQ, DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
+    sql, params = _keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
     cursor.execute(sql, params)
     return [_dlq_row(r) for r in cursor.fetchall()]
 

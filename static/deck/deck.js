@@ -121,7 +121,10 @@
     if (f.status && tr.dataset.status !== f.status) return false;
     if (f.queue && tr.dataset.queue !== f.queue) return false;
     if (f.type && tr.dataset.type !== f.type) return false;
-    if (f.search && (tr.dataset.search || "").indexOf(f.search) < 0) return false;
+    if (f.search) {
+      var text = [tr.dataset.jobId, tr.dataset.type, tr.dataset.tags || ""].join(" ").toLowerCase();
+      if (text.indexOf(f.search) < 0) return false;
+    }
     return true;
   }
 

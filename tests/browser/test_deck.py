@@ -97,6 +97,7 @@ def test_failing_job_lands_in_the_dlq_then_edit_save_and_retry_succeeds(deck_ser
     shot(page, "deck-editor")
     page.click("#btn-save-retry")
     page.wait_for_selector("#inspector-history")  # back in the inspector, with the operator history
+    page.wait_for_selector(f"#history-rows #job-{job_id}", state="detached")  # the DLQ view re-fetched: gone
     wait_until(lambda: (v := service.find_job(job_id)) is not None and v.archived is not None)
     archived_job = service.find_job(job_id).archived  # type: ignore[union-attr]
     assert json.loads(archived_job.payload)["width"] == 640  # type: ignore[union-attr]

@@ -180,3 +180,29 @@ def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
         service.purge_archive_job(new)
     assert service.purge_older_than("archive", 30) == 1
     assert not JobsArchive.objects.exists()
+
+
+@pytest.mark.parametrize("pillar", ["archive", "dlq"])
+def test_sorts_no_index_serves_rank_only_the_newest_window(pillar: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "SORT_WINDOW", 3)
+    ids = [(archived if pillar == "archive" else dead)("win")[0] for _ in range(5)]  # oldest first
+    page = service.history(pillar, JobFilter(), HistorySort("type" if pillar == "archive" else "reason"), size=10)
+    assert page.window == 3 and {r.id for r in page.rows} == set(ids[-3:])
+    by_date = service.history(pillar, JobFilter(), HistorySort("date"), size=10)
+    assert by_date.window is None and {r.id for r in by_date.rows} == set(ids)
+    by_id = service.history(pillar, JobFilter(), HistorySort("id", descending=False), size=2)
+    assert [r.id for r in by_id.rows] == sorted(ids)[:2] and by_id.window is None
+
+
+def test_a_search_equal_to_a_job_id_is_a_primary_key_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = archived("pk", 3)
+    seen: list[JobFilter] = []
+    real = storage.list_archive
+    monkeypatch.setattr(storage, "list_archive", lambda f, *a: seen.append(f) or real(f, *a))
+    page = service.history("archive", JobFilter(search=f" {ids[1]} "), HistorySort())
+    assert [r.id for r in page.rows] == [ids[1]] and seen[-1].job_id == ids[1]
+    partial = service.history("archive", JobFilter(search=ids[1][:-3]), HistorySort())
+    assert seen[-1].job_id is None and ids[1] in {r.id for r in partial.rows}
+    dead_id = dead("pk2")[0]
+    assert service.history("archive", JobFilter(search=dead_id), HistorySort()).rows == []
+    assert [r.id for r in service.history("dlq", JobFilter(search=dead_id), HistorySort()).rows] == [dead_id]
