@@ -41,7 +41,6 @@ from typing import Any
 
 from django.apps import apps
 from django.core import checks
-from django.db import transaction
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
@@ -201,7 +200,7 @@ class ChokaQBackend(BaseTaskBackend):
             last_attempted_at=None, finished_at=None, args=arguments["args"], kwargs=arguments["kwargs"],
             backend=self.alias, errors=[], worker_ids=[],
         )
-        transaction.on_commit(partial(task_enqueued.send, type(self), task_result=result), using=storage.alias())
+        storage.on_commit(partial(task_enqueued.send, type(self), task_result=result))
         return result
 
     def get_result(self, result_id: str) -> TaskResult:

@@ -47,6 +47,8 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     ]
     if messages:
         return messages
+    if config().STORAGE == "memory":  # spec 03 §15: ChokaQ uses no database at all
+        return messages
     alias = config().DATABASE
     if alias not in connections.settings:
         return [checks.Error(f"CHOKAQ['DATABASE'] names unknown alias {alias!r}", id="chokaq.E002")]

@@ -19,6 +19,9 @@ from django.core.signals import setting_changed
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
+    # "sql" (the DATABASE alias) or "memory": one process's dictionaries, for tests and experiments (spec 03 §15).
+    "STORAGE": "sql",
+    "IN_MEMORY": {"MAX_CAPACITY": 100_000},
     "JOB_MODULES": [],
     "REQUIRE_REGISTERED_JOB_TYPES": True,
     "MODE": "bus",
@@ -149,6 +152,8 @@ class Section(dict[str, Any]):
 @dataclass(frozen=True)
 class Config:
     DATABASE: str
+    STORAGE: str
+    IN_MEMORY: Section
     JOB_MODULES: list[str]
     REQUIRE_REGISTERED_JOB_TYPES: bool
     MODE: str
@@ -276,6 +281,11 @@ def _check(cfg: Config, errors: list[str]) -> None:
             errors.append(f"SQL.{key} must be > 0")
     if sql.MAX_TRANSIENT_RETRIES < 0:
         errors.append("SQL.MAX_TRANSIENT_RETRIES must be >= 0")
+    if cfg.STORAGE not in ("sql", "memory"):
+        errors.append(f"STORAGE must be 'sql' or 'memory' (got {cfg.STORAGE!r})")
+    capacity = cfg.IN_MEMORY.MAX_CAPACITY
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        errors.append(f"IN_MEMORY.MAX_CAPACITY must be an integer >= 1 (got {capacity!r})")
     if cfg.MODE not in ("bus", "pipe"):
         errors.append(f"MODE must be 'bus' or 'pipe' (got {cfg.MODE!r})")
     if cfg.MODE == "pipe" and not cfg.PIPE_HANDLER:

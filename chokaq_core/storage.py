@@ -6,6 +6,11 @@ a savepoint when the caller already has a transaction open, which is how
 ``enqueue`` joins a view's ``atomic()`` block — retries transient database
 errors (spec 03 §16) only when it owns the transaction, and publishes its
 events after commit.
+
+With ``CHOKAQ["STORAGE"] = "memory"`` (spec 03 §15) the same functions run
+``chokaq_core.sql.memory`` instead: no database, no Django transaction (the
+module's process-wide lock and undo journal make each operation atomic, and
+a caller's ``atomic()`` block does not roll it back), events dispatched at once.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from chokaq_core.domain import (
     WorkerInfo,
 )
 from chokaq_core.sql import dialect_for
+from chokaq_core.sql import memory as memory_dialect
 
 logger = logging.getLogger("chokaq.storage")
 
@@ -58,11 +64,21 @@ def alias() -> str:
     return config().DATABASE
 
 
+def memory_mode() -> bool:
+    """True when ``CHOKAQ["STORAGE"]`` is "memory": every operation stays in this process."""
+    return config().STORAGE == "memory"
+
+
 def dialect(using: str | None = None) -> ModuleType:
+    if memory_mode():
+        return memory_dialect
     return dialect_for(connections[using or alias()].vendor)
 
 
 def vendor(using: str | None = None) -> str:
+    """The Django vendor of the ChokaQ alias, or "memory" in memory mode."""
+    if memory_mode():
+        return "memory"
     return str(connections[using or alias()].vendor)
 
 
@@ -100,6 +116,8 @@ def _cursor(using: str) -> Iterator[Any]:
 
 def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True) -> T:
     """Run ``operation(cursor)`` in a transaction with the transient-error retry policy."""
+    if memory_mode():  # no database: the cursor is None and the memory module's lock is the transaction
+        return memory_dialect.run(operation)
     db = using or alias()
     connection = connections[db]
     nested = connection.in_atomic_block
@@ -132,8 +150,19 @@ def call(name: str, *args: Any, using: str | None = None) -> Any:
                atomic=name not in getattr(module, "AUTOCOMMIT_SAFE", frozenset()))
 
 
-def _emit(published: list[events.Event]) -> None:
-    events.publish(published, using=alias())
+def _emit(published: list[events.Event], using: str | None = None) -> None:
+    if memory_mode():
+        events.dispatch(published)  # nothing to wait for: there is no database transaction
+    else:
+        events.publish(published, using=using or alias())
+
+
+def on_commit(func: Callable[[], object], using: str | None = None) -> None:
+    """``transaction.on_commit`` on the ChokaQ alias; at once in memory mode (there is no transaction)."""
+    if memory_mode():
+        func()
+    else:
+        transaction.on_commit(func, using=using or alias())
 
 
 def _discard_if_broken(connection: Any) -> None:
@@ -153,8 +182,8 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     stored = call("enqueue", jobs, using=db)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
-        transaction.on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
-    events.publish(
+        on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
+    _emit(
         [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, priority=j.priority, created_by=j.created_by)
          for j in fresh] + ([events.stats_updated()] if fresh else []),
         using=db,
@@ -350,9 +379,8 @@ def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
 def _queue_changed(queue: str) -> None:
     state = next((q for q in queue_states() if q.name == queue), None)
     if state is not None:
-        events.publish([events.Event(events.EventKind.QUEUE_STATE_CHANGED,
-                                     {"queueName": queue, "isPaused": state.is_paused, "isActive": state.is_active})],
-                       using=alias())
+        _emit([events.Event(events.EventKind.QUEUE_STATE_CHANGED,
+                            {"queueName": queue, "isPaused": state.is_paused, "isActive": state.is_active})])
 
 
 def set_queue_paused(queue: str, paused: bool) -> None:
@@ -430,8 +458,8 @@ def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
     stored = run(operation, using=db)
     if stored == job.id:
         metrics.jobs_enqueued([job])
-        events.publish([events.job_updated(job.id, job.type, job.queue, JobStatus.PENDING, 0, priority=job.priority,
-                                           created_by=job.created_by), events.stats_updated()], using=db)
+        _emit([events.job_updated(job.id, job.type, job.queue, JobStatus.PENDING, 0, priority=job.priority,
+                                  created_by=job.created_by), events.stats_updated()], using=db)
     return stored
 
 
