@@ -154,5 +154,8 @@ def page_for(browser: Any, deck_server: Deck) -> Iterator[Any]:
 
 
 def shot(page: Any, name: str, full_page: bool = False) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+    """Screenshot a view: into docs/screenshots/ when CHOKAQ_UPDATE_SCREENSHOTS=1 (to refresh the README's
+    images), else into var/screenshots/ so an ordinary test run leaves the repository clean."""
+    target = SCREENSHOTS if os.environ.get("CHOKAQ_UPDATE_SCREENSHOTS") == "1" else ROOT / "var" / "screenshots"
+    target.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(target / f"{name}.png"), full_page=full_page)
