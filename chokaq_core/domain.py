@@ -298,6 +298,10 @@ class WorkerInfo:
 SORT_KEYS = ("date", "id", "queue", "type", "created", "worker", "attempts", "duration", "reason")
 """Whitelisted history sort keys (spec 04 §5); the dialects map each to a column per pillar."""
 
+HISTORY_SORTS = {"archive": tuple(k for k in SORT_KEYS if k != "reason"),
+                 "dlq": tuple(k for k in SORT_KEYS if k != "duration")}
+"""Sort keys each pillar has a column for: an Archive row has no failure reason, a DLQ row no duration."""
+
 INDEXED_SORTS = {"archive": frozenset({"date", "id"}), "dlq": frozenset({"date", "id", "created"})}
 """Sort keys an index serves per pillar; any other sort ranks only the newest ``HistorySort.window`` matches."""
 

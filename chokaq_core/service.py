@@ -19,6 +19,7 @@ from typing import Any
 from chokaq_core import storage
 from chokaq_core.api import PRIORITY_RANGE, serialize_payload
 from chokaq_core.domain import (
+    HISTORY_SORTS,
     INDEXED_SORTS,
     SORT_KEYS,
     ArchivedJob,
@@ -312,6 +313,9 @@ def history(
         raise ServiceError(f"unknown history view {pillar!r}")
     if sort.key not in SORT_KEYS:
         raise ServiceError(f"unknown sort key {sort.key!r} (allowed: {', '.join(SORT_KEYS)})")
+    if sort.key not in HISTORY_SORTS[pillar]:
+        raise ServiceError(f"the {'Archive' if pillar == 'archive' else 'DLQ'} cannot be sorted by {sort.key!r}"
+                           f" (allowed: {', '.join(HISTORY_SORTS[pillar])})")
     if not 1 <= size <= MAX_PAGE_SIZE:
         raise ServiceError(f"page size must be within 1..{MAX_PAGE_SIZE}")
     read = storage.list_archive if pillar == "archive" else storage.list_dlq
@@ -501,3 +505,133 @@ def schedules() -> list[dict[str, Any]]:
     from chokaq_core import schedule
 
     return schedule.overview()
+
+
+# ---------------------------------------------------------------- the fleet: Workers and Circuit breakers panels
+
+STOPPED_VISIBLE_SECONDS = 3600  # a stopped worker stays on the Workers panel (greyed) this long
+FLEET_MAX_ROWS = 200
+CIRCUIT_LABELS = {0: "Closed", 1: "Open", 2: "HalfOpen"}
+_CIRCUIT_RANK = {0: 0, 2: 1, 1: 2}  # worst first: Open > HalfOpen > Closed
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker process of the registry as the Deck's Workers panel shows it."""
+
+    worker_id: str
+    hostname: str
+    pid: int
+    queues: str
+    capacity: int
+    busy: int
+    is_running: bool
+    last_heartbeat_at: datetime | None
+    stopped_at: datetime | None
+    heartbeat_age: float | None  # seconds since the last heartbeat, at read time
+    stale: bool  # running, but no heartbeat within HEALTH.WORKER_HEARTBEAT_TIMEOUT
+
+    @property
+    def state(self) -> str:
+        return "stopped" if not self.is_running else "stale" if self.stale else "running"
+
+
+@dataclass(frozen=True)
+class BreakerRow:
+    """One circuit key merged over the live workers (spec 04 §2.6)."""
+
+    key: str
+    status: int  # worst reported: 1 Open > 2 HalfOpen > 0 Closed
+    closed: int  # how many live workers report each status
+    open: int
+    half_open: int
+    max_failures: int
+    reset_at: datetime | None  # latest resetAtUtc among the workers reporting Open
+
+    @property
+    def label(self) -> str:
+        return CIRCUIT_LABELS[self.status]
+
+    @property
+    def short_name(self) -> str:
+        return self.key.rsplit(".", 1)[-1] or self.key
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The Workers and Circuit breakers panels, both from one read of the worker registry."""
+
+    at: datetime
+    heartbeat_timeout: int
+    workers: list[WorkerRow]
+    breakers: list[BreakerRow]
+
+    @property
+    def any_open(self) -> bool:
+        return any(b.status == 1 for b in self.breakers)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
+def _reset_at(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return _aware(datetime.fromisoformat(value))
+    except ValueError:
+        return None
+
+
+def _circuits(circuits_json: str) -> list[tuple[str, int, int, datetime | None]]:
+    """A registry row's breaker snapshot as (key, status, failure count, reset at); malformed entries are skipped."""
+    try:
+        items = json.loads(circuits_json or "[]")
+    except ValueError:
+        return []
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("circuitKey"), str):
+            continue
+        status, failures = item.get("status"), item.get("failureCount")
+        if isinstance(status, bool) or status not in _CIRCUIT_RANK:
+            continue
+        failures = failures if isinstance(failures, int) and not isinstance(failures, bool) else 0
+        out.append((item["circuitKey"], int(status), failures, _reset_at(item.get("resetAtUtc"))))
+    return out
+
+
+def fleet_view(now: datetime | None = None) -> FleetView:
+    """Every registry row worth showing (running, and stopped within ``STOPPED_VISIBLE_SECONDS``) and the circuit
+    breakers of the live ones (running, heartbeat younger than ``HEALTH.WORKER_HEARTBEAT_TIMEOUT``) merged per key."""
+    from chokaq_core.conf import config
+
+    now = now or datetime.now(UTC)
+    timeout = int(config().HEALTH.WORKER_HEARTBEAT_TIMEOUT)
+    rows: list[WorkerRow] = []
+    merged: dict[str, dict[str, Any]] = {}
+    for w in storage.list_workers():
+        beat, stopped = _aware(w.last_heartbeat_at), _aware(w.stopped_at)
+        age = (now - beat).total_seconds() if beat is not None else None
+        stale = w.is_running and (age is None or age > timeout)
+        if not w.is_running and (stopped or beat or now) < now - timedelta(seconds=STOPPED_VISIBLE_SECONDS):
+            continue
+        rows.append(WorkerRow(w.worker_id, w.hostname, w.pid, w.queues, w.capacity, w.active_count, w.is_running,
+                              beat, stopped, age, stale))
+        if not w.is_running or stale:
+            continue
+        for key, status, failures, reset_at in _circuits(w.circuits_json):
+            m = merged.setdefault(key, {"status": status, "counts": {0: 0, 1: 0, 2: 0}, "failures": 0, "reset": None})
+            if _CIRCUIT_RANK[status] > _CIRCUIT_RANK[m["status"]]:
+                m["status"] = status
+            m["counts"][status] += 1
+            m["failures"] = max(m["failures"], failures)
+            if status == 1 and reset_at is not None and (m["reset"] is None or reset_at > m["reset"]):
+                m["reset"] = reset_at
+    rows.sort(key=lambda r: (not r.is_running, r.stale, r.hostname, r.pid, r.worker_id))
+    breakers = [BreakerRow(key, m["status"], m["counts"][0], m["counts"][1], m["counts"][2], m["failures"],
+                           m["reset"] if m["status"] == 1 else None)
+                for key, m in merged.items()]
+    breakers.sort(key=lambda b: (-_CIRCUIT_RANK[b.status], b.key))
+    return FleetView(now, timeout, rows[:FLEET_MAX_ROWS], breakers)

@@ -10,7 +10,8 @@ How the Deck stays live (ARCHITECTURE §4 "push cheaply"):
   ``CHOKAQ_DECK["TICK"]`` (250 ms), so thousands of jobs per second become a
   few frames per second. Per wake it reads storage ONCE for all tabs — the
   O(1) stats, the newest 100 Hot rows, per-second throughput, queues, top
-  errors when the DLQ changed — diffs against the previous read and renders
+  errors when the DLQ changed, the worker registry (Workers and Circuit
+  breakers panels) once per poll — diffs against the previous read and renders
   the changes through ``deck.fragments`` (one render per role, not per tab).
 * Events reach the broadcaster two ways. With a cross-process channel layer
   (``REDIS_URL``) the broadcaster joins the group ``chokaq.deck`` on behalf of
@@ -117,6 +118,7 @@ class _State:
     throughput: service.Throughput | None = None
     errors_read_at: float = 0.0
     last_action_id: int | None = None
+    fleet: service.FleetView | None = None
     sent: dict[tuple[str, bool], str] = field(default_factory=dict)  # (fragment, can_operate) → last html
 
 
@@ -275,6 +277,8 @@ class Broadcaster:
             tp = service.throughput() if full or state.throughput is None else None
             state.throughput = tp or state.throughput
             overview = service.queue_overview() if full or queue_event else None
+            fleet = service.fleet_view() if full or state.fleet is None else None  # the registry, once per poll
+            state.fleet = fleet or state.fleet
             errors = None
             now = time.monotonic()
             if (summary.failed_total != state.failed_total
@@ -292,6 +296,9 @@ class Broadcaster:
                     out.append(fragments.chart(tp, oob=True))
                 if overview is not None:
                     self._once(out, ("queues", can_operate), fragments.queues(overview, role, oob=True))
+                if fleet is not None:
+                    self._once(out, ("workers", can_operate), fragments.workers(fleet, oob=True))
+                    self._once(out, ("breakers", can_operate), fragments.breakers(fleet, oob=True))
                 if errors is not None:
                     self._once(out, ("errors", can_operate), fragments.top_errors(errors, fragments.now(), oob=True))
                 rendered = [fragments.row(r, role) for r in changed] + [fragments.row(r, role, gone=True) for r in gone]

@@ -18,7 +18,7 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from chokaq_core.domain import ErrorGroup, JobRow, SummaryStats
-from chokaq_core.service import QueueOverview, Throughput
+from chokaq_core.service import FleetView, QueueOverview, Throughput
 from deck.permissions import Role
 
 PANELS = "deck/panels.html"
@@ -56,6 +56,14 @@ def chart(tp: Throughput, *, oob: bool = False) -> str:
 
 def top_errors(groups: Sequence[ErrorGroup], at: datetime | None, *, oob: bool = False) -> str:
     return render(PANELS, "top-errors", {"errors": groups, "errors_at": at, "oob": oob})
+
+
+def workers(view: FleetView, *, oob: bool = False) -> str:
+    return render(PANELS, "workers", {"fleet_view": view, "oob": oob})
+
+
+def breakers(view: FleetView, *, oob: bool = False) -> str:
+    return render(PANELS, "breakers", {"fleet_view": view, "oob": oob})
 
 
 def row(job: JobRow, role: Role, *, view: str = "active", gone: bool = False) -> str:

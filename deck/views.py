@@ -23,7 +23,7 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
 from chokaq_core import service
-from chokaq_core.domain import JobStatus
+from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, JobStatus
 from deck import forms, fragments
 from deck.models import OperatorAction
 from deck.permissions import Role, actor, refuse, require, role_of
@@ -38,6 +38,8 @@ PANEL_TEMPLATES = {
     "top-errors": "deck/panels.html#top-errors",
     "console": "deck/panels.html#console",
     "maintenance": "deck/panels.html#maintenance",
+    "workers": "deck/panels.html#workers",
+    "breakers": "deck/panels.html#breakers",
     "jobs": "deck/jobs.html#matrix",
 }
 CONSOLE_LINES = 30
@@ -68,7 +70,8 @@ def _matrix(query: QueryDict) -> dict[str, Any]:
         base.pop(key, None)
     ctx: dict[str, Any] = {
         "view": view, "q": d, "query": base.urlencode(), "full_query": query.urlencode(),
-        "sort_options": [(k, forms.SORT_LABELS[k]) for k in ("date", "duration", "type", "queue", "attempts")],
+        "sort_options": [(k, forms.SORT_LABELS[k]) for k in ("date", "duration", "type", "queue", "attempts")
+                         if k in HISTORY_SORTS.get(view, SORT_KEYS)],
         "reasons": forms.REASONS, "page_sizes": forms.PAGE_SIZES[1:], "tokens": forms.TOKENS,
     }
     if view == "active":
@@ -109,6 +112,8 @@ def _panels(panel: str | None = None) -> dict[str, Any]:
         ctx["console_entries"] = console_entries()
     if panel in (None, "maintenance"):
         ctx["fleet"] = service.fleet()
+    if panel in (None, "workers", "breakers"):
+        ctx["fleet_view"] = service.fleet_view()
     return ctx
 
 

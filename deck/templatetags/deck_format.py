@@ -175,3 +175,20 @@ def pretty_json(text: str | None) -> str:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=False)
     except ValueError:
         return text
+
+
+@register.filter
+def seconds_ago(seconds: float | None) -> str:
+    """A heartbeat age in whole seconds ("-" when unknown)."""
+    if seconds is None:
+        return "-"
+    return f"{max(0, int(seconds))}s"
+
+
+@register.simple_tag
+def countdown(reset_at: datetime | None, at: datetime) -> str:
+    """Time left until an Open circuit lets a trial through (``N.Ns``), "READY" once elapsed (spec 04 §2.6)."""
+    if reset_at is None:
+        return "-"
+    left = (reset_at - at).total_seconds()
+    return f"{left:.1f}s" if left > 0 else "READY"
