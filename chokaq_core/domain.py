@@ -47,6 +47,15 @@ class FailureReason(IntEnum):
         """The reference's PascalCase name, used in events and the Deck."""
         return "".join(part.capitalize() for part in self.name.split("_"))
 
+    @property
+    def shown_status(self) -> JobStatus:
+        """How the Deck shows a DLQ row of this reason (spec 02 §1): Cancelled, Zombie, else Failed."""
+        if self is FailureReason.CANCELLED:
+            return JobStatus.CANCELLED
+        if self is FailureReason.ZOMBIE:
+            return JobStatus.ZOMBIE
+        return JobStatus.FAILED
+
 
 class CancellationReason(IntEnum):
     SHUTDOWN = 0

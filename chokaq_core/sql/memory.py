@@ -1004,14 +1004,6 @@ def _dlq_match(filters: JobFilter, r: _Dead) -> bool:
     return _matches(filters, r, r.created_at, (r.id, r.type, r.tags, r.error_details))
 
 
-def _dlq_status(reason: FailureReason) -> JobStatus:
-    if reason == FailureReason.CANCELLED:
-        return JobStatus.CANCELLED
-    if reason == FailureReason.ZOMBIE:
-        return JobStatus.ZOMBIE
-    return JobStatus.FAILED
-
-
 def _keyset[T: (_Archive, _Dead)](
     pillar: str, rows: Iterable[T], date: Callable[[T], datetime], column: Callable[[T], Any],
     after_key: tuple[Any, str] | None, limit: int, sort: HistorySort,
@@ -1037,7 +1029,7 @@ def _archive_row(r: _Archive) -> JobRow:
 
 def _dlq_row(r: _Dead) -> JobRow:
     reason = FailureReason(r.failure_reason)
-    return JobRow(id=r.id, queue=r.queue, type=r.type, status=_dlq_status(reason), attempt_count=r.attempt_count,
+    return JobRow(id=r.id, queue=r.queue, type=r.type, status=reason.shown_status, attempt_count=r.attempt_count,
                   created_at=r.created_at, created_by=r.created_by, tags=r.tags, worker_id=r.worker_id,
                   finished_at=r.failed_at, failure_reason=reason,
                   error_head=r.error_details[:400] if r.error_details is not None else None)
@@ -1088,7 +1080,7 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
             found[job_id] = JobStatus.SUCCEEDED
     for job_id in ids:
         if (dead := _db.dlq.get(job_id)) is not None:
-            found[job_id] = _dlq_status(FailureReason(dead.failure_reason))
+            found[job_id] = FailureReason(dead.failure_reason).shown_status
     return found
 
 

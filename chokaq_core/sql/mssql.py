@@ -1312,14 +1312,6 @@ def _dlq_where(filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-def _dlq_status(reason: FailureReason) -> JobStatus:
-    if reason == FailureReason.CANCELLED:
-        return JobStatus.CANCELLED
-    if reason == FailureReason.ZOMBIE:
-        return JobStatus.ZOMBIE
-    return JobStatus.FAILED
-
-
 def _keyset(
     columns: str, table: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
     limit: int, sort: HistorySort,
@@ -1385,7 +1377,7 @@ def list_dlq(
     rows = []
     for r in _rows(cursor):
         reason = FailureReason(r[9])
-        rows.append(JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=_dlq_status(reason),
+        rows.append(JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=reason.shown_status,
                            attempt_count=int(r[3]), created_at=_utc(r[4]), created_by=r[5],  # type: ignore[arg-type]
                            tags=r[6], worker_id=r[7], finished_at=_utc(r[8]), failure_reason=reason,
                            error_head=r[10]))
@@ -1398,7 +1390,7 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         return {}
     cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
     return {
-        str(job_id): JobStatus(code) if code >= 0 else _dlq_status(FailureReason(-1 - code))
+        str(job_id): JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status
         for job_id, code in _rows(cursor)
     }
 

@@ -1022,14 +1022,6 @@ def _dlq_where(filters: JobFilter) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-def _dlq_status(reason: FailureReason) -> JobStatus:
-    if reason == FailureReason.CANCELLED:
-        return JobStatus.CANCELLED
-    if reason == FailureReason.ZOMBIE:
-        return JobStatus.ZOMBIE
-    return JobStatus.FAILED
-
-
 def _keyset(
     sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None, limit: int,
     sort: HistorySort,
@@ -1103,7 +1095,7 @@ def list_dlq(
     rows = []
     for r in cursor.fetchall():
         reason = FailureReason(r[9])
-        rows.append(JobRow(id=r[0], queue=r[1], type=r[2], status=_dlq_status(reason), attempt_count=r[3],
+        rows.append(JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
                            created_at=r[4], created_by=r[5], tags=r[6], worker_id=r[7], finished_at=r[8],
                            failure_reason=reason, error_head=r[10]))
     return rows
@@ -1116,7 +1108,7 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         return {}
     cursor.execute(LOCATE_SQL, [ids, ids, ids])
     return {
-        job_id: JobStatus(code) if code >= 0 else _dlq_status(FailureReason(-1 - code))
+        job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status
         for job_id, code in cursor.fetchall()
     }
 

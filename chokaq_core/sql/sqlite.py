@@ -776,14 +776,6 @@ def _dlq_where(filters: JobFilter) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-def _dlq_status(reason: FailureReason) -> JobStatus:
-    if reason == FailureReason.CANCELLED:
-        return JobStatus.CANCELLED
-    if reason == FailureReason.ZOMBIE:
-        return JobStatus.ZOMBIE
-    return JobStatus.FAILED
-
-
 def _keyset(
     sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None, limit: int,
     sort: HistorySort,
@@ -809,7 +801,7 @@ def _archive_row(r: Sequence[Any]) -> JobRow:
 
 def _dlq_row(r: Sequence[Any]) -> JobRow:
     reason = FailureReason(r[9])
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=_dlq_status(reason), attempt_count=r[3],
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
                   created_at=_dt(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
                   finished_at=_dt(r[8]), failure_reason=reason, error_head=r[10])
 
@@ -876,7 +868,7 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
     )
     found: dict[str, JobStatus] = {}
     for job_id, code in cursor.fetchall():
-        found[job_id] = JobStatus(code) if code >= 0 else _dlq_status(FailureReason(-1 - code))
+        found[job_id] = JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status
     return found
 
 
