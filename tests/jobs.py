@@ -114,6 +114,48 @@ def record_in_table(ctx: JobContext, sleep: float = 0.0, fail: bool = False) -> 
         raise ConnectionError("recorded failure")
 
 
+
+def _record_row(ctx: JobContext) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO test_executions (job_id, attempt) VALUES (%s, %s)", [ctx.job_id, ctx.attempt])
+
+
+# Chaos / restart acceptance tests: every execution writes one row into ``test_executions`` before anything else.
+
+
+@job("test.chaos.fast.v1")
+def chaos_fast(ctx: JobContext) -> None:
+    _record_row(ctx)
+
+
+@job("test.chaos.slow.v1")
+def chaos_slow(ctx: JobContext, ms: int = 100) -> None:
+    _record_row(ctx)
+    time.sleep(ms / 1000)
+
+
+@job("test.chaos.transient.v1")
+def chaos_transient(ctx: JobContext, succeed_on: int = 2) -> None:
+    """A transient error (retried with backoff) until execution ``succeed_on``."""
+    _record_row(ctx)
+    if ctx.attempt < succeed_on:
+        raise ConnectionError(f"transient failure on attempt {ctx.attempt}")
+
+
+@job("test.chaos.fatal.v1")
+def chaos_fatal(ctx: JobContext) -> None:
+    _record_row(ctx)
+    raise ChokaQFatalError("chaos: fatal, never retried")
+
+
+@job("test.chaos.throttled.v1")
+def chaos_throttled(ctx: JobContext, retry_after: float = 0.2, succeed_on: int = 2) -> None:
+    """Throttled (retry after ``retry_after`` s) until execution ``succeed_on``."""
+    _record_row(ctx)
+    if ctx.attempt < succeed_on:
+        raise ChokaQThrottledError("chaos: slow down", retry_after=retry_after)
+
+
 # ---------------------------------------------------------------- worker tests
 
 

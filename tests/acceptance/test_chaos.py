@@ -1,0 +1,280 @@
+"""Acceptance: chaos under load (issue 7) — four ``chokaq_worker`` processes, a random one SIGKILLed
+every few seconds and replaced, ten times, while they drain a mixed queue.
+
+Job types (``tests/jobs.py``, each execution writes one row into ``test_executions`` first): fast,
+slow (50–200 ms), transient (fails with a retried error until attempt 2 or 3), fatal (DLQ at once) and
+throttled (small ``retry_after`` until attempt 2). Each kill freezes the victim first (SIGSTOP), lets
+the server finish what it already received, reads the victim's Processing rows — the only jobs whose
+handler can be cut off — and then SIGKILLs it (its open transaction rolls back with its connection).
+
+At the end every job is in Archive or the DLQ exactly once and none is lost; the DLQ holds the fatal
+jobs plus Zombies of the frozen snapshots only; more executions than a job needs only happen to jobs
+running at a kill, each of which is visible (Zombie in the DLQ, or archived); the retained counters
+equal the rows; each Zombie reached the DLQ within PROCESSING_ZOMBIE_TIMEOUT + SCAN_INTERVAL + slack
+of its kill.
+
+Knobs (``bench/reliability_report.py`` runs the long version): CHOKAQ_CHAOS_JOBS (20,000),
+CHOKAQ_CHAOS_KILLS (10), CHOKAQ_CHAOS_KILL_INTERVAL (seconds between kills, 2.5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from chokaq_core import FailureReason, JobStatus, enqueue_many, storage
+from tests.acceptance.procs import (
+    Proc,
+    env_float,
+    env_int,
+    reap,
+    spawn_worker,
+    stop_gracefully,
+    wait_banners,
+    wait_for,
+    write_result,
+)
+from tests.conftest import database_url
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.postgresql, pytest.mark.slow]
+
+JOBS = env_int("CHOKAQ_CHAOS_JOBS", 20_000)
+KILLS = env_int("CHOKAQ_CHAOS_KILLS", 10)
+KILL_INTERVAL = env_float("CHOKAQ_CHAOS_KILL_INTERVAL", 2.5)
+WORKERS = 4
+ZOMBIE_TIMEOUT = 4.0
+SCAN_INTERVAL = 1.0
+DETECTION_SLACK = 3.0  # a loaded 2-core machine: sweep transaction time, scheduling delays
+FREEZE = 1.0  # seconds between SIGSTOP and the snapshot
+OVERRIDES = {
+    "RECOVERY": {"PROCESSING_ZOMBIE_TIMEOUT": ZOMBIE_TIMEOUT, "FETCHED_JOB_TIMEOUT": 3, "SCAN_INTERVAL": SCAN_INTERVAL},
+    "EXECUTION": {"HEARTBEAT_INTERVAL_MIN": 0.5, "HEARTBEAT_INTERVAL_MAX": 1, "CANCEL_POLL_INTERVAL": 0.5},
+    "RETRY": {"MAX_ATTEMPTS": 3, "BASE_DELAY": 0.1, "MAX_DELAY": 1, "JITTER_MAX_DELAY": 0.1},
+    # Pool threads keep a connection each: 4 × 5 handlers stays well inside max_connections (100),
+    # which other test runs share.
+    "WORKER": {"CONCURRENCY": 5, "MAX_CONCURRENCY": 5, "SHUTDOWN_GRACE_PERIOD": 10, "REGISTRY_HEARTBEAT_INTERVAL": 1},
+    # Failing and throttled types must keep running: no circuit opens during the test.
+    "CIRCUIT_BREAKER": {"DEFAULT": {"FAILURE_THRESHOLD": 1_000_000_000}},
+}
+RUN_TIMEOUT = 200.0
+
+
+@dataclass
+class Kill:
+    worker_id: str
+    running: set[str]
+    at: datetime  # database clock, just after the SIGKILL
+    archived: int
+
+
+def _query(sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+        return list(cursor.fetchall())
+
+
+def _count(table: str) -> int:
+    return int(_query(f"SELECT count(*) FROM {table}")[0][0])  # type: ignore[call-overload]
+
+
+def _mix(n: int, seed: int) -> list[dict[str, object]]:
+    """The job mix: 60 % fast, 10 % slow, 15 % transient, 5 % fatal, 10 % throttled."""
+    rng = random.Random(seed)
+    items: list[dict[str, object]] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.60:
+            items.append({"type_key": "test.chaos.fast.v1", "payload": {}})
+        elif r < 0.70:
+            items.append({"type_key": "test.chaos.slow.v1", "payload": {"ms": rng.randint(50, 200)}})
+        elif r < 0.85:
+            items.append({"type_key": "test.chaos.transient.v1", "payload": {"succeed_on": rng.choice([2, 3])}})
+        elif r < 0.90:
+            items.append({"type_key": "test.chaos.fatal.v1", "payload": {}})
+        else:
+            items.append({"type_key": "test.chaos.throttled.v1",
+                          "payload": {"retry_after": round(rng.uniform(0.05, 0.3), 3), "succeed_on": 2}})
+    return items
+
+
+def _needed(item: dict[str, object]) -> int:
+    """Executions the job needs to finish when nothing interferes."""
+    payload = item["payload"]
+    assert isinstance(payload, dict)
+    return int(payload.get("succeed_on", 1))
+
+
+@pytest.fixture
+def executions_table(transactional_db: None) -> Iterator[None]:
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS test_executions")
+        cursor.execute(
+            "CREATE TABLE test_executions (id bigserial PRIMARY KEY, job_id varchar(50) NOT NULL, attempt int)"
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS test_executions")
+
+
+@pytest.fixture
+def fleet(executions_table: None, tmp_path: Path) -> Iterator[tuple[list[Proc], dict[str, str]]]:
+    """(every worker process started, env); all are SIGKILLed and reaped afterwards."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "CHOKAQ_TEST_OVERRIDES": json.dumps(OVERRIDES),
+        "PYTHONUNBUFFERED": "1",
+    }
+    started: list[Proc] = []
+    try:
+        yield started, env
+    finally:
+        reap(started)
+
+
+def _freeze_and_kill(victim: Proc) -> Kill:
+    """SIGSTOP, let the server finish what it received, read the victim's Processing rows, SIGKILL."""
+    os.kill(victim.proc.pid, signal.SIGSTOP)
+    time.sleep(FREEZE)
+    running = {
+        str(r[0]) for r in _query("SELECT id FROM chokaq_jobs_hot WHERE worker_id = %s AND status = %s",
+                                  [victim.worker_id, int(JobStatus.PROCESSING)])
+    }
+    os.kill(victim.proc.pid, signal.SIGKILL)
+    victim.proc.wait(timeout=10)
+    at = _query("SELECT clock_timestamp()")[0][0]
+    assert isinstance(at, datetime)
+    return Kill(victim.worker_id, running, at, _count("chokaq_jobs_archive"))
+
+
+def test_chaos_random_sigkills_under_load_lose_nothing(fleet: tuple[list[Proc], dict[str, str]],
+                                                       tmp_path: Path) -> None:
+    procs, env = fleet
+    assert _count("chokaq_jobs_hot") == _count("chokaq_jobs_archive") == _count("chokaq_jobs_dlq") == 0
+    began = time.monotonic()
+    seed = env_int("CHOKAQ_CHAOS_SEED", random.randrange(1 << 30))
+    rng = random.Random(seed)
+
+    items = _mix(JOBS, seed)
+    ids: list[str] = []
+    for start in range(0, JOBS, 2_000):
+        ids += enqueue_many(items[start:start + 2_000])
+    assert len(set(ids)) == JOBS
+    spec = dict(zip(ids, items, strict=True))
+    enqueued = set(ids)
+
+    serial = 0
+
+    def start_worker() -> Proc:
+        nonlocal serial
+        serial += 1
+        worker = spawn_worker(f"worker{serial}", env, tmp_path)
+        procs.append(worker)
+        return worker
+
+    live = [start_worker() for _ in range(WORKERS)]
+    wait_banners(live)
+
+    kills: list[Kill] = []
+    while len(kills) < KILLS:
+        time.sleep(KILL_INTERVAL)
+        if _count("chokaq_jobs_hot") == 0:
+            pytest.fail(f"the queue drained after {len(kills)} of {KILLS} kills: lower CHOKAQ_CHAOS_KILL_INTERVAL"
+                        " or raise CHOKAQ_CHAOS_JOBS")
+        dead = [w for w in live if not w.alive()]
+        assert not dead, "a worker died without being killed:\n" + "\n".join(w.output() for w in dead)
+        candidates = [w for w in live if w.banner_id()]
+        victim = rng.choice(candidates)
+        kills.append(_freeze_and_kill(victim))
+        live.remove(victim)
+        live.append(start_worker())
+    kills_done = time.monotonic()
+
+    wait_for(lambda: _count("chokaq_jobs_hot") == 0, RUN_TIMEOUT, "the hot table to empty", live)
+    drained = time.monotonic()
+    dead = [w for w in live if not w.alive()]
+    assert not dead, "a worker died without being killed:\n" + "\n".join(w.output() for w in dead)
+
+    archived = [str(r[0]) for r in _query("SELECT id FROM chokaq_jobs_archive")]
+    archived_attempts = dict(_query("SELECT id, attempt_count FROM chokaq_jobs_archive"))
+    dlq = _query("SELECT id, failure_reason, worker_id, attempt_count, failed_at FROM chokaq_jobs_dlq")
+    dead_ids = [str(r[0]) for r in dlq]
+    reasons = {str(r[0]): int(r[1]) for r in dlq}  # type: ignore[call-overload]
+
+    # Every job is in Archive or the DLQ exactly once; none is lost, none is invented.
+    double_recorded = (len(archived) - len(set(archived)) + len(dead_ids) - len(set(dead_ids))
+                       + len(set(archived) & set(dead_ids)))
+    lost = enqueued - set(archived) - set(dead_ids)
+    assert double_recorded == 0
+    assert not lost, f"{len(lost)} jobs lost, e.g. {sorted(lost)[:5]}"
+    assert set(archived) | set(dead_ids) == enqueued
+
+    running_at_kills = set().union(*(k.running for k in kills))
+    zombies = {i for i, reason in reasons.items() if reason == int(FailureReason.ZOMBIE)}
+    fatal_jobs = {i for i, item in spec.items() if item["type_key"] == "test.chaos.fatal.v1"}
+
+    # The DLQ: fatal jobs (FatalError) and Zombies of the frozen snapshots, nothing else.
+    others = {i: r for i, r in reasons.items() if r != int(FailureReason.ZOMBIE)
+              and not (i in fatal_jobs and r == int(FailureReason.FATAL_ERROR))}
+    assert not others, f"unexpected DLQ entries: {dict(list(others.items())[:10])}"
+    assert zombies <= running_at_kills, f"Zombies of jobs not running at a kill: {sorted(zombies - running_at_kills)[:10]}"
+    assert fatal_jobs - zombies <= set(dead_ids)
+    # Each job running at a kill is visible: a Zombie in the DLQ (or, had it completed, archived).
+    invisible = running_at_kills - zombies - set(archived)
+    assert not invisible, f"jobs running at a kill that are neither Zombie nor archived: {sorted(invisible)[:10]}"
+
+    # Executions: every archived job ran as often as it needs; more runs only for jobs running at a kill.
+    executions: Counter[str] = Counter()
+    for job_id, n in _query("SELECT job_id, count(*) FROM test_executions GROUP BY job_id"):
+        executions[str(job_id)] = int(n)  # type: ignore[call-overload]
+    assert set(executions) <= enqueued
+    short = [i for i in archived if executions[i] < _needed(spec[i])]
+    assert not short, f"archived jobs that did not run enough: {short[:10]}"
+    dlq_attempts = {str(r[0]): int(r[3]) for r in dlq}  # type: ignore[call-overload]
+    expected = {i: (dlq_attempts[i] if i in zombies else _needed(spec[i])) for i in enqueued}
+    double_executed = {i for i in enqueued if executions[i] > expected[i]}
+    assert double_executed <= running_at_kills, f"extra executions of jobs not running at a kill: {sorted(double_executed - running_at_kills)[:10]}"
+
+    # The retained counters equal the rows.
+    stats = storage.summary_stats()
+    assert (stats.pending, stats.fetched, stats.processing) == (0, 0, 0)
+    assert stats.succeeded_total == len(archived)
+    assert stats.failed_total == len(dead_ids)
+    retries = sum(int(a) - 1 for a in archived_attempts.values()) + sum(a - 1 for a in dlq_attempts.values())  # type: ignore[call-overload]
+    assert stats.retried_total == retries
+
+    # Zombie detection: from the kill to the DLQ row, within the timeout plus one sweep (plus slack).
+    failed_at = {str(r[0]): r[4] for r in dlq}
+    detections = [
+        (failed_at[i] - k.at).total_seconds() for k in kills for i in k.running if i in zombies  # type: ignore[operator]
+    ]
+    max_detection = max(detections, default=0.0)
+    bound = ZOMBIE_TIMEOUT + SCAN_INTERVAL + DETECTION_SLACK
+    assert max_detection <= bound, f"zombie detection took {max_detection:.2f} s (bound {bound:.1f} s)"
+
+    result = {
+        "jobs": JOBS, "workers": WORKERS, "kills": len(kills), "seed": seed,
+        "kills_mid_run": sum(1 for k in kills if k.archived < JOBS),
+        "running_at_kills": len(running_at_kills), "archived": len(archived), "dlq": len(dead_ids),
+        "zombies": len(zombies), "fatal": len(fatal_jobs), "lost": len(lost), "double_recorded": double_recorded,
+        "double_executed": len(double_executed), "max_zombie_detection_s": round(max_detection, 3),
+        "zombie_timeout_s": ZOMBIE_TIMEOUT, "scan_interval_s": SCAN_INTERVAL,
+        "kills_seconds": round(kills_done - began, 1), "drain_seconds": round(drained - began, 1),
+    }
+    write_result("chaos", result)
+    print("chaos:", json.dumps(result, sort_keys=True))
+
+    # The survivors and the replacements shut down gracefully.
+    stop_gracefully(live)
