@@ -69,6 +69,10 @@ class DeckConsumer(AsyncWebsocketConsumer):
 
     role: Role = Role.NONE
     broadcaster: Broadcaster | None = None
+    # No channel of its own: the broadcaster receives ``chokaq.deck`` once for all tabs and calls ``push``.
+    # With the default alias every tab would also block on its own channel-layer receive (50 tabs = 50
+    # Redis readers), and a Redis read timeout under load closed the tab with 1011 (issue 7 load test).
+    channel_layer_alias = None  # type: ignore[assignment]
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -204,7 +208,12 @@ class Broadcaster:
         await self.layer.group_add(events.GROUP, channel)
         try:
             while True:
-                message = await self.layer.receive(channel)
+                try:
+                    message = await self.layer.receive(channel)
+                except Exception:  # e.g. a Redis read timeout under load: keep listening, the poll covers the gap
+                    logger.warning("deck channel-layer receive failed; retrying", exc_info=True)
+                    await asyncio.sleep(0.5)
+                    continue
                 if message.get("type") == events.MESSAGE_TYPE:
                     with self._lock:
                         self._pending.extend(m for m in message.get("events", []) if isinstance(m, dict))
