@@ -30,13 +30,13 @@ import inspect
 import json
 import logging
 import os
+import queue
 import random
 import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -238,12 +238,12 @@ class Worker:
         self._pending_cancels: dict[str, tuple[float, str | None]] = {}
         self._in_flight = 0  # rows taken by the dispatcher and not yet finished
         self._in_flight_lock = threading.Lock()
-        # Executor threads are the pool's, not ours: each registers its connection wrappers on start
-        # so that shutdown can close them once the pool has joined (spec 03 §1).
-        self._executor_dbs: list[Any] = []
-        self._executor_dbs_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=wk.MAX_CONCURRENCY, thread_name_prefix="chokaq-exec",
-                                        initializer=self._adopt_executor_connections)
+        # Executor threads: one per unit of capacity, never more, so a worker holds at most
+        # capacity + a few database connections (a ThreadPoolExecutor sized MAX_CONCURRENCY kept
+        # adding threads, each with its own connection, because a slot frees before its thread idles).
+        self._work: queue.SimpleQueue[HotJob | None] = queue.SimpleQueue()
+        self._executors: list[threading.Thread] = []
+        self._executors_lock = threading.Lock()
         self._pause_cache: tuple[float, set[str]] = (0.0, set())
         self._threads: list[threading.Thread] = []
         self._fetcher_stamp = datetime.now(UTC)
@@ -268,6 +268,7 @@ class Worker:
         self._register()
         if self.options.rescue:
             self.rescue_once()
+        self._grow_executors()
         targets: list[tuple[str, Callable[[], None]]] = [
             ("chokaq-fetcher", self._fetch_loop),
             ("chokaq-dispatcher", self._dispatch_loop),
@@ -329,30 +330,32 @@ class Worker:
                 storage.stop_worker(self.worker_id)
             except Exception:
                 logger.exception("could not mark worker %s stopped", self.worker_id)
-        if self._busy():
-            self._pool.shutdown(wait=False, cancel_futures=True)  # stuck handlers keep their threads
-        else:
+        if not self._busy():  # stuck handlers keep their (daemon) threads
             self.close_executor_connections()
         logger.info("worker %s stopped (1001)", self.worker_id)
         self.stopped.set()
 
-    def _adopt_executor_connections(self) -> None:
-        with self._executor_dbs_lock:
-            self._executor_dbs.extend(connections[name] for name in connections)
+    def _grow_executors(self) -> None:
+        """Start executor threads up to the limiter's capacity (capacity may grow at run time)."""
+        with self._executors_lock:
+            while len(self._executors) < self.limiter.capacity:
+                thread = threading.Thread(target=self._thread_main, args=(self._executor_loop,),
+                                          name=f"chokaq-exec-{len(self._executors) + 1}", daemon=True)
+                thread.start()
+                self._executors.append(thread)
 
-    def close_executor_connections(self) -> None:
-        """Join the executor pool, then close the database connections its threads opened."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        with self._executor_dbs_lock:
-            dbs, self._executor_dbs = self._executor_dbs, []
-        for db in dbs:
-            db.inc_thread_sharing()  # its thread has exited: closing it from here is safe
-            try:
-                db.close()
-            except Exception:
-                logger.debug("closing an executor connection failed", exc_info=True)
-            finally:
-                db.dec_thread_sharing()
+    def _executor_loop(self) -> None:
+        while (job := self._work.get()) is not None:
+            self._execute(job)
+
+    def close_executor_connections(self, timeout: float = 5.0) -> None:
+        """Stop the executor threads; each closes its own database connection as it exits."""
+        with self._executors_lock:
+            executors, self._executors = self._executors, []
+        for _ in executors:
+            self._work.put(None)
+        for thread in executors:
+            thread.join(timeout)
 
     def _thread_main(self, target: Callable[[], None]) -> None:
         try:
@@ -465,7 +468,7 @@ class Worker:
                 if paused:
                     logger.debug("job %s released: queue %s paused", job.id, job.queue)
                 continue
-            self._pool.submit(self._execute, job)
+            self._work.put(job)
 
     def _paused_queues(self) -> set[str]:
         stamp, paused = self._pause_cache
@@ -517,6 +520,7 @@ class Worker:
             attempt = storage.mark_processing(job, self.worker_id)
         except Exception:
             breaker.release(permit)
+            self._release_one(job)  # user code never started: back to Pending (else abandoned-fetch recovery)
             raise
         if attempt is None:
             breaker.release(permit)
@@ -706,6 +710,7 @@ class Worker:
         kind = message.get("type")
         if kind == "worker.set_capacity":
             self.limiter.set_capacity(int(message["capacity"]))
+            self._grow_executors()
             logger.info("worker %s capacity set to %s", self.worker_id, self.limiter.capacity)
             self._register()
         elif kind == "worker.set_retry_policy":

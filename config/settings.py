@@ -26,7 +26,8 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
 
 INSTALLED_APPS = [
-    "daphne",
+    # "daphne" is not listed: the web process runs the daphne CLI on config.asgi, and leaving it out keeps
+    # twisted/autobahn/OpenSSL out of worker processes (~20 MiB of RSS each).
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
