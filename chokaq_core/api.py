@@ -120,6 +120,8 @@ def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
         return ""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise EnvelopeError(f"{name} must not contain a NUL character")  # no database text column can hold it
     value = value.strip()
     if required and not value:
         raise EnvelopeError(f"{name} must not be blank")
@@ -139,6 +141,8 @@ def _tags(tags: Sequence[str] | str | None) -> str | None:
         items = [t.strip() for t in tags]
         if any("," in t for t in items):
             raise EnvelopeError("a tag must not contain a comma")
+    if any("\x00" in t for t in items):
+        raise EnvelopeError("a tag must not contain a NUL character")
     joined = ",".join(t for t in items if t)
     if len(joined) > 1000:
         raise EnvelopeError(f"tags are {len(joined)} characters joined; the limit is 1000")
@@ -151,17 +155,29 @@ def _delay(delay: timedelta | float | None, run_at: datetime | None) -> float | 
     if run_at is not None:
         if not isinstance(run_at, datetime) or run_at.tzinfo is None:
             raise TypeError("run_at must be an aware datetime")
-        return max(0.0, (run_at - datetime.now(UTC)).total_seconds())
+        return _in_range(max(0.0, (run_at - datetime.now(UTC)).total_seconds()))
     if delay is None:
         return None
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        seconds = float(delay)
+        try:
+            seconds = float(delay)
+        except OverflowError:
+            raise EnvelopeError(f"delay of {delay} seconds is out of range") from None
     else:
         raise TypeError(f"delay must be a timedelta or seconds, got {type(delay).__name__}")
     if seconds < 0 or math.isnan(seconds):
         raise ValueError(f"delay must not be negative, got {seconds}")
+    return _in_range(seconds)
+
+
+def _in_range(seconds: float) -> float:
+    """Storage adds the delay to its own "now" (a little later): that must stay a representable datetime."""
+    try:
+        datetime.now(UTC) + timedelta(seconds=seconds, days=1)
+    except OverflowError:
+        raise EnvelopeError(f"a delay of {seconds} seconds is out of range (beyond the year 9999)") from None
     return seconds
 
 

@@ -52,6 +52,8 @@ def job_id(value: str) -> str:
     value = (value or "").strip()
     if not value or len(value) > MAX_ID:
         raise InvalidInput(f"job id must be 1–{MAX_ID} characters")
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL: refuse it here rather than fail in the database
+        raise InvalidInput("job id must not contain a NUL character")
     return value
 
 
@@ -59,6 +61,8 @@ def queue_name(value: str) -> str:
     value = (value or "").strip()
     if not value or len(value) > MAX_NAME:
         raise InvalidInput(f"queue name must be 1–{MAX_NAME} characters")
+    if "\x00" in value:
+        raise InvalidInput("queue name must not contain a NUL character")
     return value
 
 
