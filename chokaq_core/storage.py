@@ -199,11 +199,22 @@ def mark_processing(job: HotJob, worker_id: str) -> int | None:
     """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
     attempts = call("mark_processing", job.id, worker_id)
     if attempts is not None:
-        _emit([events.job_updated(
-            job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, priority=job.priority,
-            created_by=job.created_by, started_at=datetime.now(UTC).isoformat(),
-        )])
+        _emit([_processing_event(job, attempts)])
     return attempts
+
+
+def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str) -> dict[str, int]:
+    """The lease gate for several buffered jobs in one statement: {job id: attempt} of those still ours."""
+    if not jobs:
+        return {}
+    leased: dict[str, int] = call("mark_processing_batch", [job.id for job in jobs], worker_id)
+    _emit([_processing_event(job, leased[job.id]) for job in jobs if job.id in leased])
+    return leased
+
+
+def _processing_event(job: HotJob, attempts: int) -> events.Event:
+    return events.job_updated(job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, priority=job.priority,
+                              created_by=job.created_by, started_at=datetime.now(UTC).isoformat())
 
 
 def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:

@@ -241,7 +241,7 @@ class Worker:
         # Executor threads: one per unit of capacity, never more, so a worker holds at most
         # capacity + a few database connections (a ThreadPoolExecutor sized MAX_CONCURRENCY kept
         # adding threads, each with its own connection, because a slot frees before its thread idles).
-        self._work: queue.SimpleQueue[HotJob | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[HotJob, int, Permit] | None] = queue.SimpleQueue()
         self._executors: list[threading.Thread] = []
         self._executors_lock = threading.Lock()
         self._pause_cache: tuple[float, set[str]] = (0.0, set())
@@ -345,8 +345,8 @@ class Worker:
                 self._executors.append(thread)
 
     def _executor_loop(self) -> None:
-        while (job := self._work.get()) is not None:
-            self._execute(job)
+        while (item := self._work.get()) is not None:
+            self._execute(*item)
 
     def close_executor_connections(self, timeout: float = 5.0) -> None:
         """Stop the executor threads; each closes its own database connection as it exits."""
@@ -468,7 +468,68 @@ class Worker:
                 if paused:
                     logger.debug("job %s released: queue %s paused", job.id, job.queue)
                 continue
-            self._work.put(job)
+            self._lease_and_submit(self._gather(job))
+
+    def _gather(self, first: HotJob) -> list[HotJob]:
+        """``first`` plus the buffered rows that a free slot can take right now (each with its slot)."""
+        batch = [first]
+        while len(batch) < self.batch_size and not self.stopping.is_set():
+            if not self.limiter.acquire(timeout=0):
+                break
+            job = self.buffer.get(timeout=0)
+            if job is None:
+                self.limiter.release()
+                break
+            if job.queue in self._paused_queues():
+                self.limiter.release()
+                self._release([job])
+                continue
+            batch.append(job)
+        return batch
+
+    def _lease_and_submit(self, jobs: list[HotJob]) -> None:
+        """Circuit permits, then the lease gate for the whole batch in one statement (spec 03 §7.1
+        steps 2–4), then hand each leased job to an executor. Every job arrives holding a slot."""
+        if self.stopping.is_set():  # shutting down: unstarted rows go back to Pending untouched
+            for _ in jobs:
+                self.limiter.release()
+            self._release(jobs)
+            return
+        admitted: list[tuple[HotJob, Permit]] = []
+        for job in jobs:
+            permit = self.breakers.get(job.type).acquire()
+            if permit is None:
+                delay = self.cfg.RETRY.CIRCUIT_BREAKER_DELAY
+                logger.info("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, delay)
+                self._submit_outcome(Retry(job.id, job.attempt_count, delay))
+                self._finish_slot()
+            else:
+                admitted.append((job, permit))
+        if not admitted:
+            return
+        try:
+            leased = storage.mark_processing_batch([job for job, _ in admitted], self.worker_id)
+        except Exception:
+            logger.exception("lease gate failed for %s jobs (1014); releasing them", len(admitted))
+            for job, permit in admitted:
+                self.breakers.get(job.type).release(permit)
+                self.limiter.release()
+            self._release([job for job, _ in admitted])  # user code never started: back to Pending
+            return
+        for job, permit in admitted:
+            attempt = leased.get(job.id)
+            if attempt is None:
+                self.breakers.get(job.type).release(permit)
+                logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
+                metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
+                self._finish_slot()
+            else:
+                self._work.put((job, attempt, permit))
+
+    def _finish_slot(self) -> None:
+        with self._in_flight_lock:
+            self._in_flight -= 1
+        self.limiter.release()
 
     def _paused_queues(self) -> set[str]:
         stamp, paused = self._pause_cache
@@ -494,39 +555,17 @@ class Worker:
 
     # ------------------------------------------------------------ executor
 
-    def _execute(self, job: HotJob) -> None:
+    def _execute(self, job: HotJob, attempt: int, permit: Permit) -> None:
         try:
-            self._execute_one(job)
+            self._execute_one(job, attempt, permit)
         except Exception:
             logger.exception("execution of %s crashed (1014)", job.id)
         finally:
-            with self._in_flight_lock:
-                self._in_flight -= 1
-            self.limiter.release()
+            self._finish_slot()
 
-    def _execute_one(self, job: HotJob) -> None:
+    def _execute_one(self, job: HotJob, attempt: int, permit: Permit) -> None:
+        """Run one leased job (it is Processing and ours) and hand its outcome to the completer."""
         token = CancellationToken()
-        if self.stopping.is_set():
-            self._release_one(job)
-            return
-        breaker = self.breakers.get(job.type)
-        permit = breaker.acquire()
-        if permit is None:
-            delay = self.cfg.RETRY.CIRCUIT_BREAKER_DELAY
-            logger.info("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, delay)
-            self._submit_outcome(Retry(job.id, job.attempt_count, delay))
-            return
-        try:
-            attempt = storage.mark_processing(job, self.worker_id)
-        except Exception:
-            breaker.release(permit)
-            self._release_one(job)  # user code never started: back to Pending (else abandoned-fetch recovery)
-            raise
-        if attempt is None:
-            breaker.release(permit)
-            logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
-            metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
-            return
         timeout = self.cfg.execution_timeout(job.queue)
         execution = Execution(job, token, attempt, time.monotonic() + timeout)
         with self._running_lock:
@@ -545,12 +584,6 @@ class Worker:
                 self._running.pop(job.id, None)
         metrics.execution_outcome(job, outcome, shutdown=token.reason == CancellationReason.SHUTDOWN)
         self._submit_outcome(outcome)
-
-    def _release_one(self, job: HotJob) -> None:
-        try:
-            storage.release_jobs([job.id], self.worker_id)
-        except Exception:
-            logger.warning("release of %s failed (1011)", job.id, exc_info=True)
 
     def _run_handler(self, job: HotJob, token: CancellationToken, attempt: int, permit: Permit) -> Outcome:
         ctx = JobContext(

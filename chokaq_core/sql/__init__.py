@@ -75,6 +75,11 @@ class Dialect(Protocol):
         """Lease gate: Fetched → Processing if still owned; returns the new attempt count or None."""
         ...
 
+    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+        """The lease gate for several buffered rows in one statement: {job id: new attempt count} of
+        the rows that were still Fetched by this worker (the others must not run)."""
+        ...
+
     def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
         """One UPDATE stamping the heartbeat of every listed Processing row this worker owns;
         returns the ids still owned."""

@@ -535,6 +535,18 @@ def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
 
 
 @_transition
+def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+    leased: dict[str, int] = {}
+    now = _now()
+    for job_id in _unique(job_ids):
+        row = _db.hot.get(job_id)
+        if row is not None and row.status == 1 and _owned(row.worker_id, worker_id):
+            leased[job_id] = _hot_update(row, status=2, attempt_count=row.attempt_count + 1, started_at=now,
+                                         heartbeat_at=now, last_updated_at=now).attempt_count
+    return leased
+
+
+@_transition
 def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
     if not job_ids:
         return []

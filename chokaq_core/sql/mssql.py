@@ -82,7 +82,7 @@ ENQUEUE_PASSES = 3
 # Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads
 # (not fetch_batch: its capped-queue locks must last until the claim commits).
 AUTOCOMMIT_SAFE = frozenset({
-    "mark_processing", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
+    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
     "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
     "queue_stats", "get_hot", "get_archived", "get_dead",
@@ -343,6 +343,17 @@ MARK_PROCESSING_SQL = _batch(
 )
 
 _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
+
+MARK_PROCESSING_BATCH_SQL = _batch(
+    _NOW,
+    "DECLARE @Ids nvarchar(max) = %s;",
+    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
+    "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
+    " last_updated_at = @Now\n"
+    "OUTPUT inserted.id, inserted.attempt_count\n"
+    f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
+)
 
 KEEP_ALIVE_SQL = _batch(
     _NOW,
@@ -837,6 +848,14 @@ def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
     cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
     rows = _rows(cursor)
     return int(rows[0][0]) if rows else None
+
+
+def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+    """Lease gate for several rows in one batch: {id: new attempt count} of those still owned."""
+    if not job_ids:
+        return {}
+    cursor.execute(MARK_PROCESSING_BATCH_SQL, [_ids_json(job_ids), worker_id])
+    return {str(job_id): int(attempts) for job_id, attempts in _rows(cursor)}
 
 
 def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:

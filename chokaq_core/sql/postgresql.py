@@ -50,7 +50,7 @@ NOTIFY_CHANNEL = "chokaq_jobs"
 # Every function but enqueue is one statement (a move is one CTE statement) or a read,
 # so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
 AUTOCOMMIT_SAFE = frozenset({
-    "mark_processing", "keep_alive", "cancel_requests", "archive_succeeded", "move_to_dlq",
+    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded", "move_to_dlq",
     "reschedule_for_retry", "release_jobs", "resurrect", "resurrect_batch", "cancel_batch", "request_cancel",
     "update_hot_data", "update_dlq_data", "purge_dlq_ids", "purge_dlq_older_than", "purge_archive",
     "recover_abandoned", "archive_zombies", "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers",
@@ -271,6 +271,13 @@ UPDATE chokaq_jobs_hot
 SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
 WHERE id = %s AND worker_id = %s AND status = 1
 RETURNING attempt_count
+"""
+
+MARK_PROCESSING_BATCH_SQL = """
+UPDATE chokaq_jobs_hot
+SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
+WHERE id = ANY(%s) AND worker_id = %s AND status = 1
+RETURNING id, attempt_count
 """
 
 KEEP_ALIVE_SQL = """
@@ -583,6 +590,14 @@ def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
     cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
     row = cursor.fetchone()
     return None if row is None else int(row[0])
+
+
+def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+    """Lease gate for several rows in one statement: {id: new attempt count} of those still owned."""
+    if not job_ids:
+        return {}
+    cursor.execute(MARK_PROCESSING_BATCH_SQL, [list(dict.fromkeys(job_ids)), worker_id])
+    return {job_id: int(attempts) for job_id, attempts in cursor.fetchall()}
 
 
 def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:

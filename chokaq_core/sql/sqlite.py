@@ -70,7 +70,7 @@ _ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CR
 )
 # Functions storage may run without an explicit transaction: one statement, or reads.
 AUTOCOMMIT_SAFE = frozenset({
-    "fetch_batch", "mark_processing", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
+    "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
     "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
     "queue_stats", "get_hot", "get_archived", "get_dead",
@@ -283,6 +283,20 @@ def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
     )
     row = cursor.fetchone()
     return int(row[0]) if row else None
+
+
+def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return {}
+    now = _ts(_now())
+    cursor.execute(
+        f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
+        f" last_updated_at = %s WHERE id IN ({_marks(len(ids))}) AND worker_id = %s AND status = 1"
+        " RETURNING id, attempt_count",
+        [now, now, now, *ids, worker_id],
+    )
+    return {row[0]: int(row[1]) for row in cursor.fetchall()}
 
 
 def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:

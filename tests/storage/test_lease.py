@@ -30,6 +30,26 @@ def test_mark_processing_moves_fetched_to_processing_and_counts_the_attempt(publ
     assert (updates[-1]["status"], updates[-1]["attemptCount"]) == (int(JobStatus.PROCESSING), 1)
 
 
+def test_mark_processing_batch_leases_only_rows_still_fetched_by_this_worker(published: list) -> None:
+    mine = fetched("gate-batch", "w1", 3)
+    theirs = fetched("gate-batch-other", "w2")[0]
+    started = processing("gate-batch-running", "w1")[0]
+    waiting = pending("gate-batch-pending")[0]
+
+    leased = storage.mark_processing_batch([*mine, theirs, started], "w1")
+
+    assert leased == {job.id: 1 for job in mine}
+    for job in mine:
+        row = hot(job.id)
+        assert row is not None and (row["status"], row["attempt_count"], row["worker_id"]) == (2, 1, "w1")
+    assert (hot(theirs.id) or {})["status"] == 1, "another worker's row is not leased"
+    assert (hot(started.id) or {})["attempt_count"] == 1, "a running row is not leased twice"
+    assert (hot(waiting) or {})["status"] == 0
+    updates = [u for u in of_kind(published, "JobUpdated") if u["status"] == int(JobStatus.PROCESSING)]
+    assert {u["jobId"] for u in updates} >= {job.id for job in mine}
+    assert storage.mark_processing_batch([], "w1") == {}
+
+
 def test_attempt_count_keeps_growing_across_retries() -> None:
     job = processing("gate-retry", "w1")[0]
     done = storage.complete("w1", [], [Retry(job.id, 1, 0.0)], [])

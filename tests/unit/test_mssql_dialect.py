@@ -495,6 +495,8 @@ CASES = [
     Case("fetch_batch", ("w1", 5, []), [], []),
     Case("mark_processing", ("J1", "w1"), [[(1,)]], 1),
     Case("mark_processing", ("J1", "w1"), [[]], None),
+    Case("mark_processing_batch", (["J1", "J2", "J1"], "w1"), [[("J1", 2)]], {"J1": 2}),
+    Case("mark_processing_batch", ([], "w1"), [], {}),
     Case("keep_alive", (["J1", "J2", "J1"], "w1"), [[("J1",)]], ["J1"]),
     Case("keep_alive", ([], "w1"), [], []),
     Case("cancel_requests", ("w1",), [[("J1", "bob")]], [("J1", "bob")]),
