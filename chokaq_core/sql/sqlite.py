@@ -253,23 +253,30 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
         return []
     cursor.execute(
         f"""
-        WITH active AS (SELECT queue, count(*) AS n FROM {HOT} WHERE status IN (1, 2) GROUP BY queue),
-        cand AS (
-            SELECT h.id, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at,
-                   q.max_workers, coalesce(a.n, 0) AS cur,
-                   row_number() OVER (PARTITION BY h.queue
-                       ORDER BY h.priority DESC, coalesce(h.scheduled_at, h.created_at)) AS rnk
+        WITH win AS (
+            -- The scan window (10 x limit, as on PostgreSQL): the first due rows in claim order. Ranking
+            -- only these keeps a claim cheap under a large backlog; a queue's rows in the window are
+            -- exactly its first rows, so the per-queue rank below is the true one.
+            SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
             FROM {HOT} h LEFT JOIN {QUEUES} q ON q.name = h.queue
-                         LEFT JOIN active a ON a.queue = h.queue
             WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s) {queue_filter}
-              AND coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1),
+              AND coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1
+            ORDER BY h.priority DESC, sort_at LIMIT %s),
+        active AS (SELECT queue, count(*) AS n FROM {HOT}
+                   WHERE status IN (1, 2) AND queue IN (SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL)
+                   GROUP BY queue),
+        cand AS (
+            SELECT w.id, w.priority, w.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,
+                   row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at) AS rnk
+            FROM win w LEFT JOIN {QUEUES} q ON q.name = w.queue
+                       LEFT JOIN active a ON a.queue = w.queue),
         picked AS (SELECT id FROM cand WHERE max_workers IS NULL OR cur + rnk <= max_workers
                    ORDER BY priority DESC, sort_at LIMIT %s)
         UPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s
         WHERE id IN (SELECT id FROM picked) AND status = 0
         RETURNING {HOT_COLUMNS}
         """,
-        [now, *(queues or ()), limit, worker_id, now],
+        [now, *(queues or ()), limit * 10, limit, worker_id, now],
     )
     return sorted((_hot_job(row) for row in cursor.fetchall()), key=_sort_key)
 
