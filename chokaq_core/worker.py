@@ -557,6 +557,7 @@ class Worker:
 
     def _execute(self, job: HotJob, attempt: int, permit: Permit) -> None:
         try:
+            _drop_broken_connections()
             self._execute_one(job, attempt, permit)
         except Exception:
             logger.exception("execution of %s crashed (1014)", job.id)
@@ -812,6 +813,23 @@ class Worker:
 
 
 # ---------------------------------------------------------------- dispatch
+
+
+def _drop_broken_connections() -> None:
+    """Before each handler, what Django does per request (``close_if_unusable_or_obsolete``) minus the age
+    rule: a connection of this executor thread that saw a database error and no longer answers is closed,
+    so the handler's next query reconnects. Without it a database restart leaves every pool thread holding
+    a dead connection and each handler fails ("the connection is closed") until its retries run out."""
+    for conn in connections.all(initialized_only=True):
+        try:
+            if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
+                if conn.is_usable():
+                    conn.errors_occurred = False
+                else:
+                    conn.close()
+        except Exception:
+            logger.debug("dropping a broken connection failed", exc_info=True)
+            conn.connection = None
 
 
 def _invoke(job: HotJob, ctx: JobContext, middleware: list[type], pipe: Callable[..., Any] | None) -> Any:

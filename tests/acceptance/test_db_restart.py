@@ -206,12 +206,11 @@ def test_workers_and_web_survive_a_postgresql_restart(cluster: Cluster, tmp_path
         def drained() -> bool:
             try:
                 hot = _sql(url, "SELECT count(*) FROM chokaq_jobs_hot")[0][0]
-                archived = _sql(url, "SELECT count(*) FROM chokaq_jobs_archive")[0][0]
             except psycopg.Error:
                 return False
-            return hot == 0 and archived == JOBS
+            return hot == 0
 
-        wait_for(drained, 120, "every job to be archived", procs)
+        wait_for(drained, 120, "every job to leave the hot table", procs)
         dead = [p for p in [*workers, web] if not p.alive()]
         assert not dead, "a process crashed:\n" + "\n".join(p.output() for p in dead)
 
@@ -219,7 +218,7 @@ def test_workers_and_web_survive_a_postgresql_restart(cluster: Cluster, tmp_path
         archived = [str(r[0]) for r in _sql(url, "SELECT id FROM chokaq_jobs_archive")]
         dlq = _sql(url, "SELECT id, failure_reason, error_details FROM chokaq_jobs_dlq")
         hot = _sql(url, "SELECT count(*) FROM chokaq_jobs_hot")[0][0]
-        assert not dlq, f"jobs in the DLQ: {dlq[:5]}"
+        assert not dlq, f"{len(dlq)} jobs in the DLQ, e.g. {dlq[:3]}"
         assert hot == 0
         assert len(archived) == len(set(archived)) == JOBS
         assert set(archived) == enqueued
