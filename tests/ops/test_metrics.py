@@ -220,6 +220,9 @@ def test_worker_metrics_port(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert value(samples, "chokaq_jobs_completed_total", queue="m-port", type="test.ok.v1") == 1
         assert value(samples, "chokaq_workers_running") >= 1
+        # The counter moves when the handler returns; the archive commit follows in the next completion batch.
+        while storage.get_archived(job_id) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert storage.get_archived(job_id) is not None
     finally:
         proc.send_signal(signal.SIGTERM)
