@@ -40,7 +40,10 @@ def test_max_workers_caps_the_queue_across_two_worker_processes(worker_procs: Wo
     queue = "ctl-bulkhead"
     service.set_queue_max_workers(queue, 3)
     # Uncapped, the two workers would hold 2 x (4 running + up to 100 prefetched) rows of the queue.
-    workers = [worker_procs.start("--queues", queue, "--concurrency", "4", "--batch-size", "2") for _ in range(2)]
+    # A short polling interval: on SQLite (no NOTIFY) a 1 s poll lets one process's fixed phase win every
+    # freed slot, and the test needs both processes competing for them.
+    workers = [worker_procs.start("--queues", queue, "--concurrency", "4", "--batch-size", "2",
+                                  overrides={"WORKER": {"POLLING_INTERVAL": 0.05}}) for _ in range(2)]
     # Staggered durations: slots free up one at a time, so both processes keep competing for them.
     ids = enqueue_many([EnqueueOptions("test.sleep.v1", {"seconds": 0.1 + 0.05 * (n % 6)}, queue=queue)
                         for n in range(30)])
