@@ -114,8 +114,8 @@ def check_deck(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
     backend = str(layers["default"].get("BACKEND", ""))
     if backend in IN_MEMORY_LAYERS:
         messages.append(checks.Warning(
-            "the Deck uses the in-memory channel layer: events of workers in other processes never reach it "
-            "and worker control silently does nothing",
+            "the Deck uses the in-memory channel layer: workers in other processes are seen only through the "
+            "Deck's once-a-second database poll (no live progress), and worker control does nothing",
             hint="set REDIS_URL (channels_redis) whenever chokaq_worker runs in its own process",
             id="chokaq.W006",
         ))
