@@ -61,8 +61,7 @@ def viewer_session() -> str:
 
 
 def test_fifty_deck_tabs_under_load(redis_producer: Any, tmp_path: Path) -> None:
-    if "postgresql" not in django_settings.DATABASES["default"]["ENGINE"]:
-        pytest.skip("the websocket load test runs on PostgreSQL")
+    assert "postgresql" in django_settings.DATABASES["default"]["ENGINE"], "PostgreSQL-only (deselected on SQLite)"
     result = run_load(db_url=database_url(), redis_url=REDIS_URL, session_key=viewer_session(), clients=CLIENTS,
                       rate=RATE, seconds=SECONDS, workers=2, log_dir=tmp_path)
     print("\n" + result.summary())
