@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum
@@ -425,3 +426,31 @@ class BulkPreview:
     will_affect: int
     truncated: bool
     sample_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    """What one Deck read asks for: ``deck_snapshot`` answers all of it in ONE statement (issue 7: a web
+    process with any number of open tabs stays within a couple of statements per second)."""
+
+    active_limit: int  # the newest Hot rows (the Active table)
+    locate_ids: Sequence[str] = ()  # ids last seen in that table: where each is now
+    throughput_since: datetime | None = None  # per-second MetricBuckets from here on; None = not asked
+    queues: bool = False  # queue states, per-queue counters and lag
+    workers: bool = False  # the worker registry
+    errors_limit: int = 0  # top DLQ error groups; 0 = not asked
+
+
+@dataclass(frozen=True, slots=True)
+class DeckSnapshot:
+    """One consistent read of everything the live Deck shows; parts not asked for are None."""
+
+    summary: SummaryStats
+    active: list[JobRow]
+    located: dict[str, JobStatus]
+    throughput: list[MetricPoint] | None = None
+    queue_states: list[QueueState] | None = None
+    queue_stats: list[QueueStats] | None = None
+    queue_lags: list[QueueLag] | None = None
+    workers: list[WorkerInfo] | None = None
+    errors: list[ErrorGroup] | None = None

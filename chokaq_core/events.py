@@ -11,6 +11,8 @@ Catalogue of event kinds (``data`` fields):
 * ``JobsPurged`` — jobIds, source ("DLQ"/"Archive"), count.
 * ``QueueStateChanged`` — queueName, isPaused, isActive.
 * ``StatsUpdated`` — {} after any change of counters.
+* ``OperatorAction`` — actionId, command. The Deck logged an operator command (its console reads the audit
+  log only when this arrives, so open tabs cost no audit-log query per tick).
 
 Storage publishes with :func:`publish` *after commit* (never on rollback).
 Delivery is best effort: the database is the source of truth. Events reach
@@ -53,6 +55,7 @@ class EventKind(StrEnum):
     JOBS_PURGED = "JobsPurged"
     QUEUE_STATE_CHANGED = "QueueStateChanged"
     STATS_UPDATED = "StatsUpdated"
+    OPERATOR_ACTION = "OperatorAction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,10 @@ def job_updated(job_id: str, type_key: str, queue: str, status: int, attempt_cou
 
 def stats_updated() -> Event:
     return Event(EventKind.STATS_UPDATED, {})
+
+
+def operator_action(action_id: int, command: str) -> Event:
+    return Event(EventKind.OPERATOR_ACTION, {"actionId": action_id, "command": command})
 
 
 # ---------------------------------------------------------------- channel-layer publisher

@@ -35,7 +35,9 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    SnapshotRequest,
     SummaryStats,
+    WorkerInfo,
 )
 
 MAX_BULK_IDS = 1000
@@ -236,15 +238,26 @@ class HistoryPage:
 
 
 def queue_overview() -> list[QueueOverview]:
-    stats = {q.queue: q for q in storage.queue_stats()}
-    lags = {q.queue: q for q in storage.queue_health()}
-    return [QueueOverview(state, stats.get(state.name), lags.get(state.name)) for state in storage.queue_states()]
+    return _queue_overview(storage.queue_states(), storage.queue_stats(), storage.queue_health())
+
+
+def _queue_overview(states: list[QueueState], stats: list[QueueStats], lags: list[QueueLag]) -> list[QueueOverview]:
+    by_queue = {q.queue: q for q in stats}
+    lag_by_queue = {q.queue: q for q in lags}
+    return [QueueOverview(state, by_queue.get(state.name), lag_by_queue.get(state.name)) for state in states]
+
+
+def _throughput_start(now: datetime | None) -> datetime:
+    return (now or datetime.now(UTC)).replace(microsecond=0) - timedelta(seconds=THROUGHPUT_WINDOW - 1)
 
 
 def throughput(now: datetime | None = None) -> Throughput:
-    now = (now or datetime.now(UTC)).replace(microsecond=0)
-    start = now - timedelta(seconds=THROUGHPUT_WINDOW - 1)
-    by_second = {p.at.astimezone(UTC).replace(microsecond=0): p for p in storage.throughput(start)}
+    start = _throughput_start(now)
+    return _throughput(start, storage.throughput(start))
+
+
+def _throughput(start: datetime, read: list[MetricPoint]) -> Throughput:
+    by_second = {p.at.astimezone(UTC).replace(microsecond=0): p for p in read}
     points = [by_second.get(start + timedelta(seconds=n)) or MetricPoint(start + timedelta(seconds=n), 0, 0)
               for n in range(THROUGHPUT_WINDOW)]
     last_minute = points[-60:]
@@ -263,6 +276,43 @@ def throughput(now: datetime | None = None) -> Throughput:
 
 def top_errors(limit: int = 5) -> list[ErrorGroup]:
     return storage.top_errors(limit)
+
+
+TOP_ERRORS_LIMIT = 5
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """What the live Deck pushes, from ONE storage statement (``storage.deck_snapshot``); parts not asked for
+    are None."""
+
+    summary: SummaryStats
+    active: list[JobRow]
+    located: dict[str, JobStatus]
+    throughput: Throughput | None
+    queues: list[QueueOverview] | None
+    fleet: FleetView | None
+    errors: list[ErrorGroup] | None
+
+
+def live_view(*, locate: Sequence[str] = (), throughput: bool = False, queues: bool = False, fleet: bool = False,
+              errors: bool = False, limit: int = ACTIVE_LIMIT, now: datetime | None = None) -> LiveView:
+    """Stats, the newest ``limit`` Hot rows and where the ``locate`` ids are now; on request the throughput
+    chart, the queues panel, the Workers/Circuit breakers panels and the top errors — in one statement."""
+    now = now or datetime.now(UTC)
+    start = _throughput_start(now)
+    snap = storage.deck_snapshot(SnapshotRequest(
+        active_limit=max(1, min(limit, MAX_PAGE_SIZE)), locate_ids=list(dict.fromkeys(locate)),
+        throughput_since=start if throughput else None, queues=queues, workers=fleet,
+        errors_limit=TOP_ERRORS_LIMIT if errors else 0))
+    return LiveView(
+        summary=snap.summary, active=snap.active, located=snap.located,
+        throughput=None if snap.throughput is None else _throughput(start, snap.throughput),
+        queues=None if snap.queue_states is None else _queue_overview(
+            snap.queue_states, snap.queue_stats or [], snap.queue_lags or []),
+        fleet=None if snap.workers is None else _fleet_view(snap.workers, now),
+        errors=snap.errors,
+    )
 
 
 def active_jobs(filters: JobFilter | None = None, limit: int = ACTIVE_LIMIT) -> list[JobRow]:
@@ -605,13 +655,16 @@ def _circuits(circuits_json: str) -> list[tuple[str, int, int, datetime | None]]
 def fleet_view(now: datetime | None = None) -> FleetView:
     """Every registry row worth showing (running, and stopped within ``STOPPED_VISIBLE_SECONDS``) and the circuit
     breakers of the live ones (running, heartbeat younger than ``HEALTH.WORKER_HEARTBEAT_TIMEOUT``) merged per key."""
+    return _fleet_view(storage.list_workers(), now or datetime.now(UTC))
+
+
+def _fleet_view(registry: list[WorkerInfo], now: datetime) -> FleetView:
     from chokaq_core.conf import config
 
-    now = now or datetime.now(UTC)
     timeout = int(config().HEALTH.WORKER_HEARTBEAT_TIMEOUT)
     rows: list[WorkerRow] = []
     merged: dict[str, dict[str, Any]] = {}
-    for w in storage.list_workers():
+    for w in registry:
         beat, stopped = _aware(w.last_heartbeat_at), _aware(w.stopped_at)
         age = (now - beat).total_seconds() if beat is not None else None
         stale = w.is_running and (age is None or age > timeout)

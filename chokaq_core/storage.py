@@ -34,6 +34,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     HistorySort,
@@ -47,6 +48,7 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
@@ -526,6 +528,11 @@ def locate_jobs(job_ids: Sequence[str]) -> dict[str, JobStatus]:
 
 def throughput(since: datetime) -> list[MetricPoint]:
     return call("throughput", since)
+
+
+def deck_snapshot(request: SnapshotRequest) -> DeckSnapshot:
+    """The live Deck's one read per tick: one statement on every vendor."""
+    return call("deck_snapshot", request)
 
 
 def queue_health() -> list[QueueLag]:

@@ -146,12 +146,14 @@ LOGIN_URL = "/deck/login/"
 LOGIN_REDIRECT_URL = "/deck/"
 LOGOUT_REDIRECT_URL = "/deck/login/"
 
-# The Deck's live updates (deck/consumers.py): one broadcaster per web process pushes at most one
-# frame per TICK seconds to every open tab, and re-reads storage every POLL_INTERVAL seconds (the
-# only way to see other processes' work when no cross-process channel layer, i.e. Redis, is set).
+# The Deck's live updates (deck/consumers.py): one broadcaster per web process reads storage in ONE
+# statement at most once per READ_INTERVAL seconds (however many events arrive and tabs are open) and at
+# least once per POLL_INTERVAL seconds (the only way to see other processes' work when no cross-process
+# channel layer, i.e. Redis, is set); progress frames go out at most once per TICK seconds.
 CHOKAQ_DECK = {
     "TICK": float(os.environ.get("CHOKAQ_DECK_TICK", "0.25")),
     "POLL_INTERVAL": float(os.environ.get("CHOKAQ_DECK_POLL_INTERVAL", "1.0")),
+    "READ_INTERVAL": float(os.environ.get("CHOKAQ_DECK_READ_INTERVAL", "1.0")),
 }
 
 # SQLite cannot use INCLUDE columns: the covering part of those indexes is a

@@ -119,15 +119,33 @@ class _State:
 
     rows: dict[str, JobRow] | None = None
     failed_total: int | None = None
+    errors_failed_total: int | None = None  # failed_total when the top errors were last read
     throughput: service.Throughput | None = None
     errors_read_at: float = 0.0
     last_action_id: int | None = None
-    fleet: service.FleetView | None = None
     sent: dict[tuple[str, bool], str] = field(default_factory=dict)  # (fragment, can_operate) → last html
 
 
+@dataclass
+class _Due:
+    """What the next read must include, gathered from events and the clock until the read happens."""
+
+    dirty: bool = False  # something but progress happened: stats and the Active table
+    full: bool = False  # the poll: throughput chart, queues, Workers and Circuit breakers panels
+    queues: bool = False  # a QueueStateChanged event
+    actions: bool = False  # an OperatorAction event: the console reads the audit log
+    progress: dict[str, int] = field(default_factory=dict)  # job id → percentage, pushed without a read
+
+
 class Broadcaster:
-    """One per event loop (web process): reads storage once per tick and pushes fragments to every tab."""
+    """One per event loop (web process): one storage statement per read for every tab, fragments pushed to all.
+
+    Budget (issue 7): reads happen at most once per ``READ_INTERVAL`` (1 s) however many events arrive and
+    however many tabs are open, and at least once per ``POLL_INTERVAL`` (1 s); each read is ONE statement
+    (``service.live_view`` → ``storage.deck_snapshot``). The console's audit-log read runs only after an
+    operator command (an ``OperatorAction`` event). Progress events carry their data and are pushed at the
+    ``TICK`` rate without touching the database.
+    """
 
     _instances: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Broadcaster] = weakref.WeakKeyDictionary()
 
@@ -144,6 +162,7 @@ class Broadcaster:
         self.consumers: set[DeckConsumer] = set()
         self.tick = deck_setting("TICK", 0.25)
         self.poll_interval = deck_setting("POLL_INTERVAL", 1.0)
+        self.read_interval = deck_setting("READ_INTERVAL", 1.0)
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._wake = asyncio.Event()
@@ -154,6 +173,7 @@ class Broadcaster:
         self.cross_process = layer is not None and not isinstance(layer, InMemoryChannelLayer)
         self.layer = layer
         self.frames_sent = 0
+        self.reads = 0
 
     # ------------------------------------------------------------ consumers
 
@@ -222,36 +242,53 @@ class Broadcaster:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.layer.group_discard(events.GROUP, channel))
 
-    def _drain(self) -> list[dict[str, Any]]:
+    def _take(self, due: _Due) -> None:
+        """Fold the received messages into what the next read (or progress frame) must carry."""
         with self._lock:
             pending, self._pending = self._pending, []
-        return pending
+        for m in pending:
+            kind = m.get("event")
+            if kind == events.EventKind.JOB_PROGRESS:
+                data = m.get("data") or {}
+                if data.get("jobId"):
+                    due.progress[str(data["jobId"])] = int(data.get("percentage") or 0)
+                continue
+            due.dirty = True
+            due.queues = due.queues or kind == events.EventKind.QUEUE_STATE_CHANGED
+            due.actions = due.actions or kind == events.EventKind.OPERATOR_ACTION
 
     # ------------------------------------------------------------ the tick loop
 
     async def _run(self) -> None:
-        next_poll = time.monotonic()
-        last_flush = 0.0
+        due = _Due(dirty=True, full=True)  # the first read sets the baseline
+        last_read = last_flush = -float("inf")
+        next_poll = time.monotonic() + self.poll_interval
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_poll - time.monotonic()))
-            self._wake.clear()
-            wait = last_flush + self.tick - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            received = self._drain()
             now = time.monotonic()
-            poll_due = now >= next_poll
-            if poll_due:
+            deadline = max(last_read + self.read_interval, now) if due.dirty else next_poll
+            if due.progress:
+                deadline = min(deadline, max(last_flush + self.tick, now))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - now))
+            self._wake.clear()
+            self._take(due)
+            now = time.monotonic()
+            if now >= next_poll:
+                due.dirty = due.full = True
                 next_poll = now + self.poll_interval
-            dirty = poll_due or any(m.get("event") != events.EventKind.JOB_PROGRESS for m in received)
+            read = due.dirty and now - last_read >= self.read_interval
+            if not read and not (due.progress and now - last_flush >= self.tick):
+                continue
             variants = {c.role >= Role.OPERATOR for c in self.consumers}
             if not variants:
                 continue
+            taken, due = due, _Due(dirty=due.dirty and not read, full=due.full and not read,
+                                   queues=due.queues and not read, actions=due.actions and not read)
+            if read:
+                last_read = now
             try:
                 assert self._executor is not None
-                frames = await self.loop.run_in_executor(
-                    self._executor, self._build, received, dirty, poll_due, variants)
+                frames = await self.loop.run_in_executor(self._executor, self._build, taken, read, variants)
             except Exception:
                 logger.exception("deck broadcaster tick failed")
                 await self.loop.run_in_executor(self._executor, connections.close_all)  # type: ignore[arg-type]
@@ -272,52 +309,47 @@ class Broadcaster:
 
     # ------------------------------------------------------------ reading and rendering (reader thread)
 
-    def _build(self, received: list[dict[str, Any]], dirty: bool, full: bool, variants: set[bool]) -> dict[bool, str]:
-        """Read storage once and render one frame per role variant (``can_operate``)."""
-        state = self._state
-        progress = {str(m["data"]["jobId"]): int(m["data"].get("percentage") or 0)
-                    for m in received if m.get("event") == events.EventKind.JOB_PROGRESS and m.get("data")}
-        queue_event = any(m.get("event") == events.EventKind.QUEUE_STATE_CHANGED for m in received)
+    def _build(self, due: _Due, read: bool, variants: set[bool]) -> dict[bool, str]:
+        """One read (ONE storage statement) when ``read``, then one frame per role variant (``can_operate``)."""
         parts: dict[bool, list[str]] = {v: [] for v in variants}
-        if dirty:
-            summary = service.summary()
-            rows = service.active_jobs(limit=ACTIVE_ROWS)
-            changed, gone = self._diff(rows)
-            tp = service.throughput() if full or state.throughput is None else None
-            state.throughput = tp or state.throughput
-            overview = service.queue_overview() if full or queue_event else None
-            fleet = service.fleet_view() if full or state.fleet is None else None  # the registry, once per poll
-            state.fleet = fleet or state.fleet
-            errors = None
-            now = time.monotonic()
-            if (summary.failed_total != state.failed_total
-                    and now - state.errors_read_at >= TOP_ERRORS_MIN_INTERVAL) or state.errors_read_at == 0:
-                errors = service.top_errors()
-                state.errors_read_at = now
-                state.failed_total = summary.failed_total
-            console = self._console(gone)
+        if not read:
             for can_operate in variants:
-                role = Role.OPERATOR if can_operate else Role.VIEWER
-                out = parts[can_operate]
-                assert state.throughput is not None
-                self._once(out, ("stats", can_operate), fragments.stats(summary, state.throughput, oob=True))
-                if tp is not None:
-                    out.append(fragments.chart(tp, oob=True))
-                if overview is not None:
-                    self._once(out, ("queues", can_operate), fragments.queues(overview, role, oob=True))
-                if fleet is not None:
-                    self._once(out, ("workers", can_operate), fragments.workers(fleet, oob=True))
-                    self._once(out, ("breakers", can_operate), fragments.breakers(fleet, oob=True))
-                if errors is not None:
-                    self._once(out, ("errors", can_operate), fragments.top_errors(errors, fragments.now(), oob=True))
-                rendered = [fragments.row(r, role) for r in changed] + [fragments.row(r, role, gone=True) for r in gone]
-                if rendered or progress:
-                    out.append(fragments.inbox(rendered, progress))
-                if console:
-                    out.append(fragments.console(console))
-        elif progress:
-            for can_operate in variants:
-                parts[can_operate].append(fragments.inbox([], progress))
+                parts[can_operate].append(fragments.inbox([], due.progress))
+            return {v: "".join(p) for v, p in parts.items() if p}
+        state = self._state
+        now = time.monotonic()
+        errors_due = state.errors_read_at == 0 or (
+            state.failed_total != state.errors_failed_total and now - state.errors_read_at >= TOP_ERRORS_MIN_INTERVAL)
+        view = service.live_view(locate=list(state.rows or ()), throughput=due.full or state.throughput is None,
+                                 queues=due.full or due.queues, fleet=due.full, errors=errors_due, limit=ACTIVE_ROWS)
+        self.reads += 1
+        summary = view.summary
+        state.failed_total = summary.failed_total
+        if view.errors is not None:
+            state.errors_read_at = now
+            state.errors_failed_total = summary.failed_total
+        changed, gone = self._diff(view.active, view.located)
+        state.throughput = view.throughput or state.throughput
+        console = self._console(gone, due.actions)
+        for can_operate in variants:
+            role = Role.OPERATOR if can_operate else Role.VIEWER
+            out = parts[can_operate]
+            assert state.throughput is not None
+            self._once(out, ("stats", can_operate), fragments.stats(summary, state.throughput, oob=True))
+            if view.throughput is not None:
+                out.append(fragments.chart(view.throughput, oob=True))
+            if view.queues is not None:
+                self._once(out, ("queues", can_operate), fragments.queues(view.queues, role, oob=True))
+            if view.fleet is not None:
+                self._once(out, ("workers", can_operate), fragments.workers(view.fleet, oob=True))
+                self._once(out, ("breakers", can_operate), fragments.breakers(view.fleet, oob=True))
+            if view.errors is not None:
+                self._once(out, ("errors", can_operate), fragments.top_errors(view.errors, fragments.now(), oob=True))
+            rendered = [fragments.row(r, role) for r in changed] + [fragments.row(r, role, gone=True) for r in gone]
+            if rendered or due.progress:
+                out.append(fragments.inbox(rendered, due.progress))
+            if console:
+                out.append(fragments.console(console))
         return {v: "".join(p) for v, p in parts.items() if p}
 
     def _once(self, out: list[str], key: tuple[str, bool], html: str) -> None:
@@ -325,8 +357,9 @@ class Broadcaster:
             self._state.sent[key] = html
             out.append(html)
 
-    def _diff(self, rows: list[JobRow]) -> tuple[list[JobRow], list[JobRow]]:
-        """Rows new or changed since the last read, and rows that left Hot (with their new status)."""
+    def _diff(self, rows: list[JobRow], located: dict[str, JobStatus]) -> tuple[list[JobRow], list[JobRow]]:
+        """Rows new or changed since the last read, and rows that left Hot (with their new status: ``located``
+        holds where the previous read's rows are now, from the same statement)."""
         state = self._state
         current = {r.id: r for r in rows}
         previous, state.rows = state.rows, current
@@ -334,7 +367,6 @@ class Broadcaster:
             return [], []
         changed = [r for r in rows if previous.get(r.id) != r]
         missing = [i for i in previous if i not in current]
-        located = service.locate(missing) if missing else {}
         gone = []
         for job_id in missing:
             status = located.get(job_id)
@@ -342,13 +374,15 @@ class Broadcaster:
                 gone.append(replace(previous[job_id], status=status or previous[job_id].status))
         return changed, gone
 
-    def _console(self, gone: list[JobRow]) -> list[dict[str, Any]]:
+    def _console(self, gone: list[JobRow], actions: bool) -> list[dict[str, Any]]:
+        """Console lines: operator commands since the last look (read only after an ``OperatorAction`` event)
+        and jobs that moved to the DLQ."""
         state = self._state
         lines: list[dict[str, Any]] = []
         if state.last_action_id is None:
             last = OperatorAction.objects.order_by("-id").values_list("id", flat=True).first()
             state.last_action_id = last or 0
-        else:
+        elif actions:
             for entry in OperatorAction.objects.filter(id__gt=state.last_action_id).order_by("id")[:50]:
                 lines.append({"id": entry.id, "at": entry.at, "level": entry.level,
                               "message": f"{entry.actor}: {entry.message}"})

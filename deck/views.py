@@ -22,7 +22,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
-from chokaq_core import service
+from chokaq_core import events, service
 from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, JobStatus
 from deck import forms, fragments
 from deck.models import OperatorAction
@@ -248,10 +248,11 @@ def _audit(request: HttpRequest, name: str, done: Done) -> None:
     who = actor(request.user)
     log = logger.warning if "purge" in name else logger.info
     log("%s by %s: %s", name, who, done.message)
-    OperatorAction.objects.create(
+    entry = OperatorAction.objects.create(
         actor=who, command=name, scope=done.scope[:1000], job_id=done.job_id, level=done.level,
         message=done.message, previous_payload=done.previous_payload, new_payload=done.new_payload,
     )
+    events.publish([events.operator_action(entry.id, name)], using=OperatorAction.objects.db)
 
 
 def _inspector_body(request: HttpRequest, job_id: str) -> Callable[[], str]:

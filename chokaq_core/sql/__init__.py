@@ -23,8 +23,9 @@ their only caller. Rules shared by every vendor:
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -34,6 +35,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     HistorySort,
@@ -47,6 +49,7 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
@@ -269,6 +272,46 @@ class Dialect(Protocol):
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         """DLQ rows ``purge_dlq_older_than`` would delete (created_at <= cutoff)."""
         ...
+
+    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+        """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,
+        ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
+        ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
+        exactly as its own function returns it. The parts travel as JSON (``json_rows`` decodes them)."""
+        ...
+
+
+def json_rows(packed: Any, datetime_at: Sequence[int] = ()) -> list[list[Any]]:
+    """Rows a ``deck_snapshot`` statement packed as a JSON array of arrays (or, on SQL Server, of objects whose
+    keys ``c0``, ``c1``, … give the positions): decoded, with the ISO timestamps at ``datetime_at`` parsed into
+    aware UTC datetimes. ``None`` (a part the statement found no rows for) is no rows."""
+    if packed is None:
+        return []
+    rows = json.loads(packed) if isinstance(packed, str | bytes) else packed
+    out = []
+    for row in rows:
+        if isinstance(row, dict):  # SQL Server's FOR JSON PATH, INCLUDE_NULL_VALUES: every key present
+            values = [row.get(f"c{i}") for i in range(len(row))]
+        else:
+            values = list(row)
+        for i in datetime_at:
+            values[i] = json_datetime(values[i])
+        out.append(values)
+    return out
+
+
+def json_datetime(value: Any) -> datetime | None:
+    """An ISO 8601 timestamp as JSON renders it (PostgreSQL: offset; SQLite and SQL Server: naive UTC, SQL Server
+    with up to 7 fractional digits) as an aware UTC datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    text = str(value).replace(" ", "T", 1)
+    head, dot, rest = text.partition(".")
+    if dot:  # at most 6 fractional digits for fromisoformat; keep any offset after them
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    moment = datetime.fromisoformat(text)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 DIALECT_FUNCTIONS: tuple[str, ...] = tuple(

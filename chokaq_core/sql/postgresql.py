@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
@@ -24,6 +24,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     FailureReason,
@@ -38,12 +39,13 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     StorageError,
     Success,
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Moved
+from chokaq_core.sql import Cursor, Moved, json_rows
 
 NOTIFY_CHANNEL = "chokaq_jobs"
 
@@ -57,7 +59,7 @@ AUTOCOMMIT_SAFE = frozenset({
     "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats", "queue_stats", "get_hot",
     "get_archived", "get_dead", "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health",
     "top_errors", "preview_dlq_bulk", "purge_dlq_by_filter", "purge_archive_ids", "count_archive_older_than",
-    "count_dlq_older_than",
+    "count_dlq_older_than", "deck_snapshot",
 })  # fmt: skip
 
 ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
@@ -859,7 +861,11 @@ SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 def list_workers(cursor: Cursor) -> list[WorkerInfo]:
     """Every worker registry row, freshest heartbeat first."""
     cursor.execute(LIST_WORKERS_SQL)
-    return [WorkerInfo(**dict(zip(WORKER_FIELDS, row, strict=True))) for row in cursor.fetchall()]
+    return [_worker(row) for row in cursor.fetchall()]
+
+
+def _worker(row: Sequence[Any]) -> WorkerInfo:
+    return WorkerInfo(**dict(zip(WORKER_FIELDS, row, strict=True)))
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -901,7 +907,11 @@ def queue_states(cursor: Cursor) -> list[QueueState]:
 def summary_stats(cursor: Cursor) -> SummaryStats:
     """Hot counts by status plus the retained counters summed over every queue."""
     cursor.execute(SUMMARY_STATS_SQL)
-    pending, fetched, processing, succeeded, failed, retried, last_activity_at = cursor.fetchone()
+    return _summary(cursor.fetchone())
+
+
+def _summary(row: Sequence[Any]) -> SummaryStats:
+    pending, fetched, processing, succeeded, failed, retried, last_activity_at = row
     return SummaryStats(
         int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried), last_activity_at
     )
@@ -910,10 +920,12 @@ def summary_stats(cursor: Cursor) -> SummaryStats:
 def queue_stats(cursor: Cursor) -> list[QueueStats]:
     """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
     cursor.execute(QUEUE_STATS_SQL)
-    return [
-        QueueStats(name, int(p), int(f), int(r), int(s), int(fl), int(rt), last)
-        for name, p, f, r, s, fl, rt, last in cursor.fetchall()
-    ]
+    return [_queue_stats(row) for row in cursor.fetchall()]
+
+
+def _queue_stats(row: Sequence[Any]) -> QueueStats:
+    name, p, f, r, s, fl, rt, last = row
+    return QueueStats(name, int(p), int(f), int(r), int(s), int(fl), int(rt), last)
 
 
 def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
@@ -964,6 +976,8 @@ SELECT id, status FROM chokaq_jobs_hot WHERE id = ANY(%s::text[])
 UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id = ANY(%s::text[])
 UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[])
 """
+
+ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM chokaq_jobs_hot{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
 
 THROUGHPUT_SQL = """
 SELECT bucket_start, coalesce(sum(completed_count) FILTER (WHERE outcome = 0), 0)::bigint,
@@ -1072,15 +1086,13 @@ def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         clauses.append("status = %s")
         params.append(int(filters.status))
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(
-        f"SELECT {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC LIMIT %s",
-        [*params, int(limit)],
-    )
-    return [
-        JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=r[5],
-               priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=r[10], started_at=r[11])
-        for r in cursor.fetchall()
-    ]
+    cursor.execute(ACTIVE_SQL.format(where=where), [*params, int(limit)])
+    return [_active(r) for r in cursor.fetchall()]
+
+
+def _active(r: Sequence[Any]) -> JobRow:
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=r[5],
+                  priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=r[10], started_at=r[11])
 
 
 def list_archive(
@@ -1122,28 +1134,41 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
     if not ids:
         return {}
     cursor.execute(LOCATE_SQL, [ids, ids, ids])
-    return {
-        job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status
-        for job_id, code in cursor.fetchall()
-    }
+    return _located(cursor.fetchall())
+
+
+def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
+    return {job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows}
 
 
 def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
     """Per-second succeeded/failed counts since ``since``."""
     cursor.execute(THROUGHPUT_SQL, [since])
-    return [MetricPoint(at, int(ok), int(failed)) for at, ok, failed in cursor.fetchall()]
+    return [_metric(row) for row in cursor.fetchall()]
+
+
+def _metric(row: Sequence[Any]) -> MetricPoint:
+    return MetricPoint(row[0], int(row[1]), int(row[2]))
 
 
 def queue_health(cursor: Cursor) -> list[QueueLag]:
     """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
     cursor.execute(QUEUE_HEALTH_SQL)
-    return [QueueLag(name, int(n), float(avg), float(mx)) for name, n, avg, mx in cursor.fetchall()]
+    return [_lag(row) for row in cursor.fetchall()]
+
+
+def _lag(row: Sequence[Any]) -> QueueLag:
+    return QueueLag(row[0], int(row[1]), float(row[2]), float(row[3]))
 
 
 def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
     """Top (reason, prefix) groups over the newest DLQ rows."""
     cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [ErrorGroup(FailureReason(r), prefix, int(n), latest) for r, prefix, n, latest in cursor.fetchall()]
+    return [_error(row) for row in cursor.fetchall()]
+
+
+def _error(row: Sequence[Any]) -> ErrorGroup:
+    return ErrorGroup(FailureReason(row[0]), row[1], int(row[2]), row[3])
 
 
 def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
@@ -1198,3 +1223,50 @@ def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
 def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
     """Rows ``purge_dlq_older_than`` would delete."""
     return _count(cursor, "SELECT count(*) FROM chokaq_jobs_dlq WHERE created_at <= %s", [cutoff])
+
+
+# ---------------------------------------------------------------- the live Deck's one read (issue 7)
+
+
+def _packed(sql: str, width: int, order: str) -> str:
+    """A read as one JSON value: an array of positional rows (``sql.json_rows`` decodes it)."""
+    cols = ", ".join(f"c{i}" for i in range(width))
+    return (f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]'::json)"
+            f" FROM ({sql}) AS t({cols}))")
+
+
+DECK_SNAPSHOT_SQL = f"""
+SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
+        FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6)),
+       {_packed(ACTIVE_SQL.format(where=""), 12, "c5 DESC, c0 DESC")},
+       {_packed(LOCATE_SQL, 2, "c0")},
+       CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,
+       CASE WHEN %s THEN json_build_array({_packed(QUEUE_STATES_SQL, 5, "c0")}, {_packed(QUEUE_STATS_SQL, 8, "c0")},
+                                          {_packed(QUEUE_HEALTH_SQL, 4, "c0")}) END,
+       CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0")} END,
+       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC")} END
+"""
+
+
+def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+    """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
+    ids = _unique_ids(request.locate_ids)
+    since = request.throughput_since
+    cursor.execute(DECK_SNAPSHOT_SQL, [
+        int(request.active_limit), ids, ids, ids,
+        since is not None, since or datetime.fromtimestamp(0, UTC),
+        request.queues, request.workers,
+        request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
+    ])
+    summary, active, located, points, queues, workers, errors = cursor.fetchone()
+    return DeckSnapshot(
+        summary=_summary(json_rows([summary], datetime_at=[6])[0]),
+        active=[_active(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
+        located=_located(json_rows(located)),
+        throughput=None if since is None else [_metric(r) for r in json_rows(points, datetime_at=[0])],
+        queue_states=None if queues is None else [QueueState(*r) for r in json_rows(queues[0])],
+        queue_stats=None if queues is None else [_queue_stats(r) for r in json_rows(queues[1], datetime_at=[7])],
+        queue_lags=None if queues is None else [_lag(r) for r in json_rows(queues[2])],
+        workers=None if workers is None else [_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])],
+        errors=None if errors is None else [_error(r) for r in json_rows(errors, datetime_at=[3])],
+    )

@@ -12,6 +12,7 @@ deleted rows inside one transaction (spec 01 §3).
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     FailureReason,
@@ -36,10 +38,12 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
 )
+from chokaq_core.sql import json_rows
 
 Cursor = Any
 Moved = list[tuple[str, str]]
@@ -75,7 +79,7 @@ AUTOCOMMIT_SAFE = frozenset({
     "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
     "queue_stats", "get_hot", "get_archived", "get_dead",
     "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
-    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than",
+    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
 })
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
@@ -619,13 +623,17 @@ WORKER_COLUMNS = (
 )
 
 
+LIST_WORKERS_SQL = f"SELECT {WORKER_COLUMNS} FROM {WORKERS} ORDER BY last_heartbeat_at DESC, worker_id"
+
+
 def list_workers(cursor: Cursor) -> list[WorkerInfo]:
-    cursor.execute(f"SELECT {WORKER_COLUMNS} FROM {WORKERS} ORDER BY last_heartbeat_at DESC, worker_id")
-    return [
-        WorkerInfo(r[0], r[1], int(r[2]), r[3], int(r[4]), int(r[5]), bool(r[6]), r[7], r[8], _dt(r[9]), _dt(r[10]),
-                   _dt(r[11]))
-        for r in cursor.fetchall()
-    ]
+    cursor.execute(LIST_WORKERS_SQL)
+    return [_worker(r) for r in cursor.fetchall()]
+
+
+def _worker(r: Sequence[Any]) -> WorkerInfo:
+    return WorkerInfo(r[0], r[1], int(r[2]), r[3], int(r[4]), int(r[5]), bool(r[6]), r[7], r[8], _dt(r[9]),
+                      _dt(r[10]), _dt(r[11]))
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -670,31 +678,38 @@ def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
 # ---------------------------------------------------------------- reads
 
 
+QUEUE_STATES_SQL = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES} ORDER BY name"
+SUMMARY_STATS_SQL = f"""
+SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
+       s.last_activity_at
+FROM (SELECT sum(status = 0) AS pending, sum(status = 1) AS fetched, sum(status = 2) AS processing FROM {HOT}) h,
+     (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
+             coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at FROM {STATS}) s
+"""
+
+
 def queue_states(cursor: Cursor) -> list[QueueState]:
-    cursor.execute(
-        f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES} ORDER BY name"
-    )
-    return [QueueState(r[0], bool(r[1]), bool(r[2]), r[3], r[4]) for r in cursor.fetchall()]
+    cursor.execute(QUEUE_STATES_SQL)
+    return [_queue_state(r) for r in cursor.fetchall()]
+
+
+def _queue_state(r: Sequence[Any]) -> QueueState:
+    return QueueState(r[0], bool(r[1]), bool(r[2]), r[3], r[4])
 
 
 def summary_stats(cursor: Cursor) -> SummaryStats:
-    cursor.execute(f"SELECT status, count(*) FROM {HOT} GROUP BY status")
-    by_status = dict(cursor.fetchall())
-    cursor.execute(
-        f"SELECT coalesce(sum(succeeded_total), 0), coalesce(sum(failed_total), 0),"
-        f" coalesce(sum(retried_total), 0), max(last_activity_at) FROM {STATS}"
-    )
-    succeeded, failed, retried, last = cursor.fetchone()
+    cursor.execute(SUMMARY_STATS_SQL)
+    return _summary(cursor.fetchone())
+
+
+def _summary(r: Sequence[Any]) -> SummaryStats:
     return SummaryStats(
-        pending=by_status.get(0, 0), fetched=by_status.get(1, 0), processing=by_status.get(2, 0),
-        succeeded_total=int(succeeded), failed_total=int(failed), retried_total=int(retried),
-        last_activity_at=_dt(last),
+        pending=int(r[0]), fetched=int(r[1]), processing=int(r[2]), succeeded_total=int(r[3]), failed_total=int(r[4]),
+        retried_total=int(r[5]), last_activity_at=_dt(r[6]),
     )
 
 
-def queue_stats(cursor: Cursor) -> list[QueueStats]:
-    cursor.execute(
-        f"""
+QUEUE_STATS_SQL = f"""
         SELECT q.name,
                coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
                coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0),
@@ -705,12 +720,16 @@ def queue_stats(cursor: Cursor) -> list[QueueStats]:
                    FROM {HOT} GROUP BY queue) h ON h.queue = q.name
         LEFT JOIN {STATS} s ON s.queue = q.name
         ORDER BY q.name
-        """
-    )
-    return [
-        QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), _dt(r[7]))
-        for r in cursor.fetchall()
-    ]
+"""
+
+
+def queue_stats(cursor: Cursor) -> list[QueueStats]:
+    cursor.execute(QUEUE_STATS_SQL)
+    return [_queue_stats(r) for r in cursor.fetchall()]
+
+
+def _queue_stats(r: Sequence[Any]) -> QueueStats:
+    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), _dt(r[7]))
 
 
 def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
@@ -845,14 +864,17 @@ def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         clauses.append("status = %s")
         params.append(int(filters.status))
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC LIMIT %s",
-                   [*params, int(limit)])
-    return [
-        JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4],
-               created_at=_dt(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
-               worker_id=r[9], scheduled_at=_dt(r[10]), started_at=_dt(r[11]))
-        for r in cursor.fetchall()
-    ]
+    cursor.execute(ACTIVE_SQL.format(where=where), [*params, int(limit)])
+    return [_active(r) for r in cursor.fetchall()]
+
+
+ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM {HOT}{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
+
+
+def _active(r: Sequence[Any]) -> JobRow:
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4],
+                  created_at=_dt(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
+                  worker_id=r[9], scheduled_at=_dt(r[10]), started_at=_dt(r[11]))
 
 
 def list_archive(
@@ -880,33 +902,48 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
     ids = list(dict.fromkeys(job_ids))
     if not ids:
         return {}
-    marks = _marks(len(ids))
-    cursor.execute(
-        f"SELECT id, status FROM {HOT} WHERE id IN ({marks})"
-        f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id IN ({marks})"
-        f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id IN ({marks})",
-        ids * 3,
-    )
-    found: dict[str, JobStatus] = {}
-    for job_id, code in cursor.fetchall():
-        found[job_id] = JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status
-    return found
+    cursor.execute(_locate_sql(len(ids)), ids * 3)
+    return _located(cursor.fetchall())
+
+
+def _locate_sql(n: int) -> str:
+    marks = _marks(n) if n else "NULL"
+    return (f"SELECT id, status FROM {HOT} WHERE id IN ({marks})"
+            f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id IN ({marks})"
+            f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id IN ({marks})")
+
+
+def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
+    return {job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows}
+
+
+THROUGHPUT_SQL = (
+    f"SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
+    f" sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
+    f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start"
+)
 
 
 def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
-    cursor.execute(
-        f"SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
-        f" sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
-        f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start",
-        [_ts(since)],
-    )
-    return [MetricPoint(_dt(r[0]), int(r[1]), int(r[2])) for r in cursor.fetchall()]  # type: ignore[arg-type]
+    cursor.execute(THROUGHPUT_SQL, [_ts(since)])
+    return [_metric(r) for r in cursor.fetchall()]
+
+
+def _metric(r: Sequence[Any]) -> MetricPoint:
+    return MetricPoint(_dt(r[0]), int(r[1]), int(r[2]))  # type: ignore[arg-type]
 
 
 def queue_health(cursor: Cursor) -> list[QueueLag]:
     now = _ts(_now())
-    cursor.execute(
-        f"""
+    cursor.execute(QUEUE_HEALTH_SQL, [now, now])
+    return [_lag(r) for r in cursor.fetchall()]
+
+
+def _lag(r: Sequence[Any]) -> QueueLag:
+    return QueueLag(r[0], int(r[1]), float(r[2]), float(r[3]))
+
+
+QUEUE_HEALTH_SQL = f"""
         SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
         FROM {QUEUES} q LEFT JOIN (
             SELECT queue, count(*) AS n, avg(lag) AS avg_lag, max(lag) AS max_lag FROM (
@@ -915,15 +952,19 @@ def queue_health(cursor: Cursor) -> list[QueueLag]:
                 FROM {HOT} WHERE status = 0 AND (scheduled_at IS NULL OR scheduled_at <= %s))
             GROUP BY queue) h ON h.queue = q.name
         ORDER BY q.name
-        """,
-        [now, now],
-    )
-    return [QueueLag(r[0], int(r[1]), float(r[2]), float(r[3])) for r in cursor.fetchall()]
+"""
 
 
 def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
-    cursor.execute(
-        f"""
+    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
+    return [_error(r) for r in cursor.fetchall()]
+
+
+def _error(r: Sequence[Any]) -> ErrorGroup:
+    return ErrorGroup(FailureReason(r[0]), r[1], int(r[2]), _dt(r[3]))  # type: ignore[arg-type]
+
+
+TOP_ERRORS_SQL = f"""
         WITH recent AS (
             SELECT failure_reason, failed_at,
                    trim(substr(coalesce(error_details, ''), 1, 4000), ' ' || char(9) || char(10) || char(13)) AS e
@@ -933,10 +974,7 @@ def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
                    AS prefix,
                count(*) AS n, max(failed_at) AS latest
         FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
-        """,
-        [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)],
-    )
-    return [ErrorGroup(FailureReason(r[0]), r[1], int(r[2]), _dt(r[3])) for r in cursor.fetchall()]  # type: ignore[arg-type]
+"""
 
 
 def _dlq_pick(cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
@@ -988,3 +1026,50 @@ def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
 def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
     cursor.execute(f"SELECT count(*) FROM {DLQ} WHERE created_at <= %s", [_ts(cutoff)])
     return int(cursor.fetchone()[0])
+
+
+# ---------------------------------------------------------------- the live Deck's one read (issue 7)
+
+
+def _packed(sql: str, width: int) -> str:
+    """A read as one JSON value: an array of positional rows in the read's own order (``sql.json_rows``)."""
+    cols = ", ".join(f"c{i}" for i in range(width))
+    return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
+
+
+def _snapshot_sql(n_ids: int) -> str:
+    return f"""
+SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12)}, {_packed(_locate_sql(n_ids), 2)},
+       CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3)} END,
+       CASE WHEN %s THEN json_array(json({_packed(QUEUE_STATES_SQL, 5)}), json({_packed(QUEUE_STATS_SQL, 8)}),
+                                    json({_packed(QUEUE_HEALTH_SQL, 4)})) END,
+       CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, 12)} END,
+       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, 4)} END
+"""
+
+
+def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+    """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
+    ids = list(dict.fromkeys(request.locate_ids))
+    since = request.throughput_since
+    now = _ts(_now())
+    cursor.execute(_snapshot_sql(len(ids)), [
+        int(request.active_limit), *ids, *ids, *ids,
+        since is not None, _ts(since or _now()),
+        request.queues, now, now,
+        request.workers,
+        request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
+    ])
+    summary, active, located, points, queues, workers, errors = cursor.fetchone()
+    parts = json.loads(queues) if queues is not None else None
+    return DeckSnapshot(
+        summary=_summary(json_rows(summary)[0]),
+        active=[_active(r) for r in json_rows(active)],
+        located=_located(json_rows(located)),
+        throughput=None if points is None else [_metric(r) for r in json_rows(points)],
+        queue_states=None if parts is None else [_queue_state(r) for r in parts[0]],
+        queue_stats=None if parts is None else [_queue_stats(r) for r in parts[1]],
+        queue_lags=None if parts is None else [_lag(r) for r in parts[2]],
+        workers=None if workers is None else [_worker(r) for r in json_rows(workers)],
+        errors=None if errors is None else [_error(r) for r in json_rows(errors)],
+    )

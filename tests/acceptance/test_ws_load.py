@@ -10,9 +10,8 @@ printed, not asserted).
 
 Asserted: every client stays connected and receives update frames carrying stats or job rows; commit → client
 p50/p95 are measured and printed; the web process's own queries stay within the issue's budget of 2 per
-second over the steady part of the run. That budget is not met yet (the broadcaster reads storage once per
-tick, several statements per read: ~15 statements/s under load): until it is, the last check is reported as an
-expected failure with the measured figure (``-ra`` prints it); ``CHOKAQ_WS_LOAD_STRICT=1`` makes it a failure.
+second over the steady part of the run (the broadcaster reads at most once per ``READ_INTERVAL``, 1 s, in one
+statement: ``storage.deck_snapshot``).
 """
 
 from __future__ import annotations
@@ -79,9 +78,6 @@ def test_fifty_deck_tabs_under_load(redis_producer: Any, tmp_path: Path) -> None
     print(f"commit → client p50 {pct(result.delays_ms, 0.5):.0f} ms, p95 {pct(result.delays_ms, 0.95):.0f} ms")
 
     qps = result.queries_per_second
-    if qps > QUERY_BUDGET:
-        message = (f"web process ran {qps:.1f} queries/s (budget {QUERY_BUDGET:.0f}/s): "
-                   + ", ".join(f"{k} ×{n}" for k, n in result.query_kinds.most_common(6)))
-        if os.environ.get("CHOKAQ_WS_LOAD_STRICT") == "1":
-            pytest.fail(message)
-        pytest.xfail(message)
+    assert qps <= QUERY_BUDGET, (f"web process ran {qps:.1f} queries/s (budget {QUERY_BUDGET:.0f}/s): "
+                                 + ", ".join(f"{k} ×{n}" for k, n in result.query_kinds.most_common(6)))
+    assert sum(result.query_kinds.values()) > 0, "the query log saw the web process's reads"

@@ -76,7 +76,8 @@ def deck_server(transactional_db: None, tmp_path: Path) -> Iterator[Deck]:
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
            "PYTHONUNBUFFERED": "1", "CHOKAQ_TEST_OVERRIDES": json.dumps(OVERRIDES),
-           "CHOKAQ_DECK_TICK": "0.2", "CHOKAQ_DECK_POLL_INTERVAL": "0.5"}
+           "CHOKAQ_DECK_TICK": "0.2", "CHOKAQ_DECK_READ_INTERVAL": "0.2",
+           "CHOKAQ_DECK_POLL_INTERVAL": "0.5"}
     env.pop("REDIS_URL", None)
     deck = Deck(f"http://127.0.0.1:{port}")
     try:

@@ -148,7 +148,7 @@ async def frames_until(communicator: Any, predicate: Callable[[str], bool], time
 def live_settings(settings: Any) -> Iterator[Any]:
     """A fast broadcaster that only reads on events (the poll interval is far away), so a fragment that
     arrives proves the event path."""
-    settings.CHOKAQ_DECK = {"TICK": 0.05, "POLL_INTERVAL": 60}
+    settings.CHOKAQ_DECK = {"TICK": 0.05, "READ_INTERVAL": 0.05, "POLL_INTERVAL": 60}
     yield settings
 
 

@@ -195,7 +195,7 @@ def _upsert(*args: Any, **kwargs: Any) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_registry_change_reaches_the_socket(roles: None, settings: Any) -> None:
-    settings.CHOKAQ_DECK = {"TICK": 0.05, "POLL_INTERVAL": 0.2}  # the registry is read once per poll
+    settings.CHOKAQ_DECK = {"TICK": 0.05, "READ_INTERVAL": 0.05, "POLL_INTERVAL": 0.2}  # the registry is read once per poll
     user = make_user("viewer")
 
     async def scenario() -> None:

@@ -40,7 +40,7 @@ REDIS_URL = os.environ.get("CHOKAQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 def redis_layer(settings: Any) -> Iterator[None]:
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
                                            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 30}}}
-    settings.CHOKAQ_DECK = {"TICK": 0.1, "POLL_INTERVAL": 60}
+    settings.CHOKAQ_DECK = {"TICK": 0.1, "READ_INTERVAL": 0.1, "POLL_INTERVAL": 60}
     events.reset_publisher()
     yield
     events.reset_publisher()
