@@ -45,6 +45,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     FailureReason,
@@ -59,6 +60,7 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
@@ -1186,3 +1188,23 @@ def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
 def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
     limit = _utc(cutoff)
     return sum(1 for r in _db.dlq.values() if r.created_at <= limit)
+
+
+# ---------------------------------------------------------------- the live Deck's one read (issue 7)
+
+
+@_transition
+def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+    """Every part from its own read, all under one hold of the storage lock: one consistent state."""
+    since, queues = request.throughput_since, request.queues
+    return DeckSnapshot(
+        summary=summary_stats(cursor),
+        active=list_active(cursor, JobFilter(), request.active_limit),
+        located=locate_jobs(cursor, request.locate_ids),
+        throughput=None if since is None else throughput(cursor, since),
+        queue_states=queue_states(cursor) if queues else None,
+        queue_stats=queue_stats(cursor) if queues else None,
+        queue_lags=queue_health(cursor) if queues else None,
+        workers=list_workers(cursor) if request.workers else None,
+        errors=top_errors(cursor, request.errors_limit) if request.errors_limit > 0 else None,
+    )

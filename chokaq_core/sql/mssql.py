@@ -52,6 +52,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     FailureReason,
@@ -66,12 +67,13 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     StorageError,
     Success,
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Moved
+from chokaq_core.sql import Cursor, Moved, json_rows
 
 ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"
@@ -87,7 +89,7 @@ AUTOCOMMIT_SAFE = frozenset({
     "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
     "queue_stats", "get_hot", "get_archived", "get_dead",
     "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
-    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than",
+    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
 })
 
 # Column lists follow the row dataclasses field for field, so a row maps by position.
@@ -644,7 +646,9 @@ STOP_WORKER_SQL = (
     "UPDATE chokaq_workers SET is_running = 0, stopped_at = SYSUTCDATETIME(), active_count = 0 WHERE worker_id = %s"
 )
 
-QUEUE_STATES_SQL = "SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues ORDER BY name"
+# The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
+QUEUE_STATES_SELECT = "SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues"
+QUEUE_STATES_SQL = f"{QUEUE_STATES_SELECT} ORDER BY name"
 
 _HOT_COUNTS = (
     "SUM(CASE WHEN x.status = 0 THEN 1 ELSE 0 END) AS pending,"
@@ -654,21 +658,21 @@ _HOT_COUNTS = (
 
 # Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
 SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       s.succeeded, s.failed, s.retried,
+       totals.succeeded, totals.failed, totals.retried,
        (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
         WHERE z.last_activity_at IS NOT NULL) AS last_activity_at
 FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
 CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
                    COALESCE(SUM(y.retried_total), 0) AS retried
-            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS s"""
+            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals"""
 
-QUEUE_STATS_SQL = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
+QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at
 FROM chokaq_queues AS q WITH (NOLOCK)
 LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK) GROUP BY x.queue) AS h
     ON h.queue = q.name
-LEFT JOIN chokaq_stats_summary AS s WITH (NOLOCK) ON s.queue = q.name
-ORDER BY q.name"""
+LEFT JOIN chokaq_stats_summary AS s WITH (NOLOCK) ON s.queue = q.name"""
+QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 
 GET_HOT_SQL = f"SELECT {HOT_COLUMNS} FROM chokaq_jobs_hot WHERE id = %s"
 GET_ARCHIVED_SQL = f"SELECT {ARCHIVE_COLUMNS} FROM chokaq_jobs_archive WHERE id = %s"
@@ -1083,9 +1087,8 @@ AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "schedule_ticks"}
 
 WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
                  "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
-LIST_WORKERS_SQL = (
-    f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers ORDER BY last_heartbeat_at DESC, worker_id"
-)
+LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers"
+LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
 
 
 def _batch_delete(table: str, column: str) -> str:
@@ -1122,14 +1125,15 @@ SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 def list_workers(cursor: Cursor) -> list[WorkerInfo]:
     """Every worker registry row, freshest heartbeat first."""
     cursor.execute(LIST_WORKERS_SQL)
-    workers = []
-    for row in _rows(cursor):
-        data = dict(zip(WORKER_FIELDS, row, strict=True))
-        for name in ("started_at", "last_heartbeat_at", "stopped_at"):
-            data[name] = _utc(data[name])
-        data["is_running"] = bool(data["is_running"])
-        workers.append(WorkerInfo(**data))
-    return workers
+    return [_worker(row) for row in _rows(cursor)]
+
+
+def _worker(row: Sequence[Any]) -> WorkerInfo:
+    data = dict(zip(WORKER_FIELDS, row, strict=True))
+    for name in ("started_at", "last_heartbeat_at", "stopped_at"):
+        data[name] = _utc(data[name])
+    data["is_running"] = bool(data["is_running"])
+    return WorkerInfo(**data)
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -1162,13 +1166,22 @@ def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
 def queue_states(cursor: Cursor) -> list[QueueState]:
     """Every ``chokaq_queues`` row, ordered by name (committed read: workers act on it)."""
     cursor.execute(QUEUE_STATES_SQL)
-    return [QueueState(str(n), bool(p), bool(a), z, m) for n, p, a, z, m in _rows(cursor)]
+    return [_queue_state(row) for row in _rows(cursor)]
+
+
+def _queue_state(row: Sequence[Any]) -> QueueState:
+    name, paused, active, zombie_timeout, max_workers = row
+    return QueueState(str(name), bool(paused), bool(active), zombie_timeout, max_workers)
 
 
 def summary_stats(cursor: Cursor) -> SummaryStats:
     """Hot counts by status plus the retained counters summed over every queue."""
     cursor.execute(SUMMARY_STATS_SQL)
-    pending, fetched, processing, succeeded, failed, retried, last_activity_at = _rows(cursor)[0]
+    return _summary(_rows(cursor)[0])
+
+
+def _summary(row: Sequence[Any]) -> SummaryStats:
+    pending, fetched, processing, succeeded, failed, retried, last_activity_at = row
     return SummaryStats(
         int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried),
         _utc(last_activity_at),
@@ -1178,10 +1191,12 @@ def summary_stats(cursor: Cursor) -> SummaryStats:
 def queue_stats(cursor: Cursor) -> list[QueueStats]:
     """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
     cursor.execute(QUEUE_STATS_SQL)
-    return [
-        QueueStats(str(name), int(p), int(f), int(r), int(s), int(fl), int(rt), _utc(last))
-        for name, p, f, r, s, fl, rt, last in _rows(cursor)
-    ]
+    return [_queue_stats(row) for row in _rows(cursor)]
+
+
+def _queue_stats(row: Sequence[Any]) -> QueueStats:
+    name, p, f, r, s, fl, rt, last = row
+    return QueueStats(str(name), int(p), int(f), int(r), int(s), int(fl), int(rt), _utc(last))
 
 
 def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
@@ -1224,51 +1239,65 @@ DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at
             "worker": "COALESCE(worker_id, N'')", "attempts": "attempt_count", "reason": "failure_reason",
             "date": "failed_at"}  # fmt: skip
 
-LOCATE_SQL = _batch(
-    "DECLARE @Ids nvarchar(max) = %s;",
+# Reads ``@Ids`` (the JSON array of ``_ids_json``).
+LOCATE_SELECT = (
     f"SELECT id, status FROM chokaq_jobs_hot WHERE id IN {_IDS}\n"
     f"UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id IN {_IDS}\n"
-    f"UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id IN {_IDS};",
+    f"UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id IN {_IDS}"
 )
+LOCATE_SQL = _batch("DECLARE @Ids nvarchar(max) = %s;", f"{LOCATE_SELECT};")
 
-# The three passive telemetry reads below may read dirty data (spec 01 §1.3).
-THROUGHPUT_SQL = (
-    "SELECT bucket_start, SUM(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
-    " SUM(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)\n"
-    "FROM chokaq_metric_buckets WITH (NOLOCK) WHERE bucket_start >= CAST(%s AS datetimeoffset(7))\n"
-    "GROUP BY bucket_start ORDER BY bucket_start"
-)
 
-QUEUE_HEALTH_SQL = _batch(
-    "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);",
-    """SELECT q.name, COALESCE(h.n, 0), COALESCE(h.avg_lag, 0), COALESCE(h.max_lag, 0)
+def _active_select(limit: str, where: str = "") -> str:
+    """The newest ``limit`` Hot rows matching ``where``: TOP with its ORDER BY, so it may stand as a derived table."""
+    return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC"
+
+
+# The passive telemetry reads below may read dirty data (spec 01 §1.3).
+def _throughput_select(since: str) -> str:
+    """Per-second sums from ``since`` (a ``datetimeoffset`` operand), unordered."""
+    return (
+        "SELECT bucket_start, SUM(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
+        " SUM(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)\n"
+        f"FROM chokaq_metric_buckets WITH (NOLOCK) WHERE bucket_start >= {since}\n"
+        "GROUP BY bucket_start"
+    )
+
+
+THROUGHPUT_SQL = _throughput_select("CAST(%s AS datetimeoffset(7))") + " ORDER BY bucket_start"
+
+_NOW_OFFSET = "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);"
+
+# Reads ``@Now`` (``_NOW_OFFSET``).
+QUEUE_HEALTH_SELECT = """SELECT q.name, COALESCE(h.n, 0), COALESCE(h.avg_lag, 0), COALESCE(h.max_lag, 0)
 FROM chokaq_queues AS q WITH (NOLOCK)
 LEFT JOIN (
-    SELECT x.queue, COUNT(*) AS n, AVG(x.lag) AS avg_lag, MAX(x.lag) AS max_lag
+    SELECT l.queue, COUNT(*) AS n, AVG(l.lag) AS avg_lag, MAX(l.lag) AS max_lag
     FROM (SELECT p.queue,
                  CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END AS lag
           FROM (SELECT w.queue, COALESCE(w.scheduled_at, w.created_at) AS due_at
                 FROM chokaq_jobs_hot AS w WITH (NOLOCK)
-                WHERE w.status = 0 AND (w.scheduled_at IS NULL OR w.scheduled_at <= @Now)) AS p) AS x
-    GROUP BY x.queue) AS h ON h.queue = q.name
-ORDER BY q.name;""",
-)
+                WHERE w.status = 0 AND (w.scheduled_at IS NULL OR w.scheduled_at <= @Now)) AS p) AS l
+    GROUP BY l.queue) AS h ON h.queue = q.name"""
+QUEUE_HEALTH_SQL = _batch(_NOW_OFFSET, f"{QUEUE_HEALTH_SELECT}\nORDER BY q.name;")
 
-# Spec 01 §5: the 5000 newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server 2017+).
-TOP_ERRORS_SQL = _batch(
+# Spec 01 §5: the @Sample newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server
+# 2017+), the top @ErrorsLimit groups. Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
+_TOP_ERRORS_DECLARES = (
+    "DECLARE @Sample int = %s;",
+    "DECLARE @EmptyError nvarchar(4000) = %s;",
+    "DECLARE @ErrorsLimit int = %s;",
     "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
-    """WITH Recent AS (
-    SELECT TOP (%s) d.failure_reason, d.failed_at,
-           TRIM(@Blank FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
-    FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC),
-Prefixed AS (
-    SELECT r.failure_reason, r.failed_at,
-           CASE WHEN r.error_text = N'' THEN %s
-                ELSE REPLACE(REPLACE(LEFT(r.error_text, 160), NCHAR(13), N' '), NCHAR(10), N' ') END AS prefix
-    FROM Recent AS r)
-SELECT TOP (%s) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest
-FROM Prefixed AS g GROUP BY g.failure_reason, g.prefix ORDER BY n DESC, latest DESC;""",
 )
+TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest
+FROM (SELECT r.failure_reason, r.failed_at,
+             CASE WHEN r.error_text = N'' THEN @EmptyError
+                  ELSE REPLACE(REPLACE(LEFT(r.error_text, 160), NCHAR(13), N' '), NCHAR(10), N' ') END AS prefix
+      FROM (SELECT TOP (@Sample) d.failure_reason, d.failed_at,
+                   TRIM(@Blank FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
+            FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
+GROUP BY g.failure_reason, g.prefix ORDER BY n DESC, latest DESC"""
+TOP_ERRORS_SQL = _batch(*_TOP_ERRORS_DECLARES, f"{TOP_ERRORS_SELECT};")
 
 PURGE_ARCHIVE_IDS_SQL = _batch(
     _NOW,
@@ -1356,16 +1385,14 @@ def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         clauses.append("status = %s")
         params.append(int(filters.status))
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(
-        f"SELECT TOP (%s) {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC",
-        [int(limit), *params],
-    )
-    return [
-        JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus(r[3]), attempt_count=int(r[4]),
-               created_at=_utc(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
-               worker_id=r[9], scheduled_at=_utc(r[10]), started_at=_utc(r[11]))
-        for r in _rows(cursor)
-    ]
+    cursor.execute(_active_select("%s", where), [int(limit), *params])
+    return [_active(r) for r in _rows(cursor)]
+
+
+def _active(r: Sequence[Any]) -> JobRow:
+    return JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus(r[3]), attempt_count=int(r[4]),
+                  created_at=_utc(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
+                  worker_id=r[9], scheduled_at=_utc(r[10]), started_at=_utc(r[11]))
 
 
 def list_archive(
@@ -1408,31 +1435,43 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
     if not job_ids:
         return {}
     cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
+    return _located(_rows(cursor))
+
+
+def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
     return {
-        str(job_id): JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status
-        for job_id, code in _rows(cursor)
+        str(job_id): JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows
     }
 
 
 def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
     """Per-second succeeded/failed counts since ``since``."""
     cursor.execute(THROUGHPUT_SQL, [_ts(since)])
-    return [MetricPoint(_utc(at), int(ok), int(failed)) for at, ok, failed in _rows(cursor)]  # type: ignore[arg-type]
+    return [_metric(row) for row in _rows(cursor)]
+
+
+def _metric(row: Sequence[Any]) -> MetricPoint:
+    return MetricPoint(_utc(row[0]), int(row[1]), int(row[2]))  # type: ignore[arg-type]
 
 
 def queue_health(cursor: Cursor) -> list[QueueLag]:
     """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
     cursor.execute(QUEUE_HEALTH_SQL)
-    return [QueueLag(str(name), int(n), float(avg), float(mx)) for name, n, avg, mx in _rows(cursor)]
+    return [_lag(row) for row in _rows(cursor)]
+
+
+def _lag(row: Sequence[Any]) -> QueueLag:
+    return QueueLag(str(row[0]), int(row[1]), float(row[2]), float(row[3]))
 
 
 def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
     """Top (reason, prefix) groups over the newest DLQ rows."""
     cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [
-        ErrorGroup(FailureReason(r), str(prefix), int(n), _utc(latest))  # type: ignore[arg-type]
-        for r, prefix, n, latest in _rows(cursor)
-    ]
+    return [_error(row) for row in _rows(cursor)]
+
+
+def _error(row: Sequence[Any]) -> ErrorGroup:
+    return ErrorGroup(FailureReason(row[0]), str(row[1]), int(row[2]), _utc(row[3]))  # type: ignore[arg-type]
 
 
 def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
@@ -1518,3 +1557,62 @@ def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
     cursor.execute("SELECT COUNT(*) FROM chokaq_jobs_dlq WHERE created_at <= CAST(%s AS datetimeoffset(7))",
                    [_ts(cutoff)])
     return _count(cursor)
+
+
+# ---------------------------------------------------------------- the live Deck's one read (issue 7)
+
+
+def _packed(select: str, width: int, order: str | None = None) -> str:
+    """A read as one JSON value: ``FOR JSON PATH`` of its rows, keyed ``c0``, ``c1``, … (``sql.json_rows`` decodes
+    it; INCLUDE_NULL_VALUES keeps every key). ``select`` is a derived table here, so it has no ORDER BY of its own
+    unless it has a TOP; ``order`` restores the read's order. No rows: NULL."""
+    cols = ", ".join(f"c{i}" for i in range(width))
+    ordered = f" ORDER BY {order}" if order else ""
+    return f"(SELECT {cols} FROM ({select}) AS t({cols}){ordered} FOR JSON PATH, INCLUDE_NULL_VALUES)"
+
+
+# One batch, one SELECT: the parameters land in typed variables, then every part is a subquery of the one statement
+# (under READ_COMMITTED_SNAPSHOT, one statement-level snapshot). A part not asked for sits behind a CASE on its
+# variable, checked before the subquery runs (a pass-through predicate in the plan), so it is skipped; FOR JSON of
+# no rows is NULL, which ``json_rows`` reads as no rows.
+DECK_SNAPSHOT_SQL = _batch(
+    "DECLARE @ActiveLimit int = %s;",
+    "DECLARE @Ids nvarchar(max) = %s;",
+    "DECLARE @Since datetimeoffset(7) = %s;",
+    "DECLARE @WithQueues bit = %s;",
+    "DECLARE @WithWorkers bit = %s;",
+    *_TOP_ERRORS_DECLARES,
+    _NOW_OFFSET,
+    f"""SELECT {_packed(SUMMARY_STATS_SQL, 7)} AS summary,
+       {_packed(_active_select("@ActiveLimit"), 12, "c5 DESC, c0 DESC")} AS active,
+       CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
+       CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
+       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
+       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 8, "c0")} END AS queue_stats,
+       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
+       CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
+       CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, 4, "c2 DESC, c3 DESC")} END AS errors;""",
+)
+
+
+def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+    """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
+    ids = _unique_ids(request.locate_ids)
+    since = request.throughput_since
+    errors_limit = max(0, int(request.errors_limit))
+    cursor.execute(DECK_SNAPSHOT_SQL, [
+        int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
+        bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
+    ])
+    summary, active, located, points, states, stats, lags, workers, errors = _rows(cursor)[0]
+    return DeckSnapshot(
+        summary=_summary(json_rows(summary, datetime_at=[6])[0]),
+        active=[_active(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
+        located=_located(json_rows(located)),
+        throughput=None if since is None else [_metric(r) for r in json_rows(points, datetime_at=[0])],
+        queue_states=[_queue_state(r) for r in json_rows(states)] if request.queues else None,
+        queue_stats=[_queue_stats(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
+        queue_lags=[_lag(r) for r in json_rows(lags)] if request.queues else None,
+        workers=[_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
+        errors=[_error(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
+    )

@@ -46,6 +46,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     FailureReason,
@@ -60,11 +61,12 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect
+from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect, json_rows
 from chokaq_core.sql import mssql as sql
 
 RENDER_ALIAS = "chokaq_mssql_render"
@@ -187,7 +189,7 @@ KEYWORDS = frozenset("""
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
     LEFT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
-    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN
+    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES
 """.split())
 
 FORBIDDEN = {
@@ -241,6 +243,17 @@ def _balanced(text: str, start: int) -> str:
         if depth == 0:
             return text[start + 1 : i]
     raise AssertionError(f"unbalanced parenthesis at {start}: {text[start:start + 60]!r}")
+
+
+def _top_level(text: str) -> str:
+    """``text`` without what any parenthesis encloses."""
+    kept: list[str] = []
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and ch != ")":
+            kept.append(ch)
+    return "".join(kept)
 
 
 def _split_top(text: str) -> list[str]:
@@ -315,6 +328,10 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
         if variable not in bound:
             problems.append(f"OPENJSON reads {variable}, which no DECLARE binds to a parameter")
             continue
+        if bound[variable] is None:  # nothing to read: the statement must not reach OPENJSON at all
+            if not re.search(rf"WHEN\s+{variable}\s+IS\s+NOT\s+NULL\b", text, re.I):
+                problems.append(f"{variable} is NULL and no CASE WHEN {variable} IS NOT NULL guards its OPENJSON")
+            continue
         items = json.loads(bound[variable])
         assert isinstance(items, list) and items, f"{variable} must be a non-empty JSON array"
         for column, path in schema.items():
@@ -322,6 +339,13 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
             missing = [item for item in items if key not in item]
             if not path.startswith("$.") or missing:
                 problems.append(f"OPENJSON column {column} reads {path}, absent from the {variable} items")
+
+    # ORDER BY in a derived table, subquery or CTE needs TOP, OFFSET or FOR JSON/XML (error 1033).
+    for match in re.finditer(r"\(\s*SELECT\b", bare, re.I):
+        query = _top_level(_balanced(bare, match.start()))
+        if re.search(r"\bORDER\s+BY\b", query, re.I) and not re.search(
+                r"^\s*SELECT\s+(?:DISTINCT\s+)?TOP\b|\bOFFSET\b|\bFOR\s+(?:JSON|XML)\b", query, re.I):
+            problems.append(f"ORDER BY in a nested query without TOP/OFFSET/FOR JSON: {query[:60]!r}")
 
     ctes = set(re.findall(r"\b(\w+)\s+AS\s*\(", bare, re.I)) - KEYWORDS
     table_vars: dict[str, set[str]] = {}
@@ -345,6 +369,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
         for alias in re.findall(r"\)\s*AS\s+(\w+)", statement):
             aliases.setdefault(alias, "derived")
         declared = {a for a in re.findall(r"\bAS\s+(\w+)", statement, re.I)} - KEYWORDS
+        for names in re.findall(r"\)\s*AS\s+\w+\s*\(([^()]*)\)", statement, re.I):  # AS t(c0, c1): derived columns
+            declared |= set(_split_top(names))
         vars_used = [v for v in table_vars if v in statement]
         local_columns = set().union(*(columns.get(t, set()) for t in tables), *(table_vars[v] for v in vars_used))
         scope = local_columns | declared | ctes | openjson_names | set(tables)
@@ -418,6 +444,10 @@ def test_the_checker_catches_what_it_claims_to() -> None:
         "SELECT x.id FROM chokaq_jobs_hot AS h": "unknown alias x",
         "SELECT id FROM chokaq_jobs_hot WHERE tags = 'a%{b}'": "",  # inside literals: fine
         "BEGIN TRANSACTION; SELECT 1": "transaction control",
+        "SELECT a.id FROM (SELECT id FROM chokaq_jobs_hot ORDER BY id) AS a": "ORDER BY in a nested query",
+        "SELECT a.c0 FROM (SELECT TOP (1) id FROM chokaq_jobs_hot ORDER BY id) AS a(c0)": "",
+        "SELECT (SELECT c0 FROM (SELECT id FROM chokaq_jobs_hot) AS t(c0) ORDER BY c0 FOR JSON PATH)": "",
+        "SELECT (SELECT a.c1 FROM (SELECT id FROM chokaq_jobs_hot) AS a(c0) FOR JSON PATH)": "no column c1",
     }
     for statement, expected in cases.items():
         problems = check_statement(statement, [])
@@ -427,6 +457,8 @@ def test_the_checker_catches_what_it_claims_to() -> None:
             assert problems == [], (statement, problems)
     planted = "DECLARE @Ids nvarchar(max) = %s; SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(50) '$.job') AS i"
     assert any("reads $.job" in p for p in check_statement(planted, ['[{"id": "a"}]']))
+    unguarded = "DECLARE @Ids nvarchar(max) = %s; SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(50) '$.id') AS i"
+    assert any("no CASE WHEN @Ids IS NOT NULL" in p for p in check_statement(unguarded, [None]))
 
 
 # ---------------------------------------------------------------- sample rows
@@ -480,6 +512,91 @@ def _job_rows(rows: Any, status: JobStatus) -> bool:
 def _is_hot_batch(result: Any) -> bool:
     return [j.id for j in result] == ["J2", "J3", "J1"] and all(
         isinstance(j, HotJob) and j.status is JobStatus.FETCHED and j.created_at.tzinfo is not None for j in result)
+
+
+# ---------------------------------------------------------------- deck_snapshot sample: each part's native rows
+
+T1 = T0 + timedelta(seconds=1, microseconds=123456)
+SNAPSHOT_SINCE = T0 - timedelta(minutes=5)
+SNAPSHOT_IDS = ["J1", "J2", "J3", "J1"]
+
+# What each separate read's statement returns on SQL Server (pyodbc types: datetimeoffset aware, bit bool).
+SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
+    "summary_stats": [(1, 2, 3, 10, 4, 5, T1)],
+    "list_active": [_row(ACTIVE_FIELDS, id="J2", status=2, priority=5, created_at=T1, started_at=T1, tags="a,b"),
+                    _row(ACTIVE_FIELDS, id="J1", status=0, priority=10, scheduled_at=T1, created_by="me")],
+    "locate_jobs": [("J1", 2), ("J2", 3), ("J3", -2)],
+    "throughput": [(T0, 3, 1), (T1, 0, 2)],
+    "queue_states": [("default", False, True, None, None), ("mail", True, False, 60, 3)],
+    "queue_stats": [("default", 0, 0, 0, 0, 0, 0, None), ("mail", 1, 0, 2, 7, 1, 0, T1)],
+    "queue_health": [("default", 0, Decimal("0"), Decimal("0")), ("mail", 2, Decimal("1.500000"), Decimal("2.250000"))],
+    "list_workers": [_row(sql.WORKER_FIELDS, worker_id="w2", hostname="h", pid=7, queues="mail", capacity=4,
+                          active_count=1, is_running=True, runtime_json='{"x": "1/2"}', circuits_json="[]",
+                          started_at=T0, last_heartbeat_at=T1, stopped_at=None),
+                     _row(sql.WORKER_FIELDS, worker_id="w1", hostname="h", pid=8, queues="*", capacity=2,
+                          active_count=0, is_running=False, runtime_json="{}", circuits_json="[]",
+                          started_at=T0, last_heartbeat_at=T0, stopped_at=T1)],
+    "top_errors": [(6, "boom", 3, T1), (8, "(empty error details)", 1, T0)],
+}
+# The same read called on its own: (function, arguments) per DeckSnapshot field.
+SNAPSHOT_PARTS = {
+    "summary": ("summary_stats", ()), "active": ("list_active", (JobFilter(), 50)),
+    "located": ("locate_jobs", (SNAPSHOT_IDS,)), "throughput": ("throughput", (SNAPSHOT_SINCE,)),
+    "queue_states": ("queue_states", ()), "queue_stats": ("queue_stats", ()), "queue_lags": ("queue_health", ()),
+    "workers": ("list_workers", ()), "errors": ("top_errors", (5,)),
+}
+
+
+def _json_value(value: Any) -> Any:
+    """A value as FOR JSON writes it: datetimeoffset with 7 fractional digits and its offset, numbers as numbers."""
+    if isinstance(value, datetime):
+        text = value.strftime("%Y-%m-%dT%H:%M:%S.%f") + "0"
+        return text + value.strftime("%z")[:3] + ":" + value.strftime("%z")[3:] if value.tzinfo else text
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def for_json(rows: Sequence[Sequence[Any]]) -> str | None:
+    """``(SELECT c0, … FROM (…) AS t(c0, …) FOR JSON PATH, INCLUDE_NULL_VALUES)``: NULL when there is no row."""
+    if not rows:
+        return None
+    return json.dumps([{f"c{i}": _json_value(v) for i, v in enumerate(row)} for row in rows], separators=(",", ":"))
+
+
+def snapshot_row(native: dict[str, list[tuple[Any, ...]]], request: SnapshotRequest) -> tuple[Any, ...]:
+    """The one row DECK_SNAPSHOT_SQL returns: a JSON text per part, NULL where its CASE is not taken."""
+    def part(name: str, asked: bool) -> str | None:
+        return for_json(native[name]) if asked else None
+
+    return (part("summary_stats", True), part("list_active", True), part("locate_jobs", bool(request.locate_ids)),
+            part("throughput", request.throughput_since is not None), part("queue_states", request.queues),
+            part("queue_stats", request.queues), part("queue_health", request.queues),
+            part("list_workers", request.workers), part("top_errors", request.errors_limit > 0))
+
+
+FULL_REQUEST = SnapshotRequest(active_limit=50, locate_ids=SNAPSHOT_IDS, throughput_since=SNAPSHOT_SINCE, queues=True,
+                               workers=True, errors_limit=5)
+BARE_REQUEST = SnapshotRequest(active_limit=10)
+EMPTY_NATIVE = {name: rows if name == "summary_stats" else [] for name, rows in SNAPSHOT_NATIVE.items()}
+
+
+def _full_snapshot(snap: Any) -> bool:
+    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1)
+            and [r.id for r in snap.active] == ["J2", "J1"] and len(snap.located) == 3
+            and all(part is not None for part in (snap.throughput, snap.queue_states, snap.queue_stats,
+                                                  snap.queue_lags, snap.workers, snap.errors)))
+
+
+def _bare_snapshot(snap: Any) -> bool:
+    return (isinstance(snap, DeckSnapshot) and snap.summary.total == 20 and len(snap.active) == 2
+            and snap.located == {} and snap.throughput is None and snap.queue_states is None
+            and snap.queue_stats is None and snap.queue_lags is None and snap.workers is None and snap.errors is None)
+
+
+def _empty_snapshot(snap: Any) -> bool:
+    return (isinstance(snap, DeckSnapshot) and snap.active == [] and snap.located == {} and snap.throughput == []
+            and snap.queue_states == snap.queue_stats == snap.queue_lags == snap.workers == snap.errors == [])
 
 
 CASES = [
@@ -592,6 +709,10 @@ CASES = [
     Case("claim_schedule_tick", ("nightly", T0), [[(1,)]], True),
     Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
     Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
+    Case("deck_snapshot", (FULL_REQUEST,), [[snapshot_row(SNAPSHOT_NATIVE, FULL_REQUEST)]], check=_full_snapshot),
+    Case("deck_snapshot", (BARE_REQUEST,), [Sets([None, [snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]])],
+         check=_bare_snapshot),
+    Case("deck_snapshot", (FULL_REQUEST,), [[snapshot_row(EMPTY_NATIVE, FULL_REQUEST)]], check=_empty_snapshot),
 ]
 
 
@@ -714,12 +835,72 @@ def test_claims_lock_skip_and_rank_inside_the_claim() -> None:
 
 
 def test_dashboard_reads_are_dirty_and_correctness_reads_are_not() -> None:
+    dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql._throughput_select("@Since"),
+                   sql.QUEUE_HEALTH_SELECT, sql.TOP_ERRORS_SELECT)
     for function, text, _ in _statements():
         tables = len(re.findall(r"\bchokaq_\w+", text))
         if function in ("summary_stats", "queue_stats", "throughput", "queue_health", "top_errors"):
             assert text.count("WITH (NOLOCK)") == tables, function
+        elif function == "deck_snapshot":  # each part keeps its read's hints: dirty telemetry, committed rest
+            assert text.count("WITH (NOLOCK)") == sum(len(re.findall(r"\bchokaq_\w+", p)) for p in dirty_parts)
         else:
             assert "NOLOCK" not in text, function
+
+
+def test_deck_snapshot_is_one_statement_whose_parts_equal_the_separate_reads() -> None:
+    snap, cursor = _run(Case("deck_snapshot", (FULL_REQUEST,), [[snapshot_row(SNAPSHOT_NATIVE, FULL_REQUEST)]]))
+
+    assert len(cursor.calls) == 1 and len(cursor.driver.executed) == 1, "ONE statement, one round trip"
+    [(text, params)] = cursor.calls
+    assert text == sql.DECK_SNAPSHOT_SQL
+    assert params == [50, '[{"id":"J1"},{"id":"J2"},{"id":"J3"}]', "2026-03-01T11:55:00.000000+00:00", True, True,
+                      sql.TOP_ERRORS_SAMPLE, sql.EMPTY_ERROR, 5]
+    assert isinstance(snap, DeckSnapshot)
+    for name, (function, args) in SNAPSHOT_PARTS.items():
+        alone, _ = _run(Case(function, args, [SNAPSHOT_NATIVE[function]]))
+        assert getattr(snap, name) == alone, name
+    assert snap.located == {"J1": JobStatus.PROCESSING, "J2": JobStatus.SUCCEEDED, "J3": JobStatus.CANCELLED}
+    assert snap.throughput == [MetricPoint(T0, 3, 1), MetricPoint(T1, 0, 2)]
+    assert snap.queue_lags is not None and snap.queue_lags[1] == QueueLag("mail", 2, 1.5, 2.25)
+    assert snap.errors is not None and snap.errors[0] == ErrorGroup(FailureReason.FATAL_ERROR, "boom", 3, T1)
+    assert snap.queue_states is not None and [type(q.is_paused) for q in snap.queue_states] == [bool, bool]
+    assert snap.workers is not None and [w.is_running for w in snap.workers] == [True, False]
+    assert snap.workers[0].runtime_json == '{"x": "1/2"}', "nested JSON text stays text"
+    stamps = [snap.summary.last_activity_at, *(p.at for p in snap.throughput),
+              *(t for r in snap.active for t in (r.created_at, r.scheduled_at, r.started_at)),
+              *(s.last_activity_at for s in snap.queue_stats or []),
+              *(t for w in snap.workers for t in (w.started_at, w.last_heartbeat_at, w.stopped_at)),
+              *(e.latest_at for e in snap.errors)]
+    assert T1 in stamps, "7 fractional digits read back to the microsecond"
+    assert all(t.tzinfo is not None and t.utcoffset() == timedelta(0) for t in stamps if t is not None)
+
+
+def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
+    snap, cursor = _run(Case("deck_snapshot", (SnapshotRequest(active_limit=10, errors_limit=-1),),
+                             [[snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]]))
+    assert _bare_snapshot(snap)
+    [(text, params)] = cursor.calls
+    assert params == [10, None, None, False, False, sql.TOP_ERRORS_SAMPLE, sql.EMPTY_ERROR, 0]
+    assert "DECLARE @Ids nvarchar(max) = NULL;" in cursor.driver.executed[0][0], "mssql-django inlines NULLs"
+
+    *_, select = [s.strip() for s in text.split(";") if s.strip()]
+    assert text.count("SELECT") == select.count("SELECT") and select.startswith("SELECT ("), "one SELECT statement"
+    assert select.count("FOR JSON PATH, INCLUDE_NULL_VALUES)") == 9
+    for guard, parts in (("@Ids IS NOT NULL", 1), ("@Since IS NOT NULL", 1), ("@WithQueues = 1", 3),
+                         ("@WithWorkers = 1", 1), ("@ErrorsLimit > 0", 1)):
+        assert select.count(f"CASE WHEN {guard} THEN (SELECT ") == parts, guard
+    # The parts are the separate reads' own statements (their ORDER BY re-applied outside the derived table).
+    for alone, part in ((sql.SUMMARY_STATS_SQL, sql.SUMMARY_STATS_SQL), (sql.LOCATE_SQL, sql.LOCATE_SELECT),
+                        (sql.THROUGHPUT_SQL, sql._throughput_select("CAST(%s AS datetimeoffset(7))")),
+                        (sql.QUEUE_STATES_SQL, sql.QUEUE_STATES_SELECT), (sql.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT),
+                        (sql.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT), (sql.LIST_WORKERS_SQL, sql.LIST_WORKERS_SELECT),
+                        (sql.TOP_ERRORS_SQL, sql.TOP_ERRORS_SELECT)):
+        assert part in alone
+    for part in (sql.SUMMARY_STATS_SQL, sql._active_select("@ActiveLimit"), sql.LOCATE_SELECT,
+                 sql._throughput_select("@Since"), sql.QUEUE_STATES_SELECT, sql.QUEUE_STATS_SELECT,
+                 sql.QUEUE_HEALTH_SELECT, sql.LIST_WORKERS_SELECT, sql.TOP_ERRORS_SELECT):
+        assert f"FROM ({part}) AS t(c0, " in select
+    assert json_rows(for_json([(T1, True, None)]), datetime_at=[0]) == [[T1, True, None]], "the fake's FOR JSON"
 
 
 def test_enqueue_ensures_queue_rows_under_key_range_locks() -> None:
