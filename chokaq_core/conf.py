@@ -68,6 +68,9 @@ DEFAULTS: dict[str, Any] = {
         "CLEANUP_BATCH_SIZE": 1000,
         "MAX_TRANSIENT_RETRIES": 3,
         "TRANSIENT_RETRY_BASE_DELAY_MS": 200,
+        # PostgreSQL: workers VACUUM (ANALYZE) the Hot table once its dead row versions pass this many
+        # (+ 20 % of its live rows); None turns it off (leave it to a well-tuned autovacuum).
+        "HOT_VACUUM_MIN_DEAD_ROWS": 20_000,
     },
     "SERIALIZATION": {"MAX_PAYLOAD_BYTES": 1_000_000},
     "QUEUES": {},
@@ -281,6 +284,9 @@ def _check(cfg: Config, errors: list[str]) -> None:
             errors.append(f"SQL.{key} must be > 0")
     if sql.MAX_TRANSIENT_RETRIES < 0:
         errors.append("SQL.MAX_TRANSIENT_RETRIES must be >= 0")
+    dead = sql.HOT_VACUUM_MIN_DEAD_ROWS
+    if dead is not None and (isinstance(dead, bool) or not isinstance(dead, int) or dead < 0):
+        errors.append(f"SQL.HOT_VACUUM_MIN_DEAD_ROWS must be None or an integer >= 0 (got {dead!r})")
     if cfg.STORAGE not in ("sql", "memory"):
         errors.append(f"STORAGE must be 'sql' or 'memory' (got {cfg.STORAGE!r})")
     capacity = cfg.IN_MEMORY.MAX_CAPACITY

@@ -121,11 +121,34 @@ def run_cleanup_if_due(state: dict[str, float], cfg: Config | None = None) -> di
 # ---------------------------------------------------------------- the worker's periodic duties (issue 5)
 
 PERIODIC_INTERVAL = 0.5  # seconds between checks of the recurring-job schedule
+TIDY_CHECK_INTERVAL = 5.0  # seconds between two looks at the Hot table's dead row versions
+
+
+def tidy_hot_table_if_due(state: dict[str, float], cfg: Config | None = None) -> bool:
+    """At most every ``TIDY_CHECK_INTERVAL``: vacuum the Hot table if churn left too many dead row versions
+    (``SQL.HOT_VACUUM_MIN_DEAD_ROWS``; PostgreSQL only). Errors are logged once and turn it off."""
+    cfg = cfg or config()
+    threshold = cfg.SQL.HOT_VACUUM_MIN_DEAD_ROWS
+    now = time.monotonic()
+    if threshold is None or state.get("tidy_off") or now < state.get("tidy_due", 0.0):
+        return False
+    state["tidy_due"] = now + TIDY_CHECK_INTERVAL
+    try:
+        done = storage.tidy_hot_table(int(threshold))
+    except Exception:
+        state["tidy_off"] = 1.0
+        logger.warning("could not vacuum the Hot table; this worker stops trying (set SQL.HOT_VACUUM_MIN_DEAD_ROWS"
+                       " to None to silence this)", exc_info=True)
+        return False
+    if done:
+        logger.info("vacuumed and analyzed the Hot table (dead row versions past %s)", threshold)
+    return done
 
 
 def periodic(stopping: threading.Event, cfg: Config | None = None) -> None:
     """Run by every non-burst worker on its own thread until ``stopping``: recurring jobs (each tick
-    claimed once fleet-wide) and, every ``RETENTION.INTERVAL``, the retention cleanup."""
+    claimed once fleet-wide), every ``RETENTION.INTERVAL`` the retention cleanup, and the Hot table's
+    vacuum when it is due."""
     from chokaq_core import schedule
 
     cfg = cfg or config()
@@ -137,4 +160,5 @@ def periodic(stopping: threading.Event, cfg: Config | None = None) -> None:
             except Exception:
                 logger.exception("recurring job check failed")
         run_cleanup_if_due(state, cfg)
+        tidy_hot_table_if_due(state, cfg)
         stopping.wait(PERIODIC_INTERVAL)

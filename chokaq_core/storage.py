@@ -457,6 +457,11 @@ def purge_metric_buckets(cutoff: datetime, progress: Callable[[int], None] | Non
     return _purge_batches("purge_metric_buckets", cutoff, progress)
 
 
+def tidy_hot_table(min_dead_rows: int) -> bool:
+    """Vacuum and analyze the Hot table when churn left too many dead row versions (PostgreSQL only)."""
+    return bool(call("tidy_hot_table", min_dead_rows))
+
+
 def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
     """Claim ``tick`` of recurring job ``name`` and enqueue ``job`` in one transaction: the stored id,
     or None when the tick was already claimed (by another worker) or is the schedule's first sight."""

@@ -190,6 +190,14 @@ class Dialect(Protocol):
         """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
         ...
 
+    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
+        """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
+        ``min_dead_rows`` + 20 % of its live rows (autovacuum's formula with a larger base), vacuum and
+        analyze it (one caller fleet-wide at a time); True when it did. Runs outside a transaction. Only
+        PostgreSQL needs it (a server with autovacuum off or lagging leaves every claim walking dead index
+        entries under stale statistics); elsewhere it does nothing and returns False."""
+        ...
+
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller
         that moved it (run it in the enqueue's transaction). A name seen for the first time records

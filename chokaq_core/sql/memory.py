@@ -877,6 +877,11 @@ def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> i
     return len(keys)
 
 
+def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
+    """Nothing to do: there are no row versions in memory."""
+    return False
+
+
 @_transition
 def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
     # The storage lock serializes the callers: the first to move the tick forward wins.

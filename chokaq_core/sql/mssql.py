@@ -1148,6 +1148,11 @@ def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> i
     return _count(cursor)
 
 
+def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
+    """Nothing to do: SQL Server's ghost cleanup removes deleted rows and statistics update automatically."""
+    return False
+
+
 def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
     """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
     cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])

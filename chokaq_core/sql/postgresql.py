@@ -575,15 +575,22 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
     """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
     if limit <= 0 or (queues is not None and not queues):
         return []
-    # The scan window is the spec's 10 x limit; twice as many candidates leave room for skipped locked rows.
-    params = {"scan": limit * 10, "candidates": limit * 20, "limit": limit, "worker": worker_id}
+    params: dict[str, Any] = {"limit": limit, "worker": worker_id}
+    if queues is not None:
+        params["queues"] = list(queues)
     if queues is None:
         cursor.execute(LOCK_CAPPED_ALL_SQL)
-        cursor.execute(FETCH_ALL_SQL, params)
     else:
-        params["queues"] = list(queues)
-        cursor.execute(LOCK_CAPPED_QUEUES_SQL, params)
-        cursor.execute(FETCH_QUEUES_SQL, params)
+        cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": params["queues"]})
+    if cursor.fetchall():
+        # A capped queue is in reach: lock the spec's window of 10 x limit so the bulkhead ranking has rows of
+        # every queue to choose from; twice as many candidates leave room for rows other claimers hold.
+        params.update(scan=limit * 10, candidates=limit * 20)
+    else:
+        # No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those (every
+        # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
+        params.update(scan=limit, candidates=limit * 4)
+    cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
     return [_hot(row) for row in cursor.fetchall()]
 
 
@@ -829,7 +836,8 @@ def stop_worker(cursor: Cursor, worker_id: str) -> None:
 
 # ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
 
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks"}
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
+                                     "tidy_hot_table"}
 
 WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
                  "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
@@ -878,6 +886,30 @@ def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> i
     """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
     cursor.execute(PURGE_METRIC_BUCKETS_SQL, [cutoff, batch_size])
     return int(cursor.rowcount)
+
+
+HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
+TIDY_LOCK_KEY = 0x43484F4B  # "CHOK": one vacuum of the Hot table at a time, fleet-wide
+TRY_LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
+UNLOCK_SQL = "SELECT pg_advisory_unlock(%s)"
+VACUUM_HOT_SQL = "VACUUM (ANALYZE) chokaq_jobs_hot"
+
+
+def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
+    """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
+    cursor.execute(HOT_DEAD_ROWS_SQL)
+    row = cursor.fetchone()
+    live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+    if dead < min_dead_rows + 0.2 * live:
+        return False
+    cursor.execute(TRY_LOCK_SQL, [TIDY_LOCK_KEY])
+    if not cursor.fetchone()[0]:
+        return False  # another worker is at it
+    try:
+        cursor.execute(VACUUM_HOT_SQL)
+    finally:
+        cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
+    return True
 
 
 def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:

@@ -654,6 +654,11 @@ def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> i
     return int(cursor.rowcount)
 
 
+def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
+    """Nothing to do: SQLite reuses freed pages and keeps no dead row versions."""
+    return False
+
+
 def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
     # BEGIN IMMEDIATE serializes the callers: the first to move the tick forward wins.
     stamp, at = _ts(_now()), _ts(tick)

@@ -58,3 +58,15 @@ def test_wrong_duration_type(settings: Any) -> None:
     settings.CHOKAQ = {"WORKER": {"POLLING_INTERVAL": "1s"}}
     with pytest.raises(ImproperlyConfigured, match=r"WORKER\.POLLING_INTERVAL: expected seconds or timedelta"):
         config()
+
+
+@pytest.mark.parametrize("value", [-1, "20000", True, 1.5])
+def test_hot_vacuum_threshold_must_be_a_count(settings: Any, value: Any) -> None:
+    settings.CHOKAQ = {"SQL": {"HOT_VACUUM_MIN_DEAD_ROWS": value}}
+    with pytest.raises(ImproperlyConfigured, match=r"SQL\.HOT_VACUUM_MIN_DEAD_ROWS must be None or an integer"):
+        config()
+
+
+def test_hot_vacuum_can_be_turned_off(settings: Any) -> None:
+    settings.CHOKAQ = {"SQL": {"HOT_VACUUM_MIN_DEAD_ROWS": None}}
+    assert config().SQL.HOT_VACUUM_MIN_DEAD_ROWS is None
