@@ -71,6 +71,9 @@ DEFAULTS: dict[str, Any] = {
         # PostgreSQL: workers VACUUM (ANALYZE) the Hot table once its dead row versions pass this many
         # (+ 20 % of its live rows); None turns it off (leave it to a well-tuned autovacuum).
         "HOT_VACUUM_MIN_DEAD_ROWS": 20_000,
+        # PostgreSQL: the hot path's statements are prepared once per connection (False: behind a
+        # transaction-pooling PgBouncer older than 1.21).
+        "PREPARED_STATEMENTS": True,
     },
     "SERIALIZATION": {"MAX_PAYLOAD_BYTES": 1_000_000},
     "QUEUES": {},
@@ -284,6 +287,8 @@ def _check(cfg: Config, errors: list[str]) -> None:
             errors.append(f"SQL.{key} must be > 0")
     if sql.MAX_TRANSIENT_RETRIES < 0:
         errors.append("SQL.MAX_TRANSIENT_RETRIES must be >= 0")
+    if not isinstance(sql.PREPARED_STATEMENTS, bool):
+        errors.append(f"SQL.PREPARED_STATEMENTS must be True or False (got {sql.PREPARED_STATEMENTS!r})")
     dead = sql.HOT_VACUUM_MIN_DEAD_ROWS
     if dead is not None and (isinstance(dead, bool) or not isinstance(dead, int) or dead < 0):
         errors.append(f"SQL.HOT_VACUUM_MIN_DEAD_ROWS must be None or an integer >= 0 (got {dead!r})")

@@ -49,6 +49,13 @@ from chokaq_core.sql import Cursor, Moved, json_rows
 
 NOTIFY_CHANNEL = "chokaq_jobs"
 
+# The hot path's statements: fixed texts (arrays, never a growing list of placeholders) that storage runs
+# through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
+PREPARED = frozenset({
+    "enqueue", "fetch_batch", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded",
+    "move_to_dlq", "reschedule_for_retry", "deck_snapshot",
+})
+
 # Every function but enqueue is one statement (a move is one CTE statement) or a read,
 # so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
 AUTOCOMMIT_SAFE = frozenset({

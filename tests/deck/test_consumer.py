@@ -256,8 +256,8 @@ class StatementLog:
         real_cursor = storage._cursor
 
         @contextlib.contextmanager
-        def counting_cursor(using: str) -> Any:
-            with real_cursor(using) as cursor:
+        def counting_cursor(using: str, prepared: bool = False) -> Any:
+            with real_cursor(using, prepared) as cursor:
                 yield Counting(cursor)
 
         monkeypatch.setattr(storage, "_cursor", counting_cursor)

@@ -70,3 +70,9 @@ def test_hot_vacuum_threshold_must_be_a_count(settings: Any, value: Any) -> None
 def test_hot_vacuum_can_be_turned_off(settings: Any) -> None:
     settings.CHOKAQ = {"SQL": {"HOT_VACUUM_MIN_DEAD_ROWS": None}}
     assert config().SQL.HOT_VACUUM_MIN_DEAD_ROWS is None
+
+
+def test_prepared_statements_flag_is_a_bool(settings: Any) -> None:
+    settings.CHOKAQ = {"SQL": {"PREPARED_STATEMENTS": "yes"}}
+    with pytest.raises(ImproperlyConfigured, match=r"SQL\.PREPARED_STATEMENTS must be True or False"):
+        config()

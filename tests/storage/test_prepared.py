@@ -1,0 +1,47 @@
+"""PostgreSQL: the hot path's statements are prepared once per connection (``SQL.PREPARED_STATEMENTS``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from chokaq_core import storage
+from chokaq_core.sql import postgresql
+
+from .rows import archived, pending
+
+pytestmark = pytest.mark.postgresql
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_the_hot_path_is_prepared_and_reused(vendor: str) -> None:
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    assert "fetch_batch" in postgresql.PREPARED and "enqueue" in postgresql.PREPARED
+    archived("prep", 3)  # enqueue, fetch, lease and complete on this thread's connection
+    first = prepared_statements()
+    assert any("INSERT INTO chokaq_jobs_hot" in s for s in first), first
+    assert any("FOR UPDATE OF h SKIP LOCKED" in s for s in first), first
+
+    archived("prep", 3)
+    pending("prep", 2)
+
+    assert len(prepared_statements()) == len(first), "the same statements are reused, not prepared again"
+    assert storage.summary_stats().pending == 2  # a read outside the hot path is not prepared
+    assert not any("chokaq_stats_summary) s" in s for s in prepared_statements())
+
+
+def test_turned_off_nothing_is_prepared(vendor: str, chokaq_settings: Any) -> None:
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "SQL": {"PREPARED_STATEMENTS": False}}
+    connection.close()  # a fresh session: no statement prepared by an earlier test
+
+    archived("prep-off", 3)
+
+    assert prepared_statements() == []
