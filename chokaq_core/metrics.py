@@ -76,6 +76,7 @@ class TagGuard:
     def reset(self) -> None:
         with self._lock:
             self._seen.clear()
+        _job_label_cache.clear()
 
 
 queue_tag = TagGuard("queue", "MAX_QUEUE_TAG_VALUES")
@@ -176,8 +177,27 @@ def _safely(func: Any) -> Any:
     return wrapper
 
 
+_LABEL_CACHE_SIZE = 10_000
+_job_label_cache: dict[tuple[str | None, str | None], dict[str, str]] = {}
+_job_label_cache_config: list[Any] = [None]  # the Config object the cache was filled under
+
+
 def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
-    return {"queue": queue_tag(queue), "type": type_tag(job_type)}
+    """The guarded (queue, type) labels. Memoised: a worker asks for the same few pairs thousands of times a
+    second; emptied when the settings change or a guard is reset. Callers must not mutate the result."""
+    from chokaq_core.conf import config
+
+    current = config()
+    if _job_label_cache_config[0] is not current:
+        _job_label_cache.clear()
+        _job_label_cache_config[0] = current
+    key = (queue, job_type)
+    labels = _job_label_cache.get(key)
+    if labels is None:
+        labels = {"queue": queue_tag(queue), "type": type_tag(job_type)}
+        if len(_job_label_cache) < _LABEL_CACHE_SIZE:
+            _job_label_cache[key] = labels
+    return labels
 
 
 # ---------------------------------------------------------------- recording points
