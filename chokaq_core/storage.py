@@ -177,13 +177,17 @@ def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: b
             time.sleep(delay_ms / 1000)
 
 
-def call(name: str, *args: Any, using: str | None = None) -> Any:
-    """Run dialect function ``name``; in a transaction unless the vendor marks it autocommit-safe."""
+def call(name: str, *args: Any, using: str | None = None, one_statement: bool = False) -> Any:
+    """Run dialect function ``name``; in a transaction unless the vendor marks it autocommit-safe (or
+    ``one_statement``: the caller knows these arguments make it one statement)."""
     db = using or alias()
     module = dialect(db)
     function = getattr(module, name)
+    # inside the caller's transaction a one-statement call still takes its savepoint: a failure must not
+    # poison the caller's transaction
+    alone = one_statement and not connections[db].in_atomic_block
     return run(lambda cursor: function(cursor, *args), using=db,
-               atomic=name not in getattr(module, "AUTOCOMMIT_SAFE", frozenset()),
+               atomic=not alone and name not in getattr(module, "AUTOCOMMIT_SAFE", frozenset()),
                prepared=name in getattr(module, "PREPARED", frozenset()))
 
 
@@ -216,7 +220,9 @@ def _discard_if_broken(connection: Any) -> None:
 def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     """Insert Pending rows; returns the stored id per job. Events fire on commit for new rows only."""
     db = using or alias()
-    stored = call("enqueue", jobs, using=db)
+    unkeyed = all(job.idempotency_key is None for job in jobs)
+    stored = call("enqueue", jobs, using=db,
+                  one_statement=unkeyed and "enqueue" in getattr(dialect(db), "ONE_STATEMENT_WITHOUT_KEYS", ()))
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)

@@ -51,6 +51,9 @@ NOTIFY_CHANNEL = "chokaq_jobs"
 
 # The hot path's statements: fixed texts (arrays, never a growing list of placeholders) that storage runs
 # through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
+# ``enqueue`` of jobs without idempotency keys is one statement (see ENQUEUE_SQL): autocommit is enough.
+ONE_STATEMENT_WITHOUT_KEYS = frozenset({"enqueue"})
+
 PREPARED = frozenset({
     "enqueue", "fetch_batch", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded",
     "move_to_dlq", "reschedule_for_retry", "deck_snapshot",
@@ -165,7 +168,10 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
 
 # ---------------------------------------------------------------- statements
 
-ENQUEUE_SQL = """
+# One statement: the rows, their queues' control and counter rows, and one NOTIFY per queue that got a row
+# (delivered at commit, like every NOTIFY). Without idempotency keys it is the whole enqueue, so storage runs
+# it in autocommit when the caller has no transaction open: one round trip instead of BEGIN/…/COMMIT.
+ENQUEUE_SQL = f"""
 WITH src AS (
     SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
                          %s::int[], %s::float8[], %s::text[])
@@ -186,13 +192,13 @@ queues AS (
     ON CONFLICT (name) DO NOTHING),
 stats AS (
     INSERT INTO chokaq_stats_summary (queue) SELECT queue FROM names ORDER BY queue
-    ON CONFLICT (queue) DO NOTHING)
-SELECT id, queue FROM ins
+    ON CONFLICT (queue) DO NOTHING),
+notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM ins ORDER BY queue) q)
+SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
 
 IDS_BY_KEY_SQL = "SELECT idempotency_key, id FROM chokaq_jobs_hot WHERE idempotency_key = ANY(%s::text[])"
 
-NOTIFY_SQL = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"
 
 
 def _fetch_sql(queue_filter: bool) -> str:
@@ -552,11 +558,9 @@ def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
     if not jobs:
         return []
     stored: dict[str, str] = {}
-    notify: set[str] = set()
     todo = list(jobs)
     for _ in range(2):  # the second pass re-inserts jobs whose key holder left Hot meanwhile
         inserted = _insert_jobs(cursor, todo)
-        notify.update(inserted.values())
         stored.update((j.id, j.id) for j in todo if j.id in inserted)
         keys = sorted({j.idempotency_key for j in todo if j.id not in inserted and j.idempotency_key})
         holders: dict[str, str] = {}
@@ -573,8 +577,6 @@ def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
             break
     else:
         raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
-    if notify:
-        cursor.execute(NOTIFY_SQL, [NOTIFY_CHANNEL, sorted(notify)])
     return [stored[j.id] for j in jobs]
 
 
