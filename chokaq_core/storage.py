@@ -526,6 +526,11 @@ def schedule_ticks() -> dict[str, datetime]:
     return call("schedule_ticks")
 
 
+def change_marker() -> int | None:
+    """See the Dialect protocol: a commit marker to poll where there is no push channel, else None."""
+    return call("change_marker")  # type: ignore[no-any-return]
+
+
 # ---------------------------------------------------------------- reads
 
 

@@ -8,8 +8,10 @@ every decision about a failure is a ``policy`` call.
 Threads (each with its own Django connection, held for the worker's life):
 
 * **fetcher** claims batches (``storage.fetch_batch``) into the buffer; when a
-  batch comes back short it waits for a PostgreSQL ``NOTIFY`` or the polling
-  interval.
+  batch comes back short it waits for a wake-up or the polling interval.
+* **listener** (PostgreSQL) wakes the fetcher on the ``NOTIFY`` of an enqueue;
+  **probe** (SQLite) does so when the database's commit marker moves (read
+  every 5 ms, lock-free).
 * **dispatcher** takes rows from the buffer, releases those of paused queues,
   acquires a limiter slot and submits the execution to the pool.
 * **executors** (thread pool) run the lease gate, the handler and the policy,
@@ -72,6 +74,8 @@ from chokaq_core.policy import (
 )
 
 logger = logging.getLogger("chokaq.worker")
+
+COMMIT_PROBE_INTERVAL = 0.005  # seconds between two reads of SQLite's commit marker (PRAGMA data_version)
 
 Outcome = Success | Retry | Failure
 
@@ -279,6 +283,8 @@ class Worker:
             targets.append(("chokaq-rescue", self._rescue_loop))
         if storage.vendor() == "postgresql" and not self.options.burst:
             targets.append(("chokaq-listener", self._listen_loop))
+        elif not self.options.burst and self._commit_marker() is not None:  # SQLite: no push channel
+            targets.append(("chokaq-probe", self._probe_loop))
         if not self.options.burst:
             targets.append(("chokaq-control", self._control_loop))
         if not self.options.burst:  # recurring jobs and the in-worker retention run (chokaq_core.maintenance)
@@ -413,6 +419,24 @@ class Worker:
             self._idle_since = time.monotonic()
             return False
         return True
+
+    def _commit_marker(self) -> int | None:
+        try:
+            return storage.change_marker()
+        except Exception:
+            logger.debug("commit marker unavailable", exc_info=True)
+            return None
+
+    def _probe_loop(self) -> None:
+        """Where no push channel exists (SQLite): read the database's commit marker every
+        ``COMMIT_PROBE_INTERVAL`` and wake the fetcher when another connection committed, so a new job is
+        picked up within milliseconds instead of a ``POLLING_INTERVAL``. The marker is a lock-free read."""
+        last = self._commit_marker()
+        while not self.stopping.wait(COMMIT_PROBE_INTERVAL):
+            marker = self._commit_marker()
+            if marker is not None and marker != last:
+                self._wakeup.set()
+            last = marker
 
     def _listen_loop(self) -> None:
         """PostgreSQL LISTEN on its own connection: a NOTIFY from enqueue wakes the fetcher at once."""

@@ -208,6 +208,12 @@ class Dialect(Protocol):
         """The latest claimed tick of every recurring job, by name."""
         ...
 
+    def change_marker(self, cursor: Cursor) -> int | None:
+        """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a
+        worker without a push channel polls it every few milliseconds to notice new jobs at once. None where
+        the vendor has a push channel (PostgreSQL's LISTEN/NOTIFY) or no such marker; no statement then."""
+        ...
+
     # ------------------------------------------------------------ reads
     def queue_states(self, cursor: Cursor) -> list[QueueState]: ...
 

@@ -901,6 +901,11 @@ def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
     return {name: row.last_tick_at for name, row in _db.schedules.items()}
 
 
+def change_marker(cursor: Cursor) -> int | None:
+    """None: the in-memory store lives in the worker's own process."""
+    return None
+
+
 # ---------------------------------------------------------------- reads
 
 

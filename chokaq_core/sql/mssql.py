@@ -1159,6 +1159,11 @@ def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
     return _count(cursor) > 0
 
 
+def change_marker(cursor: Cursor) -> int | None:
+    """None: no cheap commit marker on SQL Server; workers poll every ``WORKER.POLLING_INTERVAL``."""
+    return None
+
+
 def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
     """The latest claimed tick of every recurring job."""
     cursor.execute(SCHEDULE_TICKS_SQL)

@@ -930,6 +930,11 @@ def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
     return cursor.fetchone() is not None
 
 
+def change_marker(cursor: Cursor) -> int | None:
+    """None: workers LISTEN for the NOTIFY of every enqueue instead."""
+    return None
+
+
 def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
     """The latest claimed tick of every recurring job."""
     cursor.execute(SCHEDULE_TICKS_SQL)

@@ -616,7 +616,8 @@ def stop_worker(cursor: Cursor, worker_id: str) -> None:
 # ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
 
 SCHEDULES = "chokaq_schedules"
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks"}
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
+                                     "change_marker"}
 WORKER_COLUMNS = (
     "worker_id, hostname, pid, queues, capacity, active_count, is_running, runtime_json, circuits_json, "
     "started_at, last_heartbeat_at, stopped_at"
@@ -673,6 +674,12 @@ def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
         [at, stamp, name, at],
     )
     return bool(cursor.rowcount)
+
+
+def change_marker(cursor: Cursor) -> int | None:
+    """Changes whenever another connection commits; read without a lock (the WAL index)."""
+    cursor.execute("PRAGMA data_version")
+    return int(cursor.fetchone()[0])
 
 
 def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:

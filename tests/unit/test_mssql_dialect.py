@@ -710,6 +710,7 @@ CASES = [
     Case("claim_schedule_tick", ("nightly", T0), [[(1,)]], True),
     Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
     Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
+    Case("change_marker", (), [], None),  # no statement: workers poll on SQL Server
     Case("deck_snapshot", (FULL_REQUEST,), [[snapshot_row(SNAPSHOT_NATIVE, FULL_REQUEST)]], check=_full_snapshot),
     Case("deck_snapshot", (BARE_REQUEST,), [Sets([None, [snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]])],
          check=_bare_snapshot),

@@ -89,3 +89,18 @@ def test_bulkhead_holds_between_two_concurrent_claims(state: Any, vendor: str) -
     active = JobsHot.objects.filter(queue="narrow", status__in=[JobStatus.FETCHED, JobStatus.PROCESSING])
     assert len(claimed_by_a) + len(claimed_by_b) == active.count()
     assert active.count() <= 2, f"MaxWorkers=2 but {active.count()} rows are active"
+
+
+def test_an_idle_worker_is_woken_by_a_new_job_not_by_its_poll(start_worker: Any, state: Any, fast: Any,
+                                                               vendor: str) -> None:
+    """The poll is 60 s away: only PostgreSQL's NOTIFY (listener thread) or SQLite's commit marker (probe
+    thread) can bring the job to the worker within the wait."""
+    fast(WORKER={"POLLING_INTERVAL": 60})
+    worker = start_worker()
+    expected = {"postgresql": "chokaq-listener", "sqlite": "chokaq-probe"}[vendor]
+    assert expected in {t.name for t in worker._threads}
+    time.sleep(0.5)  # the fetcher made its first (empty) claim and waits
+
+    job_id = enqueue("test.ok.v1", {})
+
+    state.wait_archived(job_id, timeout=15)
