@@ -72,9 +72,11 @@ DLQ_COLUMNS = (
 _ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY = (
     0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16,
 )
+# "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
+# without statistics it would otherwise walk every row of that status through hot_status_created.
 # Functions storage may run without an explicit transaction: one statement, or reads.
 AUTOCOMMIT_SAFE = frozenset({
-    "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
+    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
     "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
     "queue_stats", "get_hot", "get_archived", "get_dead",
@@ -250,38 +252,82 @@ def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
     return result
 
 
-def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-    now = _ts(_now())
-    queue_filter = f"AND h.queue IN ({_marks(len(queues))})" if queues is not None else ""
-    if queues is not None and not queues:
-        return []
-    cursor.execute(
-        f"""
-        WITH win AS (
-            -- The scan window (10 x limit, as on PostgreSQL): the first due rows in claim order. Ranking
-            -- only these keeps a claim cheap under a large backlog; a queue's rows in the window are
-            -- exactly its first rows, so the per-queue rank below is the true one.
-            SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
-            FROM {HOT} h LEFT JOIN {QUEUES} q ON q.name = h.queue
-            WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s) {queue_filter}
-              AND coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1
-            ORDER BY h.priority DESC, sort_at LIMIT %s),
+_OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
+# Queues with due-or-not Pending rows, found by a loose scan of hot_fetch_pending (one index probe per queue).
+PENDING_QUEUES_SQL = f"""
+WITH RECURSIVE pq(queue) AS (
+    SELECT (SELECT queue FROM {HOT} INDEXED BY hot_fetch_pending WHERE status = 0 ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT h.queue FROM {HOT} h INDEXED BY hot_fetch_pending
+            WHERE h.status = 0 AND h.queue > pq.queue ORDER BY h.queue LIMIT 1)
+    FROM pq WHERE pq.queue IS NOT NULL)
+SELECT pq.queue FROM pq LEFT JOIN {QUEUES} q ON q.name = pq.queue WHERE pq.queue IS NOT NULL AND {_OPEN}
+"""
+NAMED_QUEUES_SQL = f"""
+SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.value WHERE {_OPEN}
+"""
+# Per open queue, its first due rows in claim order, read in index order (no sort of the backlog): rows
+# without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
+# walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
+_UNSCHEDULED_STREAM = f"""SELECT * FROM (
+    SELECT h.id, h.queue, h.priority, h.created_at AS sort_at FROM {HOT} h INDEXED BY hot_fetch_pending
+    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL
+    ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
+_SCHEDULED_STREAM = f"""SELECT * FROM (
+    SELECT h.id, h.queue, h.priority, h.scheduled_at AS sort_at FROM {HOT} h INDEXED BY hot_pending_lag
+    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s
+    ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
+MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
+
+
+def _claim_sql(window: str) -> str:
+    """Rank the window per queue, apply the bulkheads, claim (spec 01 §4.2)."""
+    return f"""
+        WITH win AS ({window}),
         active AS (SELECT queue, count(*) AS n FROM {HOT}
                    WHERE status IN (1, 2) AND queue IN (SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL)
                    GROUP BY queue),
         cand AS (
             SELECT w.id, w.priority, w.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,
-                   row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at) AS rnk
+                   row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at, w.id) AS rnk
             FROM win w LEFT JOIN {QUEUES} q ON q.name = w.queue
                        LEFT JOIN active a ON a.queue = w.queue),
         picked AS (SELECT id FROM cand WHERE max_workers IS NULL OR cur + rnk <= max_workers
-                   ORDER BY priority DESC, sort_at LIMIT %s)
+                   ORDER BY priority DESC, sort_at, id LIMIT %s)
         UPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s
-        WHERE id IN (SELECT id FROM picked) AND status = 0
+        WHERE id IN (SELECT id FROM picked) AND +status = 0  -- by primary key, not a walk of the status index
         RETURNING {HOT_COLUMNS}
-        """,
-        [now, *(queues or ()), limit * 10, limit, worker_id, now],
-    )
+        """
+
+
+def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    """Claim up to ``limit`` due rows; runs under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
+
+    The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
+    index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
+    rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
+    if limit <= 0 or (queues is not None and not queues):
+        return []
+    now = _ts(_now())
+    if queues is None:
+        cursor.execute(PENDING_QUEUES_SQL)
+    else:
+        cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
+    open_queues = sorted(row[0] for row in cursor.fetchall())
+    if not open_queues:
+        return []
+    scan = limit * 10
+    if len(open_queues) <= MAX_STREAMED_QUEUES:
+        streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
+        window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
+        params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
+    else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
+        window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
+            FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
+              AND h.queue IN (SELECT value FROM json_each(%s))
+            ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
+        params = [now, json.dumps(open_queues), scan]
+    cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
     return sorted((_hot_job(row) for row in cursor.fetchall()), key=_sort_key)
 
 
@@ -289,7 +335,7 @@ def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
     now = _ts(_now())
     cursor.execute(
         f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-        f" last_updated_at = %s WHERE id = %s AND worker_id = %s AND status = 1 RETURNING attempt_count",
+        f" last_updated_at = %s WHERE id = %s AND worker_id = %s AND +status = 1 RETURNING attempt_count",
         [now, now, now, job_id, worker_id],
     )
     row = cursor.fetchone()
@@ -303,7 +349,7 @@ def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str
     now = _ts(_now())
     cursor.execute(
         f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-        f" last_updated_at = %s WHERE id IN ({_marks(len(ids))}) AND worker_id = %s AND status = 1"
+        f" last_updated_at = %s WHERE id IN ({_marks(len(ids))}) AND worker_id = %s AND +status = 1"
         " RETURNING id, attempt_count",
         [now, now, now, *ids, worker_id],
     )
@@ -316,7 +362,7 @@ def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[s
     now = _ts(_now())
     cursor.execute(
         f"UPDATE {HOT} SET heartbeat_at = %s, last_updated_at = %s"
-        f" WHERE id IN ({_marks(len(job_ids))}) AND status = 2 AND worker_id = %s RETURNING id",
+        f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 2 AND worker_id = %s RETURNING id",
         [now, now, *job_ids, worker_id],
     )
     return [row[0] for row in cursor.fetchall()]
@@ -390,7 +436,7 @@ def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
         return 0
     cursor.execute(
         f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-        f" WHERE id IN ({_marks(len(job_ids))}) AND status = 1 AND worker_id = %s",
+        f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 1 AND worker_id = %s",
         [_ts(_now()), *job_ids, worker_id],
     )
     return int(cursor.rowcount)
@@ -450,7 +496,7 @@ def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[s
     if not job_ids:
         return []
     cursor.execute(
-        f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN ({_marks(len(job_ids))}) AND status = 2"
+        f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN ({_marks(len(job_ids))}) AND +status = 2"
         " RETURNING id",
         [actor, *job_ids],
     )
