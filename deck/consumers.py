@@ -6,13 +6,16 @@ How the Deck stays live (ARCHITECTURE §4 "push cheaply"):
   (one per event loop, i.e. per daphne process). Consumers do no database
   work of their own and accept no commands (``{"type": "ping"}`` → pong).
 * The broadcaster wakes on engine events and at least every
-  ``CHOKAQ_DECK["POLL_INTERVAL"]`` (1 s); it never sends more than one frame per
-  ``CHOKAQ_DECK["TICK"]`` (250 ms), so thousands of jobs per second become a
-  few frames per second. Per wake it reads storage ONCE for all tabs — the
-  O(1) stats, the newest 100 Hot rows, per-second throughput, queues, top
-  errors when the DLQ changed, the worker registry (Workers and Circuit
-  breakers panels) once per poll — diffs against the previous read and renders
-  the changes through ``deck.fragments`` (one render per role, not per tab).
+  ``CHOKAQ_DECK["POLL_INTERVAL"]`` (1 s), and reads storage at most once per
+  ``CHOKAQ_DECK["READ_INTERVAL"]`` (1 s) in ONE statement for all tabs
+  (``service.live_view`` → ``storage.deck_snapshot``: the O(1) stats, the newest
+  100 Hot rows, where the previously shown rows went; per poll also throughput,
+  queues and the worker registry; top errors when the DLQ changed). It diffs
+  against the previous read and renders the changes through ``deck.fragments``
+  (one render per role, not per tab). Progress events carry their data and go
+  out at most once per ``CHOKAQ_DECK["TICK"]`` (250 ms) without a read; the
+  console reads the audit log only after an ``OperatorAction`` event. So a web
+  process costs about one statement per second whatever the load (issue 7).
 * Events reach the broadcaster two ways. With a cross-process channel layer
   (``REDIS_URL``) the broadcaster joins the group ``chokaq.deck`` on behalf of
   all its tabs and receives the ``deck.events`` messages that every process's
