@@ -52,7 +52,7 @@ from chokaq_core import events, service
 from chokaq_core.domain import JobRow, JobStatus
 from deck import fragments
 from deck.models import OperatorAction
-from deck.permissions import Role, role_of
+from deck.permissions import Role, anonymous_allowed, role_of
 
 logger = logging.getLogger("chokaq.deck")
 
@@ -79,7 +79,7 @@ class DeckConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+        if (user is None or not user.is_authenticated) and not anonymous_allowed():
             await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return

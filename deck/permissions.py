@@ -6,6 +6,18 @@ cancel, retry/resurrect, edit, pause/resume, queue limits) and *Deck admins*
 (+ ``admin_deck``: purges and bulk-by-filter). A superuser has them all.
 Every view and the websocket check them server-side; templates only use
 them to hide controls.
+
+Spec 04 §8 settings in ``CHOKAQ_DECK`` move the boundaries:
+
+* ``READ_PERMISSION`` (default ``"deck.view_deck"``): a permission codename or a
+  callable ``(user) -> bool`` guarding the page, partials, previews and the
+  websocket; ``None`` = any authenticated user.
+* ``DESTRUCTIVE_PERMISSION`` (default ``"deck.operate_deck"``): the same form,
+  for every command; ``None`` = the read boundary, purges included. With a
+  permission set, purges and bulk-by-filter also need ``deck.admin_deck``.
+* ``ALLOW_ANONYMOUS`` (default False): the demo escape hatch — everyone,
+  logged in or not, may do everything. Combined with either permission it is
+  a configuration error (``check_policy``, run when the app loads).
 """
 
 from __future__ import annotations
@@ -16,7 +28,9 @@ from enum import IntEnum
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 logger = logging.getLogger("chokaq.deck")
@@ -41,12 +55,61 @@ class Role(IntEnum):
     ADMIN = 3
 
 
+Policy = str | Callable[[Any], bool] | None
+_DEFAULTS: dict[str, Policy] = {"READ_PERMISSION": VIEW, "DESTRUCTIVE_PERMISSION": OPERATE}
+
+
+def _deck_settings() -> dict[str, Any]:
+    return dict(getattr(settings, "CHOKAQ_DECK", {}) or {})
+
+
+def _policy(name: str) -> Policy:
+    return _deck_settings().get(name, _DEFAULTS[name])  # type: ignore[no-any-return]
+
+
+def anonymous_allowed() -> bool:
+    return _deck_settings().get("ALLOW_ANONYMOUS", False) is True
+
+
+def check_policy() -> None:
+    """Spec 04 §8: refuse a policy that cannot mean what it says (raised when the app loads)."""
+    deck = _deck_settings()
+    for name in _DEFAULTS:
+        value = deck.get(name, _DEFAULTS[name])
+        if value is not None and not isinstance(value, str) and not callable(value):
+            raise ImproperlyConfigured(f"CHOKAQ_DECK[{name!r}] must be a permission codename, a callable "
+                                       f"(user) -> bool, or None (got {value!r})")
+        if isinstance(value, str) and "." not in value:
+            raise ImproperlyConfigured(f"CHOKAQ_DECK[{name!r}] must be an 'app_label.codename' permission "
+                                       f"(got {value!r})")
+    anonymous = deck.get("ALLOW_ANONYMOUS", False)
+    if not isinstance(anonymous, bool):
+        raise ImproperlyConfigured(f"CHOKAQ_DECK['ALLOW_ANONYMOUS'] must be True or False (got {anonymous!r})")
+    if anonymous and any(deck.get(name) is not None for name in _DEFAULTS):
+        raise ImproperlyConfigured("CHOKAQ_DECK['ALLOW_ANONYMOUS'] cannot be combined with READ_PERMISSION or "
+                                   "DESTRUCTIVE_PERMISSION: set those to None (or drop them) for an open demo "
+                                   "Deck, or keep ALLOW_ANONYMOUS False")
+
+
+def _satisfies(user: Any, policy: Policy) -> bool:
+    if policy is None:
+        return True
+    if callable(policy):
+        return bool(policy(user))
+    return bool(user.has_perm(policy))
+
+
 def role_of(user: Any) -> Role:
+    if anonymous_allowed():
+        return Role.ADMIN
     if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return Role.NONE
-    if not user.has_perm(VIEW):
+    if not _satisfies(user, _policy("READ_PERMISSION")):
         return Role.NONE
-    if user.has_perm(OPERATE):
+    destructive = _policy("DESTRUCTIVE_PERMISSION")
+    if destructive is None:
+        return Role.ADMIN  # commands share the read boundary
+    if _satisfies(user, destructive):
         return Role.ADMIN if user.has_perm(ADMIN) else Role.OPERATOR
     return Role.VIEWER
 
@@ -69,7 +132,7 @@ def require(minimum: Role) -> Callable[[Callable[..., HttpResponse]], Callable[.
         @wraps(view)
         def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             user = request.user
-            if not user.is_authenticated:
+            if not user.is_authenticated and not anonymous_allowed():
                 if request.method == "GET" and not request.headers.get("HX-Request"):
                     return redirect_to_login(request.get_full_path())
                 return refuse(request, 403, "Log in to use the Deck.")
