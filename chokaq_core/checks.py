@@ -23,6 +23,7 @@ chokaq.W020   Warning  (``--deploy``) unregistered job types are accepted at enq
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -69,18 +70,21 @@ def deck_settings_errors(deck: Any) -> list[str]:
     if not isinstance(deck, dict):
         return ["CHOKAQ_DECK must be a dict"]
     problems: list[str] = []  # keys other than spec 05 §1.2's belong to the Deck app and are its to check
-    prefix = deck.get("ROUTE_PREFIX", "/chokaq")
-    if not isinstance(prefix, str) or not prefix.startswith("/"):
-        problems.append(f"ROUTE_PREFIX must be a path starting with '/' (got {prefix!r})")
+    prefix = deck.get("ROUTE_PREFIX", "/deck")
+    if not isinstance(prefix, str) or not re.fullmatch(r"/[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*/?", prefix):
+        problems.append(f"ROUTE_PREFIX must be a path like '/deck' or '/ops/jobs' (got {prefix!r})")
     for key in ("READ_PERMISSION", "DESTRUCTIVE_PERMISSION"):
         value = deck.get(key)
-        if value is not None and (not isinstance(value, str) or value.count(".") != 1 or not all(value.split("."))):
-            problems.append(f"{key} must be None or '<app_label>.<codename>' (got {value!r})")
+        if value is not None and not callable(value) and (
+                not isinstance(value, str) or value.count(".") != 1 or not all(value.split("."))):
+            problems.append(f"{key} must be None, a callable (user) -> bool or '<app_label>.<codename>' "
+                            f"(got {value!r})")
     anonymous = deck.get("ALLOW_ANONYMOUS", False)
     if not isinstance(anonymous, bool):
         problems.append("ALLOW_ANONYMOUS must be True or False")
-    elif anonymous and (deck.get("READ_PERMISSION") or deck.get("DESTRUCTIVE_PERMISSION")):
-        problems.append("ALLOW_ANONYMOUS cannot be combined with READ_PERMISSION or DESTRUCTIVE_PERMISSION")
+    elif anonymous and (deck.get("READ_PERMISSION") is not None or deck.get("DESTRUCTIVE_PERMISSION") is not None):
+        problems.append("ALLOW_ANONYMOUS cannot be combined with READ_PERMISSION or DESTRUCTIVE_PERMISSION "
+                        "(set them to None, or keep ALLOW_ANONYMOUS False)")
     warning = deck.get("QUEUE_LAG_WARNING_THRESHOLD_SECONDS", 5)
     critical = deck.get("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS", 10)
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (warning, critical))

@@ -142,9 +142,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
-LOGIN_URL = "/deck/login/"
-LOGIN_REDIRECT_URL = "/deck/"
-LOGOUT_REDIRECT_URL = "/deck/login/"
+DECK_ROUTE_PREFIX = os.environ.get("CHOKAQ_DECK_ROUTE_PREFIX", "deck").strip("/")  # the Deck at /<prefix>/
+LOGIN_URL = f"/{DECK_ROUTE_PREFIX}/login/"
+LOGIN_REDIRECT_URL = f"/{DECK_ROUTE_PREFIX}/"
+LOGOUT_REDIRECT_URL = f"/{DECK_ROUTE_PREFIX}/login/"
 
 # The Deck's live updates (deck/consumers.py): one broadcaster per web process reads storage in ONE
 # statement at most once per READ_INTERVAL seconds (however many events arrive and tabs are open) and at
@@ -154,6 +155,7 @@ CHOKAQ_DECK = {
     "TICK": float(os.environ.get("CHOKAQ_DECK_TICK", "0.25")),
     "POLL_INTERVAL": float(os.environ.get("CHOKAQ_DECK_POLL_INTERVAL", "1.0")),
     "READ_INTERVAL": float(os.environ.get("CHOKAQ_DECK_READ_INTERVAL", "1.0")),
+    "ROUTE_PREFIX": f"/{DECK_ROUTE_PREFIX}",
 }
 
 # SQLite cannot use INCLUDE columns: the covering part of those indexes is a

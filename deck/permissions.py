@@ -72,23 +72,14 @@ def anonymous_allowed() -> bool:
 
 
 def check_policy() -> None:
-    """Spec 04 §8: refuse a policy that cannot mean what it says (raised when the app loads)."""
-    deck = _deck_settings()
-    for name in _DEFAULTS:
-        value = deck.get(name, _DEFAULTS[name])
-        if value is not None and not isinstance(value, str) and not callable(value):
-            raise ImproperlyConfigured(f"CHOKAQ_DECK[{name!r}] must be a permission codename, a callable "
-                                       f"(user) -> bool, or None (got {value!r})")
-        if isinstance(value, str) and "." not in value:
-            raise ImproperlyConfigured(f"CHOKAQ_DECK[{name!r}] must be an 'app_label.codename' permission "
-                                       f"(got {value!r})")
-    anonymous = deck.get("ALLOW_ANONYMOUS", False)
-    if not isinstance(anonymous, bool):
-        raise ImproperlyConfigured(f"CHOKAQ_DECK['ALLOW_ANONYMOUS'] must be True or False (got {anonymous!r})")
-    if anonymous and any(deck.get(name) is not None for name in _DEFAULTS):
-        raise ImproperlyConfigured("CHOKAQ_DECK['ALLOW_ANONYMOUS'] cannot be combined with READ_PERMISSION or "
-                                   "DESTRUCTIVE_PERMISSION: set those to None (or drop them) for an open demo "
-                                   "Deck, or keep ALLOW_ANONYMOUS False")
+    """Spec 04 §8: a policy that cannot mean what it says stops the process when the app loads (the same
+    rules as system check chokaq.E004)."""
+    from chokaq_core.checks import deck_settings_errors
+
+    problems = [p for p in deck_settings_errors(_deck_settings())
+                if p.startswith(("READ_PERMISSION", "DESTRUCTIVE_PERMISSION", "ALLOW_ANONYMOUS", "ROUTE_PREFIX"))]
+    if problems:
+        raise ImproperlyConfigured("Invalid CHOKAQ_DECK: " + "; ".join(problems))
 
 
 def _satisfies(user: Any, policy: Policy) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.urls import path
 
 from deck.consumers import DeckConsumer
+from deck.urls import route_prefix
 
 websocket_urlpatterns = [
-    path("ws/deck/", DeckConsumer.as_asgi()),
+    path(f"ws/{route_prefix()}/", DeckConsumer.as_asgi()),
 ]

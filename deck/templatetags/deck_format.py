@@ -14,6 +14,22 @@ from chokaq_core.domain import FailureReason, JobStatus
 
 register = template.Library()
 
+
+@register.simple_tag
+def deck_root() -> str:
+    """The Deck's base path, e.g. ``/deck/`` (``CHOKAQ_DECK["ROUTE_PREFIX"]``)."""
+    from django.urls import reverse
+
+    return reverse("deck:index")
+
+
+@register.simple_tag
+def deck_ws() -> str:
+    """The Deck's websocket path, e.g. ``/ws/deck/``."""
+    from deck.urls import route_prefix
+
+    return f"/ws/{route_prefix()}/"
+
 LAG_WARNING_SECONDS = 5  # defaults of CHOKAQ_DECK["QUEUE_LAG_WARNING_THRESHOLD_SECONDS"] (spec 05 §1.2)
 LAG_CRITICAL_SECONDS = 10  # and CHOKAQ_DECK["QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS"]
 _SPACES = re.compile(r"\s+")

@@ -9,6 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
+from django.urls import clear_url_caches
 
 from chokaq_core.models import JobsDLQ, Queues
 from deck.consumers import DeckConsumer
@@ -142,3 +143,42 @@ def test_anonymous_socket_is_refused_by_default(settings: Any) -> None:
     run(socket())
 
 
+
+
+def test_route_prefix_moves_the_page_its_links_the_api_and_the_socket(settings: Any, roles: None,
+                                                                        jobs: Jobs) -> None:
+    import importlib
+
+    import config.urls
+    from deck import routing
+
+    original = dict(settings.CHOKAQ_DECK)
+
+    def rebuild(deck_settings: dict[str, Any]) -> None:
+        settings.CHOKAQ_DECK = deck_settings
+        importlib.reload(config.urls)
+        importlib.reload(routing)
+        clear_url_caches()
+
+    rebuild({**original, "ROUTE_PREFIX": "/ops/jobs"})
+    try:
+        admin = logged_in(make_user("admin"))
+        page = admin.get("/ops/jobs/").content.decode()
+        assert 'ws-connect="/ws/ops/jobs/"' in page and 'href="/ops/jobs/?view=archive"' in page
+        assert '"/deck/' not in page
+        rows = admin.get("/ops/jobs/partials/jobs?view=active", **HTMX).content.decode()
+        assert f'hx-post="/ops/jobs/api/jobs/{jobs.pending}/cancel"' in rows
+        assert admin.get("/deck/").status_code == 404
+        assert pause(admin) == 404  # the old path is gone
+        assert admin.post("/ops/jobs/api/queues/main/pause", {"value": "true"}, **HTMX).status_code in (200, 204)
+        assert str(routing.websocket_urlpatterns[0].pattern) == "ws/ops/jobs/"
+        assert admin.get("/ops/jobs/health/").status_code in (200, 503)
+    finally:
+        rebuild(original)
+    assert logged_in(make_user("admin")).get("/deck/").status_code == 200
+
+
+@pytest.mark.parametrize("prefix", ["deck", "/", "/de ck", 5])
+def test_a_malformed_route_prefix_is_refused(settings: Any, prefix: Any) -> None:
+    with pytest.raises(ImproperlyConfigured, match="ROUTE_PREFIX"):
+        deck(settings, ROUTE_PREFIX=prefix)
