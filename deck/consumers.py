@@ -283,7 +283,8 @@ class Broadcaster:
             if not read and not (due.progress and now - last_flush >= self.tick):
                 continue
             variants = {c.role >= Role.OPERATOR for c in self.consumers}
-            if not variants:
+            if not variants:  # the last tab is leaving: do not spin until detach() stops this task
+                await asyncio.sleep(self.tick)
                 continue
             taken, due = due, _Due(dirty=due.dirty and not read, full=due.full and not read,
                                    queues=due.queues and not read, actions=due.actions and not read)
