@@ -688,3 +688,11 @@ def _fleet_view(registry: list[WorkerInfo], now: datetime) -> FleetView:
                 for key, m in merged.items()]
     breakers.sort(key=lambda b: (-_CIRCUIT_RANK[b.status], b.key))
     return FleetView(now, timeout, rows[:FLEET_MAX_ROWS], breakers)
+
+
+def deck_settings_problems(deck: Any) -> list[str]:
+    """What system check chokaq.E004 finds wrong in ``settings.CHOKAQ_DECK`` (the Deck refuses to start on the
+    policy ones)."""
+    from chokaq_core.checks import deck_settings_errors
+
+    return deck_settings_errors(deck)

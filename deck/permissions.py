@@ -74,9 +74,9 @@ def anonymous_allowed() -> bool:
 def check_policy() -> None:
     """Spec 04 §8: a policy that cannot mean what it says stops the process when the app loads (the same
     rules as system check chokaq.E004)."""
-    from chokaq_core.checks import deck_settings_errors
+    from chokaq_core import service
 
-    problems = [p for p in deck_settings_errors(_deck_settings())
+    problems = [p for p in service.deck_settings_problems(_deck_settings())
                 if p.startswith(("READ_PERMISSION", "DESTRUCTIVE_PERMISSION", "ALLOW_ANONYMOUS", "ROUTE_PREFIX"))]
     if problems:
         raise ImproperlyConfigured("Invalid CHOKAQ_DECK: " + "; ".join(problems))
