@@ -43,11 +43,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.deck_bench import ensure_database  # noqa: E402  (the same database set-up as the Deck bench)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/chokaq_ws_load"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -366,19 +367,6 @@ def _statement_kind(sql: str) -> str:
 
 
 # ---------------------------------------------------------------- main
-
-
-def ensure_database(url: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    parsed = urlparse(url)
-    name = parsed.path.lstrip("/")
-    admin = urlunparse(parsed._replace(scheme="postgresql", path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            log(f"created database {name}")
 
 
 def viewer_session() -> str:

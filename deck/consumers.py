@@ -175,8 +175,6 @@ class Broadcaster:
         layer = get_channel_layer()
         self.cross_process = layer is not None and not isinstance(layer, InMemoryChannelLayer)
         self.layer = layer
-        self.frames_sent = 0
-        self.reads = 0
 
     # ------------------------------------------------------------ consumers
 
@@ -307,7 +305,6 @@ class Broadcaster:
                 continue
             try:
                 await consumer.push(frame)
-                self.frames_sent += 1
             except Exception:
                 logger.debug("deck push failed; the socket is going away", exc_info=True)
 
@@ -326,7 +323,6 @@ class Broadcaster:
             state.failed_total != state.errors_failed_total and now - state.errors_read_at >= TOP_ERRORS_MIN_INTERVAL)
         view = service.live_view(locate=list(state.rows or ()), throughput=due.full or state.throughput is None,
                                  queues=due.full or due.queues, fleet=due.full, errors=errors_due, limit=ACTIVE_ROWS)
-        self.reads += 1
         summary = view.summary
         state.failed_total = summary.failed_total
         if view.errors is not None:

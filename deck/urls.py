@@ -3,23 +3,17 @@ default ``deck``); the websocket is at ``/ws/<ROUTE_PREFIX>/`` (``deck.routing``
 
 from __future__ import annotations
 
-import re
-
 from django.conf import settings
 from django.contrib.auth import views as auth_views
-from django.core.exceptions import ImproperlyConfigured
 from django.urls import path
 
 from deck import views
 
 
 def route_prefix() -> str:
-    """``CHOKAQ_DECK["ROUTE_PREFIX"]`` (default ``/deck``) without its slashes, e.g. ``deck`` or ``ops/jobs``."""
-    prefix = str(getattr(settings, "CHOKAQ_DECK", {}).get("ROUTE_PREFIX", "/deck")).strip("/")
-    if not re.fullmatch(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*", prefix):
-        raise ImproperlyConfigured(f"Invalid CHOKAQ_DECK: ROUTE_PREFIX must be a path like '/deck' or '/ops/jobs' "
-                                   f"(got {prefix!r})")
-    return prefix
+    """``CHOKAQ_DECK["ROUTE_PREFIX"]`` (default ``/deck``) without its slashes, e.g. ``deck`` or ``ops/jobs``.
+    Its form is checked when the app loads (``deck.permissions.check_policy``, system check chokaq.E004)."""
+    return str(getattr(settings, "CHOKAQ_DECK", {}).get("ROUTE_PREFIX", "/deck")).strip("/")
 
 
 app_name = "deck"

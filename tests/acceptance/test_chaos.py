@@ -116,18 +116,6 @@ def _needed(item: dict[str, object]) -> int:
 
 
 @pytest.fixture
-def executions_table(transactional_db: None) -> Iterator[None]:
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE IF EXISTS test_executions")
-        cursor.execute(
-            "CREATE TABLE test_executions (id bigserial PRIMARY KEY, job_id varchar(50) NOT NULL, attempt int)"
-        )
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE IF EXISTS test_executions")
-
-
-@pytest.fixture
 def fleet(executions_table: None, tmp_path: Path) -> Iterator[tuple[list[Proc], dict[str, str]]]:
     """(every worker process started, env); all are SIGKILLed and reaped afterwards."""
     env = {

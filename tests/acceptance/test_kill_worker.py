@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from django.db import connection
 
 from chokaq_core import FailureReason, JobStatus, enqueue_many, storage
 from chokaq_core.conf import config
+from tests.acceptance.procs import wait_for
 from tests.conftest import database_url
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgresql, pytest.mark.slow]
@@ -82,19 +83,6 @@ def _query(sql: str, params: list[object] | None = None) -> list[tuple[object, .
 
 def _count(table: str) -> int:
     return int(_query(f"SELECT count(*) FROM {table}")[0][0])  # type: ignore[call-overload]
-
-
-@pytest.fixture
-def executions_table(transactional_db: None) -> Iterator[None]:
-    """The table ``test.record.v1`` writes into, in the test database (dropped afterwards)."""
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE IF EXISTS test_executions")
-        cursor.execute(
-            "CREATE TABLE test_executions (id bigserial PRIMARY KEY, job_id varchar(50) NOT NULL, attempt int)"
-        )
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE IF EXISTS test_executions")
 
 
 @pytest.fixture
@@ -161,15 +149,6 @@ def _freeze_and_snapshot(victim: WorkerProcess) -> set[str]:
     pytest.fail("never caught the victim with a job in Processing:\n" + victim.output())
 
 
-def _wait(predicate: Callable[[], bool], timeout: float, what: str, procs: list[WorkerProcess]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}:\n" + "\n".join(w.output() for w in procs))
-
-
 def test_sigkill_one_of_three_workers_loses_nothing(workers: list[WorkerProcess]) -> None:
     assert config().DATABASE == "default"
     assert _count("chokaq_jobs_hot") == _count("chokaq_jobs_archive") == _count("chokaq_jobs_dlq") == 0
@@ -181,7 +160,7 @@ def test_sigkill_one_of_three_workers_loses_nothing(workers: list[WorkerProcess]
     assert len(enqueued) == JOBS
 
     victim, survivors = workers[0], workers[1:]
-    _wait(lambda: _count("chokaq_jobs_archive") >= KILL_AFTER_ARCHIVED, RUN_TIMEOUT,
+    wait_for(lambda: _count("chokaq_jobs_archive") >= KILL_AFTER_ARCHIVED, RUN_TIMEOUT,
           f"{KILL_AFTER_ARCHIVED} archived jobs", workers)
     running_at_kill = _freeze_and_snapshot(victim)
     os.kill(victim.proc.pid, signal.SIGKILL)
@@ -189,7 +168,7 @@ def test_sigkill_one_of_three_workers_loses_nothing(workers: list[WorkerProcess]
     archived_at_kill = _count("chokaq_jobs_archive")
     assert archived_at_kill < JOBS, "the kill must land mid-run"
 
-    _wait(lambda: _count("chokaq_jobs_hot") == 0, RUN_TIMEOUT, "the hot table to empty", workers)
+    wait_for(lambda: _count("chokaq_jobs_hot") == 0, RUN_TIMEOUT, "the hot table to empty", workers)
 
     archived = [str(r[0]) for r in _query("SELECT id FROM chokaq_jobs_archive")]
     dead = _query("SELECT id, failure_reason, worker_id FROM chokaq_jobs_dlq")
