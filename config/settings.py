@@ -140,7 +140,6 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 DECK_ROUTE_PREFIX = os.environ.get("CHOKAQ_DECK_ROUTE_PREFIX", "deck").strip("/")  # the Deck at /<prefix>/
 LOGIN_URL = f"/{DECK_ROUTE_PREFIX}/login/"
