@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -220,6 +221,57 @@ class DeadJob:
     failed_at: datetime
 
 
+MAX_ATTEMPT_MESSAGE = 1000
+MAX_ATTEMPT_TRACEBACK = 8000
+_TRACEBACK_HEAD = "Traceback (most recent call last):\n"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """What one failed execution raised: the exception's class path, its message and its traceback text
+    (``traceback.format_exception``'s shape; the middle frames are cut when it is longer than
+    ``MAX_ATTEMPT_TRACEBACK`` characters, keeping the first line and the exception at the end)."""
+
+    error_class: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> AttemptError:
+        kind = type(exc)
+        text = "".join(traceback.format_exception(exc))
+        if len(text) > MAX_ATTEMPT_TRACEBACK:
+            head = _TRACEBACK_HEAD if text.startswith(_TRACEBACK_HEAD) else ""
+            cut = f"{head}  ...\n"
+            text = cut + text[len(text) - (MAX_ATTEMPT_TRACEBACK - len(cut)):]
+        return cls(error_class=f"{kind.__module__}.{kind.__qualname__}", message=str(exc)[:MAX_ATTEMPT_MESSAGE],
+                   traceback=text)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One failed execution in a job's attempts history (``chokaq_job_attempts``), oldest first."""
+
+    job_id: str
+    attempt: int
+    worker_id: str | None
+    error_class: str
+    message: str
+    traceback: str
+    failed_at: datetime
+    started_at: datetime | None = None  # when that execution started (the Hot row's started_at)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """An attempts-history row to write: the job, which execution failed, and what it raised."""
+
+    job_id: str
+    attempt: int
+    error: AttemptError
+    started_at: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Success:
     """A finished execution to archive."""
@@ -236,6 +288,7 @@ class Retry:
     job_id: str
     attempt_count: int
     delay_seconds: float
+    error: AttemptError | None = None  # what the attempt raised, kept in the attempts history
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +298,8 @@ class Failure:
     job_id: str
     reason: FailureReason
     error_details: str
+    attempt: int | None = None  # the execution that failed, when one ran (kept in the attempts history)
+    error: AttemptError | None = None
 
 
 @dataclass(frozen=True, slots=True)

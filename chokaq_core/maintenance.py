@@ -72,6 +72,8 @@ class RetentionPlan:
                  "dlq": timedelta(days=self.dlq_days) if self.dlq_days else None,
                  "metric_buckets": timedelta(hours=self.metric_buckets_hours) if self.metric_buckets_hours else None,
                  "workers": timedelta(days=self.worker_rows_days) if self.worker_rows_days else None}
+        if self.archive_days and self.dlq_days:  # the attempts history lives as long as the longer of the two
+            spans["attempts"] = timedelta(days=max(self.archive_days, self.dlq_days))
         return {target: now - span for target, span in spans.items() if span is not None}
 
 
@@ -80,6 +82,7 @@ CLEANUP_TARGETS = {
     "dlq": storage.purge_dlq_older_than,
     "metric_buckets": storage.purge_metric_buckets,
     "workers": storage.purge_workers,
+    "attempts": storage.purge_attempts,
 }
 
 

@@ -252,3 +252,28 @@ class Schedules(models.Model):
 
     class Meta:
         db_table = "chokaq_schedules"
+
+
+class JobAttempts(models.Model):
+    """The attempts history: one row per failed execution of a job — what it raised, when, on which worker.
+
+    Rows are keyed by job id, so they stay valid while the job moves Hot → Archive / DLQ → Hot; they are
+    written in the same transaction as the retry or DLQ move of that execution and deleted by retention.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.CharField(max_length=50)
+    attempt = models.IntegerField()
+    worker_id = models.CharField(max_length=100, null=True)
+    error_class = models.CharField(max_length=255)
+    error_message = models.TextField()
+    traceback = models.TextField()
+    started_at = models.DateTimeField(null=True)
+    failed_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "chokaq_job_attempts"
+        indexes = [
+            models.Index(fields=["job_id", "id"], name="attempts_by_job"),
+            models.Index(fields=["failed_at"], name="attempts_by_time"),
+        ]

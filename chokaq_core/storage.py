@@ -32,10 +32,12 @@ from chokaq_core import events, metrics
 from chokaq_core.conf import config
 from chokaq_core.domain import (
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     HistorySort,
     HotJob,
@@ -282,11 +284,16 @@ def complete(
 
     def operation(cursor: Any) -> Completion:
         sql = dialect()
-        return Completion(
+        started = _execution_starts(sql, cursor, retries, failures)
+        completion = Completion(
             archived=sql.archive_succeeded(cursor, worker_id, successes) if successes else [],
             rescheduled=sql.reschedule_for_retry(cursor, worker_id, retries) if retries else [],
             failed=sql.move_to_dlq(cursor, worker_id, failures) if failures else [],
         )
+        failed_attempts = _failed_attempts(completion, retries, failures, started)
+        if failed_attempts:
+            sql.record_attempts(cursor, worker_id, failed_attempts)
+        return completion
 
     done = run(operation, prepared="archive_succeeded" in getattr(dialect(), "PREPARED", frozenset()))
     reasons = {f.job_id: f.reason for f in failures}
@@ -301,6 +308,40 @@ def complete(
     if published:
         _emit([*published, events.stats_updated()])
     return done
+
+
+def _execution_starts(sql: Any, cursor: Any, retries: Sequence[Retry], failures: Sequence[Failure]
+                      ) -> dict[str, datetime | None]:
+    """When each failed execution that carries its error started: the Hot row's ``started_at``, read before
+    the move clears it (primary-key reads on the failure path only)."""
+    ids = [r.job_id for r in retries if r.error is not None] + [f.job_id for f in failures if f.error is not None]
+    starts: dict[str, datetime | None] = {}
+    for job_id in dict.fromkeys(ids):
+        row = sql.get_hot(cursor, job_id)
+        starts[job_id] = row.started_at if row is not None else None
+    return starts
+
+
+def _failed_attempts(done: Completion, retries: Sequence[Retry], failures: Sequence[Failure],
+                     started: dict[str, datetime | None]) -> list[FailedAttempt]:
+    """The attempts-history rows of a completion batch: each failed execution that carries its error and
+    whose move really happened (a lost-ownership row records nothing)."""
+    moved = {job_id for job_id, _ in done.rescheduled} | {job_id for job_id, _ in done.failed}
+    recorded = [FailedAttempt(r.job_id, r.attempt_count, r.error, started.get(r.job_id)) for r in retries
+                if r.error is not None and r.job_id in moved]
+    recorded += [FailedAttempt(f.job_id, f.attempt, f.error, started.get(f.job_id)) for f in failures
+                 if f.error is not None and f.attempt is not None and f.job_id in moved]
+    return recorded
+
+
+def job_attempts(job_id: str) -> list[Attempt]:
+    """A job's attempts history: every recorded failed execution, oldest first."""
+    return call("job_attempts", job_id)
+
+
+def purge_attempts(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """Attempts-history rows of executions that failed before ``cutoff``."""
+    return _purge_batches("purge_attempts", cutoff, progress)
 
 
 def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:

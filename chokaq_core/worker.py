@@ -48,6 +48,7 @@ from django.db import connections
 from chokaq_core import events, metrics, storage
 from chokaq_core.conf import Config, config
 from chokaq_core.domain import (
+    AttemptError,
     CancellationReason,
     Failure,
     HotJob,
@@ -632,10 +633,10 @@ class Worker:
             if decision.retry:
                 logger.info("job %s attempt %s failed, retry in %.1f s (2022): %s", job.id, attempt, decision.delay,
                             exc)
-                return Retry(job.id, attempt, decision.delay)
+                return Retry(job.id, attempt, decision.delay, AttemptError.of(exc))
             assert decision.reason is not None
             logger.warning("job %s failed terminally as %s", job.id, decision.reason.display_name)
-            return Failure(job.id, decision.reason, decision.details)
+            return Failure(job.id, decision.reason, decision.details, attempt, AttemptError.of(exc))
         duration_ms = (time.perf_counter() - started) * 1000
         self.breakers.get(job.type).success(permit)
         return Success(job.id, round(duration_ms, 3), encode_result(job.id, value))

@@ -33,10 +33,12 @@ from django.core.exceptions import ImproperlyConfigured
 
 from chokaq_core.domain import (
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     HistorySort,
     HotJob,
@@ -292,6 +294,20 @@ class Dialect(Protocol):
         ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
         ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
         exactly as its own function returns it. The parts travel as JSON (``json_rows`` decodes them)."""
+        ...
+
+    # ------------------------------------------------------------ attempts history
+    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+        """Insert one ``chokaq_job_attempts`` row per failed execution, stamped with the database clock (run it
+        in the transaction that reschedules or dead-letters those executions)."""
+        ...
+
+    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
+        """Every recorded failed execution of a job, oldest first."""
+        ...
+
+    def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of attempts-history rows that failed before ``cutoff``; rows deleted."""
         ...
 
 

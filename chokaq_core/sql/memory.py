@@ -43,10 +43,12 @@ from chokaq_core.conf import config
 from chokaq_core.domain import (
     INDEXED_SORTS,
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     FailureReason,
     HistorySort,
@@ -230,11 +232,12 @@ class _Tables:
         self.queues: dict[str, _Queue] = {}
         self.workers: dict[str, _Worker] = {}
         self.schedules: dict[str, _Schedule] = {}
+        self.attempts: dict[int, Attempt] = {}  # the attempts history: insertion seq → row
         self.seq = 0
 
     def clear(self) -> None:
         for table in (self.hot, self.keys, self.archive, self.dlq, self.stats, self.buckets, self.queues,
-                      self.workers, self.schedules):
+                      self.workers, self.schedules, self.attempts):
             table.clear()
         self.seq = 0
 
@@ -1218,3 +1221,28 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         workers=list_workers(cursor) if request.workers else None,
         errors=top_errors(cursor, request.errors_limit) if request.errors_limit > 0 else None,
     )
+
+
+# ---------------------------------------------------------------- attempts history
+
+@_transition
+def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+    now = _now()
+    for a in attempts:
+        _put(_db.attempts, _next_seq(), Attempt(a.job_id, a.attempt, worker_id, a.error.error_class,
+                                                 a.error.message, a.error.traceback, now, a.started_at))
+
+
+def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
+    with _lock:
+        return [row for _, row in sorted(_db.attempts.items()) if row.job_id == job_id]
+
+
+@_transition
+def purge_attempts(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    limit = _utc(cutoff)
+    keys = _limit(sorted((k for k, row in _db.attempts.items() if row.failed_at < limit),
+                         key=lambda k: (_db.attempts[k].failed_at, k)), batch_size)
+    for key in keys:
+        _pop(_db.attempts, key)
+    return len(keys)

@@ -50,10 +50,12 @@ from typing import Any
 
 from chokaq_core.domain import (
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     FailureReason,
     HistorySort,
@@ -1626,3 +1628,53 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         workers=[_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
         errors=[_error(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
     )
+
+
+# ---------------------------------------------------------------- attempts history
+
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"record_attempts", "job_attempts"}
+ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
+                  "started_at")
+# One statement for the whole batch, its rows read from a JSON array in order (no 2,100-parameter limit).
+RECORD_ATTEMPTS_SQL = (
+    "DECLARE @Worker nvarchar(100) = %s;\n"
+    "DECLARE @Attempts nvarchar(max) = %s;\n"
+    "INSERT INTO chokaq_job_attempts\n"
+    "    (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)\n"
+    "SELECT a.job_id, a.attempt, @Worker, a.error_class, a.error_message, a.traceback, SYSUTCDATETIME(),\n"
+    "    a.started_at\n"
+    "FROM OPENJSON(@Attempts) WITH (n int '$.n', job_id nvarchar(50) '$.job_id', attempt int '$.attempt',\n"
+    "    error_class nvarchar(255) '$.error_class', error_message nvarchar(max) '$.error_message',\n"
+    "    traceback nvarchar(max) '$.traceback', started_at datetime2(7) '$.started_at') AS a\n"
+    "ORDER BY a.n"
+)
+JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
+
+
+def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+    """One INSERT … SELECT over the batch as a JSON array."""
+    if not attempts:
+        return
+    cursor.execute(RECORD_ATTEMPTS_SQL, [worker_id, _json(
+        {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
+         "error_message": a.error.message, "traceback": a.error.traceback,
+         "started_at": _naive_utc(a.started_at)} for n, a in enumerate(attempts)
+    )])
+
+
+def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
+    cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
+    return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], _utc(row[6]), _utc(row[7]))  # type: ignore[arg-type]
+            for row in _rows(cursor)]
+
+
+def _naive_utc(value: datetime | None) -> str | None:
+    """A datetime as JSON text ``datetime2`` reads: naive UTC ISO 8601."""
+    return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
+
+
+def purge_attempts(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    """Delete one batch of attempts-history rows that failed before ``cutoff``."""
+    cursor.execute(PURGE_ATTEMPTS_SQL, [_ts(cutoff), batch_size])
+    return _count(cursor)

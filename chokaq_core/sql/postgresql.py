@@ -22,10 +22,12 @@ from typing import Any
 from chokaq_core.domain import (
     INDEXED_SORTS,
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     FailureReason,
     HistorySort,
@@ -1316,3 +1318,44 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         workers=None if workers is None else [_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])],
         errors=None if errors is None else [_error(r) for r in json_rows(errors, datetime_at=[3])],
     )
+
+
+# ---------------------------------------------------------------- attempts history
+
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"record_attempts", "job_attempts", "purge_attempts"}
+ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
+                  "started_at")
+RECORD_ATTEMPTS_SQL = """
+INSERT INTO chokaq_job_attempts
+    (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)
+SELECT a.job_id, a.attempt, %s::varchar, a.error_class, a.error_message, a.traceback, now(), a.started_at
+FROM unnest(%s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s::timestamptz[])
+     WITH ORDINALITY AS a(job_id, attempt, error_class, error_message, traceback, started_at, n)
+ORDER BY a.n
+"""
+JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+PURGE_ATTEMPTS_SQL = """
+DELETE FROM chokaq_job_attempts WHERE id IN (
+    SELECT id FROM chokaq_job_attempts WHERE failed_at < %s ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
+
+
+def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+    """One INSERT … SELECT over unnest() arrays for the whole batch, in order."""
+    if not attempts:
+        return
+    cursor.execute(RECORD_ATTEMPTS_SQL, [
+        worker_id, [a.job_id for a in attempts], [a.attempt for a in attempts],
+        [a.error.error_class for a in attempts], [a.error.message for a in attempts],
+        [a.error.traceback for a in attempts], [a.started_at for a in attempts],
+    ])
+
+
+def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
+    cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
+    return [Attempt(*row) for row in cursor.fetchall()]
+
+
+def purge_attempts(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    cursor.execute(PURGE_ATTEMPTS_SQL, [cutoff, batch_size])
+    return int(cursor.rowcount)

@@ -21,10 +21,12 @@ from typing import Any
 from chokaq_core.domain import (
     INDEXED_SORTS,
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     FailureReason,
     HistorySort,
@@ -1131,3 +1133,35 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         workers=None if workers is None else [_worker(r) for r in json_rows(workers)],
         errors=None if errors is None else [_error(r) for r in json_rows(errors)],
     )
+
+
+# ---------------------------------------------------------------- attempts history
+
+ATTEMPTS = "chokaq_job_attempts"
+AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"job_attempts", "purge_attempts"}
+ATTEMPT_COLUMNS = "job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at"
+ATTEMPT_ROWS_PER_INSERT = 100  # 8 parameters a row, within SQLite's host-parameter limit
+
+
+def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+    now = _ts(_now())
+    for chunk in _chunks(attempts, ATTEMPT_ROWS_PER_INSERT):
+        cursor.execute(
+            f"INSERT INTO {ATTEMPTS} ({ATTEMPT_COLUMNS}) VALUES {', '.join(['(%s, %s, %s, %s, %s, %s, %s, %s)'] * len(chunk))}",
+            [value for a in chunk for value in (a.job_id, a.attempt, worker_id, a.error.error_class,
+                                                a.error.message, a.error.traceback, now, _ts(a.started_at))],
+        )
+
+
+def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
+    cursor.execute(f"SELECT {ATTEMPT_COLUMNS} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id", [job_id])
+    return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], _dt(r[6]), _dt(r[7]))  # type: ignore[arg-type]
+            for r in cursor.fetchall()]
+
+
+def purge_attempts(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+    cursor.execute(
+        f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s ORDER BY failed_at LIMIT %s)",
+        [_ts(cutoff), batch_size],
+    )
+    return int(cursor.rowcount)

@@ -14,8 +14,8 @@ from django.db import connection
 from django.db.models import Count
 
 from chokaq_core import enqueue, maintenance, storage
-from chokaq_core.domain import Failure, FailureReason, Success, WorkerInfo
-from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, MetricBuckets, StatsSummary, Workers
+from chokaq_core.domain import AttemptError, Failure, FailureReason, Retry, Success, WorkerInfo
+from chokaq_core.models import JobAttempts, JobsArchive, JobsDLQ, JobsHot, MetricBuckets, StatsSummary, Workers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,3 +168,23 @@ def test_progress_callback_reports_every_batch(history: dict[str, Any]) -> None:
     plan = maintenance.RetentionPlan(archive_days=7, dlq_days=None, metric_buckets_hours=None, worker_rows_days=None)
     assert maintenance.cleanup(plan, record) == {"archive": 6}
     assert seen == [("archive", 3), ("archive", 3)]
+
+
+def test_attempts_history_lives_as_long_as_the_longer_of_archive_and_dlq(chokaq_settings: Any) -> None:
+    ids = [enqueue("test.ok.v1", {"n": i}, queue="att") for i in range(3)]
+    storage.fetch_batch("w1", 10, ["att"])
+    try:
+        raise ConnectionError("down")
+    except ConnectionError as exc:
+        error = AttemptError.of(exc)
+    storage.complete("w1", [], [Retry(i, 1, 0.0, error) for i in ids], [])
+    for job_id, age in zip(ids, (2, 10, 40), strict=True):
+        JobAttempts.objects.filter(job_id=job_id).update(failed_at=NOW - timedelta(days=age))
+
+    assert "attempts" not in maintenance.cleanup(maintenance.RetentionPlan(7, None, None, None), now=NOW)
+    assert JobAttempts.objects.count() == 3
+    deleted = maintenance.cleanup(maintenance.RetentionPlan(7, 30, None, None), now=NOW)
+
+    assert deleted["attempts"] == 1
+    assert sorted(JobAttempts.objects.values_list("job_id", flat=True)) == sorted(ids[:2])
+    assert "JobAttempts: 1 rows older than" in run("--archive-days", "1", "--dlq-days", "5", "--dry-run")

@@ -44,10 +44,13 @@ from django.apps import apps
 from chokaq_core import vendor_ops
 from chokaq_core.domain import (
     ArchivedJob,
+    Attempt,
+    AttemptError,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     FailureReason,
     HistorySort,
@@ -575,6 +578,8 @@ def snapshot_row(native: dict[str, list[tuple[Any, ...]]], request: SnapshotRequ
             part("list_workers", request.workers), part("top_errors", request.errors_limit > 0))
 
 
+ATTEMPT_ERROR = AttemptError("builtins.ConnectionError", "it's 50% down",
+                             "Traceback (most recent call last):\n  ...\nConnectionError: it's 50% down\n")
 FULL_REQUEST = SnapshotRequest(active_limit=50, locate_ids=SNAPSHOT_IDS, throughput_since=SNAPSHOT_SINCE, queues=True,
                                workers=True, errors_limit=5)
 BARE_REQUEST = SnapshotRequest(active_limit=10)
@@ -711,6 +716,16 @@ CASES = [
     Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
     Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
     Case("change_marker", (), [], None),  # no statement: workers poll on SQL Server
+    Case("record_attempts", ("w1", [FailedAttempt("J1", 1, ATTEMPT_ERROR, T0), FailedAttempt("J2", 3, ATTEMPT_ERROR)]),
+         [None], None),
+    Case("record_attempts", (None, []), [], None),
+    Case("job_attempts", ("J1",), [[("J1", 1, "w1", "builtins.ConnectionError", "timeout", "Traceback …", T1, T0),
+                                    ("J1", 2, None, "builtins.ValueError", "bad", "Traceback …",
+                                     T1.replace(tzinfo=None), None)]],
+         [Attempt("J1", 1, "w1", "builtins.ConnectionError", "timeout", "Traceback …", T1, T0),
+          Attempt("J1", 2, None, "builtins.ValueError", "bad", "Traceback …", T1, None)]),
+    Case("job_attempts", ("J9",), [[]], []),
+    Case("purge_attempts", (T0, 100), [[(4,)]], 4),
     Case("deck_snapshot", (FULL_REQUEST,), [[snapshot_row(SNAPSHOT_NATIVE, FULL_REQUEST)]], check=_full_snapshot),
     Case("deck_snapshot", (BARE_REQUEST,), [Sets([None, [snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]])],
          check=_bare_snapshot),

@@ -16,9 +16,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chokaq_core import maintenance, storage
-from chokaq_core.models import JobsArchive, JobsDLQ, MetricBuckets, Workers
+from chokaq_core.models import JobAttempts, JobsArchive, JobsDLQ, MetricBuckets, Workers
 
-LABELS = {"archive": "Archive", "dlq": "DLQ", "metric_buckets": "MetricBuckets", "workers": "Workers"}
+LABELS = {"archive": "Archive", "dlq": "DLQ", "metric_buckets": "MetricBuckets", "workers": "Workers",
+          "attempts": "JobAttempts"}
 BAR_WIDTH = 30
 
 
@@ -31,6 +32,8 @@ def count_older(target: str, cutoff: datetime) -> int:
         return JobsDLQ.objects.using(using).filter(created_at__lte=cutoff).count()
     if target == "metric_buckets":
         return MetricBuckets.objects.using(using).filter(bucket_start__lt=cutoff).count()
+    if target == "attempts":
+        return JobAttempts.objects.using(using).filter(failed_at__lt=cutoff).count()
     return Workers.objects.using(using).filter(last_heartbeat_at__lt=cutoff).count()
 
 

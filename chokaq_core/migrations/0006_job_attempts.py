@@ -1,0 +1,46 @@
+"""The attempts history: one row per failed execution (error class, message, traceback, time, worker)."""
+
+from django.db import migrations, models
+from django.utils import timezone
+
+
+def ledger(apps, schema_editor):
+    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
+        version=6,
+        defaults={"name": "JobAttempts", "description": "Attempts history (every failed execution's error)",
+                  "applied_at": timezone.now()},
+    )
+
+
+def unledger(apps, schema_editor):
+    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
+        version=6
+    ).delete()
+
+
+class Migration(migrations.Migration):
+    dependencies = [("chokaq_core", "0005_schedules")]
+    operations = [
+        migrations.CreateModel(
+            name="JobAttempts",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("job_id", models.CharField(max_length=50)),
+                ("attempt", models.IntegerField()),
+                ("worker_id", models.CharField(max_length=100, null=True)),
+                ("error_class", models.CharField(max_length=255)),
+                ("error_message", models.TextField()),
+                ("traceback", models.TextField()),
+                ("started_at", models.DateTimeField(null=True)),
+                ("failed_at", models.DateTimeField()),
+            ],
+            options={
+                "db_table": "chokaq_job_attempts",
+                "indexes": [
+                    models.Index(fields=["job_id", "id"], name="attempts_by_job"),
+                    models.Index(fields=["failed_at"], name="attempts_by_time"),
+                ],
+            },
+        ),
+        migrations.RunPython(ledger, unledger),
+    ]
