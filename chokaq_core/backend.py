@@ -52,7 +52,7 @@ from django.utils.module_loading import import_string
 
 from chokaq_core import api, service, storage
 from chokaq_core.domain import ArchivedJob, DeadJob, FailureReason, HotJob, JobStatus
-from chokaq_core.handlers import DJANGO_TASK_PREFIX, JobContext, JobDefinition
+from chokaq_core.handlers import DJANGO_TASK_PREFIX, JobContext, JobDefinition, in_discoverable_module
 
 PRIORITY_OFFSET = 10  # Django's default priority (0) is ChokaQ's default priority (10)
 MAX_TYPE_KEY = 255
@@ -76,6 +76,8 @@ def resolve_task(type_key: str) -> Task:
     if type_key[: len(DJANGO_TASK_PREFIX)].lower() != DJANGO_TASK_PREFIX:
         raise ValueError(f"{type_key!r} is not a django.tasks type key")
     path = type_key[len(DJANGO_TASK_PREFIX):]
+    if not in_discoverable_module(path):  # never import code outside the project's apps for a stored key
+        raise ValueError(f"{path!r} is not in a module of an installed app (nor in CHOKAQ['JOB_MODULES'])")
     try:
         found = import_string(path)
     except ImportError as exc:

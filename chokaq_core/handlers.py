@@ -188,14 +188,32 @@ def registered_types() -> list[str]:
     return sorted(d.type_key for d in _registry.values())
 
 
+DISCOVERED_MODULES = ("jobs", "tasks")
+"""Module names imported from every installed app: ``jobs.py`` holds ``@job`` definitions, ``tasks.py`` Django's
+``@task`` functions (Django keeps no registry of them; importing the module is what makes them known)."""
+
+
 def autodiscover() -> None:
-    """Import every installed app's ``jobs.py`` and ``CHOKAQ['JOB_MODULES']``."""
+    """Import every installed app's ``jobs.py`` and ``tasks.py``, then ``CHOKAQ['JOB_MODULES']``.
+
+    It needs the models loaded, not the whole registry ready: ``ChokaQCoreConfig.ready()`` calls it, as the
+    admin's ``ready()`` discovers ``admin.py`` (``apps.ready`` only turns True after every ``ready()`` ran),
+    so it runs in web processes, the worker and every management command alike."""
     from chokaq_core.conf import config
 
-    if apps.ready:
-        autodiscover_modules("jobs")
+    apps.check_models_ready()
+    autodiscover_modules(*DISCOVERED_MODULES)
     for module in config().JOB_MODULES:
         importlib.import_module(module)
+
+
+def in_discoverable_module(path: str) -> bool:
+    """True when the dotted ``path`` lies in an installed app's package or in a ``CHOKAQ['JOB_MODULES']``
+    module: the only code a stored type key may make a process import."""
+    from chokaq_core.conf import config
+
+    roots = [app.name for app in apps.get_app_configs()] + list(config().JOB_MODULES)
+    return any(path.startswith(f"{root}.") for root in roots)
 
 
 # ---------------------------------------------------------------- context

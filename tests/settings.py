@@ -20,4 +20,8 @@ for _section, _values in json.loads(os.environ.get("CHOKAQ_TEST_OVERRIDES", "{}"
     else:
         CHOKAQ[_section] = _values
 
+# Test apps: ``tests.ops`` holds the django.tasks examples (a ``django.task:`` key resolves only inside installed
+# apps), ``tests.adopter`` a ``jobs.py`` and a ``tasks.py`` that no module imports (autodiscovery tests).
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.ops", "tests.adopter"]  # noqa: F405
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

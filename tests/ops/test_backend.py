@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -17,7 +18,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskRes
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from chokaq_core import enqueue, storage
+from chokaq_core import FailureReason, UnknownJobTypeError, enqueue, storage
 from chokaq_core.backend import ChokaQBackend, type_key_for
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot
 from chokaq_core.worker import Worker
@@ -233,3 +234,23 @@ def test_unimportable_task_row_goes_to_the_dlq(burst: Callable[..., Worker]) -> 
     burst()
     dead = storage.get_dead(job_id)
     assert dead is not None and "gone" in (dead.error_details or "")
+
+
+def test_a_task_key_outside_the_installed_apps_is_never_imported_at_enqueue() -> None:
+    for path, module in (("this.nothing", "this"), ("tests.api.outside_apps.planted", "tests.api.outside_apps")):
+        with pytest.raises(UnknownJobTypeError):
+            enqueue(f"django.task:{path}", {"args": [], "kwargs": {}})
+        assert module not in sys.modules, f"enqueue imported {module}"
+    assert JobsHot.objects.count() == 0
+
+
+def test_a_stored_task_key_outside_the_installed_apps_is_never_imported_by_worker_or_result(
+        burst: Callable[..., Worker]) -> None:
+    job_id = enqueue("django.task:tests.api.outside_apps.planted", {"args": [], "kwargs": {}},
+                     allow_unregistered=True)
+    with pytest.raises(TaskResultDoesNotExist, match="not in a module of an installed app"):
+        default_task_backend.get_result(job_id)
+    burst()
+    dead = storage.get_dead(job_id)
+    assert dead is not None and dead.failure_reason == FailureReason.FATAL_ERROR
+    assert "tests.api.outside_apps" not in sys.modules, "the worker imported a module outside the installed apps"
