@@ -2,12 +2,13 @@
 
 Public surface::
 
-    from chokaq_core import job, enqueue, aenqueue, enqueue_many
+    from chokaq_core import job, enqueue, aenqueue, enqueue_many, get_job
 
     @job("email.send.v1", queue="emails")
     def send_email(ctx, to: str, subject: str) -> None: ...
 
-    send_email.enqueue(to="a@b.c", subject="Welcome")
+    job_id = send_email.enqueue(to="a@b.c", subject="Welcome")
+    record = get_job(job_id)  # a read-only JobRecord: status, attempts, timestamps, result, error; None if unknown
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from chokaq_core.domain import (
     EnvelopeError,
     FailureReason,
     JobCancelledError,
+    JobRecord,
     JobStatus,
     JobTypeNotRegisteredError,
     PayloadDeserializationError,
@@ -42,14 +44,17 @@ __all__ = [
     "FailureReason",
     "JobCancelledError",
     "JobContext",
+    "JobRecord",
     "JobStatus",
     "JobTypeNotRegisteredError",
     "PayloadDeserializationError",
     "UnknownJobTypeError",
     "aenqueue",
     "aenqueue_many",
+    "aget_job",
     "enqueue",
     "enqueue_many",
+    "get_job",
     "job",
     "new_ulid",
 ]
@@ -58,7 +63,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # api imports storage and models-adjacent code: load it on first use so that
     # importing chokaq_core (e.g. from settings or an app's jobs.py) stays cheap.
-    if name in ("enqueue", "aenqueue", "enqueue_many", "aenqueue_many", "EnqueueOptions"):
+    if name in ("enqueue", "aenqueue", "enqueue_many", "aenqueue_many", "EnqueueOptions", "get_job", "aget_job"):
         from chokaq_core import api
 
         return getattr(api, name)

@@ -21,7 +21,17 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from chokaq_core import storage
 from chokaq_core.conf import config
-from chokaq_core.domain import EnvelopeError, NewJob, UnknownJobTypeError, new_ulid
+from chokaq_core.domain import (
+    ArchivedJob,
+    DeadJob,
+    EnvelopeError,
+    HotJob,
+    JobRecord,
+    JobStatus,
+    NewJob,
+    UnknownJobTypeError,
+    new_ulid,
+)
 from chokaq_core.handlers import get_definition
 
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
@@ -219,3 +229,42 @@ def _bad_field(value: Any, path: str) -> str | None:
         if found is not None:
             return found
     return None
+
+
+# ---------------------------------------------------------------- the result API
+
+
+def get_job(job_id: str) -> JobRecord | None:
+    """The job ``job_id`` from whichever pillar holds it (Hot, Archive, DLQ) as a read-only record with its
+    attempts history; None when no pillar knows the id."""
+    if not isinstance(job_id, str):
+        raise TypeError(f"job_id must be a string, got {type(job_id).__name__}")
+    for _ in range(2):  # a job moving between pillars (an operator's resurrect) can slip between the reads
+        if hot := storage.get_hot(job_id):
+            return _record(hot, JobStatus(hot.status), priority=hot.priority, scheduled_at=hot.scheduled_at,
+                           started_at=hot.started_at)
+        if archived := storage.get_archived(job_id):
+            return _record(archived, JobStatus.SUCCEEDED, started_at=archived.started_at,
+                           finished_at=archived.finished_at,
+                           result=None if archived.result is None else json.loads(archived.result))
+        if dead := storage.get_dead(job_id):
+            return _record(dead, dead.failure_reason.shown_status, finished_at=dead.failed_at,
+                           error=dead.error_details, failure_reason=dead.failure_reason)
+    return None
+
+
+async def aget_job(job_id: str) -> JobRecord | None:
+    return await sync_to_async(get_job)(job_id)
+
+
+def _record(row: HotJob | ArchivedJob | DeadJob, status: JobStatus, **fields: Any) -> JobRecord:
+    try:
+        payload = json.loads(row.payload) if row.payload is not None else None
+    except ValueError:
+        payload = row.payload
+    return JobRecord(
+        id=row.id, status=status, queue=row.queue, type=row.type, payload=payload, tags=row.tags,
+        attempts=row.attempt_count, worker_id=row.worker_id, created_by=row.created_by, created_at=row.created_at,
+        failed_attempts=tuple(storage.job_attempts(row.id)),
+        **{"priority": None, "scheduled_at": None, "started_at": None, "finished_at": None, **fields},
+    )

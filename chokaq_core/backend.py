@@ -15,10 +15,14 @@
   the function with ChokaQ's retry policy and timeouts, sends ``task_started``
   and ``task_finished`` around every attempt, and stores the JSON return value
   in the Archive row.
-* **get_result** reads the job wherever it lives: Hot (Pending/Fetched →
-  READY, Processing → RUNNING), Archive (SUCCESSFUL, with the return value) or
-  DLQ (FAILED, with the recorded error). ChokaQ keeps only the last worker id
-  of a job, so ``worker_ids`` repeats it once per attempt.
+* **get_result** reads the job wherever it lives (``chokaq_core.get_job``):
+  Hot (Pending/Fetched → READY, Processing → RUNNING), Archive (SUCCESSFUL,
+  with the return value) or DLQ (FAILED). ``errors`` and ``worker_ids`` come
+  from the attempts history (one entry per failed execution, then the
+  execution running or finishing now); the traceback text is
+  ``traceback.format_exception``'s, as in Django's own backends. The result
+  ``enqueue()`` returns carries the stored ``enqueued_at``, so it equals what
+  ``get_result`` reads, and a running task's context holds that same result.
 
 A failed attempt whose error ChokaQ classifies as transient is retried (the
 result reads READY again, and ``task_started``/``task_finished`` fire for every
@@ -29,7 +33,6 @@ once (spec 02 §5).
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import socket
 import threading
@@ -50,8 +53,8 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from chokaq_core import api, service, storage
-from chokaq_core.domain import ArchivedJob, DeadJob, FailureReason, HotJob, JobStatus
+from chokaq_core import api, storage
+from chokaq_core.domain import FailureReason, JobRecord, JobStatus
 from chokaq_core.handlers import DJANGO_TASK_PREFIX, JobContext, JobDefinition, in_discoverable_module
 
 PRIORITY_OFFSET = 10  # Django's default priority (0) is ChokaQ's default priority (10)
@@ -108,24 +111,30 @@ def task_definition(type_key: str) -> JobDefinition | None:
     return definition
 
 
-def _class_path(exc: BaseException) -> str:
-    kind = type(exc)
+def task_error(exc: BaseException) -> TaskError:
+    """An exception as Django's own backends record it: class path and ``format_exception`` text."""
+    return TaskError(exception_class_path=_class_path(type(exc)), traceback="".join(format_exception(exc)))
+
+
+def _class_path(kind: type[BaseException]) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _process_worker_id() -> str:
-    """What a running task sees as its worker (ChokaQ's worker ids start with host and pid)."""
-    return f"{socket.gethostname()[:80]}-{os.getpid()}"
-
-
 def run_task(task: Task, ctx: JobContext, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
-    """Run one attempt of a ``@task`` inside the worker, sending Django's task signals around it."""
-    now = timezone.now()
-    result: TaskResult = TaskResult(
-        task=task, id=ctx.job_id, status=TaskResultStatus.RUNNING, enqueued_at=ctx.created_at, started_at=now,
-        last_attempted_at=now, finished_at=None, args=list(args or []), kwargs=dict(kwargs or {}),
-        backend=task.backend, errors=[], worker_ids=[_process_worker_id()] * max(ctx.attempt, 1),
-    )
+    """Run one attempt of a ``@task`` inside the worker, sending Django's task signals around it.
+
+    The task's context holds the job as ``get_result`` reads it now (RUNNING, with the stored worker ids and
+    the errors of earlier attempts), so what the task sees is what the store says."""
+    record = api.get_job(ctx.job_id)
+    if record is not None and record.status == JobStatus.PROCESSING:
+        result = task_result(task, record, task.backend)
+    else:  # run outside the store (e.g. handlers.get_definition(key)(ctx, ...) in a test)
+        now = timezone.now()
+        result = TaskResult(
+            task=task, id=ctx.job_id, status=TaskResultStatus.RUNNING, enqueued_at=ctx.created_at, started_at=now,
+            last_attempted_at=now, finished_at=None, args=list(args or []), kwargs=dict(kwargs or {}),
+            backend=task.backend, errors=[], worker_ids=[_process_worker_id()] * max(ctx.attempt, 1),
+        )
     task_started.send(sender=ChokaQBackend, task_result=result)
     try:
         if task.takes_context:
@@ -133,11 +142,9 @@ def run_task(task: Task, ctx: JobContext, args: list[Any] | None = None, kwargs:
         else:
             value = task.call(*result.args, **result.kwargs)
         value = normalize_json(value)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the attempt failed; the worker decides
         object.__setattr__(result, "finished_at", timezone.now())
-        result.errors.append(TaskError(exception_class_path=_class_path(exc), traceback="".join(format_exception(exc))))
+        result.errors.append(task_error(exc))
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         task_finished.send(sender=ChokaQBackend, task_result=result)
         raise
@@ -148,6 +155,48 @@ def run_task(task: Task, ctx: JobContext, args: list[Any] | None = None, kwargs:
     return value
 
 
+def _process_worker_id() -> str:
+    """What a task run outside the store sees as its worker (ChokaQ's worker ids start with host and pid)."""
+    return f"{socket.gethostname()[:80]}-{os.getpid()}"
+
+
+_STATUSES = {JobStatus.PENDING: TaskResultStatus.READY, JobStatus.FETCHED: TaskResultStatus.READY,
+             JobStatus.PROCESSING: TaskResultStatus.RUNNING, JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL}
+
+
+def task_result(task: Task, record: JobRecord, backend: str) -> TaskResult:
+    """Django's view of a stored job.
+
+    * ``errors``: one per failed execution from the attempts history; a DLQ row whose last execution is not in
+      it (a zombie, a cancellation) adds its recorded error.
+    * ``worker_ids``: the worker of each failed execution, then the one running or finishing it now.
+    * ``started_at``: the first execution's start; ``last_attempted_at``: the latest execution's start.
+    """
+    status = _STATUSES.get(record.status, TaskResultStatus.FAILED)
+    history = record.failed_attempts
+    errors = [TaskError(exception_class_path=a.error_class, traceback=a.traceback) for a in history]
+    worker_ids = [a.worker_id or "unknown" for a in history]
+    starts = [a.started_at for a in history]
+    last_in_history = bool(history) and history[-1].attempt == record.attempts
+    if status in (TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL):
+        worker_ids.append(record.worker_id or "unknown")
+        starts.append(record.started_at)
+    elif status == TaskResultStatus.FAILED and not last_in_history:
+        errors.append(_dead_error(record))
+        if record.worker_id and record.attempts:
+            worker_ids.append(record.worker_id)
+    known = [moment for moment in starts if moment is not None]
+    result: TaskResult = TaskResult(
+        task=task, id=record.id, status=status, enqueued_at=record.created_at,
+        started_at=known[0] if known else None, last_attempted_at=known[-1] if known else None,
+        finished_at=record.finished_at, backend=backend, errors=errors, worker_ids=worker_ids,
+        **_arguments(record.payload),
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", record.result)
+    return result
+
+
 # Exception classes recorded for DLQ rows whose details carry no traceback.
 _REASON_CLASSES = {
     FailureReason.CANCELLED: "chokaq_core.domain.JobCancelledError",
@@ -155,10 +204,12 @@ _REASON_CLASSES = {
 }
 
 
-def _error_of(dead: DeadJob) -> TaskError:
-    """The DLQ row's error as Django's ``TaskError``: the class is read off the traceback's last line."""
-    details = dead.error_details or ""
-    path = _REASON_CLASSES.get(dead.failure_reason, "chokaq_core.domain.ChokaQError")
+def _dead_error(record: JobRecord) -> TaskError:
+    """The DLQ row's own error as Django's ``TaskError``: the class is read off the traceback's last line."""
+    details = record.error or ""
+    reason = record.failure_reason
+    path = _REASON_CLASSES.get(reason, "chokaq_core.domain.ChokaQError") if reason is not None else (
+        "chokaq_core.domain.ChokaQError")
     if "Traceback (most recent call last):" in details:
         for line in reversed(details.strip().splitlines()):
             if not line.strip() or line[:1].isspace():
@@ -197,55 +248,40 @@ class ChokaQBackend(BaseTaskBackend):
             run_at = timezone.make_aware(run_at)
         job_id = api.enqueue(type_key_for(task), arguments, queue=task.queue_name,
                              priority=to_chokaq_priority(task.priority), run_at=run_at)
+        stored = storage.get_hot(job_id)  # the row's own clock, so get_result() reads the same enqueued_at
         result: TaskResult = TaskResult(
-            task=task, id=job_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(), started_at=None,
+            task=task, id=job_id, status=TaskResultStatus.READY,
+            enqueued_at=stored.created_at if stored is not None else self._enqueued_at(job_id), started_at=None,
             last_attempted_at=None, finished_at=None, args=arguments["args"], kwargs=arguments["kwargs"],
             backend=self.alias, errors=[], worker_ids=[],
         )
         storage.on_commit(partial(task_enqueued.send, type(self), task_result=result))
         return result
 
+    def _enqueued_at(self, job_id: str) -> datetime:
+        """The stored enqueue time of a job a worker already took out of Hot."""
+        record = api.get_job(job_id)
+        return record.created_at if record is not None else timezone.now()
+
     def get_result(self, result_id: str) -> TaskResult:
-        view = service.find_job(result_id) or service.find_job(result_id)  # twice: a resurrect may race the reads
-        if view is None:
+        record = api.get_job(result_id)
+        if record is None:
             raise TaskResultDoesNotExist(result_id)
-        row: HotJob | ArchivedJob | DeadJob = view.hot or view.archived or view.dead  # type: ignore[assignment]
-        if row.type[: len(DJANGO_TASK_PREFIX)].lower() != DJANGO_TASK_PREFIX:
-            raise TaskResultDoesNotExist(f"{result_id} is a ChokaQ job of type {row.type!r}, not a django.tasks task")
+        if record.type[: len(DJANGO_TASK_PREFIX)].lower() != DJANGO_TASK_PREFIX:
+            raise TaskResultDoesNotExist(f"{result_id} is a ChokaQ job of type {record.type!r}, not a django.tasks task")
         try:
-            task = resolve_task(row.type)
+            task = resolve_task(record.type)
         except ValueError as exc:
             raise TaskResultDoesNotExist(f"{result_id}: {exc}") from exc
-        task = self._as_stored(task, row)
-        arguments = _arguments(row.payload)
-        started_at: datetime | None = None
-        finished_at: datetime | None = None
-        errors: list[TaskError] = []
-        if isinstance(row, HotJob):
-            status = TaskResultStatus.RUNNING if row.status == JobStatus.PROCESSING else TaskResultStatus.READY
-            started_at = row.started_at
-        elif isinstance(row, ArchivedJob):
-            status, started_at, finished_at = TaskResultStatus.SUCCESSFUL, row.started_at, row.finished_at
-        else:
-            status, finished_at = TaskResultStatus.FAILED, row.failed_at
-            errors.append(_error_of(row))
-        result: TaskResult = TaskResult(
-            task=task, id=row.id, status=status, enqueued_at=row.created_at, started_at=started_at,
-            last_attempted_at=started_at, finished_at=finished_at, args=arguments["args"],
-            kwargs=arguments["kwargs"], backend=self.alias, errors=errors,
-            worker_ids=[row.worker_id or "unknown"] * row.attempt_count,
-        )
-        if isinstance(row, ArchivedJob) and row.result is not None:
-            object.__setattr__(result, "_return_value", json.loads(row.result))
-        return result
+        return task_result(self._as_stored(task, record), record, self.alias)
 
-    def _as_stored(self, task: Task, row: HotJob | ArchivedJob | DeadJob) -> Task:
+    def _as_stored(self, task: Task, record: JobRecord) -> Task:
         """The task as the row holds it: its queue, and its priority while it is in Hot."""
         changes: dict[str, Any] = {}
-        if row.queue != task.queue_name:
-            changes["queue_name"] = row.queue
-        if isinstance(row, HotJob) and to_django_priority(row.priority) != task.priority:
-            changes["priority"] = to_django_priority(row.priority)
+        if record.queue != task.queue_name:
+            changes["queue_name"] = record.queue
+        if record.priority is not None and to_django_priority(record.priority) != task.priority:
+            changes["priority"] = to_django_priority(record.priority)
         if not changes:
             return task
         try:
@@ -260,11 +296,8 @@ class ChokaQBackend(BaseTaskBackend):
         return []
 
 
-def _arguments(payload: str | None) -> dict[str, Any]:
-    try:
-        value = json.loads(payload) if payload else {}
-    except ValueError:
-        value = {}
+def _arguments(value: Any) -> dict[str, Any]:
+    """``args``/``kwargs`` of a stored payload (the JSON object the backend wrote at enqueue)."""
     if not isinstance(value, dict):
         value = {}
     args = value.get("args", [])

@@ -509,3 +509,41 @@ class DeckSnapshot:
     queue_lags: list[QueueLag] | None = None
     workers: list[WorkerInfo] | None = None
     errors: list[ErrorGroup] | None = None
+
+
+# ---------------------------------------------------------------- the result API
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as ``chokaq_core.get_job`` reads it from whichever pillar holds it (read-only).
+
+    ``status`` is the Hot status (Pending, Fetched, Processing), SUCCEEDED (Archive) or FAILED / CANCELLED /
+    ZOMBIE (DLQ). ``started_at`` is when the latest execution started (None once the job is in the DLQ: see
+    ``failed_attempts``); ``finished_at`` when it reached the Archive or the DLQ. ``result`` is the handler's
+    decoded JSON return value (Archive only), ``error`` the DLQ row's error text, ``failed_attempts`` the
+    attempts history (every failed execution, oldest first)."""
+
+    id: str
+    status: JobStatus
+    queue: str
+    type: str
+    payload: Any
+    tags: str | None
+    priority: int | None  # Hot only: the Archive and the DLQ keep no priority
+    attempts: int
+    worker_id: str | None
+    created_by: str | None
+    created_at: datetime
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: Any = None
+    error: str | None = None
+    failure_reason: FailureReason | None = None
+    failed_attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def is_finished(self) -> bool:
+        """In the Archive or the DLQ (a DLQ job may still be resurrected by an operator)."""
+        return self.status >= JobStatus.SUCCEEDED

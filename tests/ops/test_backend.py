@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +25,14 @@ from chokaq_core import FailureReason, UnknownJobTypeError, enqueue, storage
 from chokaq_core.backend import ChokaQBackend, type_key_for
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot
 from chokaq_core.worker import Worker
+from tests.adopter import tasks as adopter_tasks
+from tests.conftest import database_url
 from tests.ops import tasks
+from tests.ops.conftest import FAST
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -172,6 +180,7 @@ def test_running_task_reads_running(background_worker: Callable[..., Worker]) ->
     wait_for(lambda: default_task_backend.get_result(result.id).status == TaskResultStatus.RUNNING)
     running = default_task_backend.get_result(result.id)
     assert running.started_at is not None and running.finished_at is None
+    wait_for(lambda: "g1" in tasks.GATES)  # Processing from the lease on; the task itself starts a moment later
     tasks.GATES["g1"].set()
     wait_for(lambda: default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL)
     assert default_task_backend.get_result(result.id).return_value == "g1"
@@ -254,3 +263,94 @@ def test_a_stored_task_key_outside_the_installed_apps_is_never_imported_by_worke
     dead = storage.get_dead(job_id)
     assert dead is not None and dead.failure_reason == FailureReason.FATAL_ERROR
     assert "tests.api.outside_apps" not in sys.modules, "the worker imported a module outside the installed apps"
+
+
+# ---------------------------------------------------------------- the django.tasks contract, exactly
+
+
+def _drain(burst: Callable[..., Worker], job_id: str) -> None:
+    """Burst workers until the job left Hot (retries come back due after a short backoff)."""
+    wait_for(lambda: burst() and not JobsHot.objects.filter(id=job_id).exists())
+
+
+def test_get_result_equals_the_result_enqueue_returned() -> None:
+    for enqueued in (tasks.calculate_meaning_of_life.enqueue(),
+                     tasks.email_users_priority.enqueue(emails=["a@b.c"], subject="s", message="m")):
+        stored = default_task_backend.get_result(enqueued.id)
+        assert stored.enqueued_at == enqueued.enqueued_at  # to the microsecond: the row's own timestamp
+        assert stored == enqueued
+    with transaction.atomic():
+        inside = tasks.calculate_meaning_of_life.enqueue()
+        assert default_task_backend.get_result(inside.id) == inside
+
+
+def test_a_failed_result_has_its_times_and_a_traceback_in_djangos_shape(burst: Callable[..., Worker]) -> None:
+    result = tasks.reject.enqueue(7)
+    burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.started_at is not None and result.last_attempted_at is not None
+    assert result.enqueued_at <= result.started_at <= result.last_attempted_at <= result.finished_at  # type: ignore[operator]
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.ValueError"
+    assert error.traceback.startswith("Traceback (most recent call last):\n  File ")
+    assert error.traceback.endswith("ValueError: bad value 7\n")
+
+
+def test_every_failed_attempt_keeps_its_error(burst: Callable[..., Worker]) -> None:
+    result = adopter_tasks.always_down.enqueue("k1")
+    _drain(burst, result.id)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == 3 == result.attempts  # RETRY.MAX_ATTEMPTS of the fast fixture
+    for error in result.errors:
+        assert error.exception_class is ConnectionError
+        assert error.traceback.endswith("ConnectionError: payment gateway timeout (k1)\n")
+    first_start = result.started_at
+    assert first_start is not None and result.last_attempted_at is not None
+    assert first_start < result.last_attempted_at
+
+
+def test_a_retried_task_that_succeeds_keeps_the_errors_of_its_failed_attempts(burst: Callable[..., Worker]) -> None:
+    result = tasks.flaky.enqueue("k-errors")
+    _drain(burst, result.id)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert [e.exception_class_path for e in result.errors] == ["builtins.ConnectionError"]
+    assert result.attempts == 2
+
+
+def test_worker_ids_in_the_task_context_match_the_stored_ones(burst: Callable[..., Worker]) -> None:
+    adopter_tasks.SEEN_RESULTS.clear()
+    result = adopter_tasks.fails_then_sees_context.enqueue("k-ctx", failures=1)
+    workers: list[Worker] = []
+    wait_for(lambda: workers.append(burst()) or not JobsHot.objects.filter(id=result.id).exists())
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    stored = result.worker_ids
+    assert len(stored) == 2 and set(stored) <= {w.worker_id for w in workers}
+    assert adopter_tasks.SEEN_RESULTS == [(1, stored[:1], 0), (2, stored, 1)]
+    assert result.return_value == stored
+
+
+def test_a_task_raising_systemexit_or_keyboardinterrupt_fails_and_the_worker_keeps_running() -> None:
+    """A real ``chokaq_worker --burst`` process: both tasks end FAILED, the next task still runs, exit code 0."""
+    exiting = adopter_tasks.exits.enqueue(3)
+    interrupted = adopter_tasks.interrupted.enqueue()
+    after = tasks.calculate_meaning_of_life.enqueue()
+    env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
+           "CHOKAQ_TEST_OVERRIDES": json.dumps(FAST), "PYTHONUNBUFFERED": "1"}
+    for _ in range(20):  # a failure the policy retries comes back due after a short backoff
+        done = subprocess.run([sys.executable, "manage.py", "chokaq_worker", "--burst"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-2000:]
+        left = set(JobsHot.objects.filter(id__in=[exiting.id, interrupted.id, after.id]).values_list("status", flat=True))
+        if not left or left == {2}:  # done, or stuck Processing after the worker exited (nothing more will move)
+            break
+    for result, kind in ((exiting, "builtins.SystemExit"), (interrupted, "builtins.KeyboardInterrupt")):
+        result.refresh()
+        assert result.status == TaskResultStatus.FAILED, result.id
+        assert result.errors and result.errors[-1].exception_class_path == kind
+        assert result.errors[-1].traceback.startswith("Traceback (most recent call last):\n")
+    after.refresh()
+    assert after.status == TaskResultStatus.SUCCESSFUL and after.return_value == 42
