@@ -262,9 +262,12 @@ def _record(row: HotJob | ArchivedJob | DeadJob, status: JobStatus, **fields: An
         payload = json.loads(row.payload) if row.payload is not None else None
     except ValueError:
         payload = row.payload
+    history = tuple(storage.job_attempts(row.id))
+    if isinstance(row, DeadJob) and history and history[-1].attempt == row.attempt_count:
+        fields["started_at"] = history[-1].started_at  # the DLQ row keeps no start: its last execution's
     return JobRecord(
         id=row.id, status=status, queue=row.queue, type=row.type, payload=payload, tags=row.tags,
         attempts=row.attempt_count, worker_id=row.worker_id, created_by=row.created_by, created_at=row.created_at,
-        failed_attempts=tuple(storage.job_attempts(row.id)),
+        failed_attempts=history,
         **{"priority": None, "scheduled_at": None, "started_at": None, "finished_at": None, **fields},
     )

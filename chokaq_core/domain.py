@@ -519,8 +519,8 @@ class JobRecord:
     """A job as ``chokaq_core.get_job`` reads it from whichever pillar holds it (read-only).
 
     ``status`` is the Hot status (Pending, Fetched, Processing), SUCCEEDED (Archive) or FAILED / CANCELLED /
-    ZOMBIE (DLQ). ``started_at`` is when the latest execution started (None once the job is in the DLQ: see
-    ``failed_attempts``); ``finished_at`` when it reached the Archive or the DLQ. ``result`` is the handler's
+    ZOMBIE (DLQ). ``started_at`` is when the latest execution started (in the DLQ: known when that execution's
+    failure is in ``failed_attempts``); ``finished_at`` when it reached the Archive or the DLQ. ``result`` is the handler's
     decoded JSON return value (Archive only), ``error`` the DLQ row's error text, ``failed_attempts`` the
     attempts history (every failed execution, oldest first)."""
 

@@ -89,6 +89,7 @@ def test_a_retried_then_dead_job_carries_its_error_and_every_failed_attempt() ->
     assert [(a.attempt, a.worker_id, a.message) for a in dead.failed_attempts] == [(1, "w1", "first"),
                                                                                 (2, "w2", "second")]
     assert dead.finished_at is not None and dead.finished_at <= timezone.now()
+    assert dead.started_at == dead.failed_attempts[-1].started_at is not None
 
 
 def test_a_cancelled_job_reads_cancelled() -> None:
