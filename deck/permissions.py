@@ -32,6 +32,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
 
 logger = logging.getLogger("chokaq.deck")
 
@@ -125,7 +126,8 @@ def require(minimum: Role) -> Callable[[Callable[..., HttpResponse]], Callable[.
             user = request.user
             if not user.is_authenticated and not anonymous_allowed():
                 if request.method == "GET" and not request.headers.get("HX-Request"):
-                    return redirect_to_login(request.get_full_path())
+                    # the Deck's own login page, whatever the site-wide LOGIN_URL says
+                    return redirect_to_login(request.get_full_path(), login_url=reverse("deck:login"))
                 return refuse(request, 403, "Log in to use the Deck.")
             role = role_of(user)
             request.deck_role = role  # type: ignore[attr-defined]
