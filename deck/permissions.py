@@ -34,6 +34,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
+from deck.conf import DEFAULTS
+
 logger = logging.getLogger("chokaq.deck")
 
 VIEW = "deck.view_deck"
@@ -57,7 +59,8 @@ class Role(IntEnum):
 
 
 Policy = str | Callable[[Any], bool] | None
-_DEFAULTS: dict[str, Policy] = {"READ_PERMISSION": VIEW, "DESTRUCTIVE_PERMISSION": OPERATE}
+_DEFAULTS: dict[str, Policy] = {"READ_PERMISSION": DEFAULTS["READ_PERMISSION"],
+                                "DESTRUCTIVE_PERMISSION": DEFAULTS["DESTRUCTIVE_PERMISSION"]}
 
 
 def _deck_settings() -> dict[str, Any]:
@@ -69,7 +72,7 @@ def _policy(name: str) -> Policy:
 
 
 def anonymous_allowed() -> bool:
-    return _deck_settings().get("ALLOW_ANONYMOUS", False) is True
+    return _deck_settings().get("ALLOW_ANONYMOUS", DEFAULTS["ALLOW_ANONYMOUS"]) is True
 
 
 def check_policy() -> None:

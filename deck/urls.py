@@ -5,17 +5,16 @@ page, its API, login/logout, ``health/`` and ``metrics``; the websocket is at ``
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from deck import probes, views
+from deck import conf, probes, views
 
 
 def route_prefix() -> str:
     """``CHOKAQ_DECK["ROUTE_PREFIX"]`` (default ``/deck``) without its slashes, e.g. ``deck`` or ``ops/jobs``.
     Its form is checked when the app loads (``deck.permissions.check_policy``, system check chokaq.E004)."""
-    return str(getattr(settings, "CHOKAQ_DECK", {}).get("ROUTE_PREFIX", "/deck")).strip("/")
+    return str(conf.setting("ROUTE_PREFIX")).strip("/")
 
 
 app_name = "deck"
