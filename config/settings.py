@@ -2,9 +2,9 @@
 
 Everything that differs between machines comes from environment variables:
 
-* ``DATABASE_URL`` — ``sqlite:///path`` (default ``var/chokaq.sqlite3``),
+* ``DATABASE_URL`` — ``sqlite:///path`` (default ``var/chokaq.sqlite3``, relative to the project),
   ``postgres://user:pass@host:5432/db`` or
-  ``mssql://user:pass@host:1433/db?driver=ODBC+Driver+18+for+SQL+Server``.
+  ``mssql://user:pass@host:1433/db?driver=ODBC+Driver+18+for+SQL+Server``, parsed by dj-database-url.
 * ``REDIS_URL`` — when set, Channels uses Redis (cross-process events);
   otherwise an in-memory channel layer (single process).
 * ``CHOKAQ_JOB_MODULES`` — extra comma-separated modules holding ``@job``
