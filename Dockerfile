@@ -16,9 +16,10 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
+# The package with the extras a deployment uses, plus the demo project's settings helper.
+RUN pip install --no-cache-dir '.[postgres,redis,mssql,otel,server]' 'dj-database-url>=2.1' \
+    && rm -rf build *.egg-info
 RUN useradd --create-home chokaq && mkdir -p /app/var && chown -R chokaq /app/var
 USER chokaq
 

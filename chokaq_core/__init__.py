@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__version__ = "0.1.0"  # the distribution's version (pyproject.toml reads it from here)
+
 from chokaq_core.domain import (
     CancellationReason,
     ChokaQError,

@@ -4,6 +4,11 @@ Physical names follow spec 01 §1.1; indexes are named after the query they
 serve. No code path writes these tables through the ORM: every state change is
 a raw-SQL transition in ``chokaq_core.sql.<vendor>`` called by ``storage``.
 The models exist for migrations, the admin and read-only ORM use in tests.
+
+Covering indexes: on PostgreSQL and SQL Server the indexes of :data:`COVERING_COLUMNS` also carry those
+non-key columns (``INCLUDE (…)``), created by migration 0001; SQLite cannot store them. The models list
+the key columns only, so that ``manage.py check`` on SQLite has nothing to warn about (``models.W040``);
+migration 0006 moved the migration state accordingly without touching any database.
 """
 
 from __future__ import annotations
@@ -11,6 +16,21 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+
+# index name -> its INCLUDE columns on PostgreSQL and SQL Server (see the module docstring)
+COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
+    "hot_fetch_pending": ("type",),
+    "hot_queue_stats": ("priority",),
+    "hot_status_created": ("queue", "type", "priority", "scheduled_at", "worker_id"),
+    "hot_fetched_recovery": ("queue", "worker_id"),
+    "hot_processing_heartbeat": ("queue", "type", "worker_id"),
+    "archive_by_time": ("queue", "type", "duration_ms"),
+    "dlq_by_time": ("queue", "type", "failure_reason", "attempt_count"),
+    "dlq_by_reason_time": ("queue", "type"),
+    "dlq_by_type": ("queue", "failure_reason", "created_at"),
+    "dlq_by_created": ("queue", "type", "failure_reason", "failed_at"),
+    "buckets_recent": ("completed_count", "duration_count", "total_duration_ms", "max_duration_ms"),
+}
 
 
 class JobsHot(models.Model):
@@ -51,29 +71,25 @@ class JobsHot(models.Model):
             models.Index(
                 fields=["queue", "-priority", "scheduled_at", "created_at"],
                 condition=Q(status=0),
-                include=["type"],
                 name="hot_fetch_pending",
             ),
             models.Index(fields=["tags"], condition=Q(tags__isnull=False), name="hot_tags"),
-            models.Index(fields=["queue", "status"], include=["priority"], name="hot_queue_stats"),
+            models.Index(fields=["queue", "status"], name="hot_queue_stats"),
             models.Index(
                 fields=["queue", "scheduled_at", "created_at"], condition=Q(status=0), name="hot_pending_lag"
             ),
             models.Index(
                 fields=["status", "-created_at"],
-                include=["queue", "type", "priority", "scheduled_at", "worker_id"],
                 name="hot_status_created",
             ),
             models.Index(
                 fields=["last_updated_at"],
                 condition=Q(status=1),
-                include=["queue", "worker_id"],
                 name="hot_fetched_recovery",
             ),
             models.Index(
                 fields=["heartbeat_at", "last_updated_at"],
                 condition=Q(status=2),
-                include=["queue", "type", "worker_id"],
                 name="hot_processing_heartbeat",
             ),
             models.Index(fields=["worker_id"], condition=Q(status=2), name="hot_processing_worker"),
@@ -103,7 +119,7 @@ class JobsArchive(models.Model):
     class Meta:
         db_table = "chokaq_jobs_archive"
         indexes = [
-            models.Index(fields=["-finished_at"], include=["queue", "type", "duration_ms"], name="archive_by_time"),
+            models.Index(fields=["-finished_at"], name="archive_by_time"),
             models.Index(fields=["tags"], condition=Q(tags__isnull=False), name="archive_tags"),
             models.Index(fields=["queue", "-finished_at"], name="archive_by_queue"),
         ]
@@ -133,16 +149,16 @@ class JobsDLQ(models.Model):
         db_table = "chokaq_jobs_dlq"
         indexes = [
             models.Index(
-                fields=["-failed_at"], include=["queue", "type", "failure_reason", "attempt_count"], name="dlq_by_time"
+                fields=["-failed_at"], name="dlq_by_time"
             ),
             models.Index(fields=["tags"], condition=Q(tags__isnull=False), name="dlq_tags"),
             models.Index(fields=["queue", "-failed_at"], name="dlq_by_queue"),
-            models.Index(fields=["failure_reason", "-failed_at"], include=["queue", "type"], name="dlq_by_reason_time"),
+            models.Index(fields=["failure_reason", "-failed_at"], name="dlq_by_reason_time"),
             models.Index(
-                fields=["type", "-failed_at"], include=["queue", "failure_reason", "created_at"], name="dlq_by_type"
+                fields=["type", "-failed_at"], name="dlq_by_type"
             ),
             models.Index(
-                fields=["-created_at"], include=["queue", "type", "failure_reason", "failed_at"], name="dlq_by_created"
+                fields=["-created_at"], name="dlq_by_created"
             ),
         ]
 
@@ -186,7 +202,6 @@ class MetricBuckets(models.Model):
         indexes = [
             models.Index(
                 fields=["-bucket_start"],
-                include=["completed_count", "duration_count", "total_duration_ms", "max_duration_ms"],
                 name="buckets_recent",
             ),
         ]

@@ -696,3 +696,21 @@ def deck_settings_problems(deck: Any) -> list[str]:
     from chokaq_core.checks import deck_settings_errors
 
     return deck_settings_errors(deck)
+
+
+def health_report(tags: Sequence[str] = ()) -> tuple[dict[str, Any], int]:
+    """The health report of spec 05 §4 (``tags`` select checks, e.g. ``live``) and its HTTP status (503 when
+    Unhealthy)."""
+    from chokaq_core import health
+
+    report = health.run(list(tags))
+    return report.as_dict(), report.http_status
+
+
+def metrics_exposition() -> tuple[bytes, str]:
+    """ChokaQ's instruments and fleet gauges in the Prometheus text format, and that format's content type."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from chokaq_core import metrics
+
+    return metrics.exposition(), CONTENT_TYPE_LATEST

@@ -6,9 +6,9 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
-from deck.asgi import with_deck  # noqa: E402
+from deck.asgi import with_deck
 
 # daphne serves the Deck's static files itself (htmx, uPlot, deck.css/js are small and pinned);
 # behind a CDN or whitenoise this wrapper can go.

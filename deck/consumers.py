@@ -45,12 +45,11 @@ from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.conf import settings
 from django.db import close_old_connections, connections
 
 from chokaq_core import events, service
 from chokaq_core.domain import JobRow, JobStatus
-from deck import fragments
+from deck import conf, fragments
 from deck.models import OperatorAction
 from deck.permissions import Role, anonymous_allowed, role_of
 
@@ -63,8 +62,8 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 
 
-def deck_setting(name: str, default: float) -> float:
-    return float(getattr(settings, "CHOKAQ_DECK", {}).get(name, default))
+def deck_setting(name: str) -> float:
+    return float(conf.setting(name))
 
 
 class DeckConsumer(AsyncWebsocketConsumer):
@@ -163,9 +162,9 @@ class Broadcaster:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.consumers: set[DeckConsumer] = set()
-        self.tick = deck_setting("TICK", 0.25)
-        self.poll_interval = deck_setting("POLL_INTERVAL", 1.0)
-        self.read_interval = deck_setting("READ_INTERVAL", 1.0)
+        self.tick = deck_setting("TICK")
+        self.poll_interval = deck_setting("POLL_INTERVAL")
+        self.read_interval = deck_setting("READ_INTERVAL")
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._wake = asyncio.Event()

@@ -32,6 +32,9 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+
+from deck.conf import DEFAULTS
 
 logger = logging.getLogger("chokaq.deck")
 
@@ -56,7 +59,8 @@ class Role(IntEnum):
 
 
 Policy = str | Callable[[Any], bool] | None
-_DEFAULTS: dict[str, Policy] = {"READ_PERMISSION": VIEW, "DESTRUCTIVE_PERMISSION": OPERATE}
+_DEFAULTS: dict[str, Policy] = {"READ_PERMISSION": DEFAULTS["READ_PERMISSION"],
+                                "DESTRUCTIVE_PERMISSION": DEFAULTS["DESTRUCTIVE_PERMISSION"]}
 
 
 def _deck_settings() -> dict[str, Any]:
@@ -68,7 +72,7 @@ def _policy(name: str) -> Policy:
 
 
 def anonymous_allowed() -> bool:
-    return _deck_settings().get("ALLOW_ANONYMOUS", False) is True
+    return _deck_settings().get("ALLOW_ANONYMOUS", DEFAULTS["ALLOW_ANONYMOUS"]) is True
 
 
 def check_policy() -> None:
@@ -125,7 +129,8 @@ def require(minimum: Role) -> Callable[[Callable[..., HttpResponse]], Callable[.
             user = request.user
             if not user.is_authenticated and not anonymous_allowed():
                 if request.method == "GET" and not request.headers.get("HX-Request"):
-                    return redirect_to_login(request.get_full_path())
+                    # the Deck's own login page, whatever the site-wide LOGIN_URL says
+                    return redirect_to_login(request.get_full_path(), login_url=reverse("deck:login"))
                 return refuse(request, 403, "Log in to use the Deck.")
             role = role_of(user)
             request.deck_role = role  # type: ignore[attr-defined]

@@ -1,28 +1,33 @@
-"""The Deck's URLs, mounted by ``config.urls`` at ``/<ROUTE_PREFIX>/`` (``CHOKAQ_DECK["ROUTE_PREFIX"]``,
-default ``deck``); the websocket is at ``/ws/<ROUTE_PREFIX>/`` (``deck.routing``)."""
+"""The Deck's URLs: a project mounts them with ONE include, ``path("deck/", include("deck.urls"))``, at
+``CHOKAQ_DECK["ROUTE_PREFIX"]`` (default ``/deck``; system check chokaq.E012 compares the two). It serves the
+page, its API, login/logout, ``health/`` and ``metrics``; the websocket is at ``/ws/<ROUTE_PREFIX>/``
+(``deck.routing``, served through ``deck.asgi.with_deck``)."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from deck import views
+from deck import conf, probes, views
 
 
 def route_prefix() -> str:
     """``CHOKAQ_DECK["ROUTE_PREFIX"]`` (default ``/deck``) without its slashes, e.g. ``deck`` or ``ops/jobs``.
     Its form is checked when the app loads (``deck.permissions.check_policy``, system check chokaq.E004)."""
-    return str(getattr(settings, "CHOKAQ_DECK", {}).get("ROUTE_PREFIX", "/deck")).strip("/")
+    return str(conf.setting("ROUTE_PREFIX")).strip("/")
 
 
 app_name = "deck"
 
 urlpatterns = [
     path("", views.index, name="index"),
-    path("login/", auth_views.LoginView.as_view(template_name="deck/login.html", redirect_authenticated_user=True),
+    # next_page: after a login without ?next= the Deck opens, whatever the site's LOGIN_REDIRECT_URL says
+    path("login/", auth_views.LoginView.as_view(template_name="deck/login.html", redirect_authenticated_user=True,
+                                                next_page="deck:index"),
          name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="deck:login"), name="logout"),
+    path("health/", probes.health, name="health"),
+    path("metrics", probes.metrics, name="metrics"),
     path("partials/<slug:panel>", views.partial, name="partial"),
     path("jobs/<str:job_id>", views.inspector, name="job"),
     path("jobs/<str:job_id>/edit", views.editor, name="job-edit"),

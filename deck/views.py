@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, QueryDict
-from django.shortcuts import redirect, render
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
@@ -134,11 +134,6 @@ def _render(request: HttpRequest, template: str, context: dict[str, Any], status
 
 def _bad(request: HttpRequest, exc: Exception) -> HttpResponse:
     return refuse(request, 409 if isinstance(exc, service.ConflictError) else 400, str(exc))
-
-
-@require_GET
-def root(request: HttpRequest) -> HttpResponseBase:
-    return redirect("deck:index")
 
 
 @require_GET

@@ -1,6 +1,7 @@
 # Sourced by scripts/run and scripts/test: find a Python 3.12+ interpreter,
-# create .venv beside the project and install requirements.txt into it (only
-# when requirements.txt changed since the last install).
+# create .venv beside the project, install requirements-dev.txt and the project
+# itself (editable, with every extra) into it — only when pyproject.toml or
+# requirements-dev.txt changed since the last install.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -36,10 +37,12 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys; sys.exit(
     "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.requirements.sha"
-WANT="$(sha256sum requirements.txt | cut -d' ' -f1)"
+EXTRAS="postgres,redis,mssql,otel,server"
+WANT="$(cat pyproject.toml requirements-dev.txt | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
-    echo "Installing requirements.txt into .venv"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+    echo "Installing requirements-dev.txt and django-chokaq[$EXTRAS] (editable) into .venv"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt -e ".[$EXTRAS]" \
+        2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
     echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django import template
-from django.conf import settings
 
 from chokaq_core.domain import FailureReason, JobStatus
+from deck.conf import setting
 
 register = template.Library()
 
@@ -30,8 +30,6 @@ def deck_ws() -> str:
 
     return f"/ws/{route_prefix()}/"
 
-LAG_WARNING_SECONDS = 5  # defaults of CHOKAQ_DECK["QUEUE_LAG_WARNING_THRESHOLD_SECONDS"] (spec 05 §1.2)
-LAG_CRITICAL_SECONDS = 10  # and CHOKAQ_DECK["QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS"]
 _SPACES = re.compile(r"\s+")
 REASON_CLASSES = {
     FailureReason.THROTTLED: "throttled", FailureReason.FATAL_ERROR: "fatal", FailureReason.TIMEOUT: "timeout",
@@ -76,9 +74,8 @@ def lag(seconds: Any) -> str:
 
 @register.simple_tag
 def lag_class(pending: int, max_lag: float) -> str:
-    deck = getattr(settings, "CHOKAQ_DECK", {})
-    warning = deck.get("QUEUE_LAG_WARNING_THRESHOLD_SECONDS", LAG_WARNING_SECONDS)
-    critical = deck.get("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS", LAG_CRITICAL_SECONDS)
+    warning = setting("QUEUE_LAG_WARNING_THRESHOLD_SECONDS")
+    critical = setting("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS")
     if not pending or max_lag < warning:
         return "healthy"
     return "critical" if max_lag >= critical else "warning"

@@ -138,7 +138,7 @@ def test_viewer_sees_no_operator_actions_and_a_forged_post_is_refused(deck_serve
 def test_login_page_and_theme_switch(deck_server: Deck, browser: Any) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
-    page.goto(f"{deck_server.url}/")
+    page.goto(f"{deck_server.url}/deck/")
     assert "/deck/login/" in page.url
     page.fill("input[name=username]", "admin-user")
     page.fill("input[name=password]", "wrong")

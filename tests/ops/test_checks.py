@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core import checks as django_checks
 from django.core.management import call_command
-from django.db import connections
+from django.db import connection, connections
 
 from chokaq_core import checks
 from chokaq_core.backend import ChokaQBackend
+from chokaq_core.models import COVERING_COLUMNS
+from deck import checks as deck_checks
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ids(messages: list[django_checks.CheckMessage]) -> list[str]:
@@ -27,7 +38,7 @@ def chokaq(settings: Any, **sections: Any) -> None:
 def test_the_project_settings_pass() -> None:
     assert [m for m in checks.check_configuration() if m.is_serious()] == []
     assert [m for m in checks.check_deck() if m.is_serious()] == []
-    assert checks.check_deploy() == []
+    assert ids(checks.check_deploy()) in ([], ["chokaq.W006"])  # W006: the suite runs without Redis by default
 
 
 @pytest.mark.parametrize(
@@ -88,14 +99,21 @@ def test_invalid_deck_settings_are_e004(settings: Any, deck: dict[str, Any]) -> 
     assert "chokaq.E004" in ids(checks.check_deck())
 
 
-def test_deck_without_a_channel_layer_is_e005(settings: Any) -> None:
-    settings.CHANNEL_LAYERS = {}
+def test_deck_without_channels_is_e005(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.apps import apps
+
+    installed = apps.is_installed
+    monkeypatch.setattr(apps, "is_installed", lambda name: name != "channels" and installed(name))
     assert ids(checks.check_deck()) == ["chokaq.E005"]
 
 
-def test_in_memory_layer_is_w006(settings: Any) -> None:
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    messages = checks.check_deck()
+@pytest.mark.parametrize("layers", [{}, {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}])
+def test_no_cross_process_layer_is_a_deploy_warning_w006(settings: Any, layers: dict[str, Any]) -> None:
+    """Without a channel layer (or with the in-memory one) the Deck still works on one host: in-process events
+    and its database poll. Only ``check --deploy`` warns."""
+    settings.CHANNEL_LAYERS = layers
+    assert checks.check_deck() == []
+    messages = checks.check_deploy()
     assert ids(messages) == ["chokaq.W006"]
     assert not messages[0].is_serious()
 
@@ -127,12 +145,221 @@ def test_tasks_backend_without_the_app_is_e010(monkeypatch: pytest.MonkeyPatch) 
 
 def test_unregistered_types_in_production_are_w020(chokaq_settings: Any) -> None:
     chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "REQUIRE_REGISTERED_JOB_TYPES": False}
+    chokaq_settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer"}}
     assert ids(checks.check_deploy()) == ["chokaq.W020"]
     messages = django_checks.run_checks(tags=["chokaq"], include_deployment_checks=True)
     assert "chokaq.W020" in ids(messages)
 
 
 def test_manage_py_check_runs_the_chokaq_checks(settings: Any) -> None:
-    settings.CHANNEL_LAYERS = {}
-    with pytest.raises(Exception, match=r"chokaq\.E005"):
+    settings.CHOKAQ_DECK = {"ROUTE_PREFIX": "chokaq"}
+    with pytest.raises(Exception, match=r"chokaq\.E004"):
         call_command("check", tag=["chokaq"])
+
+
+# ---------------------------------------------------------------- a project adopting ChokaQ
+
+
+def test_check_prints_nothing_for_the_project(settings: Any) -> None:
+    """No warnings at all (models.W040 of the covering indexes included), nothing silenced."""
+    settings.SILENCED_SYSTEM_CHECKS = []
+    out = io.StringIO()
+    call_command("check", stdout=out, stderr=out)
+    assert out.getvalue().strip() == "System check identified no issues (0 silenced).", out.getvalue()
+
+
+@pytest.mark.django_db
+def test_covering_indexes_keep_their_include_columns_where_the_vendor_has_them(vendor: str) -> None:
+    """The models list key columns only; PostgreSQL keeps each index's INCLUDE columns, SQLite has the index."""
+    with connection.cursor() as cursor:
+        if vendor == "postgresql":
+            cursor.execute("""
+                SELECT i.relname, array_agg(a.attname ORDER BY k.n)
+                FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+                CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, n)
+                JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+                WHERE k.n > x.indnkeyatts AND i.relname = ANY(%s)
+                GROUP BY i.relname""", [list(COVERING_COLUMNS)])
+            assert {name: tuple(columns) for name, columns in cursor.fetchall()} == COVERING_COLUMNS
+        else:
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            assert set(COVERING_COLUMNS) <= {row[0] for row in cursor.fetchall()}
+
+
+# ---------------------------------------------------------------- chokaq.E008: a missing optional dependency
+
+
+def without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """Make ``modules`` not installed for this test (``import`` raises, ``find_spec`` finds nothing)."""
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def extra_alias(monkeypatch: pytest.MonkeyPatch, chokaq_settings: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """Point CHOKAQ["DATABASE"] at an extra alias with the given settings (never connected to)."""
+
+    def use(database: dict[str, Any]) -> None:
+        monkeypatch.setitem(connections.settings, "chokaq_extra", {**connections.settings["default"], **database})
+        chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "DATABASE": "chokaq_extra"}
+
+    yield use
+    with contextlib.suppress(AttributeError):  # the wrapper exists only when a check asked for the vendor
+        del connections["chokaq_extra"]
+
+
+@pytest.mark.parametrize(("engine", "module", "extra"), [
+    ("django.db.backends.postgresql", "psycopg", "postgres"),
+    ("mssql", "mssql", "mssql"),
+])
+def test_a_database_driver_missing_is_e008_naming_the_extra(monkeypatch: pytest.MonkeyPatch, extra_alias: Any,
+                                                            engine: str, module: str, extra: str) -> None:
+    without(monkeypatch, module)
+    extra_alias({"ENGINE": engine, "NAME": "shop", "OPTIONS": {}})
+    messages = checks.check_configuration()
+    assert ids(messages) == ["chokaq.E008"]
+    assert f'pip install "django-chokaq[{extra}]"' == messages[0].hint and module in messages[0].msg
+
+
+def test_a_redis_channel_layer_without_channels_redis_is_e008(monkeypatch: pytest.MonkeyPatch,
+                                                                settings: Any) -> None:
+    without(monkeypatch, "channels_redis", "redis")
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                           "CONFIG": {"hosts": ["redis://127.0.0.1:6379/0"]}}}
+    messages = checks.check_deck()
+    assert ids(messages) == ["chokaq.E008"]
+    assert messages[0].hint == 'pip install "django-chokaq[redis]"'
+
+
+def test_the_redis_idempotency_store_without_redis_is_e008(monkeypatch: pytest.MonkeyPatch,
+                                                             chokaq_settings: Any) -> None:
+    without(monkeypatch, "redis")
+    chokaq(chokaq_settings, IDEMPOTENCY={"STORE": checks.REDIS_IDEMPOTENCY_STORE, "REDIS_URL": "redis://x"})
+    assert ids(checks.check_configuration()) == ["chokaq.E008"]
+
+
+def test_missing_extras_are_check_errors_never_import_errors_at_start_up(tmp_path: Path) -> None:
+    """A process without psycopg, channels_redis, redis, opentelemetry, mssql and daphne imports the engine and
+    the Deck, and ``check`` names the extra the settings need. (A missing driver of the *default* database
+    stops Django itself before any app loads; for ChokaQ's own alias see the test above.)"""
+    script = tmp_path / "start.py"
+    script.write_text(
+        "import sys\n"
+        "for name in ('psycopg', 'psycopg2', 'channels_redis', 'redis', 'opentelemetry', 'mssql', 'pyodbc',"
+        " 'daphne'):\n"
+        "    sys.modules[name] = None\n"
+        "import django\n"
+        "from django.core.management import execute_from_command_line\n"
+        "django.setup()\n"
+        "import chokaq_core, chokaq_core.storage, chokaq_core.worker, chokaq_core.metrics, deck.asgi, deck.views\n"
+        "execute_from_command_line(['manage.py', 'check'])\n"
+    )
+    env = {**{k: v for k, v in os.environ.items() if k != "DATABASE_URL"}, "DJANGO_SETTINGS_MODULE": "tests.settings",
+           "REDIS_URL": "redis://127.0.0.1:6379/0", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output and "ImportError" not in output, output
+    assert 'pip install "django-chokaq[redis]"' in output, output
+    assert "chokaq.E008" in output
+
+
+# ---------------------------------------------------------------- chokaq.E009: SQLite transaction mode
+
+
+@pytest.mark.parametrize("options", [{}, {"transaction_mode": "DEFERRED"}, {"timeout": 20}])
+def test_sqlite_without_immediate_transactions_is_e009_with_a_hint(extra_alias: Any, options: dict[str, Any]) -> None:
+    extra_alias({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:", "OPTIONS": options})
+    messages = checks.check_configuration()
+    assert ids(messages) == ["chokaq.E009"]
+    assert messages[0].is_serious() and '"transaction_mode": "IMMEDIATE"' in (messages[0].hint or "")
+
+
+@pytest.mark.parametrize("mode", ["IMMEDIATE", "immediate"])
+def test_sqlite_with_immediate_transactions_passes(extra_alias: Any, mode: str) -> None:
+    extra_alias({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:", "OPTIONS": {"transaction_mode": mode}})
+    assert checks.check_configuration() == []
+
+
+# ---------------------------------------------------------------- chokaq.E011: the ASGI application
+
+
+def _django_app() -> Any:
+    from django.core.asgi import get_asgi_application
+
+    return get_asgi_application()
+
+
+async def _custom_app(scope: Any, receive: Any, send: Any) -> None:
+    """An ASGI callable the check cannot look into."""
+
+
+def _asgi_candidates() -> dict[str, Any]:
+    from channels.routing import ProtocolTypeRouter, URLRouter
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from django.urls import path
+
+    from deck.asgi import with_deck
+    from deck.consumers import DeckConsumer
+
+    return {
+        "DJANGO_ONLY": _django_app(),
+        "STATIC_DJANGO_ONLY": ASGIStaticFilesHandler(_django_app()),
+        "HTTP_ONLY_ROUTER": ProtocolTypeRouter({"http": _django_app()}),
+        "OTHER_SOCKETS": ProtocolTypeRouter({"http": _django_app(), "websocket": URLRouter([
+            path("ws/chat/", DeckConsumer.as_asgi())])}),
+        "WITH_DECK": with_deck(_django_app()),
+        "WITH_DECK_AND_STATIC": with_deck(ASGIStaticFilesHandler(_django_app())),
+        "NESTED": ProtocolTypeRouter({"http": _django_app(), "websocket": URLRouter([
+            path("ws/", URLRouter([path("deck/", DeckConsumer.as_asgi())]))])}),
+        "CUSTOM": _custom_app,
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """ASGI_APPLICATION candidates importable as ``tests.ops.test_checks.<NAME>``."""
+    candidates = _asgi_candidates()
+    if name in candidates:
+        return candidates[name]
+    raise AttributeError(name)
+
+
+@pytest.mark.parametrize("application", [None, "DJANGO_ONLY", "STATIC_DJANGO_ONLY", "HTTP_ONLY_ROUTER",
+                                         "OTHER_SOCKETS", "tests.ops.no_such_module.application"])
+def test_an_asgi_application_without_the_deck_route_is_e011(settings: Any, application: str | None) -> None:
+    settings.ASGI_APPLICATION = application and (application if "." in application else f"{__name__}.{application}")
+    messages = deck_checks.check_asgi_application()
+    assert ids(messages) == ["chokaq.E011"]
+    assert "with_deck(get_asgi_application())" in (messages[0].hint or "")
+
+
+@pytest.mark.parametrize("application", ["WITH_DECK", "WITH_DECK_AND_STATIC", "NESTED", "CUSTOM"])
+def test_an_asgi_application_routing_the_deck_passes(settings: Any, application: str) -> None:
+    settings.ASGI_APPLICATION = f"{__name__}.{application}"
+    assert deck_checks.check_asgi_application() == []
+
+
+def test_the_project_asgi_application_routes_the_deck_under_its_prefix(settings: Any) -> None:
+    assert settings.ASGI_APPLICATION == "config.asgi.application"
+    assert deck_checks.check_asgi_application() == []
+    settings.CHOKAQ_DECK = {**settings.CHOKAQ_DECK, "ROUTE_PREFIX": "/ops/jobs"}  # routing.py read /deck
+    assert ids(deck_checks.check_asgi_application()) == ["chokaq.E011"]
+
+
+# ---------------------------------------------------------------- chokaq.E012: where deck.urls is included
+
+urlpatterns: list[Any] = []  # a ROOT_URLCONF without the Deck
+
+
+def test_deck_urls_at_another_path_than_the_route_prefix_is_e012(settings: Any) -> None:
+    assert deck_checks.check_url_prefix() == []
+    settings.CHOKAQ_DECK = {**settings.CHOKAQ_DECK, "ROUTE_PREFIX": "/ops"}
+    messages = deck_checks.check_url_prefix()
+    assert ids(messages) == ["chokaq.E012"] and "'/deck/'" in messages[0].msg
+
+
+def test_deck_installed_but_not_included_is_e012(settings: Any) -> None:
+    settings.ROOT_URLCONF = __name__
+    messages = deck_checks.check_url_prefix()
+    assert ids(messages) == ["chokaq.E012"] and 'include("deck.urls")' in messages[0].msg

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from chokaq_core.conf import config
+from chokaq_core.conf import DEFAULTS, config
+from deck.conf import DEFAULTS as DECK_DEFAULTS
 
 
 def test_defaults() -> None:
@@ -76,3 +79,49 @@ def test_prepared_statements_flag_is_a_bool(settings: Any) -> None:
     settings.CHOKAQ = {"SQL": {"PREPARED_STATEMENTS": "yes"}}
     with pytest.raises(ImproperlyConfigured, match=r"SQL\.PREPARED_STATEMENTS must be True or False"):
         config()
+
+
+# ---------------------------------------------------------------- the configuration reference (docs/configuration.md)
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+FREE_SECTIONS = ("QUEUES", "SCHEDULE")  # user-named entries, documented as one key each
+
+
+def documented_keys(heading: str) -> dict[str, list[str]]:
+    """Rows of the reference tables under ``## <heading>``: key → its other cells (default, meaning)."""
+    section = REFERENCE.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        match = re.match(r"\|\s*`([A-Z_.]+)`\s*\|(.*)\|\s*$", line)
+        if match:
+            rows[match.group(1)] = [cell.strip() for cell in match.group(2).split("|")]
+    return rows
+
+
+def setting_keys(defaults: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every key of a defaults dict, nested sections as dotted names (``RETRY.MAX_ATTEMPTS``)."""
+    keys: list[str] = []
+    for key, value in defaults.items():
+        if isinstance(value, dict) and value and key not in FREE_SECTIONS:
+            keys += setting_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(prefix + key)
+    return keys
+
+
+@pytest.mark.parametrize(("heading", "defaults"), [("`CHOKAQ`", DEFAULTS), ("`CHOKAQ_DECK`", DECK_DEFAULTS)],
+                         ids=["CHOKAQ", "CHOKAQ_DECK"])
+def test_the_configuration_reference_lists_every_key_with_default_and_meaning(heading: str,
+                                                                               defaults: dict[str, Any]) -> None:
+    rows = documented_keys(heading)
+    missing = [key for key in setting_keys(defaults) if key not in rows]
+    assert not missing, f"docs/configuration.md does not list {missing}"
+    stale = [key for key in rows if key not in setting_keys(defaults)]
+    assert not stale, f"docs/configuration.md lists keys that no longer exist: {stale}"
+    for key, cells in rows.items():
+        assert len(cells) == 2 and all(cells), f"{key}: a default and a meaning are needed, got {cells}"
+
+
+def test_the_reference_test_notices_a_new_key() -> None:
+    assert "RETRY.NEW_KNOB" not in documented_keys("`CHOKAQ`")
+    assert "RETRY.NEW_KNOB" in setting_keys({**DEFAULTS, "RETRY": {**DEFAULTS["RETRY"], "NEW_KNOB": 1}})
