@@ -8,7 +8,7 @@ The models exist for migrations, the admin and read-only ORM use in tests.
 Covering indexes: on PostgreSQL and SQL Server the indexes of :data:`COVERING_COLUMNS` also carry those
 non-key columns (``INCLUDE (…)``), created by migration 0001; SQLite cannot store them. The models list
 the key columns only, so that ``manage.py check`` on SQLite has nothing to warn about (``models.W040``);
-migration 0006 moved the migration state accordingly without touching any database.
+migration 0007 moved the migration state accordingly without touching any database.
 """
 
 from __future__ import annotations

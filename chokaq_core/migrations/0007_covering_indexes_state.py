@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("chokaq_core", "0005_schedules"),
+        ("chokaq_core", "0006_job_attempts"),
     ]
 
     operations = [
