@@ -317,11 +317,14 @@ def _asgi_candidates() -> dict[str, Any]:
     }
 
 
+ASGI_CANDIDATES = ("DJANGO_ONLY", "STATIC_DJANGO_ONLY", "HTTP_ONLY_ROUTER", "OTHER_SOCKETS", "WITH_DECK",
+                   "WITH_DECK_AND_STATIC", "NESTED", "CUSTOM")
+
+
 def __getattr__(name: str) -> Any:
-    """ASGI_APPLICATION candidates importable as ``tests.ops.test_checks.<NAME>``."""
-    candidates = _asgi_candidates()
-    if name in candidates:
-        return candidates[name]
+    """ASGI_APPLICATION candidates importable as ``tests.ops.test_checks.<NAME>`` (built on first access)."""
+    if name in ASGI_CANDIDATES:
+        return _asgi_candidates()[name]
     raise AttributeError(name)
 
 
