@@ -3,7 +3,16 @@
 Every check runs before any row is written (spec 02 §2.1), and each failure
 is a clear exception: ``UnknownJobTypeError``/``EnvelopeError`` (both
 ``ValueError``) or ``TypeError`` naming the payload field that JSON cannot
-hold. Enqueue joins the caller's ``transaction.atomic()``: the row commits
+hold.
+
+Names have an alphabet, because the Deck puts them into URL path segments
+and HTML attributes (``NAME_ALPHABETS``): a job id is 1–50 of
+``[0-9A-Za-z._:-]``; a queue name and a type key 1–255 of the same
+characters (``django.task:app.tasks.send`` and ``demo.email.send.v1`` fit);
+an idempotency key 1–255 of ``[0-9A-Za-z._:@+=/-]`` (``order:42``,
+``schedule:nightly:2026-01-01T00:00:00+00:00``). A name made only of dots
+(``.``, ``..``) is a path traversal and is refused. Payload JSON nests at most
+``MAX_PAYLOAD_DEPTH`` (64) levels. Enqueue joins the caller's ``transaction.atomic()``: the row commits
 or rolls back with the caller's data and its event fires only on commit.
 """
 
@@ -11,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,6 +45,17 @@ from chokaq_core.domain import (
 from chokaq_core.handlers import get_definition
 
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
+MAX_PAYLOAD_DEPTH = 64
+NAME_CHARACTERS = "0-9A-Za-z._:-"
+KEY_CHARACTERS = "0-9A-Za-z._:@+=/-"
+# field → (allowed characters as a regex class, maximum length)
+NAME_ALPHABETS: dict[str, tuple[str, int]] = {
+    "job id": (NAME_CHARACTERS, 50),
+    "queue": (NAME_CHARACTERS, 255),
+    "type key": (NAME_CHARACTERS, 255),
+    "idempotency key": (KEY_CHARACTERS, 255),
+}
+_NAME_PATTERNS = {name: re.compile(f"[{chars}]{{1,{limit}}}") for name, (chars, limit) in NAME_ALPHABETS.items()}
 
 
 @dataclass(frozen=True)
@@ -95,32 +116,52 @@ async def aenqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], **o
 
 def build(options: EnqueueOptions) -> NewJob:
     """Validate one envelope (spec 03 §9) and serialize its payload."""
-    type_key = _text("type key", options.type_key, 255, required=True)
+    type_key = check_name("type key", _text("type key", options.type_key, 255, required=True))
     definition = get_definition(type_key)
     if definition is None and not options.allow_unregistered and config().REQUIRE_REGISTERED_JOB_TYPES:
         raise UnknownJobTypeError(
             f"unknown job type {type_key!r}: no @job registers it (pass allow_unregistered=True to enqueue "
             "a type handled by another service)"
         )
-    queue = _text("queue", options.queue if options.queue is not None else
-                  (definition.queue if definition else "default"), 255, required=True)
+    queue = check_name("queue", _text("queue", options.queue if options.queue is not None else
+                                      (definition.queue if definition else "default"), 255, required=True))
     priority = options.priority if options.priority is not None else (definition.priority if definition else 10)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
         raise EnvelopeError(f"priority must be within {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}, got {priority}")
-    job_id = _text("job id", options.job_id, 50, required=True) if options.job_id is not None else new_ulid()
+    job_id = (check_name("job id", _text("job id", options.job_id, 50, required=True))
+              if options.job_id is not None else new_ulid())
+    idempotency_key = _text("idempotency key", options.idempotency_key, 255) or None
     return NewJob(
         id=job_id,
         queue=queue,
         type=type_key,
         payload=serialize_payload(options.payload),
         tags=_tags(options.tags),
-        idempotency_key=_text("idempotency key", options.idempotency_key, 255) or None,
+        idempotency_key=check_name("idempotency key", idempotency_key) if idempotency_key else None,
         priority=priority,
         delay_seconds=_delay(options.delay, options.run_at),
         created_by=_text("created_by", options.created_by, 100) or None,
     )
+
+
+def check_name(field_name: str, value: str) -> str:
+    """``value`` when it fits the alphabet of ``field_name`` (``NAME_ALPHABETS``); EnvelopeError naming the field
+    otherwise. Dot-only names (``.``, ``..``) are refused: as a URL path segment they would climb the path."""
+    chars, limit = NAME_ALPHABETS[field_name]
+    if not _NAME_PATTERNS[field_name].fullmatch(value):
+        bad = sorted({c for c in value if not re.fullmatch(f"[{chars}]", c)})
+        detail = f"; it contains {''.join(bad)!r}" if bad else ""
+        raise EnvelopeError(f"{field_name} must be 1-{limit} characters of [{chars}], got {value[:60]!r}{detail}")
+    if not value.strip("."):
+        raise EnvelopeError(f"{field_name} must not consist of dots only, got {value!r}")
+    return value
+
+
+def is_valid_name(field_name: str, value: object) -> bool:
+    """Whether ``value`` fits the alphabet of ``field_name`` (for rendering rows stored before it existed)."""
+    return isinstance(value, str) and bool(_NAME_PATTERNS[field_name].fullmatch(value)) and bool(value.strip("."))
 
 
 def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
@@ -198,6 +239,7 @@ def serialize_payload(payload: Mapping[str, Any]) -> str:
     for key in payload:
         if not isinstance(key, str):
             raise TypeError(f"payload field names must be strings, got {key!r}")
+    check_depth(payload)
     try:
         text = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False, allow_nan=False,
                           separators=(",", ":"))
@@ -209,6 +251,23 @@ def serialize_payload(payload: Mapping[str, Any]) -> str:
     if size > limit:
         raise EnvelopeError(f"payload is {size} bytes of JSON; the limit is {limit} bytes")
     return text
+
+
+def check_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> None:
+    """EnvelopeError when lists/objects nest deeper than ``limit`` levels (the payload object is level 1).
+    Iterative: a payload nested thousands of levels deep must not exhaust the interpreter's stack."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise EnvelopeError(f"payload nests more than {limit} levels of lists/objects")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def _bad_field(value: Any, path: str) -> str | None:

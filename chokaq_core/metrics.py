@@ -21,6 +21,9 @@ Two kinds of series live in :data:`REGISTRY`:
 Label values pass the cardinality guard of spec 05 §2: trimmed, cut to
 ``METRICS.MAX_TAG_VALUE_LENGTH``, blank → ``UNKNOWN_TAG_VALUE``; the first N
 distinct values of a family pass and later ones become ``OVERFLOW_TAG_VALUE``.
+Markup, quotes, backslashes and control characters in a value become
+``_``: a queue named ``<img onerror=…>`` before names had an alphabet never
+reaches a scrape body as markup.
 
 The web process serves ``/deck/metrics``; a worker serves the same registry with
 ``chokaq_worker --metrics-port N``.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -50,6 +54,9 @@ MS_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000,
 # ---------------------------------------------------------------- cardinality guard
 
 
+_UNSAFE_LABEL_CHARACTERS = re.compile(r"[<>&\"'`\\\x00-\x1f\x7f]")
+
+
 class TagGuard:
     """Process-local guard of one tag family: the first ``limit`` distinct values pass."""
 
@@ -63,7 +70,7 @@ class TagGuard:
         from chokaq_core.conf import config
 
         settings = config().METRICS
-        text = "" if value is None else str(value).strip()
+        text = "" if value is None else _UNSAFE_LABEL_CHARACTERS.sub("_", str(value)).strip()
         text = text[: settings.MAX_TAG_VALUE_LENGTH] if text else str(settings.UNKNOWN_TAG_VALUE).strip()
         with self._lock:
             if text in self._seen:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core import storage
-from chokaq_core.api import PRIORITY_RANGE, serialize_payload
+from chokaq_core.api import PRIORITY_RANGE, check_name, is_valid_name, serialize_payload
 from chokaq_core.domain import (
     HISTORY_SORTS,
     INDEXED_SORTS,
@@ -49,6 +50,33 @@ class ServiceError(ValueError):
 
 class ConflictError(ServiceError):
     """The job is no longer where the command expects it (it moved meanwhile); nothing was changed."""
+
+
+class NotFoundError(ServiceError):
+    """The command names something that does not exist (e.g. an unknown queue); nothing was changed."""
+
+
+def valid_name(field_name: str, value: object) -> bool:
+    """Whether ``value`` fits the alphabet of ``field_name`` ("job id", "queue", "type key", "idempotency key"):
+    rows stored before the alphabet existed may not, and the Deck then builds no URL from them."""
+    return is_valid_name(field_name, value)
+
+
+def check_job_id(job_id: str) -> str:
+    """A job id as the Deck received it (path segment, form field), trimmed, or ServiceError naming the rule."""
+    return _checked("job id", job_id)
+
+
+def check_queue_name(name: str) -> str:
+    return _checked("queue", name, "queue name")
+
+
+def _checked(field_name: str, value: str, label: str | None = None) -> str:
+    try:
+        return check_name(field_name, (value or "").strip())
+    except ValueError as exc:
+        text = str(exc)
+        raise ServiceError(text.replace(field_name, label, 1) if label else text) from None
 
 
 @dataclass(frozen=True)
@@ -93,7 +121,20 @@ def _ids(job_ids: Sequence[str]) -> list[str]:
         raise ServiceError("no job ids given")
     if len(ids) > MAX_BULK_IDS:
         raise ServiceError(f"at most {MAX_BULK_IDS} ids per command, got {len(ids)}")
+    for job_id in ids:
+        check_job_id(job_id)
     return ids
+
+
+def _left_dlq(job_ids: Sequence[str]) -> list[str]:
+    """Of ``job_ids`` (all in the DLQ a moment ago), those no longer there: what a bulk command affected."""
+    where = storage.locate_jobs(list(job_ids))
+    return [i for i in job_ids if where.get(i) not in PILLAR_STATUSES["dlq"]]
+
+
+def _in_dlq(job_ids: Sequence[str]) -> list[str]:
+    where = storage.locate_jobs(list(job_ids))
+    return [i for i in job_ids if where.get(i) in PILLAR_STATUSES["dlq"]]
 
 
 def _payload(payload: str | None) -> str | None:
@@ -102,6 +143,8 @@ def _payload(payload: str | None) -> str | None:
         return None
     try:
         value = json.loads(payload)
+    except RecursionError:
+        raise ServiceError("payload nests too deeply: at most 64 levels of lists/objects") from None
     except ValueError as exc:
         raise ServiceError(f"payload is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
@@ -123,7 +166,13 @@ def resurrect(job_id: str, *, actor: str, payload: str | None = None, tags: str 
 
 
 def resurrect_many(job_ids: Sequence[str], *, actor: str) -> int:
-    return storage.resurrect_batch(_ids(job_ids), actor=actor)
+    return len(resurrect_jobs(job_ids, actor=actor))
+
+
+def resurrect_jobs(job_ids: Sequence[str], *, actor: str) -> list[str]:
+    """DLQ → Hot for many ids; returns the ids that moved (for the audit of every affected job)."""
+    ids = _in_dlq(_ids(job_ids))
+    return _left_dlq(ids) if ids and storage.resurrect_batch(ids, actor=actor) else []
 
 
 def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
@@ -136,7 +185,13 @@ def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | Non
 
 
 def purge_dlq(job_ids: Sequence[str]) -> int:
-    return storage.purge_dlq_ids(_ids(job_ids))
+    return len(purge_dlq_jobs(job_ids))
+
+
+def purge_dlq_jobs(job_ids: Sequence[str]) -> list[str]:
+    """Delete DLQ rows by id; returns the ids deleted."""
+    ids = _in_dlq(_ids(job_ids))
+    return _left_dlq(ids) if ids and storage.purge_dlq_ids(ids) else []
 
 
 MAX_WORKERS_RANGE = (1, 10_000)
@@ -144,9 +199,14 @@ ZOMBIE_TIMEOUT_RANGE = (1, 86_400)
 
 
 def _queue(name: str) -> str:
-    name = (name or "").strip()
-    if not name or len(name) > 255:
-        raise ServiceError("queue name must be 1-255 characters")
+    return check_queue_name(name)
+
+
+def _known_queue(name: str) -> str:
+    """A queue the Queues table holds: a Deck setting never creates a queue as a side effect."""
+    name = _queue(name)
+    if name not in {q.name for q in storage.queue_states()}:
+        raise NotFoundError(f"Queue {name!r} does not exist")
     return name
 
 
@@ -165,9 +225,10 @@ def _optional_int(label: str, value: int | str | None, bounds: tuple[int, int]) 
     return number
 
 
-def set_queue_paused(queue: str, paused: bool) -> None:
-    """Pause stops new claims at once; buffered jobs of the queue are released; running jobs finish."""
-    storage.set_queue_paused(_queue(queue), paused)
+def set_queue_paused(queue: str, paused: bool, *, must_exist: bool = False) -> None:
+    """Pause stops new claims at once; buffered jobs of the queue are released; running jobs finish.
+    ``must_exist`` (the Deck): NotFoundError for a queue the Queues table does not hold, instead of creating it."""
+    storage.set_queue_paused(_known_queue(queue) if must_exist else _queue(queue), paused)
 
 
 def set_queue_visible(queue: str, visible: bool) -> bool:
@@ -175,17 +236,19 @@ def set_queue_visible(queue: str, visible: bool) -> bool:
     return storage.set_queue_active(_queue(queue), visible)
 
 
-def set_queue_max_workers(queue: str, max_workers: int | str | None) -> int | None:
-    """Fleet-wide cap on Fetched + Processing rows of the queue (None = unlimited)."""
+def set_queue_max_workers(queue: str, max_workers: int | str | None, *, must_exist: bool = False) -> int | None:
+    """Fleet-wide cap on Fetched + Processing rows of the queue (None = unlimited); ``must_exist`` as for
+    ``set_queue_paused``."""
     value = _optional_int("max workers", max_workers, MAX_WORKERS_RANGE)
-    storage.set_queue_max_workers(_queue(queue), value)
+    storage.set_queue_max_workers(_known_queue(queue) if must_exist else _queue(queue), value)
     return value
 
 
-def set_queue_zombie_timeout(queue: str, seconds: int | str | None) -> int | None:
-    """Per-queue zombie timeout override in seconds (None = the global setting)."""
+def set_queue_zombie_timeout(queue: str, seconds: int | str | None, *, must_exist: bool = False) -> int | None:
+    """Per-queue zombie timeout override in seconds (None = the global setting); ``must_exist`` as for
+    ``set_queue_paused``."""
     value = _optional_int("zombie timeout", seconds, ZOMBIE_TIMEOUT_RANGE)
-    storage.set_queue_zombie_timeout(_queue(queue), value)
+    storage.set_queue_zombie_timeout(_known_queue(queue) if must_exist else _queue(queue), value)
     return value
 
 
@@ -330,26 +393,36 @@ def _encode_key(sort: HistorySort, row: JobRow) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+SORT_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
 def _decode_key(token: str, sort: HistorySort) -> tuple[Any, str]:
     """A page key back to (sort value, id); anything malformed or from another sort is refused."""
     try:
         key, value, job_id = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         if key != sort.key or not isinstance(job_id, str):
             raise ValueError("page key of another sort")
+        if "\x00" in job_id or (isinstance(value, str) and "\x00" in value):
+            raise ValueError("NUL character")  # no database text column can hold it
         sample = JobRow("", "", "", JobStatus.PENDING, 0, datetime.now(UTC)).sort_value(key)
         if sort.key in ("date", "created"):
             value = datetime.fromisoformat(value)
             if value.tzinfo is None:
                 raise ValueError("naive time")
+            value = value.astimezone(UTC)  # OverflowError past year 1..9999 once the offset is applied
+        elif isinstance(value, bool):
+            raise ValueError("not a number")
         elif isinstance(sample, float):
             value = float(value)
+            if not math.isfinite(value):
+                raise ValueError("not a finite number")
         elif isinstance(sample, int) or sort.key == "reason":
-            if not isinstance(value, int):
-                raise ValueError("not an integer")
+            if not isinstance(value, int) or not SORT_INT_RANGE[0] <= value <= SORT_INT_RANGE[1]:
+                raise ValueError("not a 64-bit integer")
         elif not isinstance(value, str):
             raise ValueError("not a string")
         return value, job_id
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+    except (ValueError, TypeError, OverflowError, RecursionError, binascii.Error, UnicodeDecodeError) as exc:
         raise ServiceError(f"invalid page key: {exc}") from exc
 
 
@@ -401,10 +474,7 @@ def history(
 
 
 def _job_id(job_id: str) -> str:
-    job_id = (job_id or "").strip()
-    if not job_id or len(job_id) > 50:
-        raise ServiceError("job id must be 1–50 characters")
-    return job_id
+    return check_job_id(job_id)
 
 
 def _edits(tags: str | None, priority: int | None) -> None:
@@ -494,11 +564,29 @@ def preview_dlq_bulk(filters: JobFilter, max_jobs: int | None = None) -> BulkPre
 
 
 def purge_dlq_by_filter(filters: JobFilter, max_jobs: int | None = None) -> int:
-    return storage.purge_dlq_by_filter(_dlq_filter(filters), _max_jobs(max_jobs))
+    return len(purge_dlq_matching(filters, max_jobs))
 
 
 def requeue_dlq_by_filter(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> int:
-    return storage.resurrect_dlq_by_filter(_dlq_filter(filters), _max_jobs(max_jobs), actor=actor)
+    return len(requeue_dlq_matching(filters, max_jobs, actor=actor))
+
+
+def _dlq_matching(filters: JobFilter, max_jobs: int | None) -> list[str]:
+    """The ids a DLQ bulk-by-filter command acts on: the newest ``max_jobs`` failures matching ``filters``."""
+    rows = storage.list_dlq(_dlq_filter(filters), None, _max_jobs(max_jobs), HistorySort("date", True))
+    return [r.id for r in rows]
+
+
+def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> list[str]:
+    """Delete the DLQ rows matching ``filters`` (at most ``max_jobs``); returns the ids deleted."""
+    ids = _dlq_matching(filters, max_jobs)
+    return _left_dlq(ids) if ids and storage.purge_dlq_ids(ids) else []
+
+
+def requeue_dlq_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> list[str]:
+    """Move the DLQ rows matching ``filters`` (at most ``max_jobs``) back to Hot; returns the ids moved."""
+    ids = _dlq_matching(filters, max_jobs)
+    return _left_dlq(ids) if ids and storage.resurrect_batch(ids, actor=actor) else []
 
 
 def _cutoff(days: int) -> datetime:

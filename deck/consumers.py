@@ -50,7 +50,7 @@ from django.db import close_old_connections, connections
 from chokaq_core import events, service
 from chokaq_core.domain import JobRow, JobStatus
 from deck import conf, fragments
-from deck.models import OperatorAction
+from deck.models import OperatorAction, console_actions
 from deck.permissions import Role, anonymous_allowed, role_of
 
 logger = logging.getLogger("chokaq.deck")
@@ -99,7 +99,7 @@ class DeckConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
             message = json.loads(text_data or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # e.g. 200k "[": too deep for the parser, ignored like bad JSON
             return
         if isinstance(message, dict) and message.get("type") == "ping":
             await self.send(text_data=json.dumps({"type": "pong"}))
@@ -382,7 +382,7 @@ class Broadcaster:
             last = OperatorAction.objects.order_by("-id").values_list("id", flat=True).first()
             state.last_action_id = last or 0
         elif actions:
-            for entry in OperatorAction.objects.filter(id__gt=state.last_action_id).order_by("id")[:50]:
+            for entry in console_actions().filter(id__gt=state.last_action_id).order_by("id")[:50]:
                 lines.append({"id": entry.id, "at": entry.at, "level": entry.level,
                               "message": f"{entry.actor}: {entry.message}"})
                 state.last_action_id = entry.id

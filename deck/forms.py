@@ -7,19 +7,22 @@ never becomes a 500.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, time
 from typing import Any
 
 from django import forms
-from django.http import QueryDict
+from django.http import HttpRequest, QueryDict
 
+from chokaq_core import service
 from chokaq_core.domain import SORT_KEYS, FailureReason, HistorySort, JobFilter, JobStatus
 
 MAX_ID = 50
 MAX_NAME = 255
 MAX_SEARCH = 1000
 MAX_TAGS = 1000
-MAX_PAYLOAD_CHARS = 1_000_000
+MAX_PAYLOAD_CHARS = 4_000_000  # the editor's pretty-printed text; the envelope limit applies to compact JSON
+MAX_EDIT_BODY = 4 * MAX_PAYLOAD_CHARS + 65_536  # bytes of a JSON edit body (escaping can double a payload twice)
 MAX_BATCH = 1000
 PAGE_SIZES = (10, 100, 500, 1000)
 SORT_LABELS = {"date": "Date", "duration": "Duration", "type": "Type", "queue": "Queue", "attempts": "Attempts",
@@ -49,21 +52,19 @@ def clean(form_class: type[forms.Form], data: QueryDict | dict[str, Any]) -> dic
 
 
 def job_id(value: str) -> str:
-    value = (value or "").strip()
-    if not value or len(value) > MAX_ID:
-        raise InvalidInput(f"job id must be 1–{MAX_ID} characters")
-    if "\x00" in value:  # PostgreSQL text cannot hold NUL: refuse it here rather than fail in the database
-        raise InvalidInput("job id must not contain a NUL character")
-    return value
+    """A job id from a path segment or form field: the engine's alphabet (``service.check_job_id``)."""
+    try:
+        return service.check_job_id(value)
+    except service.ServiceError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def queue_name(value: str) -> str:
-    value = (value or "").strip()
-    if not value or len(value) > MAX_NAME:
-        raise InvalidInput(f"queue name must be 1–{MAX_NAME} characters")
-    if "\x00" in value:
-        raise InvalidInput("queue name must not contain a NUL character")
-    return value
+    """A queue name from a path segment: the engine's alphabet (``service.check_queue_name``)."""
+    try:
+        return service.check_queue_name(value)
+    except service.ServiceError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def ids(data: QueryDict) -> list[str]:
@@ -186,6 +187,25 @@ class Edit(forms.Form):
                 raise forms.ValidationError("Payload is empty")
             return None
         return str(payload)
+
+
+def is_json(request: HttpRequest) -> bool:
+    return request.content_type == "application/json"
+
+
+def edit_body(request: HttpRequest) -> dict[str, Any]:
+    """The editor's JSON body (``{"payload": "...", "tags": "...", "priority": "..."}``). Read here, bounded by
+    ``MAX_EDIT_BODY`` rather than Django's form cap, so every payload the envelope allows can be saved."""
+    raw = request.read(MAX_EDIT_BODY + 1)
+    if len(raw) > MAX_EDIT_BODY:
+        raise InvalidInput(f"the request is over {MAX_EDIT_BODY:,} bytes; the limit is {MAX_EDIT_BODY:,} bytes")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("the request body must be a JSON object of fields")
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items() if v is not None}
 
 
 class Priority(forms.Form):

@@ -43,3 +43,11 @@ class OperatorAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%H:%M:%S} {self.actor} {self.command} {self.scope}"
+
+
+BULK_MEMBER_SCOPE = "bulk #"  # scope of the per-job entries of a bulk command: "bulk #<id of the command entry>"
+
+
+def console_actions() -> models.QuerySet[OperatorAction]:
+    """The entries the system console shows: every command once (not the per-job entries of a bulk command)."""
+    return OperatorAction.objects.exclude(scope__startswith=BULK_MEMBER_SCOPE)

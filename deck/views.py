@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from chokaq_core import events, service
 from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, JobStatus
 from deck import forms, fragments
-from deck.models import OperatorAction
+from deck.models import BULK_MEMBER_SCOPE, OperatorAction, console_actions
 from deck.permissions import Role, actor, refuse, require, role_of
 
 logger = logging.getLogger("chokaq.deck")
@@ -57,7 +57,7 @@ def _role(request: HttpRequest) -> Role:
 
 
 def console_entries(limit: int = CONSOLE_LINES) -> list[dict[str, Any]]:
-    entries = list(OperatorAction.objects.all()[:limit])
+    entries = list(console_actions()[:limit])
     return [{"id": e.id, "at": e.at, "level": e.level, "message": f"{e.actor}: {e.message}"} for e in reversed(entries)]
 
 
@@ -133,7 +133,8 @@ def _render(request: HttpRequest, template: str, context: dict[str, Any], status
 
 
 def _bad(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return refuse(request, 409 if isinstance(exc, service.ConflictError) else 400, str(exc))
+    status = 409 if isinstance(exc, service.ConflictError) else 404 if isinstance(exc, service.NotFoundError) else 400
+    return refuse(request, status, str(exc))
 
 
 @require_GET
@@ -206,6 +207,7 @@ class Done:
     previous_payload: str | None = None
     new_payload: str | None = None
     body: Callable[[], str] | None = None  # renders the htmx fragment to return instead of 204 (after the audit)
+    job_ids: list[str] = field(default_factory=list)  # every job a bulk command affected: each gets an entry
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -240,6 +242,8 @@ def _scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 
 def _audit(request: HttpRequest, name: str, done: Done) -> None:
+    """One audit entry per command, plus one per job a bulk command affected (so each job's history shows it;
+    those member entries stay out of the console)."""
     who = actor(request.user)
     log = logger.warning if "purge" in name else logger.info
     log("%s by %s: %s", name, who, done.message)
@@ -247,6 +251,11 @@ def _audit(request: HttpRequest, name: str, done: Done) -> None:
         actor=who, command=name, scope=done.scope[:1000], job_id=done.job_id, level=done.level,
         message=done.message, previous_payload=done.previous_payload, new_payload=done.new_payload,
     )
+    if done.job_ids:
+        OperatorAction.objects.bulk_create(
+            [OperatorAction(actor=who, command=name, scope=f"{BULK_MEMBER_SCOPE}{entry.id}", job_id=job_id,
+                            level=done.level, message=f"{done.message} (bulk action #{entry.id})")
+             for job_id in done.job_ids], batch_size=500)
     events.publish([events.operator_action(entry.id, name)], using=OperatorAction.objects.db)
 
 
@@ -255,11 +264,27 @@ def _inspector_body(request: HttpRequest, job_id: str) -> Callable[[], str]:
                                     {**_inspector(job_id), **fragments.role_context(_role(request))}, request=request)
 
 
-def _payload_of(job_id: str) -> str | None:
+@dataclass(frozen=True)
+class Before:
+    """What an edit is about to change, for the audit entry."""
+
+    payload: str | None = None
+    tags: str | None = None
+
+
+def _before(job_id: str) -> Before:
     jv = service.find_job(job_id)
     if jv is None:
-        return None
-    return (jv.hot or jv.archived or jv.dead).payload  # type: ignore[union-attr]
+        return Before()
+    job = jv.hot or jv.archived or jv.dead
+    return Before(job.payload, job.tags)  # type: ignore[union-attr]
+
+
+def _edit_message(text: str, before: Before, edits: dict[str, Any]) -> str:
+    """``text`` plus the tags change, when the edit sets tags (a payload change is kept as before/after)."""
+    if edits["tags"] is None or edits["tags"] == (before.tags or ""):
+        return text
+    return f"{text}; tags {before.tags or ''!r} → {edits['tags']!r}"
 
 
 @command(Role.OPERATOR)
@@ -278,7 +303,9 @@ def restart_job(request: HttpRequest, job_id: str) -> Done:
 
 
 def _edit_data(request: HttpRequest) -> dict[str, Any]:
-    data = forms.clean(forms.Edit, request.POST)
+    """The editor's fields, form encoded or (the Deck's editor) a JSON object: a payload of every size the
+    envelope allows fits a JSON body, whereas form encoding can inflate it sixfold past Django's request cap."""
+    data = forms.clean(forms.Edit, forms.edit_body(request) if forms.is_json(request) else request.POST)
     return {"payload": data.get("payload"), "tags": data.get("tags") or None, "priority": data.get("priority")}
 
 
@@ -287,9 +314,10 @@ def resurrect_job(request: HttpRequest, job_id: str) -> Done:
     """Resurrect with optional edits (payload, tags, priority)."""
     job_id = forms.job_id(job_id)
     edits = _edit_data(request)
-    before = _payload_of(job_id) if edits["payload"] is not None else None
+    before = _before(job_id)
     service.repair_and_requeue(job_id, actor=actor(request.user), **edits)
-    return Done(f"Job {job_id} resurrected", job_id=job_id, scope=job_id, previous_payload=before,
+    return Done(_edit_message(f"Job {job_id} resurrected", before, edits), job_id=job_id, scope=job_id,
+                previous_payload=before.payload if edits["payload"] is not None else None,
                 new_payload=edits["payload"])
 
 
@@ -299,10 +327,10 @@ def repair_requeue(request: HttpRequest, job_id: str) -> Done:
     edits = _edit_data(request)
     if edits["payload"] is None:
         raise forms.InvalidInput("Payload is empty")
-    before = _payload_of(job_id)
+    before = _before(job_id)
     service.repair_and_requeue(job_id, actor=actor(request.user), **edits)
-    return Done(f"Job {job_id} repaired and requeued", job_id=job_id, scope=job_id, previous_payload=before,
-                new_payload=edits["payload"], body=_inspector_body(request, job_id))
+    return Done(_edit_message(f"Job {job_id} repaired and requeued", before, edits), job_id=job_id, scope=job_id,
+                previous_payload=before.payload, new_payload=edits["payload"], body=_inspector_body(request, job_id))
 
 
 @command(Role.OPERATOR)
@@ -311,9 +339,10 @@ def edit_job(request: HttpRequest, job_id: str) -> Done:
     edits = _edit_data(request)
     if edits["payload"] is None and edits["tags"] is None and edits["priority"] is None:
         raise forms.InvalidInput("nothing to change")
-    before = _payload_of(job_id) if edits["payload"] is not None else None
+    before = _before(job_id)
     service.edit_job(job_id, actor=actor(request.user), **edits)
-    return Done(f"Job {job_id} saved", job_id=job_id, scope=job_id, previous_payload=before,
+    return Done(_edit_message(f"Job {job_id} saved", before, edits), job_id=job_id, scope=job_id,
+                previous_payload=before.payload if edits["payload"] is not None else None,
                 new_payload=edits["payload"], body=_inspector_body(request, job_id))
 
 
@@ -345,22 +374,24 @@ def bulk_cancel(request: HttpRequest) -> Done:
     moved, flagged = service.cancel(ids, actor=actor(request.user))
     n = len(moved) + len(flagged)
     return Done(f"Cancel sent for {n} of {len(ids)} job(s) ({len(moved)} moved, {len(flagged)} running)",
-                affected=n, scope=",".join(ids), level="success" if n else "warning")
+                affected=n, scope=",".join(ids), level="success" if n else "warning", job_ids=[*moved, *flagged])
 
 
 @command(Role.OPERATOR)
 def bulk_resurrect(request: HttpRequest) -> Done:
     ids = forms.ids(request.POST)
-    n = service.resurrect_many(ids, actor=actor(request.user))
+    moved = service.resurrect_jobs(ids, actor=actor(request.user))
+    n = len(moved)
     return Done(f"Requeued {n} of {len(ids)} DLQ job(s)", affected=n, scope=",".join(ids),
-                level="success" if n else "warning")
+                level="success" if n else "warning", job_ids=moved)
 
 
 @command(Role.ADMIN)
 def purge_dlq_ids(request: HttpRequest) -> Done:
     ids = forms.ids(request.POST)
-    n = service.purge_dlq(ids)
-    return Done(f"Bulk purge: {n} DLQ job(s) permanently deleted", affected=n, scope=",".join(ids), level="warning")
+    purged = service.purge_dlq_jobs(ids)
+    return Done(f"Bulk purge: {len(purged)} DLQ job(s) permanently deleted", affected=len(purged),
+                scope=",".join(ids), level="warning", job_ids=purged)
 
 
 def _queue_done(name: str, text: str) -> Done:
@@ -371,7 +402,7 @@ def _queue_done(name: str, text: str) -> Done:
 def queue_pause(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     paused = forms.clean(forms.Toggle, request.POST)["value"]
-    service.set_queue_paused(name, paused)
+    service.set_queue_paused(name, paused, must_exist=True)
     return _queue_done(name, "paused" if paused else "resumed")
 
 
@@ -388,14 +419,16 @@ def queue_active(request: HttpRequest, name: str) -> Done:
 def queue_zombie_timeout(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     seconds = forms.clean(forms.ZombieTimeout, request.POST).get("value")
-    value = service.set_queue_zombie_timeout(name, None if seconds is None else max(60, seconds))
+    value = service.set_queue_zombie_timeout(name, None if seconds is None else max(60, seconds),
+                                             must_exist=True)
     return _queue_done(name, f"zombie timeout {value}s" if value else "zombie timeout cleared (global)")
 
 
 @command(Role.OPERATOR)
 def queue_max_workers(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
-    value = service.set_queue_max_workers(name, forms.clean(forms.MaxWorkers, request.POST).get("value"))
+    value = service.set_queue_max_workers(name, forms.clean(forms.MaxWorkers, request.POST).get("value"),
+                                         must_exist=True)
     return _queue_done(name, f"max workers {value}" if value else "max workers unlimited")
 
 
@@ -429,17 +462,18 @@ def _confirmed(form: forms.DlqBulk, action: str) -> None:
 def dlq_bulk_purge(request: HttpRequest) -> Done:
     form = _bulk_form(request)
     _confirmed(form, "purge")
-    n = service.purge_dlq_by_filter(form.filters("dlq"), form.max())
-    return Done(f"{n} jobs affected (DLQ purge by filter)", affected=n, level="warning",
-                scope=request.POST.urlencode()[:1000])
+    purged = service.purge_dlq_matching(form.filters("dlq"), form.max())
+    return Done(f"{len(purged)} jobs affected (DLQ purge by filter)", affected=len(purged), level="warning",
+                scope=request.POST.urlencode()[:1000], job_ids=purged)
 
 
 @command(Role.ADMIN)
 def dlq_bulk_requeue(request: HttpRequest) -> Done:
     form = _bulk_form(request)
     _confirmed(form, "requeue")
-    n = service.requeue_dlq_by_filter(form.filters("dlq"), form.max(), actor=actor(request.user))
-    return Done(f"{n} jobs affected (DLQ requeue by filter)", affected=n, scope=request.POST.urlencode()[:1000])
+    moved = service.requeue_dlq_matching(form.filters("dlq"), form.max(), actor=actor(request.user))
+    return Done(f"{len(moved)} jobs affected (DLQ requeue by filter)", affected=len(moved),
+                scope=request.POST.urlencode()[:1000], job_ids=moved)
 
 
 @command(Role.OPERATOR)

@@ -9,6 +9,7 @@ from typing import Any
 
 from django import template
 
+from chokaq_core import service
 from chokaq_core.domain import FailureReason, JobStatus
 from deck.conf import setting
 
@@ -186,7 +187,7 @@ def pretty_json(text: str | None) -> str:
         return ""
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=False)
-    except ValueError:
+    except (ValueError, RecursionError):  # a payload stored nested deeper than the stack allows: shown as stored
         return text
 
 
@@ -205,3 +206,16 @@ def countdown(reset_at: datetime | None, at: datetime) -> str:
         return "-"
     left = (reset_at - at).total_seconds()
     return f"{left:.1f}s" if left > 0 else "READY"
+
+
+@register.filter
+def url_safe_id(value: Any) -> bool:
+    """Whether a job id fits the engine's alphabet and so may be reversed into a URL (rows stored before the
+    alphabet existed may hold ``x/../../metrics``: they are listed, escaped, with no link or action)."""
+    return service.valid_name("job id", value)
+
+
+@register.filter
+def url_safe_queue(value: Any) -> bool:
+    """``url_safe_id`` for queue names."""
+    return service.valid_name("queue", value)

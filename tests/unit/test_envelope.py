@@ -126,3 +126,56 @@ def test_ulids_are_unique_sortable_and_crockford() -> None:
     assert len(set(ids)) == 5000
     assert ids == sorted(ids)
     assert all(len(i) == 26 and set(i) <= set("0123456789ABCDEFGHJKMNPQRSTVWXYZ") for i in ids)
+
+
+# ---------------------------------------------------------------- names are URL path segments: an alphabet
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("job_id", "x/../../metrics"), ("job_id", "../../api/dlq/01ABC/purge?"), ("job_id", "a b"),
+    ("job_id", "<img src=x>"), ("job_id", ".."), ("job_id", "."), ("job_id", "a%2Fb"), ("job_id", "é"),
+    ("queue", "<img src=x onerror=alert(1)>"), ("queue", "a/b"), ("queue", ".."), ("queue", "q?x"),
+    ("type_key", "demo x"), ("type_key", "a/b"), ("type_key", "<b>"),
+    ("idempotency_key", "k y"), ("idempotency_key", "k<"), ("idempotency_key", "k\nx"), ("idempotency_key", ".."),
+])
+def test_names_outside_their_alphabet_are_refused_naming_the_field(field: str, value: str) -> None:
+    kwargs: dict[str, object] = {field: value, "allow_unregistered": True}
+    label = {"job_id": "job id", "type_key": "type key", "idempotency_key": "idempotency key"}.get(field, field)
+    with pytest.raises(EnvelopeError, match=f"^{label} must") as info:
+        build(opts(**kwargs))
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("job_id", "01HZX3J6Q4W8N8R7T5V2K9M0AB"), ("job_id", "order-42_x.v1:a"), ("job_id", "a" * 50),
+    ("queue", "default"), ("queue", "emails.eu-west:1"), ("queue", "q" * 255),
+    ("type_key", "django.task:tests.ops.tasks.add"), ("type_key", "demo.email.send.v1"),
+    ("idempotency_key", "order:42"), ("idempotency_key", "schedule:nightly:2026-01-01T00:00:00+00:00"),
+    ("idempotency_key", "user@example.com/7=x"),
+])
+def test_names_inside_their_alphabet_are_accepted(field: str, value: str) -> None:
+    job = build(opts(**{field: value, "allow_unregistered": True}))
+    stored = {"job_id": job.id, "queue": job.queue, "type_key": job.type, "idempotency_key": job.idempotency_key}
+    assert stored[field] == value
+
+
+def nested(levels: int) -> dict[str, object]:
+    """A payload object whose lists nest ``levels`` deep in total (the object itself is level 1)."""
+    inner: object = []
+    for _ in range(levels - 2):
+        inner = [inner]
+    return {"x": inner}
+
+
+def test_payload_depth_is_limited_without_exhausting_the_stack() -> None:
+    assert json.loads(serialize_payload(nested(64)))
+    for levels in (65, 990, 5000, 200_000):
+        with pytest.raises(EnvelopeError, match="nests more than 64 levels"):
+            serialize_payload(nested(levels))
+
+
+def test_a_self_containing_payload_is_refused() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(EnvelopeError, match="nests more than 64 levels"):
+        serialize_payload({"loop": loop})
