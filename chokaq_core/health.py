@@ -9,7 +9,9 @@
   max lag strictly above ``QUEUE_LAG_UNHEALTHY_THRESHOLD`` is Unhealthy,
   strictly above ``QUEUE_LAG_DEGRADED_THRESHOLD`` Degraded.
 
-A check that cannot read what it needs is Unhealthy and says why.
+A check that cannot read what it needs is Unhealthy and says why. What a check
+reports never carries a secret: URL passwords in descriptions and data (an
+exception text naming a connection URL) are masked (``chokaq_core.redaction``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from django.db import connections
 
 from chokaq_core import storage
 from chokaq_core.conf import config
+from chokaq_core.redaction import mask_credentials
 
 REQUIRED_TABLES = (
     "chokaq_jobs_hot", "chokaq_jobs_archive", "chokaq_jobs_dlq", "chokaq_stats_summary", "chokaq_metric_buckets",
@@ -177,6 +180,11 @@ CHECKS: dict[str, tuple[frozenset[str], Callable[[str | None], CheckResult]]] = 
 }
 
 
+def _without_secrets(result: CheckResult) -> CheckResult:
+    data = {k: mask_credentials(v) if isinstance(v, str) else v for k, v in result.data.items()}
+    return CheckResult(result.status, mask_credentials(result.description), data)
+
+
 def run(tags: Iterable[str] | None = None, host: str | None = None) -> Report:
     """Run the checks carrying any of ``tags`` (all when None); the report's status is the worst."""
     wanted = {t.strip() for t in tags or () if t.strip()}
@@ -185,9 +193,9 @@ def run(tags: Iterable[str] | None = None, host: str | None = None) -> Report:
         if wanted and not wanted & check_tags:
             continue
         try:
-            results[name] = check(host)
+            result = check(host)
         except Exception as exc:
-            results[name] = CheckResult(Status.UNHEALTHY, f"{name} could not be evaluated: "
-                                        f"{type(exc).__name__}: {exc}", {})
+            result = CheckResult(Status.UNHEALTHY, f"{name} could not be evaluated: {type(exc).__name__}: {exc}", {})
+        results[name] = _without_secrets(result)
     worst = max((r.status for r in results.values()), key=_RANK.__getitem__, default=Status.HEALTHY)
     return Report(worst, results)

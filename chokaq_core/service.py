@@ -155,6 +155,13 @@ def _payload(payload: str | None) -> str | None:
         raise ServiceError(str(exc)) from exc
 
 
+def max_payload_bytes() -> int:
+    """The envelope's payload limit (``CHOKAQ["SERIALIZATION"]["MAX_PAYLOAD_BYTES"]``), for the editor's check."""
+    from chokaq_core.conf import config
+
+    return int(config().SERIALIZATION.MAX_PAYLOAD_BYTES)
+
+
 def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]:
     """Pending/Fetched → DLQ Cancelled now; Processing → cooperative cancel. Returns (moved, flagged)."""
     return storage.cancel(_ids(job_ids), actor=actor)

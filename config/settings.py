@@ -137,17 +137,22 @@ CHOKAQ_DECK = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"chokaq_events": {"()": "chokaq_core.logs.EventIdFilter"}},
+    "filters": {"chokaq_events": {"()": "chokaq_core.logs.EventIdFilter"},
+                "chokaq_secrets": {"()": "chokaq_core.redaction.CredentialMaskingLogFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "chokaq_core.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["chokaq_events"],
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["chokaq_events", "chokaq_secrets"],
                              "formatter": os.environ.get("CHOKAQ_LOG_FORMAT", "plain")}},
     "loggers": {
         "chokaq": {"handlers": ["console"], "level": os.environ.get("CHOKAQ_LOG_LEVEL", "INFO"), "propagate": False},
     },
 }
+
+# Debug pages and error reports mask URL passwords (REDIS_URL, DATABASE_URL) besides Django's hidden settings.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "chokaq_core.redaction.CredentialMaskingReporterFilter"
+DEFAULT_EXCEPTION_REPORTER = "chokaq_core.redaction.CredentialMaskingExceptionReporter"
 
 # Django's Tasks framework runs on ChokaQ: any @task is a ChokaQ job (chokaq_core.backend).
 # QUEUES empty: any queue name is accepted (ChokaQ creates a queue on its first enqueue).

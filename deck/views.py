@@ -185,6 +185,7 @@ def editor(request: HttpRequest, job_id: str) -> HttpResponse:
         if jv is None or (jv.hot is not None and jv.hot.status != JobStatus.PENDING) or jv.archived is not None:
             return refuse(request, 409, "Only Pending jobs and DLQ jobs can be edited.")
         context["priority_default"] = jv.hot.priority if jv.hot else 10
+        context["max_payload_bytes"] = service.max_payload_bytes()
         if not _htmx(request):
             return _render(request, PAGE, _page_context(request, side="editor", **context))
     except (forms.InvalidInput, service.ServiceError) as exc:

@@ -357,3 +357,56 @@ def test_a_websocket_frame_nested_200k_levels_is_ignored(live_settings: Any, rol
         await socket.disconnect()
 
     run(scenario())
+
+
+# ---------------------------------------------------------------- no secret in debug pages, logs, health
+
+
+SECRET_PW = "s3cret" + "-pw"  # joined at run time: a debug page also shows the source lines around a frame
+SECRET_URL = f"redis://:{SECRET_PW}@cache.internal:6379/0"
+
+
+def test_health_masks_a_password_in_a_failing_check(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> list[Any]:
+        raise ConnectionError(f"Error connecting to {SECRET_URL}")
+
+    monkeypatch.setattr(storage, "list_workers", broken)
+    body = client.get("/deck/health/").content.decode()
+    assert "cache.internal" in body and SECRET_PW not in body and ":***@" in body
+
+
+def test_a_debug_page_masks_url_passwords_in_settings_and_frames(settings: Any, rf: Any) -> None:
+    import sys
+
+    from django.views.debug import technical_500_response
+
+    settings.DEBUG = True
+    settings.REDIS_URL = SECRET_URL
+    settings.CHANNEL_LAYERS = {"default": {"CONFIG": {"hosts": [SECRET_URL]}}}
+    connection_url = SECRET_URL  # a frame variable holding the URL
+    try:
+        raise RuntimeError(f"cannot reach {connection_url}")
+    except RuntimeError:
+        html = technical_500_response(rf.get("/deck/"), *sys.exc_info()).content.decode()
+    assert "REDIS_URL" in html and "cache.internal" in html
+    assert SECRET_PW not in html
+
+
+def test_logs_mask_url_passwords(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from chokaq_core.redaction import CredentialMaskingLogFilter
+
+    logger = logging.getLogger("chokaq.test.redaction")
+    logger.addFilter(CredentialMaskingLogFilter())
+    try:
+        with caplog.at_level(logging.INFO, logger="chokaq.test.redaction"):
+            logger.info("connecting to %s", SECRET_URL)
+            try:
+                raise ConnectionError(SECRET_URL)
+            except ConnectionError:
+                logger.exception("lost %s", "postgres://app:db-pw@db/x")
+    finally:
+        logger.filters.clear()
+    text = caplog.text + "".join(r.exc_text or "" for r in caplog.records)
+    assert "cache.internal" in text and SECRET_PW not in text and "db-pw" not in text

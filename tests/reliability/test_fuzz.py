@@ -109,6 +109,33 @@ JSON = st.recursive(JSON_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=
 WRONG = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.binary(max_size=8),
                   st.lists(st.integers(), max_size=3), st.builds(object), st.just({"a": 1}), st.just({1, 2}))
 TYPES = st.sampled_from(["test.ok.v1", "test.fail.v1", "test.record.v1"])
+# names that once steered a Deck URL (path segments), and payload shapes that once exhausted the stack
+HOSTILE_NAMES = st.sampled_from(["x/../../metrics", "..", ".", "../../api/dlq/X/purge?", "<img src=x onerror=1>",
+                                 "a b", "a%2Fb", "q#x"])
+
+
+def nested_list(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+class DeepPayload(dict[str, Any]):
+    """``{"deep": [[[…]]]}`` nested ``levels`` deep, printed short (hypothesis's printer recurses)."""
+
+    def __init__(self, levels: int) -> None:
+        super().__init__(deep=nested_list(levels))
+        self.levels = levels
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+    def __repr__(self) -> str:
+        return f"DeepPayload({self.levels})"
+
+
+DEEP = st.sampled_from([63, 64, 65, 990, 5000])
 
 
 def text_or_wrong(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -116,18 +143,19 @@ def text_or_wrong(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 ENQUEUE_KWARGS = st.fixed_dictionaries({}, optional={
-    "queue": text_or_wrong(st.sampled_from(["fz-a", "fz-b"])),
+    "queue": text_or_wrong(st.one_of(st.sampled_from(["fz-a", "fz-b"]), HOSTILE_NAMES)),
     "priority": st.one_of(st.integers(-(2**40), 2**40), st.integers(-10, 10), WRONG, WEIRD_TEXT),
     "delay": st.one_of(st.none(), st.floats(), st.integers(-(2**70), 2**70), st.timedeltas(), WRONG, WEIRD_TEXT),
     "run_at": st.one_of(st.none(), st.datetimes(), st.datetimes(timezones=st.just(UTC)), WRONG),
-    "idempotency_key": text_or_wrong(st.sampled_from(["fz-k1", "fz-k2"])),
+    "idempotency_key": text_or_wrong(st.one_of(st.sampled_from(["fz-k1", "fz-k2"]), HOSTILE_NAMES)),
     "tags": st.one_of(st.none(), WEIRD_TEXT, st.lists(WEIRD_TEXT, max_size=4), st.lists(WRONG, max_size=3)),
     "created_by": text_or_wrong(st.just("fuzzer")),
-    "job_id": text_or_wrong(st.just("01FUZZ0000000000000000000A")),
+    "job_id": text_or_wrong(st.one_of(st.just("01FUZZ0000000000000000000A"), HOSTILE_NAMES)),
 })
 PAYLOADS = st.one_of(st.none(), st.dictionaries(WEIRD_TEXT, JSON, max_size=5), JSON, WRONG,
                      st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=2),
-                     st.integers(0, 1).map(lambda n: {"big": "y" * (1_000_000 + n)}))
+                     st.integers(0, 1).map(lambda n: {"big": "y" * (1_000_000 + n)}),
+                     DEEP.map(DeepPayload))
 
 
 def _accept_or_reject(call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -155,7 +183,10 @@ SETTINGS = {"deadline": None, "derandomize": False, "print_blob": True,
 
 
 @settings(max_examples=API_EXAMPLES, **SETTINGS)
-@given(type_key=st.one_of(TYPES, WEIRD_TEXT, WRONG), payload=PAYLOADS, kwargs=ENQUEUE_KWARGS)
+@given(type_key=st.one_of(TYPES, WEIRD_TEXT, WRONG, HOSTILE_NAMES), payload=PAYLOADS, kwargs=ENQUEUE_KWARGS)
+@example(type_key="test.ok.v1", payload={}, kwargs={"job_id": "x/../../metrics"})
+@example(type_key="test.ok.v1", payload={}, kwargs={"queue": "<img src=x onerror=alert(1)>"})
+@example(type_key="test.ok.v1", payload=DeepPayload(5000), kwargs={})
 @example(type_key="test.ok.v1", payload={}, kwargs={"delay": math.inf})
 @example(type_key="test.ok.v1", payload={}, kwargs={"delay": 1e300})
 @example(type_key="test.ok.v1", payload={}, kwargs={"delay": timedelta.max})
@@ -198,8 +229,19 @@ HTTP_TEXT = st.one_of(
                      "{}", '{"a": 1}', '{"n":', "2024-02-30", "2024-01-01", "9999-12-31", "0000-00-00"]),
     st.integers(0, 2).map(lambda n: "z" * (10 ** (n + 2) * 2)),
 )
+def _token(parts: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode().rstrip("=")
+
+
+HOSTILE_TOKENS = st.sampled_from([
+    _token(["date", "0001-01-01T00:00:00+23:59", "x"]), _token(["date", "9999-12-31T23:59:59-23:59", "x"]),
+    _token(["date", "2024-01-01T00:00:00+24:00", "x"]), _token(["attempts", 10**30, "x"]),
+    _token(["attempts", True, "x"]), _token(["duration", True, "x"]), _token(["duration", 1e308, "x"]),
+    _token(["reason", 10**30, "x"]), _token(["id", "a\x00b", "x"]), _token(["date", "2024-01-01T00:00:00+00:00", "\x00"]),
+    base64.urlsafe_b64encode(b"[" * 5000).decode(),
+])
 TOKEN = st.one_of(
-    HTTP_TEXT,
+    HTTP_TEXT, HOSTILE_TOKENS,
     st.tuples(st.sampled_from(["date", "id", "created", "duration", "attempts", "reason", "queue", "x"]),
               JSON, st.one_of(st.text(max_size=30), WRONG.filter(lambda v: isinstance(v, (int, bool, type(None))))))
     .map(lambda t: base64.urlsafe_b64encode(json.dumps(list(t)).encode()).decode().rstrip("=")),
@@ -212,6 +254,7 @@ CHOICES = {
     "dir": ["asc", "desc", "up"], "size": ["10", "100", "500", "1000", "0", "1001"],
     "reason": ["0", "1", "2", "6", "10", "11", "-1"], "pillar": ["archive", "dlq", "hot"],
     "confirm": ["PURGE", "REQUEUE", "purge"], "action": ["purge", "requeue", "<script>"],
+    "job": ["a/b", "..", "x/../../metrics", "a\x00b", "../../api/dlq/X/purge?"],
 }
 
 
@@ -272,7 +315,9 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
 CHOICES.update({"value": ["1", "0", "true", "off", "60", "86400", "86401", "10000", "10001"],
                 "days": ["1", "365", "0", "366", "-5"], "capacity": ["0", "1", "100", "101"],
                 "priority": ["0", "10", "1000000", "1000001", "-1"],
-                "payload": ['{"n": 2}', "[]", "{}", '{"n": NaN}', '{"\\u0000": "\\u0000"}', "   "],
+                "payload": ['{"n": 2}', "[]", "{}", '{"n": NaN}', '{"\\u0000": "\\u0000"}', "   ",
+                            '{"x": ' + "[" * 64 + "]" * 64 + "}", '{"x": ' + "[" * 5000 + "]" * 5000 + "}",
+                            "[" * 200_000],
                 "max_jobs": ["1", "1000", "1001", "0", "-3"]})
 
 
@@ -320,7 +365,7 @@ def _path_value(data: st.DataObject, real: list[str]) -> str:
         return real[index % len(real)]
     if kind == "stale":
         return "01STALE0000000000000000000"
-    return data.draw(st.one_of(st.text(ANY_CHAR, min_size=1, max_size=60), HTTP_TEXT.filter(bool)))
+    return data.draw(st.one_of(st.text(ANY_CHAR, min_size=1, max_size=60), HTTP_TEXT.filter(bool), HOSTILE_NAMES))
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=[e[0] for e in ENDPOINTS])
@@ -335,9 +380,14 @@ def test_deck_endpoint_never_500(admin_client: Client, endpoint: tuple[str, str,
                            name=_quote(_path_value(data, ["main", "busy", "failing", "stats"])))
     htmx = {"HTTP_HX_REQUEST": "true"} if data.draw(st.booleans()) else {}
     raw_body = method == "POST" and data.draw(st.integers(0, 7)) == 0
+    json_body = method == "POST" and "payload" in keys and not raw_body and data.draw(st.integers(0, 3)) == 0
     if raw_body:  # bytes no browser form would send: invalid UTF-8, stray separators
         body = data.draw(st.binary(max_size=200))
         form: Any = body
+    elif json_body:  # the editor's JSON body: fields, or any JSON text (deep nesting included)
+        form = data.draw(st.one_of(st.builds(json.dumps, st.fixed_dictionaries({}, optional={
+            k: _value(k) for k in EDIT_FIELDS})), JSON.map(lambda v: json.dumps(v, allow_nan=True)),
+            DEEP.map(lambda n: "[" * n + "]" * n), st.sampled_from(["[" * 200_000, "{", ""])))
     else:
         form = _draw_params(data, keys)
         if "ids" in keys and data.draw(st.booleans()):
@@ -350,6 +400,8 @@ def test_deck_endpoint_never_500(admin_client: Client, endpoint: tuple[str, str,
             response = admin_client.get(path, form, **htmx)
         elif raw_body:
             response = admin_client.post(path, form, content_type="application/x-www-form-urlencoded", **htmx)
+        elif json_body:
+            response = admin_client.post(path, form, content_type="application/json", **htmx)
         else:
             response = admin_client.post(path, form, **htmx)
     except Exception as exc:

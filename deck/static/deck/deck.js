@@ -276,13 +276,57 @@
     var area = $("editor-payload");
     if (!area) return null;
     if (!area.value.trim()) return "Payload is empty";
+    var value;
     try {
-      var value = JSON.parse(area.value);
+      value = JSON.parse(area.value);
       if (value === null || typeof value !== "object" || Array.isArray(value)) return "Invalid JSON: the payload must be a JSON object";
     } catch (e) {
       return "Invalid JSON: " + e.message;
     }
+    var limit = parseInt(area.dataset.maxBytes, 10);
+    var size = new TextEncoder().encode(JSON.stringify(value)).length;
+    if (limit && size > limit) return "Payload is " + size + " bytes of JSON; the limit is " + limit + " bytes";
     return null;
+  }
+
+  /* ------------------------------------------------------------------ what may be swapped in */
+  var SIDE_PANEL_ROOTS = ["inspector", "editor", "side-empty"];
+
+  /** Only HTML fragments are swapped, and the side panel takes only the inspector/editor partials: a response
+   * that is JSON, metrics text or any other page (however its URL was reached) never lands in the page. */
+  function onBeforeSwap(evt) {
+    var d = evt.detail;
+    if (!d.shouldSwap) return;
+    var type = (d.xhr.getResponseHeader("Content-Type") || "").toLowerCase();
+    var target = d.target;
+    var side = target && (target.id === "side-panel" || target.id === "inspector" || target.id === "editor");
+    var ok = type.indexOf("text/html") === 0 || (!side && !d.xhr.responseText);
+    if (ok && side) {
+      var holder = document.createElement("template");
+      holder.innerHTML = d.xhr.responseText;
+      var root = holder.content.firstElementChild;
+      ok = !!root && holder.content.children.length === 1 && SIDE_PANEL_ROOTS.indexOf(root.id) >= 0;
+    }
+    if (!ok) {
+      d.shouldSwap = false;
+      log("error", "Refused to show an unexpected response" + (side ? " in the side panel" : ""));
+    }
+  }
+
+  /* an htmx extension: the editor posts its fields as one JSON object (a form encoding of a 1 MB payload can
+   * grow sixfold past the server's form cap) */
+  function defineJsonExtension() {
+    if (!window.htmx || !htmx.defineExtension) return;
+    htmx.defineExtension("deck-json", {
+      onEvent: function (name, evt) {
+        if (name === "htmx:configRequest") evt.detail.headers["Content-Type"] = "application/json";
+      },
+      encodeParameters: function (xhr, parameters) {
+        var fields = {};
+        parameters.forEach(function (value, key) { fields[key] = value; });
+        return JSON.stringify(fields);
+      }
+    });
   }
 
   /* ------------------------------------------------------------------ wiring */
@@ -300,12 +344,14 @@
 
   function init() {
     initTheme();
+    defineJsonExtension();
     var body = document.body;
     body.addEventListener("htmx:wsOpen", onOpen);
     body.addEventListener("htmx:wsClose", onClose);
     body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); });
     body.addEventListener("htmx:afterSettle", function () { refreshChart(); applyProgress(); updateSelection(); });
     body.addEventListener("htmx:responseError", onResponseError);
+    body.addEventListener("htmx:beforeSwap", onBeforeSwap);
     body.addEventListener("htmx:sendError", function () { log("error", "Network error: the server did not answer"); });
     body.addEventListener("htmx:confirm", onConfirm);
     body.addEventListener("deck:toast", function (evt) {

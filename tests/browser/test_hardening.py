@@ -1,0 +1,58 @@
+"""The click path of a hostile job id, in a real browser: a row click fetches that job's inspector or nothing.
+
+Rows stored before names had an alphabet (written straight through storage here) carried ids such as
+``x/../../metrics``: pasted into ``hx-get`` the browser resolved it to ``/deck/metrics``, whose text body (with a
+queue named ``<img onerror=…>``) was swapped into the side panel and ran script.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chokaq_core import storage
+from chokaq_core.domain import NewJob, new_ulid
+from chokaq_core.models import Queues
+from tests.browser.conftest import Deck
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+HOSTILE_QUEUE = '<img src=x onerror="window.__xss=1">'
+HOSTILE_IDS = ("x/../../metrics", "..", "../../api/dlq/ZZZ/purge?")
+
+
+def test_a_hostile_row_id_cannot_make_a_click_fetch_another_url(deck_server: Deck, page_for: Any) -> None:
+    Queues.objects.create(name=HOSTILE_QUEUE)
+    storage.enqueue([NewJob(job_id, "hostile", "test.ok.v1", "{}") for job_id in HOSTILE_IDS])
+    good = storage.enqueue([NewJob(new_ulid(), "hostile", "test.ok.v1", '{"n": 1}')])[0]
+    page = page_for("admin")
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    for job_id in HOSTILE_IDS:
+        row = page.locator(f'tr.job-row[data-job-id="{job_id}"]')
+        row.wait_for()
+        assert row.get_attribute("hx-get") is None
+        assert row.locator("button").count() == 0  # no STOP built from the id either
+        row.locator("td.type").click()
+    page.wait_for_timeout(800)
+    assert not [u for u in requests if "/metrics" in u or "/purge" in u], requests
+    assert page.locator("#side-panel #side-empty").count() == 1
+    assert page.evaluate("window.__xss") is None
+    # the control: an ordinary row opens its inspector
+    page.locator(f"#job-{good} td.type").click()
+    page.wait_for_selector("#inspector-status")
+    assert good in page.inner_text("#inspector")
+
+
+def test_the_side_panel_accepts_only_the_inspector_partial(deck_server: Deck, page_for: Any) -> None:
+    """Even when something asks htmx to put the metrics text or a JSON answer into the side panel, nothing is
+    swapped: only an HTML fragment whose root is the inspector or the editor is accepted."""
+    Queues.objects.create(name=HOSTILE_QUEUE)
+    page = page_for("admin")
+    before = page.inner_html("#side-panel")
+    for url in ("/deck/metrics", "/deck/health/", "/deck/"):
+        page.evaluate("url => htmx.ajax('GET', url, {target: '#side-panel', swap: 'innerHTML'})", url)
+        page.wait_for_timeout(500)
+        assert page.inner_html("#side-panel") == before, url
+    assert page.evaluate("window.__xss") is None
