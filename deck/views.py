@@ -137,6 +137,22 @@ def _bad(request: HttpRequest, exc: Exception) -> HttpResponse:
     return refuse(request, status, str(exc))
 
 
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A project's ``handler400``: under the Deck's prefix a refusal is the JSON the Deck's script turns into a
+    toast (e.g. a form body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, refused before any view runs), never an HTML
+    error page; elsewhere Django's own 400 page."""
+    from django.core.exceptions import RequestDataTooBig
+    from django.urls import reverse
+    from django.views.defaults import bad_request as django_bad_request
+
+    if not request.path.startswith(reverse("deck:index")):
+        return django_bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        return refuse(request, 400, "The request is too large for a form post; the editor sends JSON (reload the "
+                                    "page if it is older than this Deck).")
+    return refuse(request, 400, "Bad request.")
+
+
 @require_GET
 @require(Role.VIEWER)
 def index(request: HttpRequest) -> HttpResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -255,6 +256,17 @@ def test_the_editor_saves_every_payload_the_envelope_allows(admin: Client, paylo
                           content_type="application/json", **HTMX)
     assert response.status_code == 200, response.content[:300]
     assert json.loads(JobsHot.objects.get(id=job_id).payload) == payload
+
+
+def test_an_oversized_form_post_gets_the_json_refusal_not_an_html_page(admin: Client) -> None:
+    """Form encoding inflates a 999,988-byte payload of "é" sixfold past Django's 2.5 MB cap."""
+    job_id = pending("main")[0]
+    before = snapshot()
+    payload = json.dumps({"s": "é" * 499_990}, ensure_ascii=False)
+    body = urllib.parse.urlencode({"payload": payload})  # what htmx sends for a form: about 6 MB
+    refused(admin.post(f"/deck/api/jobs/{job_id}/edit", body, content_type="application/x-www-form-urlencoded",
+                       **HTMX), 400, "too large")
+    assert snapshot() == before
 
 
 def test_an_oversized_json_edit_gets_the_json_refusal(admin: Client) -> None:
