@@ -366,6 +366,10 @@ def schedule_entry_errors(name: Any, entry: Any) -> list[str]:
     """What is wrong with one recurring-job entry (empty when it is valid)."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         return ["names must be 1-200 characters"]
+    from chokaq_core.api import KEY_CHARACTERS, is_valid_name
+
+    if not is_valid_name("idempotency key", f"schedule:{name}"):  # each tick's idempotency key names the entry
+        return [f"names must be characters of [{KEY_CHARACTERS}] (they become idempotency keys)"]
     if not isinstance(entry, dict):
         return ["each entry must be a dict with CRON and TYPE"]
     problems = []

@@ -169,7 +169,8 @@ def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]
 
 def resurrect(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
               priority: int | None = None) -> bool:
-    return storage.resurrect(job_id, payload=_payload(payload), tags=tags, priority=priority, actor=actor)
+    return storage.resurrect(check_job_id(job_id), payload=_payload(payload), tags=tags, priority=priority,
+                             actor=actor)
 
 
 def resurrect_many(job_ids: Sequence[str], *, actor: str) -> int:
@@ -185,6 +186,7 @@ def resurrect_jobs(job_ids: Sequence[str], *, actor: str) -> list[str]:
 def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
          priority: int | None = None) -> bool:
     """Edit a Pending Hot job or a DLQ job; False when the job is in neither state any more."""
+    job_id = check_job_id(job_id)
     clean = _payload(payload)
     if storage.update_hot_data(job_id, payload=clean, tags=tags, priority=priority, actor=actor):
         return True

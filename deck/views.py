@@ -428,7 +428,7 @@ def queue_active(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     visible = forms.clean(forms.Toggle, request.POST)["value"]
     if not service.set_queue_visible(name, visible):
-        raise service.ConflictError(f"Queue {name!r} does not exist")
+        raise service.NotFoundError(f"Queue {name!r} does not exist")
     return _queue_done(name, "shown (paused)" if visible else "hidden (paused)")
 
 

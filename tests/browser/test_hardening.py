@@ -58,3 +58,28 @@ def test_the_side_panel_accepts_only_the_inspector_partial(deck_server: Deck, pa
         page.wait_for_timeout(500)
         assert page.inner_html("#side-panel") == before, url
     assert page.evaluate("window.__xss") is None
+
+
+@pytest.mark.parametrize("payload", [
+    {"s": "é" * ((999_988 - 8) // 2)},  # 999,988 bytes of UTF-8 JSON
+    {"s": "&" * (900_007 - 8)},  # 900,007 bytes of ASCII JSON ("&" is 3 bytes form-encoded)
+], ids=["utf8-999988", "ascii-900007"])
+def test_the_editor_saves_the_largest_payloads_the_envelope_allows(deck_server: Deck, page_for: Any,
+                                                                   payload: dict[str, str]) -> None:
+    """Form encoding inflated these past Django's 2.5 MB form cap (an HTML 400); the editor posts JSON."""
+    import json
+
+    from chokaq_core import service
+
+    job_id = storage.enqueue([NewJob(new_ulid(), "editing", "test.ok.v1", '{"n": 1}')])[0]
+    page = page_for("operator")
+    page.locator(f"#job-{job_id} td.type").click()
+    page.wait_for_selector("#btn-edit")
+    page.click("#btn-edit")
+    page.wait_for_selector("#editor-payload")
+    page.fill("#editor-payload", json.dumps(payload, ensure_ascii=False))
+    page.click("#btn-save")
+    page.wait_for_selector("#inspector-history", timeout=20_000)
+    view = service.find_job(job_id)
+    assert view is not None and view.hot is not None
+    assert json.loads(view.hot.payload) == payload

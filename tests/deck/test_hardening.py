@@ -63,6 +63,23 @@ def test_enqueue_refuses_an_id_that_is_no_path_segment_and_writes_nothing(job_id
     assert snapshot() == before
 
 
+def test_service_resurrect_and_edit_refuse_a_hostile_id(jobs: Jobs) -> None:
+    from chokaq_core import service
+
+    before = snapshot()
+    for call in (service.resurrect, service.edit):
+        with pytest.raises(ValueError, match="job id must"):
+            call("../../api/dlq/x/purge?", actor="ops", payload='{"n": 2}')
+    assert snapshot() == before
+
+
+def test_a_schedule_name_outside_the_key_alphabet_is_a_settings_error() -> None:
+    from chokaq_core.conf import schedule_entry_errors
+
+    assert schedule_entry_errors("nightly-report.v1", {"CRON": "0 3 * * *", "TYPE": "test.ok.v1"}) == []
+    assert "idempotency keys" in schedule_entry_errors("nightly report", {"CRON": "0 3 * * *", "TYPE": "t"})[0]
+
+
 def test_enqueue_refuses_a_queue_name_with_markup() -> None:
     before = snapshot()
     with pytest.raises(ValueError, match="queue must"):
@@ -159,7 +176,8 @@ def test_the_concatenation_checks_catch_the_old_markup() -> None:
 # ---------------------------------------------------------------- no queue created as a side effect
 
 
-@pytest.mark.parametrize("setting, value", [("max-workers", "5"), ("zombie-timeout", "120"), ("pause", "1")])
+@pytest.mark.parametrize("setting, value", [("max-workers", "5"), ("zombie-timeout", "120"), ("pause", "1"),
+                                            ("active", "0")])
 def test_settings_of_an_unknown_queue_are_a_404_and_create_nothing(admin: Client, setting: str, value: str) -> None:
     before = snapshot()
     refused(admin.post(f"/deck/api/queues/no-such-queue/{setting}", {"value": value}, **HTMX), 404,
@@ -246,7 +264,7 @@ def test_a_deep_payload_job_can_be_cancelled(admin: Client) -> None:
 
 @pytest.mark.parametrize("payload", [
     {"s": "é" * ((999_988 - 8) // 2)},  # 999,988 bytes of UTF-8 JSON
-    {"s": "x" * (900_007 - 8)},  # 900,007 bytes of ASCII JSON
+    {"s": "&" * (900_007 - 8)},  # 900,007 bytes of ASCII JSON ("&" is 3 bytes form-encoded)
 ])
 def test_the_editor_saves_every_payload_the_envelope_allows(admin: Client, payload: dict[str, str]) -> None:
     job_id = pending("main")[0]
