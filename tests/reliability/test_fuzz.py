@@ -431,3 +431,46 @@ def test_nul_in_a_path_parameter_is_a_400(admin_client: Client, method: str, pat
     response = admin_client.generic(method, path, "value=1", content_type="application/x-www-form-urlencoded")
     assert response.status_code == 400, response.content
     assert snapshot() == before
+
+
+# ---------------------------------------------------------------- the websocket
+
+WS_FRAMES = st.one_of(
+    st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+    JSON.map(lambda v: json.dumps(v, allow_nan=True)),
+    st.sampled_from(["[" * 200_000, "{" * 100_000, '{"type": ' * 50_000, '{"type": "ping"', "null", "[]", '"ping"',
+                     '{"type": ["ping"]}', '{"type": "cancel", "ids": ["x/../../metrics"]}']),
+    DEEP.map(lambda n: "[" * n + "]" * n),
+)
+
+
+@settings(max_examples=max(DECK_EXAMPLES // 3, 5), **SETTINGS)
+@given(frames=st.lists(WS_FRAMES, min_size=1, max_size=8))
+def test_websocket_survives_any_frame(admin_client: Client, frames: list[str]) -> None:
+    """The push-only socket ignores whatever a client sends (deep JSON included) and still answers a ping."""
+    import asyncio
+
+    from channels.testing import WebsocketCommunicator
+
+    from deck.consumers import DeckConsumer
+
+    user = make_user("admin")
+
+    async def scenario() -> None:
+        socket = WebsocketCommunicator(DeckConsumer.as_asgi(), "/ws/deck/")
+        socket.scope["user"] = user
+        connected, _ = await socket.connect(timeout=5)
+        assert connected
+        for frame in frames:
+            await socket.send_to(text_data=frame or " ")  # the test communicator refuses an empty frame
+        await socket.send_to(text_data='{"type": "ping"}')
+        while True:
+            message = await socket.receive_output(timeout=5)
+            if message.get("type") == "websocket.close":
+                raise AssertionError(f"the socket closed with {message.get('code')}")
+            if message.get("text") == '{"type": "pong"}':
+                break
+        await socket.disconnect()
+
+    TALLY["cases:websocket"] += 1
+    asyncio.run(scenario())
