@@ -12,13 +12,13 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core import storage
-from chokaq_core.api import PRIORITY_RANGE, check_name, is_valid_name, serialize_payload
+from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, check_name, is_valid_name, serialize_payload
 from chokaq_core.domain import (
     HISTORY_SORTS,
     INDEXED_SORTS,
@@ -126,15 +126,20 @@ def _ids(job_ids: Sequence[str]) -> list[str]:
     return ids
 
 
-def _left_dlq(job_ids: Sequence[str]) -> list[str]:
-    """Of ``job_ids`` (all in the DLQ a moment ago), those no longer there: what a bulk command affected."""
-    where = storage.locate_jobs(list(job_ids))
-    return [i for i in job_ids if where.get(i) not in PILLAR_STATUSES["dlq"]]
-
-
 def _in_dlq(job_ids: Sequence[str]) -> list[str]:
+    """Those of ``job_ids`` that are in the DLQ now."""
     where = storage.locate_jobs(list(job_ids))
     return [i for i in job_ids if where.get(i) in PILLAR_STATUSES["dlq"]]
+
+
+def _on_dlq_rows(job_ids: Sequence[str], command: Callable[[list[str]], int]) -> list[str]:
+    """Run a bulk DLQ ``command`` (purge, resurrect) on those of ``job_ids`` in the DLQ; returns the ids it moved
+    out of the DLQ (in the DLQ before, not after), so the audit can name every affected job."""
+    ids = _in_dlq(job_ids)
+    if not ids or not command(ids):
+        return []
+    still = set(_in_dlq(ids))
+    return [i for i in ids if i not in still]
 
 
 def _payload(payload: str | None) -> str | None:
@@ -144,7 +149,7 @@ def _payload(payload: str | None) -> str | None:
     try:
         value = json.loads(payload)
     except RecursionError:
-        raise ServiceError("payload nests too deeply: at most 64 levels of lists/objects") from None
+        raise ServiceError(f"payload nests too deeply: at most {MAX_PAYLOAD_DEPTH} levels of lists/objects") from None
     except ValueError as exc:
         raise ServiceError(f"payload is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
@@ -179,8 +184,7 @@ def resurrect_many(job_ids: Sequence[str], *, actor: str) -> int:
 
 def resurrect_jobs(job_ids: Sequence[str], *, actor: str) -> list[str]:
     """DLQ → Hot for many ids; returns the ids that moved (for the audit of every affected job)."""
-    ids = _in_dlq(_ids(job_ids))
-    return _left_dlq(ids) if ids and storage.resurrect_batch(ids, actor=actor) else []
+    return _on_dlq_rows(_ids(job_ids), lambda ids: storage.resurrect_batch(ids, actor=actor))
 
 
 def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
@@ -199,8 +203,7 @@ def purge_dlq(job_ids: Sequence[str]) -> int:
 
 def purge_dlq_jobs(job_ids: Sequence[str]) -> list[str]:
     """Delete DLQ rows by id; returns the ids deleted."""
-    ids = _in_dlq(_ids(job_ids))
-    return _left_dlq(ids) if ids and storage.purge_dlq_ids(ids) else []
+    return _on_dlq_rows(_ids(job_ids), storage.purge_dlq_ids)
 
 
 MAX_WORKERS_RANGE = (1, 10_000)
@@ -588,14 +591,12 @@ def _dlq_matching(filters: JobFilter, max_jobs: int | None) -> list[str]:
 
 def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> list[str]:
     """Delete the DLQ rows matching ``filters`` (at most ``max_jobs``); returns the ids deleted."""
-    ids = _dlq_matching(filters, max_jobs)
-    return _left_dlq(ids) if ids and storage.purge_dlq_ids(ids) else []
+    return _on_dlq_rows(_dlq_matching(filters, max_jobs), storage.purge_dlq_ids)
 
 
 def requeue_dlq_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> list[str]:
     """Move the DLQ rows matching ``filters`` (at most ``max_jobs``) back to Hot; returns the ids moved."""
-    ids = _dlq_matching(filters, max_jobs)
-    return _left_dlq(ids) if ids and storage.resurrect_batch(ids, actor=actor) else []
+    return _on_dlq_rows(_dlq_matching(filters, max_jobs), lambda ids: storage.resurrect_batch(ids, actor=actor))
 
 
 def _cutoff(days: int) -> datetime:
