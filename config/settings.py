@@ -8,7 +8,13 @@ Everything that differs between machines comes from environment variables:
 * ``REDIS_URL`` — when set, Channels uses Redis (cross-process events);
   otherwise an in-memory channel layer (single process).
 * ``CHOKAQ_JOB_MODULES`` — extra comma-separated modules holding ``@job``
-  definitions, imported at start-up besides every app's ``jobs.py``.
+  definitions, imported at start-up besides every app's ``jobs.py`` (default: the
+  demo jobs, except with ``DJANGO_ENV=production``: none).
+* ``DJANGO_DEBUG=1`` — Django's debug mode, only when set explicitly (``scripts/run``
+  sets it for itself); never with ``DJANGO_ENV=production``.
+* ``DJANGO_BEHIND_PROXY=1`` — declares that a TLS-terminating proxy is the only way
+  to reach the web process: only then are its ``X-Forwarded-Proto`` (Django) and
+  ``X-Forwarded-For`` (daphne ``--proxy-headers``) trusted.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ VAR_DIR = Path(os.environ.get("CHOKAQ_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+BEHIND_PROXY = os.environ.get("DJANGO_BEHIND_PROXY", "0") == "1"
 
 INSTALLED_APPS = [
     # "daphne" is not listed: the web process runs the daphne CLI on config.asgi, and leaving it out keeps
@@ -108,10 +115,18 @@ if REDIS_URL:
             "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 30},
         }
     }
+    # One cache for every web process: the Deck's login throttle counts failures across all of them.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "chokaq"}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+AUTH_PASSWORD_VALIDATORS = [  # Django's defaults
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -129,6 +144,8 @@ CHOKAQ_DECK = {
     "TICK": float(os.environ.get("CHOKAQ_DECK_TICK", "0.25")),
     "POLL_INTERVAL": float(os.environ.get("CHOKAQ_DECK_POLL_INTERVAL", "1.0")),
     "READ_INTERVAL": float(os.environ.get("CHOKAQ_DECK_READ_INTERVAL", "1.0")),
+    # every open websocket's session, active flag and read permission are re-checked this often (seconds)
+    "REAUTH_INTERVAL": float(os.environ.get("CHOKAQ_DECK_REAUTH_INTERVAL", "30")),
     "ROUTE_PREFIX": f"/{DECK_ROUTE_PREFIX}",
 }
 
@@ -158,14 +175,16 @@ DEFAULT_EXCEPTION_REPORTER = "chokaq_core.redaction.CredentialMaskingExceptionRe
 # QUEUES empty: any queue name is accepted (ChokaQ creates a queue on its first enqueue).
 TASKS = {"default": {"BACKEND": "chokaq_core.backend.ChokaQBackend", "QUEUES": []}}
 
+DJANGO_ENV = os.environ.get("DJANGO_ENV", "development")
+_DEMO_JOB_MODULES = "" if DJANGO_ENV == "production" else "config.demo_jobs"  # no demo jobs in production
 CHOKAQ: dict[str, object] = {
-    "JOB_MODULES": [m for m in os.environ.get("CHOKAQ_JOB_MODULES", "config.demo_jobs").split(",") if m],
+    "JOB_MODULES": [m for m in os.environ.get("CHOKAQ_JOB_MODULES", _DEMO_JOB_MODULES).split(",") if m],
 }
 
 # ---------------------------------------------------------------- production mode (DJANGO_ENV=production)
 # Passes ``manage.py check --deploy``: no DEBUG, a real secret, explicit hosts, HTTPS only behind a
-# TLS-terminating proxy (X-Forwarded-Proto), secure cookies, HSTS, a Redis channel layer, JSON logs.
-DJANGO_ENV = os.environ.get("DJANGO_ENV", "development")
+# TLS-terminating proxy (X-Forwarded-Proto, trusted only with DJANGO_BEHIND_PROXY=1), secure cookies, HSTS,
+# a Redis channel layer (and cache), JSON logs.
 if DJANGO_ENV == "production":
     from django.core.exceptions import ImproperlyConfigured
 
@@ -177,7 +196,8 @@ if DJANGO_ENV == "production":
     if not REDIS_URL:
         raise ImproperlyConfigured("DJANGO_ENV=production needs REDIS_URL: workers run in other processes")
     CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    if BEHIND_PROXY:  # a client that reaches the process directly could claim HTTPS with this header
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = os.environ.get("DJANGO_SECURE_SSL_REDIRECT", "1") == "1"
     # Container probes and scrapers speak plain HTTP to the process itself.
     SECURE_REDIRECT_EXEMPT = [r"^deck/health/$", r"^deck/metrics$"]

@@ -23,6 +23,12 @@ DEFAULTS: dict[str, Any] = {
     "TICK": 0.25,
     "POLL_INTERVAL": 1.0,
     "READ_INTERVAL": 1.0,
+    # every open websocket's session, active flag and read permission are re-checked at least this often (s);
+    # a logout closes its sockets at once regardless
+    "REAUTH_INTERVAL": 30.0,
+    # failed logins before a lockout, per username and per client address (django-ratelimit rates)
+    "LOGIN_FAILURES_PER_USER": "5/5m",
+    "LOGIN_FAILURES_PER_ADDRESS": "20/5m",
 }
 
 

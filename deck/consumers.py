@@ -28,12 +28,23 @@ How the Deck stays live (ARCHITECTURE §4 "push cheaply"):
   as rendered from storage, and nothing is pushed for a rolled-back
   transaction (storage publishes after commit only). After a reconnect the
   page re-fetches its panels over HTTP (deck.js).
+
+A socket lives only as long as the right to see (spec 04 §8):
+
+* Logging out (``user_logged_out``, e.g. ``POST /deck/logout/``) closes every socket of that session at once
+  with 4401: directly in this process, and through the channel-layer group ``chokaq.deck.sessions`` in every
+  other web process (the message carries a digest of the session key, never the key).
+* At least every ``CHOKAQ_DECK["REAUTH_INTERVAL"]`` (30 s) the broadcaster re-checks every socket in a
+  thread: the session still exists and still authenticates its user (a password change or flush ends it),
+  the user is still active, and the read permission still holds. Gone → close 4401; no read permission any
+  more → close 4403; a role that changed (viewer ↔ operator) takes effect on the next frame.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -43,9 +54,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.conf import settings
+from django.contrib import auth
 from django.db import close_old_connections, connections
+from django.http import HttpRequest
 
 from chokaq_core import events, service
 from chokaq_core.domain import JobRow, JobStatus
@@ -60,10 +75,31 @@ TOP_ERRORS_MIN_INTERVAL = 2.0
 CONSOLE_FAILURE_LINES = 5
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+SESSIONS_GROUP = "chokaq.deck.sessions"  # channel-layer group: "this session ended" to every web process
+SESSION_ENDED = "deck.session.ended"
+
+# The live side's CHOKAQ_DECK keys (seconds; defaults in deck.conf), each a positive number (checked when the app
+# loads).
+LIVE_SETTINGS = ("TICK", "POLL_INTERVAL", "READ_INTERVAL", "REAUTH_INTERVAL")
 
 
 def deck_setting(name: str) -> float:
     return float(conf.setting(name))
+
+
+def live_settings_problems(deck: dict[str, Any]) -> list[str]:
+    """What is wrong with the live side's ``CHOKAQ_DECK`` keys (``LIVE_SETTINGS``)."""
+    problems = []
+    for name in LIVE_SETTINGS:
+        value = deck.get(name, conf.DEFAULTS[name])
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            problems.append(f"{name} must be a number of seconds > 0 (got {value!r})")
+    return problems
+
+
+def session_digest(session_key: str | None) -> str | None:
+    """What identifies a session on the wire (logout messages): never the session key itself."""
+    return hashlib.sha256(session_key.encode()).hexdigest() if session_key else None
 
 
 class DeckConsumer(AsyncWebsocketConsumer):
@@ -71,6 +107,10 @@ class DeckConsumer(AsyncWebsocketConsumer):
 
     role: Role = Role.NONE
     broadcaster: Broadcaster | None = None
+    session: str | None = None  # session_digest() of the session that opened the socket
+    user_pk: Any = None
+    session_key: str | None = None
+    closing = False
     # No channel of its own: the broadcaster receives ``chokaq.deck`` once for all tabs and calls ``push``.
     # With the default alias every tab would also block on its own channel-layer receive (50 tabs = 50
     # Redis readers), and a Redis read timeout under load closed the tab with 1011 (issue 7 load test).
@@ -87,6 +127,9 @@ class DeckConsumer(AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        self.session = session_digest(self.session_key)
+        self.user_pk = getattr(user, "pk", None)
         await self.accept()
         self.broadcaster = Broadcaster.for_running_loop()
         self.broadcaster.attach(self)
@@ -105,7 +148,23 @@ class DeckConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=json.dumps({"type": "pong"}))
 
     async def push(self, frame: str) -> None:
-        await self.send(text_data=frame)
+        if not self.closing:
+            await self.send(text_data=frame)
+
+    def revoke(self) -> bool:
+        """The right to see ended: from now on nothing is pushed (False if that already happened)."""
+        if self.closing:
+            return False
+        self.closing = True
+        if self.broadcaster is not None:
+            self.broadcaster.consumers.discard(self)
+        return True
+
+    async def end(self, code: int) -> None:
+        """Revoke and close with ``code`` (4401 / 4403)."""
+        self.revoke()
+        with contextlib.suppress(Exception):
+            await self.close(code=code)
 
 
 def _role_of_user(user: Any) -> Role:
@@ -113,6 +172,66 @@ def _role_of_user(user: Any) -> Role:
         return role_of(user)
     finally:
         close_old_connections()
+
+
+class _SessionRequest(HttpRequest):
+    """Just enough of a request for ``django.contrib.auth.get_user``: the socket's session, loaded afresh."""
+
+    def __init__(self, session_key: str) -> None:
+        from importlib import import_module
+
+        super().__init__()
+        self.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+
+
+Identity = tuple[str | None, Any]  # (session key, user pk) of a socket
+
+
+def _reauthorize(identities: set[Identity]) -> dict[Identity, Role | int]:
+    """For each socket identity: its current Role, or the close code (4401 / 4403) if it may no longer see.
+
+    Runs in a thread. With a session: ``auth.get_user`` on the stored session (gone, expired, flushed by a
+    password change, or an inactive user → anonymous). Without one (a project's own auth middleware): the
+    user row by primary key."""
+    verdicts: dict[Identity, Role | int] = {}
+    try:
+        for identity in identities:
+            if anonymous_allowed():
+                verdicts[identity] = Role.ADMIN
+                continue
+            session_key, user_pk = identity
+            user: Any
+            if session_key:
+                user = auth.get_user(_SessionRequest(session_key))
+                if getattr(user, "pk", None) != user_pk:
+                    user = None
+            else:
+                user = auth.get_user_model()._default_manager.filter(pk=user_pk).first()
+            if user is None or not user.is_authenticated or not user.is_active:
+                verdicts[identity] = CLOSE_UNAUTHENTICATED
+                continue
+            role = role_of(user)
+            verdicts[identity] = role if role >= Role.VIEWER else CLOSE_FORBIDDEN
+    finally:
+        connections.close_all()  # a pooled thread: keep no connection between checks
+    return verdicts
+
+
+def close_sockets_of_ended_session(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """``user_logged_out`` receiver: the logged-out session's sockets close now, in every web process."""
+    digest = session_digest(getattr(getattr(request, "session", None), "session_key", None))
+    if digest is None:
+        return
+    for broadcaster in list(Broadcaster._instances.values()):
+        broadcaster.end_session_threadsafe(digest)
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return
+    try:
+        async_to_sync(layer.group_send)(SESSIONS_GROUP, {"type": SESSION_ENDED, "session": digest})
+    except Exception:  # the periodic re-check (REAUTH_INTERVAL) still closes them
+        logger.warning("could not announce a Deck logout on the channel layer", exc_info=True)
+
 
 
 @dataclass
@@ -165,10 +284,12 @@ class Broadcaster:
         self.tick = deck_setting("TICK")
         self.poll_interval = deck_setting("POLL_INTERVAL")
         self.read_interval = deck_setting("READ_INTERVAL")
+        self.reauth_interval = deck_setting("REAUTH_INTERVAL")
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing: set[asyncio.Task[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
         self._state = _State()
         layer = get_channel_layer()
@@ -195,6 +316,7 @@ class Broadcaster:
         else:
             events.add_listener(self._on_event)
         self._tasks.append(self.loop.create_task(self._run()))
+        self._tasks.append(self.loop.create_task(self._reauthorize_periodically()))
 
     async def _stop(self) -> None:
         events.remove_listener(self._on_event)
@@ -209,6 +331,41 @@ class Broadcaster:
             # the reader thread's database connection must not outlive the last tab
             await self.loop.run_in_executor(executor, connections.close_all)
             executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------ the right to see
+
+    def end_session_threadsafe(self, digest: str) -> None:
+        """From any thread: close the sockets of the session with that digest (4401)."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._end_session, digest)
+
+    def _end_session(self, digest: str) -> None:
+        for consumer in [c for c in self.consumers if c.session == digest]:
+            consumer.revoke()  # before any further frame goes out
+            task = self.loop.create_task(consumer.end(CLOSE_UNAUTHENTICATED))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _reauthorize_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.reauth_interval)
+            try:
+                await self.reauthorize()
+            except Exception:
+                logger.exception("deck websocket re-authorization failed; retrying next interval")
+
+    async def reauthorize(self) -> None:
+        """Re-check every socket's session, user and read permission now; close or re-role accordingly."""
+        sockets = list(self.consumers)
+        if not sockets:
+            return
+        verdicts = await asyncio.to_thread(_reauthorize, {(c.session_key, c.user_pk) for c in sockets})
+        for consumer in sockets:
+            verdict = verdicts.get((consumer.session_key, consumer.user_pk), CLOSE_UNAUTHENTICATED)
+            if isinstance(verdict, Role):
+                consumer.role = verdict
+            else:
+                await consumer.end(verdict)
 
     # ------------------------------------------------------------ event intake
 
@@ -226,6 +383,7 @@ class Broadcaster:
         assert self.layer is not None
         channel = await self.layer.new_channel()
         await self.layer.group_add(events.GROUP, channel)
+        await self.layer.group_add(SESSIONS_GROUP, channel)
         try:
             while True:
                 try:
@@ -238,9 +396,13 @@ class Broadcaster:
                     with self._lock:
                         self._pending.extend(m for m in message.get("events", []) if isinstance(m, dict))
                     self._wake.set()
+                elif message.get("type") == SESSION_ENDED and isinstance(message.get("session"), str):
+                    self._end_session(message["session"])
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.layer.group_discard(events.GROUP, channel))
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.layer.group_discard(SESSIONS_GROUP, channel))
 
     def _take(self, due: _Due) -> None:
         """Fold the received messages into what the next read (or progress frame) must carry."""

@@ -79,9 +79,13 @@ def check_policy() -> None:
     """Spec 04 §8: a policy that cannot mean what it says stops the process when the app loads (the same
     rules as system check chokaq.E004)."""
     from chokaq_core import service
+    from deck.consumers import live_settings_problems
+    from deck.security import throttle_settings_problems
 
-    problems = [p for p in service.deck_settings_problems(_deck_settings())
+    deck = _deck_settings()
+    problems = [p for p in service.deck_settings_problems(deck)
                 if p.startswith(("READ_PERMISSION", "DESTRUCTIVE_PERMISSION", "ALLOW_ANONYMOUS", "ROUTE_PREFIX"))]
+    problems += live_settings_problems(deck) + throttle_settings_problems(deck)
     if problems:
         raise ImproperlyConfigured("Invalid CHOKAQ_DECK: " + "; ".join(problems))
 

@@ -1,4 +1,4 @@
-"""The Deck's websocket route (wrapped in AuthMiddlewareStack + AllowedHostsOriginValidator by config.asgi)."""
+"""The Deck's websocket route (wrapped in AuthMiddlewareStack + the Deck's origin check by ``deck.asgi.with_deck``)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from deck import conf, probes, views
+from deck.security import ThrottledLoginView, deck_response_headers
 
 
 def route_prefix() -> str:
@@ -22,9 +23,7 @@ app_name = "deck"
 urlpatterns = [
     path("", views.index, name="index"),
     # next_page: after a login without ?next= the Deck opens, whatever the site's LOGIN_REDIRECT_URL says
-    path("login/", auth_views.LoginView.as_view(template_name="deck/login.html", redirect_authenticated_user=True,
-                                                next_page="deck:index"),
-         name="login"),
+    path("login/", ThrottledLoginView.as_view(next_page="deck:index"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="deck:login"), name="logout"),
     path("health/", probes.health, name="health"),
     path("metrics", probes.metrics, name="metrics"),
@@ -55,3 +54,7 @@ urlpatterns = [
     path("api/maintenance/purge-archive", views.purge_archive_older, name="purge-archive"),
     path("api/maintenance/purge-dlq", views.purge_dlq_older, name="purge-dlq"),
 ]
+
+# Every Deck response carries the Deck's Content-Security-Policy and Cache-Control: no-store (deck.security).
+for _pattern in urlpatterns:
+    _pattern.callback = deck_response_headers(_pattern.callback)

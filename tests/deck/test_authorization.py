@@ -156,7 +156,7 @@ def test_get_on_a_command_is_not_allowed(client_as: Callable[[str], Client], job
 def _socket(session_cookie: str | None, origin: bytes = b"http://testserver") -> WebsocketCommunicator:
     from config.asgi import application
 
-    headers = [(b"origin", origin)]
+    headers = [(b"origin", origin), (b"host", b"testserver")]
     if session_cookie:
         headers.append((b"cookie", f"sessionid={session_cookie}".encode()))
     return WebsocketCommunicator(application, "/ws/deck/", headers=headers)

@@ -378,8 +378,13 @@
         try { localStorage.setItem("deck-show-hidden", t.checked ? "1" : ""); } catch (e) { /* ignore */ }
       }
     });
+    // Content-Security-Policy (no inline handlers, no eval): the editor form never submits itself (its htmx
+    // buttons save), and a click on a job row outside its checkbox/buttons/links opens the inspector.
+    body.addEventListener("submit", function (evt) { if (evt.target.id === "editor") evt.preventDefault(); });
     body.addEventListener("click", function (evt) {
       var t = evt.target;
+      var row = t.closest && t.closest("tr.job-row");
+      if (row && !t.closest("input,button,a") && window.htmx) window.htmx.trigger(row, "deck:inspect");
       if (t.id === "bulk-back") disarm();
       if (t.id === "console-clear") { var l = $("console-log"); if (l) l.innerHTML = ""; }
       if (t.classList.contains("side-close")) { var p = $("side-panel"); if (p) p.innerHTML = '<div id="side-empty" class="side-empty"><p class="muted">No active panel.</p></div>'; }
