@@ -222,7 +222,7 @@ def close_sockets_of_ended_session(sender: Any, request: HttpRequest | None = No
     digest = session_digest(getattr(getattr(request, "session", None), "session_key", None))
     if digest is None:
         return
-    for broadcaster in list(Broadcaster._instances.values()):
+    for broadcaster in Broadcaster.running():
         broadcaster.end_session_threadsafe(digest)
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):
@@ -277,6 +277,15 @@ class Broadcaster:
         if instance is None:
             instance = cls._instances[loop] = cls(loop)
         return instance
+
+    @classmethod
+    def running(cls) -> list[Broadcaster]:
+        """Every event loop's broadcaster, from any thread (a loop may add one meanwhile: look again)."""
+        while True:
+            try:
+                return list(cls._instances.values())
+            except RuntimeError:  # the dictionary changed size during iteration
+                continue
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
