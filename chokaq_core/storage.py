@@ -55,8 +55,9 @@ from chokaq_core.domain import (
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import dialect_for
+from chokaq_core.sql import dialect_for, wakeup
 from chokaq_core.sql import memory as memory_dialect
+from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
 logger = logging.getLogger("chokaq.storage")
 
@@ -670,3 +671,21 @@ def count_archive_older_than(cutoff: datetime) -> int:
 
 def count_dlq_older_than(cutoff: datetime) -> int:
     return int(call("count_dlq_older_than", cutoff))
+
+
+# ---------------------------------------------------------------- wake-up source
+
+
+def wake_source() -> WakeSource:
+    """How an idle worker learns of new jobs: LISTEN on PostgreSQL, the commit marker where the vendor has
+    one (SQLite's ``data_version``), else polling (SQL Server, memory mode)."""
+    if memory_mode():
+        return wakeup.Polling()
+    if vendor() == "postgresql":
+        return wakeup.Listen(connections[alias()].get_connection_params())
+    try:
+        marker = change_marker()
+    except Exception:
+        logger.debug("commit marker unavailable", exc_info=True)
+        marker = None
+    return wakeup.CommitMarkerProbe(change_marker) if marker is not None else wakeup.Polling()

@@ -1,0 +1,145 @@
+"""Wake-up sources: how an idle worker learns that a job may have arrived (ARCHITECTURE §4).
+
+* :class:`Listen` — PostgreSQL ``LISTEN`` on a connection of its own; every enqueue ``NOTIFY``s in its
+  transaction, so the signal arrives at commit.
+* :class:`CommitMarkerProbe` — where there is no push channel (SQLite): a commit marker (``PRAGMA
+  data_version``) read every few milliseconds, lock-free; it moves when another connection committed.
+* :class:`Polling` — nothing to wait for: the fetcher's polling interval is the only way.
+
+Each is used by one thread: ``wait(timeout)`` blocks up to ``timeout`` seconds and says whether a signal
+came; ``close()`` ends it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+from chokaq_core.sql.postgresql import NOTIFY_CHANNEL
+
+logger = logging.getLogger("chokaq.worker")
+
+WakeKind = Literal["listen", "commit_marker", "poll"]
+
+COMMIT_PROBE_INTERVAL = 0.005  # seconds between two reads of the commit marker
+RECONNECT_DELAY = 5.0  # seconds without LISTEN after its connection was lost (the worker polls meanwhile)
+
+
+class WakeSource(Protocol):
+    kind: WakeKind
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` s; True when new work may have been committed."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds; later waits return False at once."""
+        ...
+
+
+class Polling:
+    """No signal: every wait lasts its whole timeout."""
+
+    kind: WakeKind = "poll"
+
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def wait(self, timeout: float) -> bool:
+        self._closed.wait(timeout)
+        return False
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class CommitMarkerProbe:
+    """Polls ``read_marker`` (a number that changes whenever another connection commits); the first
+    read happens on the waiting thread, whose connection the marker belongs to."""
+
+    kind: WakeKind = "commit_marker"
+
+    def __init__(self, read_marker: Callable[[], int | None], interval: float = COMMIT_PROBE_INTERVAL) -> None:
+        self.read_marker = read_marker
+        self.interval = interval
+        self._closed = threading.Event()
+        self._last: int | None = None
+        self._started = False
+
+    def _read(self) -> int | None:
+        try:
+            return self.read_marker()
+        except Exception:
+            logger.debug("commit marker unavailable", exc_info=True)
+            return None
+
+    def wait(self, timeout: float) -> bool:
+        if not self._started:
+            self._started, self._last = True, self._read()
+        deadline = time.monotonic() + timeout
+        while not self._closed.wait(self.interval):
+            marker = self._read()
+            changed = marker is not None and marker != self._last
+            self._last = marker
+            if changed:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+        return False
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class Listen:
+    """PostgreSQL ``LISTEN`` for the enqueue ``NOTIFY`` on an autocommit psycopg connection opened with
+    ``params`` (a Django connection's ``get_connection_params()``). A lost connection is logged and
+    reopened after :data:`RECONNECT_DELAY`."""
+
+    kind: WakeKind = "listen"
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context")}
+        self._closed = threading.Event()
+        self._conn: Any = None
+        self._retry_at = 0.0
+
+    def wait(self, timeout: float) -> bool:
+        if self._closed.is_set():
+            return False
+        pause = self._retry_at - time.monotonic()
+        if pause > 0:
+            self._closed.wait(min(timeout, pause))
+            return False
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            return bool(list(self._conn.notifies(timeout=timeout, stop_after=1)))
+        except Exception:
+            logger.warning("LISTEN connection lost; falling back to polling for %g s", RECONNECT_DELAY,
+                           exc_info=True)
+            self._disconnect()
+            self._retry_at = time.monotonic() + RECONNECT_DELAY
+            return False
+
+    def _connect(self) -> Any:
+        import psycopg  # the [postgres] extra: only a PostgreSQL database gets here
+
+        conn = psycopg.connect(**self.params, autocommit=True)
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        return conn
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                logger.debug("closing the LISTEN connection failed", exc_info=True)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._disconnect()

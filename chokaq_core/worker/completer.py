@@ -1,0 +1,84 @@
+"""The completer: finished jobs' outcomes committed in batches (spec 03 §7.1 steps 8–10; ARCHITECTURE §4).
+
+Executors hand over an outcome and move on; one thread waits ``COMPLETION_FLUSH_INTERVAL`` for a batch
+to gather, then one ``storage.complete`` transaction archives, reschedules and dead-letters all of them.
+A zero-row transition means the job is no longer ours: logged (2100) and counted, never retried.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+
+from chokaq_core import metrics, storage
+from chokaq_core.domain import Failure, Retry, Success
+
+logger = logging.getLogger("chokaq.worker")
+
+Outcome = Success | Retry | Failure
+
+
+class Completer:
+    def __init__(self, worker_id: str, batch_size: int, flush_interval: float, stopped: threading.Event) -> None:
+        self.worker_id = worker_id
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.stopped = stopped
+        self._outcomes: collections.deque[Outcome] = collections.deque()
+        self._ready = threading.Event()
+        self._unflushed = 0  # outcomes handed over and not yet committed
+        self._unflushed_lock = threading.Lock()
+
+    def submit(self, outcome: Outcome) -> None:
+        with self._unflushed_lock:
+            self._unflushed += 1
+        self._outcomes.append(outcome)
+        self._ready.set()
+
+    def pending(self) -> bool:
+        """True while some outcome is not committed yet."""
+        with self._unflushed_lock:
+            return self._unflushed > 0
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            if not self._ready.wait(timeout=0.5):
+                continue
+            time.sleep(self.flush_interval)  # let a batch gather
+            self._ready.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        while self._outcomes:
+            batch: list[Outcome] = []
+            while self._outcomes and len(batch) < self.batch_size:
+                batch.append(self._outcomes.popleft())
+            self._commit(batch)
+            with self._unflushed_lock:
+                self._unflushed -= len(batch)
+
+    def _commit(self, batch: list[Outcome]) -> None:
+        """Commit a batch of outcomes; keeps trying while the database is away (nothing is dropped)."""
+        successes = [o for o in batch if isinstance(o, Success)]
+        retries = [o for o in batch if isinstance(o, Retry)]
+        failures = [o for o in batch if isinstance(o, Failure)]
+        delay = 0.5
+        while True:
+            try:
+                done = storage.complete(self.worker_id, successes, retries, failures)
+                break
+            except Exception:
+                logger.exception("completion of %s jobs failed; retrying in %.1f s", len(batch), delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                if self.stopped.is_set():
+                    return
+        applied = len(done.archived) + len(done.rescheduled) + len(done.failed)
+        if applied < len(batch):
+            moved = {i for i, _ in done.archived + done.rescheduled + done.failed}
+            lost = [o.job_id for o in batch if o.job_id not in moved]
+            metrics.completion_conflicts(o for o in batch if o.job_id not in moved)
+            logger.warning("state transition not applied for %s jobs (2100, lost ownership): %s", len(lost),
+                           lost[:10])

@@ -1,0 +1,159 @@
+"""The dispatcher: buffered rows → limiter slot → circuit permit → lease gate → executor (spec 03 §4, §6,
+§7.1 steps 2–4).
+
+Rows of a paused queue and every row met while shutting down go back to Pending untouched (user code
+never started). The lease gate runs for a whole gathered batch in one statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from chokaq_core import metrics, storage
+from chokaq_core.domain import HotJob, Retry
+from chokaq_core.policy import CircuitBreakers, Permit
+from chokaq_core.worker.completer import Outcome
+from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
+
+logger = logging.getLogger("chokaq.worker")
+
+PAUSE_CACHE_SECONDS = 0.25  # queue states read at most this often (spec 03 §4 step 2)
+
+Leased = tuple[HotJob, int, Permit]  # a job that is Processing and ours, its attempt, its circuit permit
+
+
+class Dispatcher:
+    def __init__(self, worker_id: str, batch_size: int, circuit_delay: float, buffer: PrefetchBuffer,
+                 limiter: Limiter, in_flight: InFlight, breakers: CircuitBreakers, stopping: threading.Event,
+                 submit: Callable[[Leased], None], complete: Callable[[Outcome], None]) -> None:
+        self.worker_id = worker_id
+        self.batch_size = batch_size
+        self.circuit_delay = circuit_delay
+        self.buffer = buffer
+        self.limiter = limiter
+        self.in_flight = in_flight
+        self.breakers = breakers
+        self.stopping = stopping
+        self.submit = submit
+        self.complete = complete
+        self._pause_cache: tuple[float, set[str]] = (0.0, set())
+
+    def run(self) -> None:
+        while True:
+            job = self.buffer.get(timeout=0.5)
+            if job is None:
+                if self.stopping.is_set():
+                    return
+                continue
+            if self.stopping.is_set() or job.queue in self.paused_queues():
+                self.release([job])
+                continue
+            if self._acquire_slot(job):
+                self._lease_and_submit(self._gather(job))
+
+    def _acquire_slot(self, job: HotJob) -> bool:
+        """Wait for a limiter slot. Waiting may take as long as a running job: meanwhile a pause must still
+        release this row and the buffered rows of its queue within the 2 s of spec 03 §6."""
+        acquired = paused = False
+        while not acquired and not self.stopping.is_set():
+            acquired = self.limiter.acquire(timeout=0.25)
+            if not acquired:
+                now_paused = self.paused_queues()
+                self.release(self.buffer.take_queues(now_paused))
+                if job.queue in now_paused:
+                    paused = True
+                    break
+        if acquired and job.queue in self.paused_queues():  # paused while this row waited
+            self.limiter.release()
+            acquired, paused = False, True
+        if not acquired:
+            self.release([job])
+            if paused:
+                logger.debug("job %s released: queue %s paused", job.id, job.queue)
+        return acquired
+
+    def _gather(self, first: HotJob) -> list[HotJob]:
+        """``first`` plus the buffered rows that a free slot can take right now (each with its slot)."""
+        batch = [first]
+        while len(batch) < self.batch_size and not self.stopping.is_set():
+            if not self.limiter.acquire(timeout=0):
+                break
+            job = self.buffer.get(timeout=0)
+            if job is None:
+                self.limiter.release()
+                break
+            if job.queue in self.paused_queues():
+                self.limiter.release()
+                self.release([job])
+                continue
+            batch.append(job)
+        return batch
+
+    def _lease_and_submit(self, jobs: list[HotJob]) -> None:
+        """Circuit permits, then the lease gate for the whole batch in one statement, then hand each leased
+        job to an executor. Every job arrives holding a slot."""
+        if self.stopping.is_set():  # shutting down: unstarted rows go back to Pending untouched
+            for _ in jobs:
+                self.limiter.release()
+            self.release(jobs)
+            return
+        admitted: list[tuple[HotJob, Permit]] = []
+        for job in jobs:
+            permit = self.breakers.get(job.type).acquire()
+            if permit is None:
+                logger.info("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
+                            self.circuit_delay)
+                self.complete(Retry(job.id, job.attempt_count, self.circuit_delay))
+                self.finish_slot()
+            else:
+                admitted.append((job, permit))
+        if not admitted:
+            return
+        try:
+            leased = storage.mark_processing_batch([job for job, _ in admitted], self.worker_id)
+        except Exception:
+            logger.exception("lease gate failed for %s jobs (1014); releasing them", len(admitted))
+            for job, permit in admitted:
+                self.breakers.get(job.type).release(permit)
+                self.limiter.release()
+            self.release([job for job, _ in admitted])  # user code never started: back to Pending
+            return
+        for job, permit in admitted:
+            attempt = leased.get(job.id)
+            if attempt is None:
+                self.breakers.get(job.type).release(permit)
+                logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
+                metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
+                self.finish_slot()
+            else:
+                self.submit((job, attempt, permit))
+
+    def finish_slot(self) -> None:
+        """A row that held a slot is done (executed, refused or lost)."""
+        self.in_flight.done()
+        self.limiter.release()
+
+    def paused_queues(self) -> set[str]:
+        stamp, paused = self._pause_cache
+        if time.monotonic() - stamp > PAUSE_CACHE_SECONDS:
+            try:
+                paused = {q.name for q in storage.queue_states() if q.is_paused or not q.is_active}
+            except Exception:
+                logger.warning("could not read queue states", exc_info=True)
+            self._pause_cache = (time.monotonic(), paused)
+        return paused
+
+    def release(self, jobs: Sequence[HotJob]) -> None:
+        """Prefetched rows back to Pending (spec 01 §4.15)."""
+        if not jobs:
+            return
+        try:
+            storage.release_jobs([j.id for j in jobs], self.worker_id)
+        except Exception:
+            logger.warning("release of %s prefetched jobs failed (1011); recovery will return them", len(jobs),
+                           exc_info=True)
+        finally:
+            self.in_flight.done(len(jobs))

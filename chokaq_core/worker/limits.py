@@ -1,0 +1,125 @@
+"""Flow control between the worker's services: the concurrency limiter, the prefetch buffer and the
+count of rows in flight (spec 03 §3–§4)."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Sequence
+
+from chokaq_core.domain import HotJob
+
+
+class Limiter:
+    """Dynamic concurrency limiter (spec 03 §4) built on a Condition."""
+
+    def __init__(self, capacity: int, maximum: int) -> None:
+        self.maximum = maximum
+        self.capacity = max(1, min(capacity, maximum))
+        self.running = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity, timeout)
+            if not ok or self._closed:
+                return False
+            self.running += 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            if self.running <= 0:
+                self.running = 0
+                raise RuntimeError("limiter released without a matching acquire")
+            self.running -= 1
+            self._cond.notify_all()
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._cond:
+            self.capacity = max(1, min(capacity, self.maximum))
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class PrefetchBuffer:
+    """Bounded FIFO between fetcher and dispatcher (spec 03 §3)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: collections.deque[HotJob] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def free(self) -> int:
+        return self.capacity - len(self._items)
+
+    def wait_for_space(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed or len(self._items) < self.capacity, timeout)
+
+    def put_many(self, jobs: Sequence[HotJob]) -> None:
+        with self._cond:
+            self._items.extend(jobs)
+            self._cond.notify_all()
+
+    def get(self, timeout: float) -> HotJob | None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._closed or bool(self._items), timeout):
+                return None
+            if not self._items:
+                return None
+            job = self._items.popleft()
+            self._cond.notify_all()
+            return job
+
+    def drain(self) -> list[HotJob]:
+        with self._cond:
+            items = list(self._items)
+            self._items.clear()
+            self._cond.notify_all()
+            return items
+
+    def take_queues(self, queues: set[str]) -> list[HotJob]:
+        """Remove and return the buffered rows of ``queues`` (the others keep their order)."""
+        if not queues:
+            return []
+        with self._cond:
+            taken = [j for j in self._items if j.queue in queues]
+            if taken:
+                self._items = collections.deque(j for j in self._items if j.queue not in queues)
+                self._cond.notify_all()
+            return taken
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class InFlight:
+    """Rows claimed by the fetcher and not yet finished (released, refused or executed)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self._count += n
+
+    def done(self, n: int = 1) -> None:
+        with self._lock:
+            self._count -= n
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return self._count > 0
