@@ -21,6 +21,7 @@ from chokaq_core.conf import Config
 from chokaq_core.domain import AttemptError, CancellationReason, Failure, HotJob, Retry, Success
 from chokaq_core.handlers import CancellationToken, JobContext, encode_result
 from chokaq_core.policy import (
+    DEFAULT_FATAL,
     CircuitBreakers,
     Kind,
     Permit,
@@ -37,6 +38,9 @@ from chokaq_core.worker.invoke import drop_broken_connections, invoke, publish_p
 from chokaq_core.worker.threads import start_thread
 
 logger = logging.getLogger("chokaq.worker")
+
+# A handler asking the process to exit is a programming error, never retried: its job goes to the DLQ.
+FATAL_EXCEPTIONS: tuple[type[BaseException], ...] = (*DEFAULT_FATAL, SystemExit, KeyboardInterrupt)
 
 
 class Executor:
@@ -90,16 +94,15 @@ class Executor:
         try:
             token.raise_if_cancelled()
             value = invoke(job, ctx, self.middleware, self.pipe_handler)
-        except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a handler cannot end the worker
             breaker = self.breakers.get(job.type)
             if classify(exc) == Kind.CANCELLED or (token.is_cancelled and isinstance(exc, asyncio.CancelledError)):
                 breaker.release(permit)
                 return self._cancelled(job, token, attempt)
             breaker.failure(permit, fatal=is_circuit_fatal(exc))
             metrics.job_failed(job, exc)
-            decision = decide_failure(exc, attempt, job.created_at, datetime.now(UTC), self.retry_policy)
+            decision = decide_failure(exc, attempt, job.created_at, datetime.now(UTC), self.retry_policy,
+                                      fatal=FATAL_EXCEPTIONS)
             if decision.retry:
                 logger.info("job %s attempt %s failed, retry in %.1f s (2022): %s", job.id, attempt, decision.delay,
                             exc)
