@@ -1,0 +1,420 @@
+"""Each worker service on its own, without a database: storage calls are replaced by recorders."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from chokaq_core import job as register_job
+from chokaq_core import storage
+from chokaq_core.conf import config
+from chokaq_core.domain import (
+    CancellationReason,
+    Failure,
+    FailureReason,
+    HotJob,
+    JobStatus,
+    QueueState,
+    Retry,
+    Success,
+    WorkerInfo,
+)
+from chokaq_core.handlers import JobContext
+from chokaq_core.policy import BreakerPolicy, CircuitBreakers, RetryPolicy
+from chokaq_core.sql.wakeup import CommitMarkerProbe, Listen, Polling
+from chokaq_core.worker.completer import Completer, Outcome
+from chokaq_core.worker.control import Control
+from chokaq_core.worker.dispatcher import Dispatcher, Leased
+from chokaq_core.worker.executions import Executions
+from chokaq_core.worker.executor import Executor
+from chokaq_core.worker.fetcher import Fetcher
+from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
+from chokaq_core.worker.supervisor import Registry, Supervisor
+
+
+def hot(n: int, queue: str = "q", type_key: str = "t", attempt: int = 0) -> HotJob:
+    now = datetime.now(UTC)
+    return HotJob(f"j{n}", queue, type_key, "{}", None, None, 10, JobStatus.FETCHED, attempt, "w", None, None, now,
+                  None, now, None, None)
+
+
+# ---------------------------------------------------------------- executions
+
+
+def test_a_cancel_for_a_job_not_running_yet_applies_when_it_starts() -> None:
+    executions = Executions(cancel_retention=60)
+    executions.cancel("j1", "alice")
+    execution = executions.begin(hot(1), attempt=1, timeout=30)
+    assert (execution.token.reason, execution.token.actor) == (CancellationReason.ADMIN, "alice")
+    assert executions.begin(hot(2), 1, 30).token.reason is None
+    assert len(executions) == 2
+    executions.end("j1")
+    assert [e.job.id for e in executions.snapshot()] == ["j2"]
+
+
+def test_a_remembered_cancel_expires() -> None:
+    executions = Executions(cancel_retention=0)
+    executions.cancel("j1", "alice")
+    assert executions.begin(hot(1), 1, 30).token.reason is None
+
+
+def test_database_cancel_requests_override_timeout_but_not_an_earlier_admin() -> None:
+    executions = Executions(cancel_retention=60)
+    timed_out = executions.begin(hot(1), 1, 30)
+    timed_out.token.cancel(CancellationReason.TIMEOUT)
+    by_bob = executions.begin(hot(2), 1, 30)
+    executions.cancel("j2", "bob")
+    executions.apply_cancel_requests([("j1", "carol"), ("j2", "carol"), ("unknown", "carol")])
+    assert (timed_out.token.reason, timed_out.token.actor) == (CancellationReason.ADMIN, "carol")
+    assert by_bob.token.actor == "bob"
+    executions.cancel_all(CancellationReason.SHUTDOWN)
+    assert by_bob.token.reason == CancellationReason.ADMIN  # admin keeps priority over shutdown
+
+
+# ---------------------------------------------------------------- completer
+
+
+def completion(archived: list[str], rescheduled: list[str], failed: list[str]) -> storage.Completion:
+    return storage.Completion([(i, "q") for i in archived], [(i, "q") for i in rescheduled],
+                              [(i, "q") for i in failed])
+
+
+def test_completer_commits_in_batches_and_counts_lost_ownership(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[list[str], list[str], list[str]]] = []
+    conflicts: list[list[str]] = []
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        calls.append(([o.job_id for o in successes], [o.job_id for o in retries], [o.job_id for o in failures]))
+        return completion([o.job_id for o in successes if o.job_id != "lost"], [o.job_id for o in retries],
+                          [o.job_id for o in failures])
+
+    monkeypatch.setattr(storage, "complete", complete)
+    monkeypatch.setattr("chokaq_core.metrics.completion_conflicts", lambda o: conflicts.append([x.job_id for x in o]))
+    completer = Completer("w", batch_size=2, flush_interval=0, stopped=threading.Event())
+    for outcome in (Success("a", 1.0), Retry("b", 1, 0.5), Failure("c", FailureReason.FATAL_ERROR, "x"),
+                    Success("lost", 1.0)):
+        completer.submit(outcome)
+    assert completer.pending()
+    completer.flush()
+    assert calls == [(["a"], ["b"], []), (["lost"], [], ["c"])]
+    assert conflicts == [["lost"]]
+    assert not completer.pending()
+
+
+def test_completer_keeps_a_batch_while_the_database_is_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[int] = []
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        attempts.append(len(successes))
+        if len(attempts) == 1:
+            raise ConnectionError("database restarting")
+        return completion([o.job_id for o in successes], [], [])
+
+    monkeypatch.setattr(storage, "complete", complete)
+    completer = Completer("w", batch_size=10, flush_interval=0, stopped=threading.Event())
+    completer.submit(Success("a", 1.0))
+    completer.flush()
+    assert attempts == [1, 1] and not completer.pending()
+
+
+# ---------------------------------------------------------------- fetcher
+
+
+def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_idle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = [[hot(1), hot(2)], [hot(3)], [], []]
+    limits: list[int] = []
+
+    def fetch_batch(worker_id: str, limit: int, queues: Any) -> list[HotJob]:
+        limits.append(limit)
+        return batches.pop(0) if batches else []
+
+    monkeypatch.setattr(storage, "fetch_batch", fetch_batch)
+    buffer, in_flight, stopping = PrefetchBuffer(10), InFlight(), threading.Event()
+    fetcher = Fetcher("w", None, batch_size=2, polling_interval=60, buffer=buffer, in_flight=in_flight,
+                      stopping=stopping)
+    done: list[bool] = []
+    fetcher.run(burst_idle=lambda: not len(buffer.drain()), on_burst_done=lambda: done.append(True))
+    assert done == [True]
+    assert limits == [2, 2, 2, 2, 2]  # the empty claims: the buffer was not idle, then idle once, then twice
+    assert bool(in_flight)
+
+
+def test_fetcher_pump_wakes_the_fetcher_and_closes_its_source() -> None:
+    stopping = threading.Event()
+    fetcher = Fetcher("w", None, 1, 60, PrefetchBuffer(1), InFlight(), stopping)
+
+    class Source:
+        kind = "listen"
+        closed = False
+
+        def wait(self, timeout: float) -> bool:
+            stopping.set()
+            return True
+
+        def close(self) -> None:
+            self.closed = True
+
+    source = Source()
+    fetcher.pump(source)  # type: ignore[arg-type]
+    assert fetcher.wakeup.is_set() and source.closed
+
+
+# ---------------------------------------------------------------- dispatcher
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.submitted: list[Leased] = []
+        self.outcomes: list[Outcome] = []
+        self.released: list[list[str]] = []
+
+
+def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str, int] | Exception,
+               paused: set[str] = frozenset(), threshold: int = 5) -> tuple[Dispatcher, Limiter, InFlight]:  # type: ignore[assignment]
+    def mark(jobs: Any, worker_id: str) -> dict[str, int]:
+        if isinstance(leased, Exception):
+            raise leased
+        return leased
+
+    monkeypatch.setattr(storage, "mark_processing_batch", mark)
+    monkeypatch.setattr(storage, "release_jobs", lambda ids, w: rec.released.append(list(ids)) or len(ids))
+    monkeypatch.setattr(storage, "queue_states",
+                        lambda: [QueueState(name, True, True, None, None) for name in paused])
+    limiter, in_flight = Limiter(4, 4), InFlight()
+    breakers = CircuitBreakers(BreakerPolicy(failure_threshold=threshold))
+    return (Dispatcher("w", 10, 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
+                       rec.submitted.append, rec.outcomes.append), limiter, in_flight)
+
+
+def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Callable[[], bool]) -> None:
+    """Buffer ``jobs``, run the dispatcher loop until ``done()``, then stop it."""
+    in_flight.add(len(jobs))
+    d.buffer.put_many(jobs)
+    thread = threading.Thread(target=d.run)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    d.stopping.set()
+    thread.join(5)
+    assert not thread.is_alive() and done()
+
+
+def test_dispatcher_leases_a_gathered_batch_and_submits_what_is_still_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1, "j3": 2})
+    run_until(d, [hot(1), hot(2), hot(3)], in_flight, lambda: len(rec.submitted) == 2 and limiter.running == 2)
+    assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j3", 2)]
+    assert limiter.running == 2  # j2's lease was rejected: its slot is free again
+    assert rec.released == []
+
+
+def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, _, in_flight = dispatcher(monkeypatch, rec, leased={"j2": 1}, paused={"stopped"})
+    run_until(d, [hot(1, queue="stopped"), hot(2)], in_flight, lambda: bool(rec.released and rec.submitted))
+    assert rec.released == [["j1"]]
+    assert [job.id for job, _, _ in rec.submitted] == ["j2"]
+
+
+def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={}, threshold=1)
+    breaker = d.breakers.get("t")
+    permit = breaker.acquire()
+    assert permit is not None
+    breaker.failure(permit, fatal=False)  # open
+    run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
+    assert rec.outcomes == [Retry("j1", 3, 7.0)] and rec.submitted == []
+    assert limiter.running == 0 and not in_flight
+
+
+def test_dispatcher_releases_the_batch_when_the_lease_gate_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased=ConnectionError("gone"))
+    run_until(d, [hot(1), hot(2)], in_flight, lambda: bool(rec.released) and not in_flight)
+    assert rec.released == [["j1", "j2"]] and rec.submitted == []
+    assert limiter.running == 0 and not in_flight
+
+
+# ---------------------------------------------------------------- executor
+
+
+@register_job("unit.exit.v1")
+def exits(ctx: JobContext, how: str = "system") -> str:
+    if how == "system":
+        sys.exit(2)
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    return "done"
+
+
+def executor(outcomes: list[Outcome], finished: list[bool]) -> Executor:
+    cfg = config()
+    return Executor(cfg, RetryPolicy(max_attempts=3, base_delay=1, max_delay=10, multiplier=2, jitter=0,
+                                     max_job_age=None),
+                    CircuitBreakers(BreakerPolicy()), [], None, Executions(60), threading.Event(), outcomes.append,
+                    lambda: finished.append(True))
+
+
+@pytest.mark.parametrize("how, name", [("system", "SystemExit"), ("interrupt", "KeyboardInterrupt")])
+def test_a_handler_asking_the_process_to_exit_fails_its_job_fatally(how: str, name: str) -> None:
+    outcomes: list[Outcome] = []
+    finished: list[bool] = []
+    run = executor(outcomes, finished)
+    job = HotJob("j1", "q", "unit.exit.v1", f'{{"how": "{how}"}}', None, None, 10, JobStatus.PROCESSING, 1, "w",
+                 None, None, datetime.now(UTC), None, datetime.now(UTC), None, None)
+    permit = run.breakers.get(job.type).acquire()
+    assert permit is not None
+    run.execute((job, 1, permit))
+    [outcome] = outcomes
+    assert isinstance(outcome, Failure) and outcome.reason == FailureReason.FATAL_ERROR
+    assert name in outcome.error_details
+    assert finished == [True] and len(run.executions) == 0
+
+
+def test_a_handler_that_returns_succeeds_with_its_result() -> None:
+    outcomes: list[Outcome] = []
+    run = executor(outcomes, [])
+    job = HotJob("j1", "q", "unit.exit.v1", '{"how": "return"}', None, None, 10, JobStatus.PROCESSING, 1, "w",
+                 None, None, datetime.now(UTC), None, datetime.now(UTC), None, None)
+    permit = run.breakers.get(job.type).acquire()
+    assert permit is not None
+    run.execute((job, 1, permit))
+    [outcome] = outcomes
+    assert isinstance(outcome, Success) and outcome.result is not None and "done" in outcome.result
+
+
+# ---------------------------------------------------------------- supervisor, registry, control
+
+
+def supervision(threshold: int = 2, cancel_on_failure: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(EXECUTION=SimpleNamespace(
+        HEARTBEAT_FAILURE_THRESHOLD=threshold, CANCEL_ON_HEARTBEAT_FAILURE=cancel_on_failure,
+        HEARTBEAT_INTERVAL_MIN=0.2, HEARTBEAT_INTERVAL_MAX=0.3, CANCEL_POLL_INTERVAL=0.1,
+    ), WORKER=SimpleNamespace(REGISTRY_HEARTBEAT_INTERVAL=1))
+
+
+def test_keep_alive_stops_beating_for_jobs_no_longer_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(storage, "keep_alive", lambda ids, worker_id: ["j1"])
+    executions = Executions(60)
+    mine, lost = executions.begin(hot(1), 1, 30), executions.begin(hot(2), 1, 30)
+    supervisor = Supervisor("w", supervision(), executions, Registry("w", lambda: None), threading.Event())  # type: ignore[arg-type]
+    supervisor.keep_alive(executions.snapshot())
+    assert (mine.beating, lost.beating) == (True, False)
+
+
+@pytest.mark.parametrize("cancel_on_failure", [True, False])
+def test_repeated_keep_alive_failures_cancel_running_jobs_when_configured(monkeypatch: pytest.MonkeyPatch,
+                                                                         cancel_on_failure: bool) -> None:
+    def down(ids: Any, worker_id: str) -> list[str]:
+        raise ConnectionError("gone")
+
+    monkeypatch.setattr(storage, "keep_alive", down)
+    monkeypatch.setattr("chokaq_core.metrics.heartbeat_failed", lambda jobs: list(jobs))
+    executions = Executions(60)
+    running = executions.begin(hot(1), 1, 30)
+    supervisor = Supervisor("w", supervision(2, cancel_on_failure), executions, Registry("w", lambda: None),  # type: ignore[arg-type]
+                            threading.Event())
+    supervisor.keep_alive(executions.snapshot())
+    assert running.token.reason is None
+    supervisor.keep_alive(executions.snapshot())
+    assert running.token.reason == (CancellationReason.HEARTBEAT_FAILURE if cancel_on_failure else None)
+
+
+def test_an_execution_past_its_deadline_is_cancelled_as_timeout() -> None:
+    executions = Executions(60)
+    late, on_time = executions.begin(hot(1), 1, timeout=-1), executions.begin(hot(2), 1, timeout=60)
+    supervisor = Supervisor("w", supervision(), executions, Registry("w", lambda: None), threading.Event())  # type: ignore[arg-type]
+    supervisor.enforce_timeouts(executions.snapshot(), time.monotonic())
+    assert (late.token.reason, on_time.token.reason) == (CancellationReason.TIMEOUT, None)
+
+
+def test_registry_writes_until_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[str] = []
+    monkeypatch.setattr(storage, "upsert_worker", lambda info: written.append(info.worker_id))
+    monkeypatch.setattr(storage, "stop_worker", lambda worker_id: written.append(f"stop {worker_id}"))
+    info = WorkerInfo(worker_id="w", hostname="h", pid=1, queues="*", capacity=1, active_count=0,
+                      runtime_json="{}", circuits_json="[]")
+    registry = Registry("w", lambda: info)
+    registry.write()
+    registry.close()
+    registry.write()
+    assert written == ["w", "stop w"]
+
+
+def test_control_applies_capacity_retry_policy_and_cancel_for_this_worker_only() -> None:
+    limiter, grown, changed = Limiter(2, 8), [], []
+    outcomes: list[Outcome] = []
+    run = executor(outcomes, [])
+    control = Control("w1", limiter, grown.append, run, run.executions, lambda: changed.append(True))
+    control.handle({"type": "worker.set_capacity", "capacity": 5, "workerId": "other"})
+    assert limiter.capacity == 2
+    control.handle({"type": "worker.set_capacity", "capacity": 50})
+    assert (limiter.capacity, grown) == (8, [8])
+    control.handle({"type": "worker.set_retry_policy", "max_attempts": 9, "base_delay_seconds": 0.5})
+    assert (run.retry_policy.max_attempts, run.retry_policy.base_delay, run.retry_policy.max_delay) == (9, 0.5, 10)
+    running = run.executions.begin(hot(1), 1, 30)
+    control.handle({"type": "worker.cancel_job", "jobId": "j1", "actor": "ops"})
+    assert (running.token.reason, running.token.actor) == (CancellationReason.ADMIN, "ops")
+    assert changed == [True, True]
+
+
+# ---------------------------------------------------------------- wake-up sources
+
+
+def test_polling_waits_its_timeout_and_close_ends_the_wait() -> None:
+    source = Polling()
+    assert source.wait(0.01) is False
+    source.close()
+    started = time.monotonic()
+    assert source.wait(60) is False
+    assert time.monotonic() - started < 30  # returned without waiting its minute
+
+
+def marker_reader(values: list[Any]) -> Callable[[], int | None]:
+    def read() -> int | None:
+        value = values.pop(0) if len(values) > 1 else values[0]
+        if isinstance(value, Exception):
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    return read
+
+
+def test_commit_marker_probe_signals_when_the_marker_moves() -> None:
+    probe = CommitMarkerProbe(marker_reader([1, 1, 1, 2]), interval=0.001)
+    assert probe.wait(5) is True
+    assert probe.wait(0.02) is False  # still 2
+
+
+def test_commit_marker_probe_treats_an_unreadable_marker_as_no_signal() -> None:
+    probe = CommitMarkerProbe(marker_reader([1, RuntimeError("locked")]), interval=0.001)
+    assert probe.wait(0.02) is False
+    probe.close()
+    assert probe.wait(5) is False
+
+
+def test_listen_backs_off_after_a_lost_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = Listen({"dbname": "x", "cursor_factory": object(), "context": object()})
+    assert set(source.params) == {"dbname"}
+    attempts: list[int] = []
+
+    def connect() -> Any:
+        attempts.append(1)
+        raise ConnectionError("refused")
+
+    monkeypatch.setattr(source, "_connect", connect)
+    assert source.wait(0.01) is False
+    assert source.wait(0.01) is False  # within the reconnect delay: no new attempt
+    assert attempts == [1]
+    source.close()
+    assert source.wait(5) is False
