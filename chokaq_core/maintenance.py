@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from chokaq_core import metrics, storage
+from chokaq_core import metrics, schedule, storage
 from chokaq_core.conf import Config, config
 
 logger = logging.getLogger("chokaq.maintenance")
@@ -121,7 +121,7 @@ def run_cleanup_if_due(state: dict[str, float], cfg: Config | None = None) -> di
         return None
 
 
-# ---------------------------------------------------------------- the worker's periodic duties (issue 5)
+# ---------------------------------------------------------------- the worker's periodic duties
 
 PERIODIC_INTERVAL = 0.5  # seconds between checks of the recurring-job schedule
 TIDY_CHECK_INTERVAL = 5.0  # seconds between two looks at the Hot table's dead row versions
@@ -152,8 +152,6 @@ def periodic(stopping: threading.Event, cfg: Config | None = None) -> None:
     """Run by every non-burst worker on its own thread until ``stopping``: recurring jobs (each tick
     claimed once fleet-wide), every ``RETENTION.INTERVAL`` the retention cleanup, and the Hot table's
     vacuum when it is due."""
-    from chokaq_core import schedule
-
     cfg = cfg or config()
     state: dict[str, float] = {}
     while not stopping.is_set():

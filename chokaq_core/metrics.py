@@ -13,10 +13,8 @@ Two kinds of series live in :data:`REGISTRY`:
   ``chokaq_idempotency_claims_total``, ``chokaq_circuits_events_total``.
   The same instruments go to the OpenTelemetry meter ``ChokaQ`` 1.0.0 under
   their dotted names (a no-op unless the host configures a MeterProvider).
-* **fleet gauges** read from the database at scrape time (one cheap read per
-  family): queue depth by status, queue lag, retained Archive/DLQ counters,
-  outcomes of the last minute, worker heartbeat age and capacity, and circuit
-  states reported by the worker registry.
+* **fleet gauges** read from the database at scrape time, added to the same
+  registry by ``chokaq_core.prometheus`` (which serves it).
 
 Label values pass the cardinality guard of spec 05 §2: trimmed, cut to
 ``METRICS.MAX_TAG_VALUE_LENGTH``, blank → ``UNKNOWN_TAG_VALUE``; the first N
@@ -26,24 +24,22 @@ Markup, quotes, backslashes and control characters in a value become
 reaches a scrape body as markup.
 
 The web process serves ``/deck/metrics``; a worker serves the same registry with
-``chokaq_worker --metrics-port N``.
+``chokaq_worker --metrics-port N`` (both through ``chokaq_core.prometheus``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from chokaq_core.domain import FailureReason, HotJob, NewJob
+from chokaq_core.conf import config
+from chokaq_core.domain import Failure, FailureReason, HotJob, NewJob, Retry, Success
 
 logger = logging.getLogger("chokaq.metrics")
 
@@ -67,8 +63,6 @@ class TagGuard:
         self._lock = threading.Lock()
 
     def __call__(self, value: Any) -> str:
-        from chokaq_core.conf import config
-
         settings = config().METRICS
         text = "" if value is None else _UNSAFE_LABEL_CHARACTERS.sub("_", str(value)).strip()
         text = text[: settings.MAX_TAG_VALUE_LENGTH] if text else str(settings.UNKNOWN_TAG_VALUE).strip()
@@ -192,8 +186,6 @@ _job_label_cache_config: list[Any] = [None]  # the Config object the cache was f
 def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
     """The guarded (queue, type) labels. Memoised: a worker asks for the same few pairs thousands of times a
     second; emptied when the settings change or a guard is reset. Callers must not mutate the result."""
-    from chokaq_core.conf import config
-
     current = config()
     if _job_label_cache_config[0] is not current:
         _job_label_cache.clear()
@@ -246,8 +238,6 @@ def job_failed(job: HotJob, exc: BaseException) -> None:
 @_safely
 def execution_outcome(job: HotJob, outcome: Any, shutdown: bool = False) -> None:
     """Success → completed + duration; Retry → retried (not for a shutdown reschedule); Failure → dlq."""
-    from chokaq_core.domain import Failure, Retry, Success
-
     labels = _job_labels(job.queue, job.type)
     if isinstance(outcome, Success):
         _add(COMPLETED, "chokaq.jobs.completed", labels)
@@ -274,8 +264,6 @@ def transition_conflict(transition: str, queue: str | None = None, job_type: str
 @_safely
 def completion_conflicts(outcomes: Iterable[Any]) -> None:
     """Outcomes whose completion changed no row (the worker lost ownership)."""
-    from chokaq_core.domain import Failure, Retry
-
     for outcome in outcomes:
         if isinstance(outcome, Retry):
             name = "RescheduleForRetry"
@@ -301,133 +289,3 @@ def idempotency_claim(outcome: str) -> None:
 def circuit_event(key: str, event: str, state: str) -> None:
     labels = {"type": type_tag(key), "state": reason_tag(state), "event": reason_tag(event)}
     _add(CIRCUIT_EVENTS, "chokaq.circuits.events", labels)
-
-
-# ---------------------------------------------------------------- fleet gauges read at scrape time
-
-
-class FleetCollector(Collector):
-    """Gauges from the database, read once per scrape (a failed read exports chokaq_scrape_error 1)."""
-
-    def describe(self) -> list[GaugeMetricFamily]:
-        return []  # nothing is read from the database at registration
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        from chokaq_core import storage
-
-        error = GaugeMetricFamily("chokaq_scrape_error", "1 when the last scrape could not read the database.")
-        try:
-            families = list(self._families(storage))
-        except Exception:
-            logger.warning("metrics scrape could not read the database", exc_info=True)
-            error.add_metric([], 1)
-            yield error
-            return
-        error.add_metric([], 0)
-        yield error
-        yield from families
-
-    @staticmethod
-    def _families(storage: Any) -> Iterator[GaugeMetricFamily]:
-        now = datetime.now(UTC)
-        depth = GaugeMetricFamily("chokaq_queue_depth", "Hot rows by queue and status.", labels=["queue", "status"])
-        retained = GaugeMetricFamily("chokaq_jobs_retained", "Rows kept in Archive/DLQ (StatsSummary counters).",
-                                     labels=["queue", "pillar"])
-        for q in storage.queue_stats():
-            queue = queue_tag(q.queue)
-            for status, value in (("pending", q.pending), ("fetched", q.fetched), ("processing", q.processing)):
-                depth.add_metric([queue, status], value)
-            retained.add_metric([queue, "archive"], q.succeeded_total)
-            retained.add_metric([queue, "dlq"], q.failed_total)
-        yield depth
-        yield retained
-        lag_max = GaugeMetricFamily("chokaq_queue_lag_seconds", "Max wait of due Pending jobs.", labels=["queue"])
-        lag_avg = GaugeMetricFamily("chokaq_queue_lag_avg_seconds", "Average wait of due Pending jobs.",
-                                    labels=["queue"])
-        due = GaugeMetricFamily("chokaq_queue_due_pending", "Due Pending jobs.", labels=["queue"])
-        for lag in storage.queue_health():
-            queue = queue_tag(lag.queue)
-            lag_max.add_metric([queue], lag.max_lag_seconds)
-            lag_avg.add_metric([queue], lag.avg_lag_seconds)
-            due.add_metric([queue], lag.pending)
-        yield lag_max
-        yield lag_avg
-        yield due
-        points = storage.throughput(now - timedelta(seconds=60))
-        minute = GaugeMetricFamily("chokaq_outcomes_last_minute", "Outcomes recorded in the last 60 s (MetricBuckets)",
-                                   labels=["outcome"])
-        minute.add_metric(["succeeded"], sum(p.succeeded for p in points))
-        minute.add_metric(["dlq"], sum(p.failed for p in points))
-        yield minute
-        yield from _worker_families(storage.list_workers(), now)
-
-
-def _worker_families(workers: Sequence[Any], now: datetime) -> Iterator[GaugeMetricFamily]:
-    running = [w for w in workers if w.is_running]
-    count = GaugeMetricFamily("chokaq_workers_running", "Worker processes marked running in the registry.")
-    count.add_metric([], len(running))
-    yield count
-    capacity = GaugeMetricFamily("chokaq_workers_capacity", "Sum of running workers' concurrency.")
-    capacity.add_metric([], sum(w.capacity for w in running))
-    yield capacity
-    busy = GaugeMetricFamily("chokaq_workers_busy", "Sum of running workers' active executions.")
-    busy.add_metric([], sum(w.active_count for w in running))
-    yield busy
-    ages = [(now - w.last_heartbeat_at).total_seconds() for w in running if w.last_heartbeat_at]
-    age = GaugeMetricFamily("chokaq_worker_heartbeat_age_seconds",
-                            "Registry heartbeat age of running workers: freshest and stalest.", labels=["which"])
-    if ages:
-        age.add_metric(["freshest"], max(0.0, min(ages)))
-        age.add_metric(["stalest"], max(0.0, max(ages)))
-    yield age
-    circuits = GaugeMetricFamily("chokaq_circuit_state", "Worker processes reporting a circuit in a state.",
-                                 labels=["type", "state"])
-    states = {0: "Closed", 1: "Open", 2: "HalfOpen"}
-    counted: dict[tuple[str, str], int] = {}
-    for w in running:
-        try:
-            snapshot = json.loads(w.circuits_json or "[]")
-        except ValueError:
-            continue
-        for circuit in snapshot if isinstance(snapshot, list) else []:
-            if not isinstance(circuit, dict):
-                continue
-            state = circuit.get("status")
-            name = states.get(state, str(state)) if isinstance(state, int) else str(state)
-            key = (type_tag(circuit.get("circuitKey")), reason_tag(name))
-            counted[key] = counted.get(key, 0) + 1
-    for (circuit_type, state), n in sorted(counted.items()):
-        circuits.add_metric([circuit_type, state], n)
-    yield circuits
-
-
-REGISTRY.register(FleetCollector())
-
-
-def exposition() -> bytes:
-    """The registry in Prometheus text format."""
-    return generate_latest(REGISTRY)
-
-
-class _ClosingRegistry:
-    """The registry for the worker's own HTTP server: each scrape runs on a short-lived server
-    thread, so the database connection it opened is closed when the scrape is done."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-
-    def collect(self) -> Iterator[Any]:
-        from django.db import connections
-
-        try:
-            yield from self.registry.collect()
-        finally:
-            connections.close_all()
-
-    def restricted_registry(self, names: Iterable[str]) -> _ClosingRegistry:
-        return _ClosingRegistry(self.registry.restricted_registry(names))  # type: ignore[arg-type]
-
-
-def serve(port: int, addr: str = "0.0.0.0") -> Any:
-    """Serve :data:`REGISTRY` on ``port`` from a daemon thread (``chokaq_worker --metrics-port``)."""
-    return start_http_server(port, addr=addr, registry=_ClosingRegistry(REGISTRY))  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core import storage
+from chokaq_core import prometheus, storage
 from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, check_name, is_valid_name, serialize_payload
 from chokaq_core.domain import (
     HISTORY_SORTS,
@@ -807,8 +807,4 @@ def health_report(tags: Sequence[str] = ()) -> tuple[dict[str, Any], int]:
 
 def metrics_exposition() -> tuple[bytes, str]:
     """ChokaQ's instruments and fleet gauges in the Prometheus text format, and that format's content type."""
-    from prometheus_client import CONTENT_TYPE_LATEST
-
-    from chokaq_core import metrics
-
-    return metrics.exposition(), CONTENT_TYPE_LATEST
+    return prometheus.exposition(), prometheus.CONTENT_TYPE_LATEST

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chokaq_core import health, prometheus
 from chokaq_core.worker import Worker, WorkerOptions
 
 METRICS_PORT_OFFSET = "CHOKAQ_METRICS_PORT_OFFSET"  # set by --processes for each child
@@ -57,22 +59,16 @@ class Command(BaseCommand):
 
     def _check_schema(self) -> None:
         """Spec 05 §6: the chokaq_sql check first; a missing schema exits non-zero with log 5002."""
-        import logging
-
-        from chokaq_core import health
-
         result = health.check_sql()
         if result.status == health.Status.UNHEALTHY:
             logging.getLogger("chokaq.worker").error("ChokaQ storage is not ready (5002): %s", result.description)
             raise CommandError(f"{result.description}")
 
     def _serve_metrics(self, port: int) -> None:
-        from chokaq_core import metrics
-
         port += int(os.environ.get(METRICS_PORT_OFFSET, "0"))
         if not 0 < port < 65536:
             raise CommandError(f"--metrics-port must give ports within 1..65535 (got {port})")
-        metrics.serve(port)
+        prometheus.serve(port)
         self.stdout.write(f"Prometheus metrics on :{port}/metrics")
 
     def _install_signals(self, worker: Worker) -> None:

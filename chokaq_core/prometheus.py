@@ -1,0 +1,151 @@
+"""Prometheus exposition (spec 05 §2): the process instruments of ``chokaq_core.metrics`` plus fleet
+gauges read from the database at scrape time (one cheap read per family): queue depth by status, queue
+lag, retained Archive/DLQ counters, outcomes of the last minute, worker heartbeat age and capacity, and
+circuit states reported by the worker registry.
+
+The web process serves it as ``/deck/metrics`` (:func:`exposition`); a worker with
+``chokaq_worker --metrics-port N`` (:func:`serve`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from chokaq_core import storage
+from chokaq_core.metrics import REGISTRY, queue_tag, reason_tag, type_tag
+
+logger = logging.getLogger("chokaq.metrics")
+
+__all__ = ["CONTENT_TYPE_LATEST", "FleetCollector", "exposition", "serve"]
+
+
+class FleetCollector(Collector):
+    """Gauges from the database, read once per scrape (a failed read exports chokaq_scrape_error 1)."""
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # nothing is read from the database at registration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        error = GaugeMetricFamily("chokaq_scrape_error", "1 when the last scrape could not read the database.")
+        try:
+            families = list(self._families())
+        except Exception:
+            logger.warning("metrics scrape could not read the database", exc_info=True)
+            error.add_metric([], 1)
+            yield error
+            return
+        error.add_metric([], 0)
+        yield error
+        yield from families
+
+    @staticmethod
+    def _families() -> Iterator[GaugeMetricFamily]:
+        now = datetime.now(UTC)
+        depth = GaugeMetricFamily("chokaq_queue_depth", "Hot rows by queue and status.", labels=["queue", "status"])
+        retained = GaugeMetricFamily("chokaq_jobs_retained", "Rows kept in Archive/DLQ (StatsSummary counters).",
+                                     labels=["queue", "pillar"])
+        for q in storage.queue_stats():
+            queue = queue_tag(q.queue)
+            for status, value in (("pending", q.pending), ("fetched", q.fetched), ("processing", q.processing)):
+                depth.add_metric([queue, status], value)
+            retained.add_metric([queue, "archive"], q.succeeded_total)
+            retained.add_metric([queue, "dlq"], q.failed_total)
+        yield depth
+        yield retained
+        lag_max = GaugeMetricFamily("chokaq_queue_lag_seconds", "Max wait of due Pending jobs.", labels=["queue"])
+        lag_avg = GaugeMetricFamily("chokaq_queue_lag_avg_seconds", "Average wait of due Pending jobs.",
+                                    labels=["queue"])
+        due = GaugeMetricFamily("chokaq_queue_due_pending", "Due Pending jobs.", labels=["queue"])
+        for lag in storage.queue_health():
+            queue = queue_tag(lag.queue)
+            lag_max.add_metric([queue], lag.max_lag_seconds)
+            lag_avg.add_metric([queue], lag.avg_lag_seconds)
+            due.add_metric([queue], lag.pending)
+        yield lag_max
+        yield lag_avg
+        yield due
+        points = storage.throughput(now - timedelta(seconds=60))
+        minute = GaugeMetricFamily("chokaq_outcomes_last_minute", "Outcomes recorded in the last 60 s (MetricBuckets)",
+                                   labels=["outcome"])
+        minute.add_metric(["succeeded"], sum(p.succeeded for p in points))
+        minute.add_metric(["dlq"], sum(p.failed for p in points))
+        yield minute
+        yield from _worker_families(storage.list_workers(), now)
+
+
+def _worker_families(workers: Sequence[Any], now: datetime) -> Iterator[GaugeMetricFamily]:
+    running = [w for w in workers if w.is_running]
+    count = GaugeMetricFamily("chokaq_workers_running", "Worker processes marked running in the registry.")
+    count.add_metric([], len(running))
+    yield count
+    capacity = GaugeMetricFamily("chokaq_workers_capacity", "Sum of running workers' concurrency.")
+    capacity.add_metric([], sum(w.capacity for w in running))
+    yield capacity
+    busy = GaugeMetricFamily("chokaq_workers_busy", "Sum of running workers' active executions.")
+    busy.add_metric([], sum(w.active_count for w in running))
+    yield busy
+    ages = [(now - w.last_heartbeat_at).total_seconds() for w in running if w.last_heartbeat_at]
+    age = GaugeMetricFamily("chokaq_worker_heartbeat_age_seconds",
+                            "Registry heartbeat age of running workers: freshest and stalest.", labels=["which"])
+    if ages:
+        age.add_metric(["freshest"], max(0.0, min(ages)))
+        age.add_metric(["stalest"], max(0.0, max(ages)))
+    yield age
+    circuits = GaugeMetricFamily("chokaq_circuit_state", "Worker processes reporting a circuit in a state.",
+                                 labels=["type", "state"])
+    states = {0: "Closed", 1: "Open", 2: "HalfOpen"}
+    counted: dict[tuple[str, str], int] = {}
+    for w in running:
+        try:
+            snapshot = json.loads(w.circuits_json or "[]")
+        except ValueError:
+            continue
+        for circuit in snapshot if isinstance(snapshot, list) else []:
+            if not isinstance(circuit, dict):
+                continue
+            state = circuit.get("status")
+            name = states.get(state, str(state)) if isinstance(state, int) else str(state)
+            key = (type_tag(circuit.get("circuitKey")), reason_tag(name))
+            counted[key] = counted.get(key, 0) + 1
+    for (circuit_type, state), n in sorted(counted.items()):
+        circuits.add_metric([circuit_type, state], n)
+    yield circuits
+
+
+REGISTRY.register(FleetCollector())
+
+
+def exposition() -> bytes:
+    """The registry in Prometheus text format."""
+    return generate_latest(REGISTRY)
+
+
+class _ClosingRegistry:
+    """The registry for the worker's own HTTP server: each scrape runs on a short-lived server
+    thread, so the database connection it opened is closed when the scrape is done."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            yield from self.registry.collect()
+        finally:
+            connections.close_all()
+
+    def restricted_registry(self, names: Iterable[str]) -> _ClosingRegistry:
+        return _ClosingRegistry(self.registry.restricted_registry(names))  # type: ignore[arg-type]
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> Any:
+    """Serve :data:`REGISTRY` on ``port`` from a daemon thread (``chokaq_worker --metrics-port``)."""
+    return start_http_server(port, addr=addr, registry=_ClosingRegistry(REGISTRY))  # type: ignore[arg-type]
