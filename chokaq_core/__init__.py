@@ -33,7 +33,7 @@ from chokaq_core.domain import (
     UnknownJobTypeError,
     new_ulid,
 )
-from chokaq_core.handlers import JobContext, job
+from chokaq_core.handlers import JobContext
 
 __all__ = [
     "CancellationReason",
@@ -65,7 +65,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # api imports storage and models-adjacent code: load it on first use so that
     # importing chokaq_core (e.g. from settings or an app's jobs.py) stays cheap.
-    if name in ("enqueue", "aenqueue", "enqueue_many", "aenqueue_many", "EnqueueOptions", "get_job", "aget_job"):
+    if name in ("enqueue", "aenqueue", "enqueue_many", "aenqueue_many", "EnqueueOptions", "get_job", "aget_job",
+                "job"):
         from chokaq_core import api
 
         return getattr(api, name)

@@ -6,7 +6,7 @@ is a clear exception: ``UnknownJobTypeError``/``EnvelopeError`` (both
 hold.
 
 Names have an alphabet, because the Deck puts them into URL path segments
-and HTML attributes (``NAME_ALPHABETS``): a job id is 1–50 of
+and HTML attributes (``domain.NAME_ALPHABETS``): a job id is 1–50 of
 ``[0-9A-Za-z._:-]``; a queue name and a type key 1–255 of the same
 characters (``django.task:app.tasks.send`` and ``demo.email.send.v1`` fit);
 an idempotency key 1–255 of ``[0-9A-Za-z._:@+=/-]`` (``order:42``,
@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,22 +39,13 @@ from chokaq_core.domain import (
     JobStatus,
     NewJob,
     UnknownJobTypeError,
+    check_name,
     new_ulid,
 )
-from chokaq_core.handlers import get_definition
+from chokaq_core.handlers import JobDefinition, get_definition, register
 
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
 MAX_PAYLOAD_DEPTH = 64
-NAME_CHARACTERS = "0-9A-Za-z._:-"
-KEY_CHARACTERS = "0-9A-Za-z._:@+=/-"
-# field → (allowed characters as a regex class, maximum length)
-NAME_ALPHABETS: dict[str, tuple[str, int]] = {
-    "job id": (NAME_CHARACTERS, 50),
-    "queue": (NAME_CHARACTERS, 255),
-    "type key": (NAME_CHARACTERS, 255),
-    "idempotency key": (KEY_CHARACTERS, 255),
-}
-_NAME_PATTERNS = {name: re.compile(f"[{chars}]{{1,{limit}}}") for name, (chars, limit) in NAME_ALPHABETS.items()}
 
 
 @dataclass(frozen=True)
@@ -144,24 +134,6 @@ def build(options: EnqueueOptions) -> NewJob:
         delay_seconds=_delay(options.delay, options.run_at),
         created_by=_text("created_by", options.created_by, 100) or None,
     )
-
-
-def check_name(field_name: str, value: str) -> str:
-    """``value`` when it fits the alphabet of ``field_name`` (``NAME_ALPHABETS``); EnvelopeError naming the field
-    otherwise. Dot-only names (``.``, ``..``) are refused: as a URL path segment they would climb the path."""
-    chars, limit = NAME_ALPHABETS[field_name]
-    if not _NAME_PATTERNS[field_name].fullmatch(value):
-        bad = sorted({c for c in value if not re.fullmatch(f"[{chars}]", c)})
-        detail = f"; it contains {''.join(bad)!r}" if bad else ""
-        raise EnvelopeError(f"{field_name} must be 1-{limit} characters of [{chars}], got {value[:60]!r}{detail}")
-    if not value.strip("."):
-        raise EnvelopeError(f"{field_name} must not consist of dots only, got {value!r}")
-    return value
-
-
-def is_valid_name(field_name: str, value: object) -> bool:
-    """Whether ``value`` fits the alphabet of ``field_name`` (for rendering rows stored before it existed)."""
-    return isinstance(value, str) and bool(_NAME_PATTERNS[field_name].fullmatch(value)) and bool(value.strip("."))
 
 
 def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
@@ -330,3 +302,74 @@ def _record(row: HotJob | ArchivedJob | DeadJob, status: JobStatus, **fields: An
         failed_attempts=history,
         **{"priority": None, "scheduled_at": None, "started_at": None, "finished_at": None, **fields},
     )
+
+
+# ---------------------------------------------------------------- @job: a registered job type that enqueues itself
+
+
+@dataclass(frozen=True)
+class Job(JobDefinition):
+    """What ``@job`` returns: the registered definition, plus ``enqueue``/``aenqueue``/``request`` and
+    ``using(**options)`` for job options (priority, delay, idempotency_key, tags, queue, …)."""
+
+    def using(self, **options: Any) -> BoundJob:
+        """Job options (priority, delay, idempotency_key, tags, queue, …) apart from handler arguments."""
+        return BoundJob(self, options)
+
+    def enqueue(self, **payload: Any) -> str:
+        return BoundJob(self, {}).enqueue(**payload)
+
+    async def aenqueue(self, **payload: Any) -> str:
+        return await BoundJob(self, {}).aenqueue(**payload)
+
+    def request(self, **payload: Any) -> EnqueueOptions:
+        """An item for ``enqueue_many``."""
+        return BoundJob(self, {}).request(**payload)
+
+
+@dataclass(frozen=True)
+class BoundJob:
+    definition: JobDefinition
+    options: dict[str, Any]
+
+    def using(self, **options: Any) -> BoundJob:
+        return BoundJob(self.definition, {**self.options, **options})
+
+    def _options(self) -> dict[str, Any]:
+        opts = dict(self.options)
+        opts.setdefault("queue", self.definition.queue)
+        opts.setdefault("priority", self.definition.priority)
+        return opts
+
+    def enqueue(self, **payload: Any) -> str:
+        return enqueue(self.definition.type_key, payload, **self._options())
+
+    async def aenqueue(self, **payload: Any) -> str:
+        return await aenqueue(self.definition.type_key, payload, **self._options())
+
+    def request(self, **payload: Any) -> EnqueueOptions:
+        """An item for ``enqueue_many``."""
+        return EnqueueOptions(type_key=self.definition.type_key, payload=payload, **self._options())
+
+
+def job(
+    type_key: str, *, queue: str = "default", priority: int = 10,
+    idempotency_key: str | Callable[[dict[str, Any]], str] | None = None, result_ttl: float | None = None,
+) -> Callable[[Callable[..., Any]], Job]:
+    """Register ``func`` as the handler of ``type_key`` (a stable contract name, e.g. ``email.send.v1``).
+
+    ``idempotency_key``/``result_ttl`` opt the job into the idempotency middleware.
+    """
+    key = (type_key or "").strip()
+    if not key or len(key) > 255:
+        raise ValueError(f"job type key must be 1-255 characters, got {type_key!r}")
+    if not (queue or "").strip() or len(queue) > 255:
+        raise ValueError(f"queue must be 1-255 characters, got {queue!r}")
+
+    def decorate(func: Callable[..., Any]) -> Job:
+        definition = Job(type_key=key, func=func, queue=queue, priority=priority,
+                         idempotency_key=idempotency_key, result_ttl=result_ttl)
+        register(definition)
+        return definition
+
+    return decorate

@@ -10,7 +10,8 @@ class ChokaQCoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from chokaq_core import checks, conf, handlers, logs
+        # backend: makes django.task: type keys resolvable (handlers.resolve_prefix)
+        from chokaq_core import backend, checks, conf, handlers, logs  # noqa: F401
 
         logs.install()
         checks.register()

@@ -11,7 +11,7 @@
   Django's default lands on ChokaQ's default (10). Enqueue joins the caller's
   ``transaction.atomic()``; ``task_enqueued`` fires once the row is committed.
 * **execution**: ``chokaq_worker`` resolves ``django.task:`` keys through
-  :func:`task_definition` (``handlers.get_definition`` falls back to it), runs
+  :func:`task_definition` (the resolver ``handlers.get_definition`` uses for them), runs
   the function with ChokaQ's retry policy and timeouts, sends ``task_started``
   and ``task_finished`` around every attempt, and stores the JSON return value
   in the Archive row.
@@ -55,7 +55,13 @@ from django.utils.module_loading import import_string
 
 from chokaq_core import api, storage
 from chokaq_core.domain import FailureReason, JobRecord, JobStatus
-from chokaq_core.handlers import DJANGO_TASK_PREFIX, JobContext, JobDefinition, in_discoverable_module
+from chokaq_core.handlers import (
+    DJANGO_TASK_PREFIX,
+    JobContext,
+    JobDefinition,
+    in_discoverable_module,
+    resolve_prefix,
+)
 
 PRIORITY_OFFSET = 10  # Django's default priority (0) is ChokaQ's default priority (10)
 MAX_TYPE_KEY = 255
@@ -109,6 +115,9 @@ def task_definition(type_key: str) -> JobDefinition | None:
     with _definitions_lock:
         _definitions[type_key] = definition
     return definition
+
+
+resolve_prefix(DJANGO_TASK_PREFIX, task_definition)  # handlers.get_definition runs @task functions
 
 
 def task_error(exc: BaseException) -> TaskError:

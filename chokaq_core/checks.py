@@ -42,6 +42,8 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections
 
+from chokaq_core.conf import collect_errors, config
+
 logger = logging.getLogger("chokaq.checks")
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite", "microsoft")
@@ -76,8 +78,6 @@ def missing_extra(module: str, extra: str, needed_by: str) -> checks.Error:
 
 
 def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from chokaq_core.conf import collect_errors, config
-
     messages: list[checks.CheckMessage] = [
         checks.Error(error, id="chokaq.E001", hint="Fix settings.CHOKAQ") for error in collect_errors()
     ]
@@ -219,8 +219,6 @@ def redis_unreachable(host: Any) -> str | None:
 
 
 def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from chokaq_core.conf import collect_errors, config
-
     if collect_errors():
         return []
     messages: list[checks.CheckMessage] = []

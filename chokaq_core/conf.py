@@ -8,14 +8,18 @@ seconds and are exposed as float seconds.
 from __future__ import annotations
 
 import copy
+import zoneinfo
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
+from croniter import croniter
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
+
+from chokaq_core.domain import KEY_CHARACTERS, is_valid_name
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
@@ -366,8 +370,6 @@ def schedule_entry_errors(name: Any, entry: Any) -> list[str]:
     """What is wrong with one recurring-job entry (empty when it is valid)."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         return ["names must be 1-200 characters"]
-    from chokaq_core.api import KEY_CHARACTERS, is_valid_name
-
     if not is_valid_name("idempotency key", f"schedule:{name}"):  # each tick's idempotency key names the entry
         return [f"names must be characters of [{KEY_CHARACTERS}] (they become idempotency keys)"]
     if not isinstance(entry, dict):
@@ -380,8 +382,6 @@ def schedule_entry_errors(name: Any, entry: Any) -> list[str]:
     if not isinstance(cron, str) or not cron.strip():
         problems.append("CRON must be a cron expression")
     else:
-        from croniter import croniter
-
         if not croniter.is_valid(cron):
             problems.append(f"CRON {cron!r} is not a valid cron expression")
     job_type = entry.get("TYPE")
@@ -397,8 +397,6 @@ def schedule_entry_errors(name: Any, entry: Any) -> list[str]:
         problems.append("PRIORITY must be an integer")
     zone = entry.get("TIMEZONE", "UTC")
     try:
-        import zoneinfo
-
         zoneinfo.ZoneInfo(zone)
     except Exception:
         problems.append(f"TIMEZONE {zone!r} is not a known time zone")

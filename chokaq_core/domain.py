@@ -7,6 +7,7 @@ layer (storage, worker, service, Deck) can import.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import traceback
@@ -547,3 +548,35 @@ class JobRecord:
     def is_finished(self) -> bool:
         """In the Archive or the DLQ (a DLQ job may still be resurrected by an operator)."""
         return self.status >= JobStatus.SUCCEEDED
+
+
+# ---------------------------------------------------------------- name alphabets (ids and names go into URLs and HTML)
+
+NAME_CHARACTERS = "0-9A-Za-z._:-"
+KEY_CHARACTERS = "0-9A-Za-z._:@+=/-"
+# field → (allowed characters as a regex class, maximum length)
+NAME_ALPHABETS: dict[str, tuple[str, int]] = {
+    "job id": (NAME_CHARACTERS, 50),
+    "queue": (NAME_CHARACTERS, 255),
+    "type key": (NAME_CHARACTERS, 255),
+    "idempotency key": (KEY_CHARACTERS, 255),
+}
+NAME_PATTERNS = {name: re.compile(f"[{chars}]{{1,{limit}}}") for name, (chars, limit) in NAME_ALPHABETS.items()}
+
+
+def check_name(field_name: str, value: str) -> str:
+    """``value`` when it fits the alphabet of ``field_name`` (``NAME_ALPHABETS``); EnvelopeError naming the field
+    otherwise. Dot-only names (``.``, ``..``) are refused: as a URL path segment they would climb the path."""
+    chars, limit = NAME_ALPHABETS[field_name]
+    if not NAME_PATTERNS[field_name].fullmatch(value):
+        bad = sorted({c for c in value if not re.fullmatch(f"[{chars}]", c)})
+        detail = f"; it contains {''.join(bad)!r}" if bad else ""
+        raise EnvelopeError(f"{field_name} must be 1-{limit} characters of [{chars}], got {value[:60]!r}{detail}")
+    if not value.strip("."):
+        raise EnvelopeError(f"{field_name} must not consist of dots only, got {value!r}")
+    return value
+
+
+def is_valid_name(field_name: str, value: object) -> bool:
+    """Whether ``value`` fits the alphabet of ``field_name`` (for rendering rows stored before it existed)."""
+    return isinstance(value, str) and bool(NAME_PATTERNS[field_name].fullmatch(value)) and bool(value.strip("."))

@@ -40,6 +40,8 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from chokaq_core.conf import config
+
 logger = logging.getLogger("chokaq.events")
 
 GROUP = "chokaq.deck"
@@ -223,8 +225,6 @@ def _publisher() -> CoalescingPublisher | None:
 
 def _build_publisher() -> CoalescingPublisher | None:
     from channels.layers import InMemoryChannelLayer, get_channel_layer
-
-    from chokaq_core.conf import config
 
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):

@@ -1,8 +1,9 @@
-"""The job type registry, the ``@job`` decorator and the handler's ``ctx``.
+"""The job type registry and the handler's ``ctx``.
 
 Handlers are plain functions ``handler(ctx, **payload)``; the payload is the
-JSON object given at enqueue. This module knows no storage: enqueueing goes
-through ``chokaq_core.api`` (imported lazily).
+JSON object given at enqueue. This module knows no storage: the ``@job``
+decorator, which returns a definition that can enqueue itself, lives in
+``chokaq_core.api``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.apps import apps
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.module_loading import autodiscover_modules
 
+from chokaq_core.conf import config
 from chokaq_core.domain import CancellationReason, JobCancelledError
-
-if TYPE_CHECKING:
-    from chokaq_core.api import EnqueueOptions
 
 logger = logging.getLogger("chokaq.handlers")
 
@@ -60,74 +60,6 @@ class JobDefinition:
         """Calling the definition runs the handler directly (handy in tests)."""
         return self.func(*args, **kwargs)
 
-    def using(self, **options: Any) -> BoundJob:
-        """Job options (priority, delay, idempotency_key, tags, queue, …) apart from handler arguments."""
-        return BoundJob(self, options)
-
-    def enqueue(self, **payload: Any) -> str:
-        return BoundJob(self, {}).enqueue(**payload)
-
-    async def aenqueue(self, **payload: Any) -> str:
-        return await BoundJob(self, {}).aenqueue(**payload)
-
-    def request(self, **payload: Any) -> EnqueueOptions:
-        """An item for ``enqueue_many``."""
-        return BoundJob(self, {}).request(**payload)
-
-
-@dataclass(frozen=True)
-class BoundJob:
-    definition: JobDefinition
-    options: dict[str, Any]
-
-    def using(self, **options: Any) -> BoundJob:
-        return BoundJob(self.definition, {**self.options, **options})
-
-    def _options(self) -> dict[str, Any]:
-        opts = dict(self.options)
-        opts.setdefault("queue", self.definition.queue)
-        opts.setdefault("priority", self.definition.priority)
-        return opts
-
-    def enqueue(self, **payload: Any) -> str:
-        from chokaq_core.api import enqueue
-
-        return enqueue(self.definition.type_key, payload, **self._options())
-
-    async def aenqueue(self, **payload: Any) -> str:
-        from chokaq_core.api import aenqueue
-
-        return await aenqueue(self.definition.type_key, payload, **self._options())
-
-    def request(self, **payload: Any) -> EnqueueOptions:
-        """An item for ``enqueue_many``."""
-        from chokaq_core.api import EnqueueOptions
-
-        return EnqueueOptions(type_key=self.definition.type_key, payload=payload, **self._options())
-
-
-def job(
-    type_key: str, *, queue: str = "default", priority: int = 10,
-    idempotency_key: str | Callable[[dict[str, Any]], str] | None = None, result_ttl: float | None = None,
-) -> Callable[[Callable[..., Any]], JobDefinition]:
-    """Register ``func`` as the handler of ``type_key`` (a stable contract name, e.g. ``email.send.v1``).
-
-    ``idempotency_key``/``result_ttl`` opt the job into the idempotency middleware.
-    """
-    key = (type_key or "").strip()
-    if not key or len(key) > 255:
-        raise ValueError(f"job type key must be 1-255 characters, got {type_key!r}")
-    if not (queue or "").strip() or len(queue) > 255:
-        raise ValueError(f"queue must be 1-255 characters, got {queue!r}")
-
-    def decorate(func: Callable[..., Any]) -> JobDefinition:
-        definition = JobDefinition(type_key=key, func=func, queue=queue, priority=priority,
-                                   idempotency_key=idempotency_key, result_ttl=result_ttl)
-        register(definition)
-        return definition
-
-    return decorate
-
 
 def register(definition: JobDefinition) -> None:
     lowered = definition.type_key.lower()
@@ -151,15 +83,24 @@ def _qualname(func: Callable[..., Any]) -> str:
 
 DJANGO_TASK_PREFIX = "django.task:"
 
+KeyResolver = Callable[[str], "JobDefinition | None"]
+_key_resolvers: dict[str, KeyResolver] = {}
+
+
+def resolve_prefix(prefix: str, resolver: KeyResolver) -> None:
+    """Type keys starting with ``prefix`` that no ``@job`` registered resolve through ``resolver``: how the
+    ``django.tasks`` backend makes its ``django.task:<module path>`` keys runnable."""
+    _key_resolvers[prefix.lower()] = resolver
+
 
 def get_definition(type_key: str) -> JobDefinition | None:
-    """Type keys are compared case-insensitively (spec 03 §8). Keys ``django.task:<module path>``
-    (written by the ``django.tasks`` backend) resolve to the ``@task`` function at that path."""
+    """Type keys are compared case-insensitively (spec 03 §8); a key no ``@job`` registered goes to the
+    resolver of its prefix (``django.task:`` keys → the ``@task`` function at that path)."""
     definition = _registry.get(type_key.lower())
-    if definition is None and type_key[: len(DJANGO_TASK_PREFIX)].lower() == DJANGO_TASK_PREFIX:
-        from chokaq_core.backend import task_definition
-
-        return task_definition(type_key)
+    if definition is None:
+        for prefix, resolve in _key_resolvers.items():
+            if type_key[: len(prefix)].lower() == prefix:
+                return resolve(type_key)
     return definition
 
 
@@ -168,10 +109,6 @@ def encode_result(job_id: str, value: Any) -> str | None:
     when the value is not JSON (logged: the job still succeeded) or bigger than MAX_PAYLOAD_BYTES."""
     if value is None:
         return None
-    from django.core.serializers.json import DjangoJSONEncoder
-
-    from chokaq_core.conf import config
-
     try:
         text = json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -199,8 +136,6 @@ def autodiscover() -> None:
     It needs the models loaded, not the whole registry ready: ``ChokaQCoreConfig.ready()`` calls it, as the
     admin's ``ready()`` discovers ``admin.py`` (``apps.ready`` only turns True after every ``ready()`` ran),
     so it runs in web processes, the worker and every management command alike."""
-    from chokaq_core.conf import config
-
     apps.check_models_ready()
     autodiscover_modules(*DISCOVERED_MODULES)
     for module in config().JOB_MODULES:
@@ -210,8 +145,6 @@ def autodiscover() -> None:
 def in_discoverable_module(path: str) -> bool:
     """True when the dotted ``path`` lies in an installed app's package or in a ``CHOKAQ['JOB_MODULES']``
     module: the only code a stored type key may make a process import."""
-    from chokaq_core.conf import config
-
     roots = [app.name for app in apps.get_app_configs()] + list(config().JOB_MODULES)
     return any(path.startswith(f"{root}.") for root in roots)
 

@@ -28,9 +28,11 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol
 
+from django.conf import settings
 from django.utils.module_loading import import_string
 
 from chokaq_core import metrics
+from chokaq_core.conf import config
 from chokaq_core.domain import ChokaQFatalError
 from chokaq_core.handlers import JobContext
 
@@ -168,10 +170,6 @@ class RedisIdempotencyStore:
 
     def __init__(self, url: str | None = None) -> None:
         import redis
-        from django.conf import settings
-
-        from chokaq_core.conf import config
-
         url = url or config().IDEMPOTENCY.get("REDIS_URL") or getattr(settings, "REDIS_URL", "")
         if not url:
             raise ChokaQFatalError("RedisIdempotencyStore needs CHOKAQ['IDEMPOTENCY']['REDIS_URL'] or REDIS_URL")
@@ -208,8 +206,6 @@ def idempotency_store() -> IdempotencyStore:
     global _store
     with _store_lock:
         if _store is None:
-            from chokaq_core.conf import config
-
             _store = import_string(config().IDEMPOTENCY.STORE)()
         return _store
 
@@ -224,8 +220,6 @@ class IdempotencyMiddleware:
     """Skip executions whose idempotency key already completed (or is running elsewhere)."""
 
     def __call__(self, ctx: JobContext, job: JobCall, call_next: Callable[[], Any]) -> Any:
-        from chokaq_core.conf import config
-
         settings = config().IDEMPOTENCY
         if job.idempotency_key is None:
             return call_next()

@@ -17,8 +17,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core import prometheus, storage
-from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, check_name, is_valid_name, serialize_payload
+from chokaq_core import events, health, prometheus, schedule, storage
+from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, serialize_payload
+from chokaq_core.checks import deck_settings_errors
+from chokaq_core.conf import config
 from chokaq_core.domain import (
     HISTORY_SORTS,
     INDEXED_SORTS,
@@ -39,6 +41,8 @@ from chokaq_core.domain import (
     SnapshotRequest,
     SummaryStats,
     WorkerInfo,
+    check_name,
+    is_valid_name,
 )
 
 MAX_BULK_IDS = 1000
@@ -162,8 +166,6 @@ def _payload(payload: str | None) -> str | None:
 
 def max_payload_bytes() -> int:
     """The envelope's payload limit (``CHOKAQ["SERIALIZATION"]["MAX_PAYLOAD_BYTES"]``), for the editor's check."""
-    from chokaq_core.conf import config
-
     return int(config().SERIALIZATION.MAX_PAYLOAD_BYTES)
 
 
@@ -620,8 +622,6 @@ def purge_older_than(pillar: str, days: int) -> int:
 def set_worker_capacity(capacity: int | str, *, worker_id: str | None = None) -> bool:
     """Resize the concurrency of every worker (or one) at run time, without a restart.
     False when no cross-process channel layer (Redis) can carry the command."""
-    from chokaq_core import events
-
     value = _optional_int("capacity", capacity, (1, 10_000))
     if value is None:
         raise ServiceError("capacity is required")
@@ -639,8 +639,6 @@ class Fleet:
 
 
 def fleet(now: datetime | None = None) -> Fleet:
-    from chokaq_core.conf import config
-
     cutoff = (now or datetime.now(UTC)) - timedelta(seconds=config().HEALTH.WORKER_HEARTBEAT_TIMEOUT)
     live = [w for w in storage.list_workers()
             if w.is_running and w.last_heartbeat_at is not None and w.last_heartbeat_at >= cutoff]
@@ -650,8 +648,6 @@ def fleet(now: datetime | None = None) -> Fleet:
 def schedules() -> list[dict[str, Any]]:
     """Recurring jobs (``CHOKAQ["SCHEDULE"]``) for the Deck's queues panel: name, cron, type, queue,
     enabled, timezone, ``lastTickUtc`` (latest tick claimed) and ``nextRunUtc``."""
-    from chokaq_core import schedule
-
     return schedule.overview()
 
 
@@ -757,8 +753,6 @@ def fleet_view(now: datetime | None = None) -> FleetView:
 
 
 def _fleet_view(registry: list[WorkerInfo], now: datetime) -> FleetView:
-    from chokaq_core.conf import config
-
     timeout = int(config().HEALTH.WORKER_HEARTBEAT_TIMEOUT)
     rows: list[WorkerRow] = []
     merged: dict[str, dict[str, Any]] = {}
@@ -791,16 +785,12 @@ def _fleet_view(registry: list[WorkerInfo], now: datetime) -> FleetView:
 def deck_settings_problems(deck: Any) -> list[str]:
     """What system check chokaq.E004 finds wrong in ``settings.CHOKAQ_DECK`` (the Deck refuses to start on the
     policy ones)."""
-    from chokaq_core.checks import deck_settings_errors
-
     return deck_settings_errors(deck)
 
 
 def health_report(tags: Sequence[str] = ()) -> tuple[dict[str, Any], int]:
     """The health report of spec 05 §4 (``tags`` select checks, e.g. ``live``) and its HTTP status (503 when
     Unhealthy)."""
-    from chokaq_core import health
-
     report = health.run(list(tags))
     return report.as_dict(), report.http_status
 

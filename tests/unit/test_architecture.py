@@ -31,6 +31,126 @@ def python_files(package: str) -> list[Path]:
     return [p for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts]
 
 
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, here: str, known: set[str], is_package: bool = False) -> set[str]:
+    """The modules of ``known`` that module ``here`` imports anywhere (module level, functions,
+    TYPE_CHECKING): ``from package import name`` counts as the submodule ``package.name`` when there is one."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = here.split(".") if is_package else here.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != here:
+                found.add(target)
+    return found
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a path) per strongly connected group of modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    cycles = []
+    for group in groups:  # walk inside the group from its first module back to it
+        start = min(group)
+        path, seen = [start], {start}
+        while True:
+            step = next((t for t in sorted(graph[path[-1]]) if t in group and (t == start or t not in seen)), None)
+            if step is None or step == start:
+                break
+            path.append(step)
+            seen.add(step)
+        cycles.append([*path, start])
+    return cycles
+
+
+def chokaq_import_graph() -> dict[str, set[str]]:
+    paths = python_files("chokaq_core")
+    known = {module_of(p) for p in paths}
+    return {module_of(p): imported_modules(p.read_text(), module_of(p), known, p.name == "__init__.py")
+            for p in paths}
+
+
+def test_chokaq_core_has_no_import_cycles() -> None:
+    graph = chokaq_import_graph()
+    assert "chokaq_core.storage" in graph["chokaq_core.api"]  # the graph sees ``from chokaq_core import storage``
+    assert not import_cycles(graph), "\n".join(" → ".join(c) for c in import_cycles(graph))
+
+
+def test_the_cycle_check_finds_cycles_through_function_local_imports() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    known = {"pkg", "pkg.api", "pkg.handlers", "pkg.domain"}
+    source = "from pkg.domain import X\ndef f():\n    from pkg import api\n    from . import domain, nothing\n"
+    assert imported_modules(source, "pkg.handlers", known) == {"pkg.api", "pkg.domain", "pkg"}
+
+
+# Function-local imports are kept only for optional dependencies (imported where a feature needs them) and
+# for Django's app-loading order (``ready()``, and the package's lazy public names so that importing
+# ``chokaq_core`` from settings stays cheap).
+OPTIONAL_DEPENDENCIES = ("psycopg", "redis", "opentelemetry", "channels")
+APP_LOADING = {("chokaq_core/apps.py", "ready"), ("chokaq_core/__init__.py", "__getattr__")}
+
+
+def test_function_local_imports_only_for_optional_dependencies_and_app_loading() -> None:
+    offenders = []
+    for path in python_files("chokaq_core"):
+        where = str(path.relative_to(ROOT))
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                else:
+                    continue
+                if (where, function.name) in APP_LOADING:
+                    continue
+                offenders += [f"{where}:{node.lineno} {name}" for name in names
+                              if name.split(".")[0] not in OPTIONAL_DEPENDENCIES]
+    assert not offenders, offenders
+
+
 def test_engine_never_imports_the_deck() -> None:
     for path in python_files("chokaq_core"):
         assert not any(n == "deck" or n.startswith("deck.") for n in imports_of(path)), path
