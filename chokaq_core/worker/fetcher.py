@@ -23,7 +23,11 @@ WAKE_SLICE = 1.0  # seconds of one wait on the wake source, so the pump notices 
 
 class Fetcher:
     def __init__(self, worker_id: str, queues: list[str] | None, batch_size: int, polling_interval: float,
-                 buffer: PrefetchBuffer, in_flight: InFlight, stopping: threading.Event) -> None:
+                 buffer: PrefetchBuffer, in_flight: InFlight, stopping: threading.Event,
+                 burst_idle: Callable[[], bool] | None = None, on_burst_done: Callable[[], None] | None = None,
+                 ) -> None:
+        """``burst_idle`` (nothing buffered, running or uncommitted) makes a burst fetcher: it calls
+        ``on_burst_done`` and ends once the table had nothing eligible twice in a row."""
         self.worker_id = worker_id
         self.queues = queues
         self.batch_size = batch_size
@@ -31,13 +35,13 @@ class Fetcher:
         self.buffer = buffer
         self.in_flight = in_flight
         self.stopping = stopping
+        self.burst_idle = burst_idle
+        self.on_burst_done = on_burst_done
         self.wakeup = threading.Event()
         self._idle_since: float | None = None
 
-    def run(self, burst_idle: Callable[[], bool] | None = None, on_burst_done: Callable[[], None] | None = None,
-            ) -> None:
-        """Claim until shutdown; with ``burst_idle`` (nothing buffered, running or uncommitted), stop by
-        calling ``on_burst_done`` once the table had nothing eligible twice in a row."""
+    def run(self) -> None:
+        burst_idle = self.burst_idle
         while not self.stopping.is_set():
             if not self.buffer.wait_for_space(timeout=self.polling_interval):
                 continue
@@ -59,8 +63,8 @@ class Fetcher:
                     continue
             elif burst_idle is not None and self._burst_done(burst_idle()):
                 logger.info("burst: nothing eligible left, stopping")
-                if on_burst_done is not None:
-                    on_burst_done()
+                if self.on_burst_done is not None:
+                    self.on_burst_done()
                 break
             self.wakeup.wait(BURST_WAIT if burst_idle is not None else self.polling_interval)
 

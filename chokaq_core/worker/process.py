@@ -58,6 +58,9 @@ class WorkerOptions:
 
 
 class Worker:
+    """One worker process's services, wired: :meth:`start` runs each on its own thread, :meth:`stop` shuts
+    down gracefully (unstarted rows back to Pending, running handlers cancelled, outcomes committed)."""
+
     def __init__(self, options: WorkerOptions | None = None) -> None:
         self.options = options or WorkerOptions()
         self.cfg: Config = config()
@@ -79,7 +82,8 @@ class Worker:
         self.completer = Completer(self.worker_id, wk.COMPLETION_BATCH_SIZE, wk.COMPLETION_FLUSH_INTERVAL,
                                    self.stopped)
         self.fetcher = Fetcher(self.worker_id, self.queues, self.batch_size, wk.POLLING_INTERVAL, self.buffer,
-                               self.in_flight, self.stopping)
+                               self.in_flight, self.stopping,
+                               burst_idle=self._burst_idle if self.options.burst else None, on_burst_done=self.stop)
         self.executor = Executor(cfg, _retry_policy(cfg), self.breakers, load_middleware(list(cfg.MIDDLEWARE)),
                                  import_string(str(cfg.PIPE_HANDLER)) if cfg.MODE == "pipe" else None,
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
@@ -111,7 +115,7 @@ class Worker:
             rescue_once(self.cfg)
         self.pool.grow(self.limiter.capacity)
         targets: list[tuple[str, Callable[[], None]]] = [
-            ("chokaq-fetcher", lambda: self.fetcher.run(self._burst_idle, self.stop) if burst else self.fetcher.run()),
+            ("chokaq-fetcher", self.fetcher.run),
             ("chokaq-dispatcher", self.dispatcher.run),
             ("chokaq-completer", self.completer.run),
             ("chokaq-supervisor", self.supervisor.run),
@@ -122,6 +126,8 @@ class Worker:
             source = storage.wake_source()
             if source.kind in WAKE_THREADS:
                 targets.append((WAKE_THREADS[source.kind], lambda: self.fetcher.pump(source)))
+            else:
+                source.close()  # polling: the fetcher's own wait is all there is
             targets.append(("chokaq-control", lambda: events.listen_control(self.on_control, self.stopping)))
             # recurring jobs and the in-worker retention run
             targets.append(("chokaq-periodic", lambda: maintenance.periodic(self.stopping, self.cfg)))

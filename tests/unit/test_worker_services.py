@@ -138,10 +138,11 @@ def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_
 
     monkeypatch.setattr(storage, "fetch_batch", fetch_batch)
     buffer, in_flight, stopping = PrefetchBuffer(10), InFlight(), threading.Event()
-    fetcher = Fetcher("w", None, batch_size=2, polling_interval=60, buffer=buffer, in_flight=in_flight,
-                      stopping=stopping)
     done: list[bool] = []
-    fetcher.run(burst_idle=lambda: not len(buffer.drain()), on_burst_done=lambda: done.append(True))
+    fetcher = Fetcher("w", None, batch_size=2, polling_interval=60, buffer=buffer, in_flight=in_flight,
+                      stopping=stopping, burst_idle=lambda: not len(buffer.drain()),
+                      on_burst_done=lambda: done.append(True))
+    fetcher.run()
     assert done == [True]
     assert limits == [2, 2, 2, 2, 2]  # the empty claims: the buffer was not idle, then idle once, then twice
     assert bool(in_flight)
@@ -401,6 +402,11 @@ def test_commit_marker_probe_treats_an_unreadable_marker_as_no_signal() -> None:
     assert probe.wait(0.02) is False
     probe.close()
     assert probe.wait(5) is False
+
+
+def test_memory_mode_polls(chokaq_settings: Any) -> None:
+    chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "STORAGE": "memory"}
+    assert storage.wake_source().kind == "poll"
 
 
 def test_listen_backs_off_after_a_lost_connection(monkeypatch: pytest.MonkeyPatch) -> None:
