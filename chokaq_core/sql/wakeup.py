@@ -6,8 +6,9 @@
   data_version``) read every few milliseconds, lock-free; it moves when another connection committed.
 * :class:`Polling` — nothing to wait for: the fetcher's polling interval is the only way.
 
-Each is used by one thread: ``wait(timeout)`` blocks up to ``timeout`` seconds and says whether a signal
-came; ``close()`` ends it.
+Each is waited on by one thread: ``wait(timeout)`` blocks up to ``timeout`` seconds and says whether a
+signal came; ``close()``, from any thread, ends the wait in progress (LISTEN: within its current second)
+and every later one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ logger = logging.getLogger("chokaq.worker")
 WakeKind = Literal["listen", "commit_marker", "poll"]
 
 COMMIT_PROBE_INTERVAL = 0.005  # seconds between two reads of the commit marker
+LISTEN_SLICE = 1.0  # seconds of one wait for a notification: how soon close() takes effect
 RECONNECT_DELAY = 5.0  # seconds without LISTEN after its connection was lost (the worker polls meanwhile)
 
 
@@ -106,10 +108,23 @@ class Listen:
         self._closed = threading.Event()
         self._conn: Any = None
         self._retry_at = 0.0
+        self._lock = threading.Lock()  # the connection is closed by the thread using it, or by close()
+        self._waiting = False
 
     def wait(self, timeout: float) -> bool:
-        if self._closed.is_set():
-            return False
+        with self._lock:
+            if self._closed.is_set():
+                return False
+            self._waiting = True
+        try:
+            return self._wait(timeout)
+        finally:
+            with self._lock:
+                self._waiting = False
+                if self._closed.is_set():
+                    self._disconnect()
+
+    def _wait(self, timeout: float) -> bool:
         pause = self._retry_at - time.monotonic()
         if pause > 0:
             self._closed.wait(min(timeout, pause))
@@ -117,7 +132,7 @@ class Listen:
         try:
             if self._conn is None:
                 self._conn = self._connect()
-            return bool(list(self._conn.notifies(timeout=timeout, stop_after=1)))
+            return bool(list(self._conn.notifies(timeout=min(timeout, LISTEN_SLICE), stop_after=1)))
         except Exception:
             logger.warning("LISTEN connection lost; falling back to polling for %g s", RECONNECT_DELAY,
                            exc_info=True)
@@ -141,5 +156,7 @@ class Listen:
                 logger.debug("closing the LISTEN connection failed", exc_info=True)
 
     def close(self) -> None:
-        self._closed.set()
-        self._disconnect()
+        with self._lock:
+            self._closed.set()
+            if not self._waiting:
+                self._disconnect()

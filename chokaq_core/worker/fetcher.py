@@ -18,7 +18,7 @@ from chokaq_core.worker.limits import InFlight, PrefetchBuffer
 logger = logging.getLogger("chokaq.worker")
 
 BURST_WAIT = 0.05  # seconds a burst fetcher waits between two looks at an empty table
-WAKE_SLICE = 1.0  # seconds of one wait on the wake source, so the pump notices shutdown
+WAKE_SLICE = 1.0  # seconds of one wait on the wake source (stop() also closes it, ending the wait)
 
 
 class Fetcher:

@@ -95,6 +95,7 @@ class Worker:
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped)
         self.control = Control(self.worker_id, self.limiter, self.pool.grow, self.executor, self.executions,
                                self.registry.write)
+        self.wake_source: storage.WakeSource | None = None
         self._threads: list[threading.Thread] = []
         self.exit_code = 0
 
@@ -123,11 +124,9 @@ class Worker:
         if rescue:
             targets.append(("chokaq-rescue", lambda: rescue_loop(self.cfg, self.stopping)))
         if not burst:
-            source = storage.wake_source()
+            source = self.wake_source = storage.wake_source()
             if source.kind in WAKE_THREADS:
                 targets.append((WAKE_THREADS[source.kind], lambda: self.fetcher.pump(source)))
-            else:
-                source.close()  # polling: the fetcher's own wait is all there is
             targets.append(("chokaq-control", lambda: events.listen_control(self.on_control, self.stopping)))
             # recurring jobs and the in-worker retention run
             targets.append(("chokaq-periodic", lambda: maintenance.periodic(self.stopping, self.cfg)))
@@ -147,6 +146,8 @@ class Worker:
         logger.info("worker %s shutting down", self.worker_id)
         self.stopping.set()
         self.fetcher.wakeup.set()
+        if self.wake_source is not None:
+            self.wake_source.close()
         self.executions.cancel_all(CancellationReason.SHUTDOWN)
         start_thread("chokaq-shutdown", self._shutdown)
 

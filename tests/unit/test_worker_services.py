@@ -404,6 +404,46 @@ def test_commit_marker_probe_treats_an_unreadable_marker_as_no_signal() -> None:
     assert probe.wait(5) is False
 
 
+def test_closing_a_commit_marker_probe_from_another_thread_ends_its_wait() -> None:
+    probe = CommitMarkerProbe(marker_reader([1]), interval=0.001)
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(probe.wait(60)))
+    waiter.start()
+    time.sleep(0.05)
+    probe.close()
+    waiter.join(5)
+    assert not waiter.is_alive() and result == [False]
+
+
+def test_listen_closed_while_waiting_leaves_its_connection_to_the_waiting_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    source = Listen({})
+    entered, release = threading.Event(), threading.Event()
+    events_seen: list[str] = []
+
+    class Connection:
+        def notifies(self, timeout: float, stop_after: int) -> list[str]:
+            entered.set()
+            release.wait(5)
+            events_seen.append("notified")
+            return ["enqueued"]
+
+        def close(self) -> None:
+            events_seen.append("closed")
+
+    monkeypatch.setattr(source, "_connect", Connection)
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(source.wait(1.0)))
+    waiter.start()
+    assert entered.wait(5)
+    source.close()
+    assert events_seen == []  # not closed under the waiting thread's feet
+    release.set()
+    waiter.join(5)
+    assert result == [True] and events_seen == ["notified", "closed"]
+    assert source.wait(1.0) is False
+
+
 def test_memory_mode_polls(chokaq_settings: Any) -> None:
     chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "STORAGE": "memory"}
     assert storage.wake_source().kind == "poll"
