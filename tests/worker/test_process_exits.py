@@ -19,12 +19,15 @@ from tests.worker.test_command import BANNER, ROOT, _env
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
+JOB_MODULES = ["tests.jobs", "tests.worker.exits"]  # a django.task: key resolves only inside these (or an app)
+
+
 def test_system_exit_and_keyboard_interrupt_dead_letter_the_job_and_the_worker_keeps_running(
-        state: Any, tmp_path: Path) -> None:
+        state: Any, tmp_path: Path, chokaq_settings: Any) -> None:
+    chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "JOB_MODULES": JOB_MODULES}
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
     env = _env()
-    env["CHOKAQ_TEST_OVERRIDES"] = json.dumps({**json.loads(env["CHOKAQ_TEST_OVERRIDES"]),
-                                               "JOB_MODULES": ["tests.jobs", "tests.worker.exits"]})
+    env["CHOKAQ_TEST_OVERRIDES"] = json.dumps({**json.loads(env["CHOKAQ_TEST_OVERRIDES"]), "JOB_MODULES": JOB_MODULES})
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen([sys.executable, "manage.py", "chokaq_worker", "--concurrency", "1"], cwd=ROOT,
                                 env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
