@@ -144,6 +144,11 @@ class State:
     def wait_dead(self, job_id: str, timeout: float = 10.0) -> DeadJob:
         return self.wait(lambda: self.dead(job_id), f"job {job_id} in the DLQ", timeout)
 
+    def wait_started(self, job_id: str, timeout: float = 10.0) -> list[int]:
+        """Wait until the handler of an in-process job runs (``tests.jobs.record``): a Processing row is leased,
+        and its executor thread may not have begun yet."""
+        return self.wait(lambda: list(jobs.EXECUTIONS.get(job_id, [])), f"job {job_id}'s handler to start", timeout)
+
     def wait_status(self, job_id: str, status: int, timeout: float = 10.0, **fields: Any) -> HotJob:
         def check() -> HotJob | None:
             job = self.hot(job_id)

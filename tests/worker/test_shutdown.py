@@ -24,6 +24,7 @@ def test_stop_releases_buffered_jobs_and_reschedules_the_running_one(
     buffered = [enqueue("test.ok.v1", {}) for _ in range(4)]
     worker = start_worker(concurrency=1, batch_size=10)
     state.wait_status(running, JobStatus.PROCESSING)
+    state.wait_started(running)
     for job_id in buffered:
         state.wait_status(job_id, JobStatus.FETCHED, worker_id=worker.worker_id)
     assert state.wait(lambda: state.registry(worker.worker_id), "registry row").is_running
@@ -62,6 +63,7 @@ def test_a_job_that_finishes_during_shutdown_is_archived(start_worker: Any, stat
     job_id = enqueue("test.sleep.v1", {"seconds": 0.6, "cooperative": False})
     worker = start_worker()
     state.wait_status(job_id, JobStatus.PROCESSING)
+    state.wait_started(job_id)
 
     start_worker.stop(worker, timeout=10)
     archived = state.archived(job_id)
@@ -76,6 +78,7 @@ def test_stop_gives_up_after_the_grace_period(start_worker: Any, state: Any, fas
     job_id = enqueue("test.sleep.v1", {"seconds": 2.0, "cooperative": False})
     worker = start_worker()
     state.wait_status(job_id, JobStatus.PROCESSING)
+    state.wait_started(job_id)
 
     start = time.monotonic()
     start_worker.stop(worker, timeout=10)
