@@ -7,9 +7,9 @@ a savepoint when the caller already has a transaction open, which is how
 errors (spec 03 §16) only when it owns the transaction, and publishes its
 events after commit.
 
-With ``CHOKAQ["STORAGE"] = "memory"`` (spec 03 §15) the same functions run
-``chokaq_core.sql.memory`` instead: no database, no Django transaction (the
-module's process-wide lock and undo journal make each operation atomic, and
+With ``CHOKAQ["STORAGE"] = "memory"`` (spec 03 §15) the same functions run the
+SQLite dialect over the process's private database (``chokaq_core.sql.memory``):
+no Django connection and no Django transaction (its lock is the transaction, and
 a caller's ``atomic()`` block does not roll it back), events dispatched at once.
 """
 
@@ -55,8 +55,7 @@ from chokaq_core.domain import (
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import dialect_for
-from chokaq_core.sql import memory as memory_dialect
+from chokaq_core.sql import dialect_for, memory, sqlite
 
 logger = logging.getLogger("chokaq.storage")
 
@@ -75,7 +74,7 @@ def memory_mode() -> bool:
 
 def dialect(using: str | None = None) -> ModuleType:
     if memory_mode():
-        return memory_dialect
+        return sqlite
     return dialect_for(connections[using or alias()].vendor)
 
 
@@ -154,8 +153,8 @@ def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: b
            prepared: bool = False) -> T:
     """Run ``operation(cursor)`` in a transaction with the transient-error retry policy (``prepared``: the
     vendor lists the statements among its ``PREPARED`` ones)."""
-    if memory_mode():  # no database: the cursor is None and the memory module's lock is the transaction
-        return memory_dialect.run(operation)
+    if memory_mode():  # the private database's lock is the transaction; nothing there is transient
+        return memory.database().run(operation)
     db = using or alias()
     connection = connections[db]
     nested = connection.in_atomic_block
@@ -222,9 +221,12 @@ def _discard_if_broken(connection: Any) -> None:
 def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     """Insert Pending rows; returns the stored id per job. Events fire on commit for new rows only."""
     db = using or alias()
-    unkeyed = all(job.idempotency_key is None for job in jobs)
-    stored = call("enqueue", jobs, using=db,
-                  one_statement=unkeyed and "enqueue" in getattr(dialect(db), "ONE_STATEMENT_WITHOUT_KEYS", ()))
+    if memory_mode():
+        stored = run(lambda cursor: _enqueue_in_memory(cursor, jobs))
+    else:
+        unkeyed = all(job.idempotency_key is None for job in jobs)
+        stored = call("enqueue", jobs, using=db,
+                      one_statement=unkeyed and "enqueue" in getattr(dialect(db), "ONE_STATEMENT_WITHOUT_KEYS", ()))
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
@@ -234,6 +236,18 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
         using=db,
     )
     return stored
+
+
+def _enqueue_in_memory(cursor: Any, jobs: Sequence[NewJob]) -> list[str]:
+    """``enqueue`` in memory mode: make room under the capacity cap first, in the same transaction."""
+    if jobs:
+        memory.evict_if_full(cursor, int(config().IN_MEMORY.MAX_CAPACITY))
+    return sqlite.enqueue(cursor, jobs)
+
+
+def reset_memory() -> None:
+    """Forget every row of the in-memory storage (tests)."""
+    memory.database().reset()
 
 
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
@@ -568,7 +582,10 @@ def schedule_ticks() -> dict[str, datetime]:
 
 
 def change_marker() -> int | None:
-    """See the Dialect protocol: a commit marker to poll where there is no push channel, else None."""
+    """See the Dialect protocol: a commit marker to poll where there is no push channel, else None (memory
+    mode: the worker lives in the writer's own process)."""
+    if memory_mode():
+        return None
     return call("change_marker")  # type: ignore[no-any-return]
 
 

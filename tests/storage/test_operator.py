@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from django.db import IntegrityError
 from django.utils import timezone
 
 from chokaq_core import storage
@@ -281,3 +283,18 @@ def test_update_dlq_data_with_nothing_or_a_missing_row_is_false() -> None:
     assert dlq_row(job_id) == before
     assert storage.update_dlq_data("no-such-job", payload="{}", actor="ed") is False
     assert JobsDLQ.objects.count() == 1
+
+
+def test_cancel_without_an_actor_uses_the_batch_text() -> None:
+    job_id = pending("cxl-batch")[0]
+    storage.run(lambda cursor: storage.dialect().cancel_batch(cursor, [job_id], None))
+    assert dlq_row(job_id)["error_details"] == "Cancelled by admin (Batch)"  # type: ignore[index]
+
+
+def test_a_resurrect_onto_an_id_hot_holds_again_fails_and_changes_nothing() -> None:
+    job_id = dead("res-clash", 1)[0]
+    pending("res-clash", id=job_id)  # Hot's primary key is the only check at enqueue
+    with pytest.raises(IntegrityError):
+        storage.resurrect(job_id, actor="x")
+    assert dlq_row(job_id)["queue"] == "res-clash"  # type: ignore[index]
+    assert counters("res-clash") == (0, 1, 0)
