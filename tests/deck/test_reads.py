@@ -86,17 +86,6 @@ def test_unknown_sort_key_and_bad_page_key_are_refused() -> None:
         service.history("dlq", JobFilter(), HistorySort(), size=5000)
 
 
-def test_throughput_rates_from_metric_buckets() -> None:
-    archived("tp", 3)
-    dead("tp2", 2)
-    tp = service.throughput()
-    assert len(tp.points) == service.THROUGHPUT_WINDOW
-    assert sum(p.succeeded for p in tp.points) == 3 and sum(p.failed for p in tp.points) == 2
-    assert tp.per_second_1m == pytest.approx(5 / 60)
-    assert tp.fail_rate_1m == pytest.approx(40.0)
-    assert tp.fail_rate_5m == pytest.approx(40.0)
-
-
 def test_queue_health_counts_only_due_pending_rows() -> None:
     pending("lagging", 2)
     pending("lagging", 1, delay=3600)

@@ -144,6 +144,7 @@ def test_throughput_rates_from_metric_buckets() -> None:
     assert sum(p.succeeded for p in tp.points) == 3 and sum(p.failed for p in tp.points) == 2
     assert tp.per_second_1m == pytest.approx(5 / 60)
     assert tp.fail_rate_1m == pytest.approx(40.0)
+    assert tp.fail_rate_5m == pytest.approx(40.0)
 
 
 def test_queue_health_counts_due_pending_rows_and_their_lag() -> None:
