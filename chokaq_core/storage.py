@@ -367,9 +367,10 @@ def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:
 
 def resurrect(
     job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
-    actor: str | None = None,
+    actor: str | None = None, revision: int | None = None,
 ) -> bool:
-    moved = bool(call("resurrect", job_id, payload, tags, priority, actor))
+    """DLQ → Hot with optional edits; ``revision``: only if the job is still at that edit version."""
+    moved = bool(call("resurrect", job_id, payload, tags, priority, actor, revision))
     if moved:
         job = get_hot(job_id)
         _emit([events.Event(events.EventKind.JOB_RESURRECTED, {"jobId": job_id, "queue": job.queue if job else None}),
@@ -404,9 +405,10 @@ def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]
 
 def update_hot_data(
     job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
-    actor: str | None = None,
+    actor: str | None = None, revision: int | None = None,
 ) -> bool:
-    changed = bool(call("update_hot_data", job_id, payload, tags, priority, actor))
+    """Edit a Pending job; ``revision``: only if it is still at that edit version."""
+    changed = bool(call("update_hot_data", job_id, payload, tags, priority, actor, revision))
     if changed:
         job = get_hot(job_id)
         if job is not None:
@@ -416,8 +418,9 @@ def update_hot_data(
 
 
 def update_dlq_data(job_id: str, *, payload: str | None = None, tags: str | None = None,
-                    actor: str | None = None) -> bool:
-    return bool(call("update_dlq_data", job_id, payload, tags, actor))
+                    actor: str | None = None, revision: int | None = None) -> bool:
+    """Edit a DLQ job; ``revision``: only if it is still at that edit version."""
+    return bool(call("update_dlq_data", job_id, payload, tags, actor, revision))
 
 
 def purge_dlq_ids(job_ids: Sequence[str]) -> int:

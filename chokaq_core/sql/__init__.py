@@ -113,9 +113,11 @@ class Dialect(Protocol):
 
     # ------------------------------------------------------------ operator commands
     def resurrect(
-        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+        revision: int | None = None,
     ) -> bool:
-        """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1."""
+        """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1. ``revision``: only if the DLQ
+        row is still at that edit version (None: whatever it is); the Hot row carries it, one up."""
         ...
 
     def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -131,15 +133,19 @@ class Dialect(Protocol):
         ...
 
     def update_hot_data(
-        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+        revision: int | None = None,
     ) -> bool:
-        """Edit a Pending Hot row (coalescing NULLs); False if not Pending or nothing to change."""
+        """Edit a Pending Hot row (coalescing NULLs) and bump its revision; False if not Pending, not at
+        ``revision`` (None: any) or nothing to change."""
         ...
 
     def update_dlq_data(
-        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+        revision: int | None = None,
     ) -> bool:
-        """Edit a DLQ row, keeping the old payload in ``previous_payload``."""
+        """Edit a DLQ row, keeping the old payload in ``previous_payload``, and bump its revision; False if not
+        at ``revision`` (None: any) or nothing to change."""
         ...
 
     def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:

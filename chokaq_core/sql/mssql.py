@@ -76,9 +76,17 @@ from chokaq_core.domain import (
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_rows
+from chokaq_core.sql.base import (
+    CARRIED_REVISION,
+    EMPTY_ERROR,
+    REVISION_BUMP,
+    TOP_ERRORS_SAMPLE,
+    ZOMBIE_DETAILS,
+    cancel_details,
+    error_details,
+    revision_guard,
+)
 
-ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
-UNKNOWN_ERROR = "Unknown error (No details provided)"
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
 ENQUEUE_PASSES = 3
@@ -121,6 +129,7 @@ _MOVED_TYPES = {
     "payload": "nvarchar(max) NULL",
     "tags": "nvarchar(1000) NULL",
     "failure_reason": "int NOT NULL",
+    "revision": "int NOT NULL",
     "error_details": "nvarchar(max) NULL",
     "attempt_count": "int NOT NULL",
     "worker_id": "nvarchar(100) NULL",
@@ -142,7 +151,9 @@ def _moved_table(columns: Sequence[str]) -> str:
 
 
 def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
-    """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere."""
+    """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
+    revision goes up by one)."""
+    overrides = {"revision": f"deleted.{CARRIED_REVISION}", **overrides}
     values = ", ".join(overrides.get(c, f"deleted.{c}") for c in columns)
     return f"OUTPUT {values}\n    INTO @Moved ({', '.join(columns)})"
 
@@ -472,7 +483,7 @@ RELEASE_SQL = _batch(
     "SELECT @Changed;",
 )
 
-_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at")
+_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision")
 
 
 def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
@@ -487,9 +498,9 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
         _moved_table(_RESURRECTED),
         delete,
         "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        " last_updated_at, created_by, last_modified_by)\n"
+        " last_updated_at, created_by, last_modified_by, revision)\n"
         "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
-        " created_at, @Now, created_by, @Actor\n"
+        " created_at, @Now, created_by, @Actor, revision\n"
         "FROM @Moved;",
         _stats_sub("failed_total", touch=True),
         "SELECT id, queue FROM @Moved;",
@@ -498,11 +509,11 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
 
 # One batch for the single (edited) and the batch form: parameters payload, tags, priority, actor, ids.
 RESURRECT_SQL = _resurrect_sql(
-    ["DECLARE @Ids nvarchar(max) = %s;"],
+    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Revision int = %s;"],
     "DELETE d\n"
     + _output_into(_RESURRECTED, {})
     + "\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
-    f"WHERE d.id IN {_IDS};",
+    f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
 )
 
 REQUEST_CANCEL_SQL = _batch(
@@ -520,11 +531,12 @@ UPDATE_HOT_SQL = _batch(
     "DECLARE @Priority int = %s;",
     "DECLARE @Actor nvarchar(4000) = %s;",
     "DECLARE @JobId nvarchar(4000) = %s;",
+    "DECLARE @Revision int = %s;",
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags),"
-    " priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now\n"
+    f" priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now, {REVISION_BUMP}\n"
     "OUTPUT inserted.id\n"
-    "WHERE id = @JobId AND status = 0;",
+    f"WHERE id = @JobId AND status = 0 AND {revision_guard('@Revision')};",
 )
 
 # previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
@@ -533,13 +545,14 @@ UPDATE_DLQ_SQL = _batch(
     "DECLARE @Tags nvarchar(max) = %s;",
     "DECLARE @Actor nvarchar(4000) = %s;",
     "DECLARE @JobId nvarchar(4000) = %s;",
+    "DECLARE @Revision int = %s;",
     "UPDATE chokaq_jobs_dlq WITH (ROWLOCK)\n"
     "SET previous_payload = CASE WHEN @Payload IS NOT NULL AND (payload IS NULL\n"
     "        OR CAST(payload AS varbinary(max)) <> CAST(@Payload AS varbinary(max)))\n"
     "        THEN payload ELSE previous_payload END,\n"
-    "    payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags), last_modified_by = @Actor\n"
+    f"    payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags), last_modified_by = @Actor, {REVISION_BUMP}\n"
     "OUTPUT inserted.id\n"
-    "WHERE id = @JobId;",
+    f"WHERE id = @JobId AND {revision_guard('@Revision')};",
 )
 
 
@@ -901,7 +914,7 @@ def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure])
         return []
     payload = _json(
         {"id": i.job_id, "failure_reason": int(i.reason),
-         "error_details": i.error_details if i.error_details and i.error_details.strip() else UNKNOWN_ERROR}
+         "error_details": error_details(i.error_details)}
         for i in by_id.values()
     )
     cursor.execute(MOVE_TO_DLQ_SQL, [payload, worker_id])
@@ -940,16 +953,18 @@ def _resurrect(
     tags: str | None,
     priority: int | None,
     actor: str | None,
+    revision: int | None = None,
 ) -> Moved:
-    cursor.execute(RESURRECT_SQL, [payload, tags, priority, actor, _ids_json(job_ids)])
+    cursor.execute(RESURRECT_SQL, [payload, tags, priority, actor, _ids_json(job_ids), revision])
     return _moved(cursor)
 
 
 def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
     """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
-    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor))
+    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
 
 
 def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -963,8 +978,7 @@ def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> M
     """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
     if not job_ids:
         return []
-    details = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
-    cursor.execute(CANCEL_BATCH_SQL, [_ids_json(job_ids), details, actor])
+    cursor.execute(CANCEL_BATCH_SQL, [_ids_json(job_ids), cancel_details(actor), actor])
     return _moved(cursor)
 
 
@@ -977,20 +991,23 @@ def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[s
 
 
 def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
-    """Edit a Pending Hot row (None keeps the old value); False if not Pending or nothing to change."""
+    """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
+    nothing to change."""
     if payload is None and tags is None and priority is None:
         return False
-    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id])
+    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id, revision])
     return bool(_rows(cursor))
 
 
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                    revision: int | None = None) -> bool:
     """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
     if payload is None and tags is None:
         return False
-    cursor.execute(UPDATE_DLQ_SQL, [payload, tags, actor, job_id])
+    cursor.execute(UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision])
     return bool(_rows(cursor))
 
 
@@ -1029,7 +1046,7 @@ def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
 
 def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-    cursor.execute(ARCHIVE_ZOMBIES_SQL, [*_split_seconds(global_timeout_s), ZOMBIE_ERROR])
+    cursor.execute(ARCHIVE_ZOMBIES_SQL, [*_split_seconds(global_timeout_s), ZOMBIE_DETAILS])
     return _moved(cursor)
 
 
@@ -1231,8 +1248,6 @@ def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
-TOP_ERRORS_SAMPLE = 5000
-EMPTY_ERROR = "(empty error details)"
 ACTIVE_ROW = (
     "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
 )

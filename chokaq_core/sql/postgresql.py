@@ -48,6 +48,16 @@ from chokaq_core.domain import (
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_rows
+from chokaq_core.sql.base import (
+    CARRIED_REVISION,
+    EMPTY_ERROR,
+    REVISION_BUMP,
+    TOP_ERRORS_SAMPLE,
+    ZOMBIE_DETAILS,
+    cancel_details,
+    error_details,
+    revision_guard,
+)
 
 NOTIFY_CHANNEL = "chokaq_jobs"
 
@@ -74,9 +84,6 @@ AUTOCOMMIT_SAFE = frozenset({
     "count_dlq_older_than", "deck_snapshot",
 })  # fmt: skip
 
-ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
-UNKNOWN_ERROR = "Unknown error (No details provided)"
-
 # Column lists follow the row dataclasses field for field, so a fetched row maps by position.
 HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
 ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
@@ -92,7 +99,9 @@ WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 
 
 def _returning(columns: Iterable[str], stamp: str, overrides: Mapping[str, str]) -> str:
-    """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden; skips the stamp column."""
+    """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden (a moved row's revision goes up
+    by one); skips the stamp column."""
+    overrides = {"revision": f"h.{CARRIED_REVISION}", **overrides}
     return ", ".join(f"{overrides[c]} AS {c}" if c in overrides else f"h.{c}" for c in columns if c != stamp)
 
 
@@ -384,13 +393,13 @@ WHERE id = ANY(%s::text[]) AND status = 1 AND worker_id = %s
 # Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
 RESURRECT_SQL = f"""
 WITH moved AS (
-    DELETE FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[])
-    RETURNING id, queue, type, payload, tags, created_by, created_at),
+    DELETE FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[]) AND {revision_guard("%s::int")}
+    RETURNING id, queue, type, payload, tags, created_by, created_at, revision),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count,
-        created_at, last_updated_at, created_by, last_modified_by)
+        created_at, last_updated_at, created_by, last_modified_by, revision)
     SELECT id, queue, type, coalesce(%s::text, payload), coalesce(%s::text, tags), coalesce(%s::int, 10), 0, 0,
-           created_at, now(), created_by, %s::text
+           created_at, now(), created_by, %s::text, {CARRIED_REVISION}
     FROM moved
     RETURNING id, queue),
 {_stats_sub("failed_total", "ins", touch=True)}
@@ -403,19 +412,19 @@ WHERE id = ANY(%s::text[]) AND status = 2
 RETURNING id
 """
 
-UPDATE_HOT_SQL = """
+UPDATE_HOT_SQL = f"""
 UPDATE chokaq_jobs_hot
 SET payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), priority = coalesce(%s::int, priority),
-    last_modified_by = %s, last_updated_at = now()
-WHERE id = %s AND status = 0
+    last_modified_by = %s, last_updated_at = now(), {REVISION_BUMP}
+WHERE id = %s AND status = 0 AND {revision_guard("%s::int")}
 """
 
-UPDATE_DLQ_SQL = """
+UPDATE_DLQ_SQL = f"""
 UPDATE chokaq_jobs_dlq
 SET previous_payload = CASE WHEN coalesce(%s::text, payload) IS DISTINCT FROM payload
                             THEN payload ELSE previous_payload END,
-    payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), last_modified_by = %s
-WHERE id = %s
+    payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), last_modified_by = %s, {REVISION_BUMP}
+WHERE id = %s AND {revision_guard("%s::int")}
 """
 
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue")
@@ -660,7 +669,7 @@ def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure])
         [
             list(by_id),
             [int(i.reason) for i in by_id.values()],
-            [i.error_details if i.error_details and i.error_details.strip() else UNKNOWN_ERROR for i in by_id.values()],
+            [error_details(i.error_details) for i in by_id.values()],
             worker_id,
             worker_id,
         ],
@@ -704,16 +713,18 @@ def _resurrect(
     tags: str | None,
     priority: int | None,
     actor: str | None,
+    revision: int | None = None,
 ) -> Moved:
-    cursor.execute(RESURRECT_SQL, [_unique_ids(job_ids), payload, tags, priority, actor])
+    cursor.execute(RESURRECT_SQL, [_unique_ids(job_ids), revision, payload, tags, priority, actor])
     return _moved(cursor)
 
 
 def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
     """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
-    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor))
+    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
 
 
 def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -727,8 +738,7 @@ def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> M
     """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
     if not job_ids:
         return []
-    details = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
-    cursor.execute(CANCEL_BATCH_SQL, [_unique_ids(job_ids), details, actor])
+    cursor.execute(CANCEL_BATCH_SQL, [_unique_ids(job_ids), cancel_details(actor), actor])
     return _moved(cursor)
 
 
@@ -741,20 +751,23 @@ def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[s
 
 
 def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
-    """Edit a Pending Hot row (None keeps the old value); False if not Pending or nothing to change."""
+    """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
+    nothing to change."""
     if payload is None and tags is None and priority is None:
         return False
-    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id])
+    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id, revision])
     return bool(cursor.rowcount)
 
 
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                    revision: int | None = None) -> bool:
     """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
     if payload is None and tags is None:
         return False
-    cursor.execute(UPDATE_DLQ_SQL, [payload, payload, tags, actor, job_id])
+    cursor.execute(UPDATE_DLQ_SQL, [payload, payload, tags, actor, job_id, revision])
     return bool(cursor.rowcount)
 
 
@@ -791,7 +804,7 @@ def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
 
 def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s), ZOMBIE_ERROR])
+    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s), ZOMBIE_DETAILS])
     return _moved(cursor)
 
 
@@ -996,8 +1009,6 @@ def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
-TOP_ERRORS_SAMPLE = 5000
-EMPTY_ERROR = "(empty error details)"
 ACTIVE_ROW = (
     "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
 )

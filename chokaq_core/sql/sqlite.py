@@ -46,6 +46,16 @@ from chokaq_core.domain import (
     WorkerInfo,
 )
 from chokaq_core.sql import json_rows
+from chokaq_core.sql.base import (
+    CARRIED_REVISION,
+    EMPTY_ERROR,
+    REVISION_BUMP,
+    TOP_ERRORS_SAMPLE,
+    ZOMBIE_DETAILS,
+    cancel_details,
+    error_details,
+    revision_guard,
+)
 
 Cursor = Any
 Moved = list[tuple[str, str]]
@@ -60,7 +70,7 @@ WORKERS = "chokaq_workers"
 
 HOT_COLUMNS = (
     "id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count, worker_id, "
-    "heartbeat_at, scheduled_at, created_at, started_at, last_updated_at, created_by, last_modified_by"
+    "heartbeat_at, scheduled_at, created_at, started_at, last_updated_at, created_by, last_modified_by, revision"
 )
 ARCHIVE_COLUMNS = (
     "id, queue, type, payload, tags, attempt_count, worker_id, created_by, last_modified_by, "
@@ -68,11 +78,11 @@ ARCHIVE_COLUMNS = (
 )
 DLQ_COLUMNS = (
     "id, queue, type, payload, tags, failure_reason, error_details, attempt_count, worker_id, "
-    "created_by, last_modified_by, created_at, failed_at"
+    "created_by, last_modified_by, created_at, failed_at, revision"
 )
 # Columns a move carries out of Hot (indexes into a HOT_COLUMNS row).
-_ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY = (
-    0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16,
+_ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY, _REVISION = (
+    0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16, 17,
 )
 # "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
 # without statistics it would otherwise walk every row of that status through hot_status_created.
@@ -85,8 +95,6 @@ AUTOCOMMIT_SAFE = frozenset({
     "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
     "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
 })
-ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
-UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
 MAX_ROWS_PER_INSERT = 500
 
 
@@ -124,7 +132,7 @@ def _hot_job(row: Sequence[Any]) -> HotJob:
         priority=row[6], status=JobStatus(row[7]), attempt_count=row[8], worker_id=row[9],
         heartbeat_at=_dt(row[10]), scheduled_at=_dt(row[11]), created_at=_dt(row[12]),  # type: ignore[arg-type]
         started_at=_dt(row[13]), last_updated_at=_dt(row[14]),  # type: ignore[arg-type]
-        created_by=row[15], last_modified_by=row[16],
+        created_by=row[15], last_modified_by=row[16], revision=row[17],
     )
 
 
@@ -201,10 +209,11 @@ def _insert_dlq(
     stamp = _ts(now)
     values = [
         (r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], details[r[_ID]][0], details[r[_ID]][1], r[_ATTEMPTS],
-         r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp)
+         r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp,
+         r[_REVISION] + 1)  # the row carries its revision, one up
         for r in rows
     ]
-    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(13)})", values)
+    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(14)})", values)
     _bump_stats(cursor, "failed_total", Counter(r[_QUEUE] for r in rows), stamp)
     _bump_buckets(cursor, now, ((r[_QUEUE], 1, details[r[_ID]][0], None) for r in rows))
     return [(r[_ID], r[_QUEUE]) for r in rows]
@@ -407,9 +416,7 @@ def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure])
     if not items:
         return []
     details = {
-        item.job_id: (int(item.reason), item.error_details if item.error_details and item.error_details.strip()
-                      else UNKNOWN_ERROR)
-        for item in items
+        item.job_id: (int(item.reason), error_details(item.error_details)) for item in items
     }
     guard, params = _worker_guard(worker_id)
     rows = _delete_hot(cursor, list(details), guard, params)
@@ -449,33 +456,34 @@ def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
 
 def _resurrect_rows(
     cursor: Cursor, job_ids: Sequence[str], payload: str | None, tags: str | None, priority: int | None,
-    actor: str | None,
+    actor: str | None, revision: int | None = None,
 ) -> Moved:
     if not job_ids:
         return []
     now = _ts(_now())
     cursor.execute(
-        f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(job_ids))}) RETURNING id, queue, type, payload, tags,"
-        " created_by, created_at",
-        list(job_ids),
+        f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(job_ids))}) AND {revision_guard()}"
+        f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}",
+        [*job_ids, revision],
     )
     rows = cursor.fetchall()
     if not rows:
         return []
     cursor.executemany(
         f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        f" last_updated_at, created_by, last_modified_by) VALUES ({_marks(6)}, 0, 0, {_marks(4)})",
+        f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
         [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
-          priority if priority is not None else 10, r[6], now, r[5], actor) for r in rows],
+          priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
     )
     _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
     return [(r[0], r[1]) for r in rows]
 
 
 def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
-    return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor))
+    return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor, revision))
 
 
 def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -489,8 +497,7 @@ def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> M
     rows = _delete_hot(cursor, ids, "AND status IN (0, 1)", [])
     if not rows:
         return []
-    text = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
-    details = {r[_ID]: (int(FailureReason.CANCELLED), text) for r in rows}
+    details = {r[_ID]: (int(FailureReason.CANCELLED), cancel_details(actor)) for r in rows}
     return _insert_dlq(cursor, rows, details, _now(), modified_by=actor, keep_modifier=False)
 
 
@@ -506,27 +513,30 @@ def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[s
 
 
 def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
     if payload is None and tags is None and priority is None:
         return False
     cursor.execute(
         f"UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
-        " priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s"
-        " WHERE id = %s AND status = 0",
-        [payload, tags, priority, actor, _ts(_now()), job_id],
+        f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s, {REVISION_BUMP}"
+        f" WHERE id = %s AND status = 0 AND {revision_guard()}",
+        [payload, tags, priority, actor, _ts(_now()), job_id, revision],
     )
     return bool(cursor.rowcount)
 
 
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                    revision: int | None = None) -> bool:
     if payload is None and tags is None:
         return False
     cursor.execute(
         f"UPDATE {DLQ} SET previous_payload = CASE WHEN %s IS NOT NULL AND %s IS NOT payload"
         " THEN payload ELSE previous_payload END,"
-        " payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s WHERE id = %s",
-        [payload, payload, payload, tags, actor, job_id],
+        f" payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s, {REVISION_BUMP}"
+        f" WHERE id = %s AND {revision_guard()}",
+        [payload, payload, payload, tags, actor, job_id, revision],
     )
     return bool(cursor.rowcount)
 
@@ -813,13 +823,11 @@ def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
     if not r:
         return None
     return DeadJob(r[0], r[1], r[2], r[3], r[4], FailureReason(r[5]), r[6], r[7], r[8], r[9], r[10],
-                   _dt(r[11]), _dt(r[12]))  # type: ignore[arg-type]
+                   _dt(r[11]), _dt(r[12]), r[13])  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
-TOP_ERRORS_SAMPLE = 5000
-EMPTY_ERROR = "(empty error details)"
 ACTIVE_ROW = "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"\
     " started_at"
 ARCHIVE_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"\
