@@ -15,48 +15,56 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
-    INDEXED_SORTS,
-    ArchivedJob,
     Attempt,
-    BulkPreview,
-    DeadJob,
     DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
-    HistorySort,
     HotJob,
     JobFilter,
-    JobRow,
-    JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
-    QueueState,
-    QueueStats,
     Retry,
     SnapshotRequest,
     StorageError,
     Success,
-    SummaryStats,
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_rows
 from chokaq_core.sql.base import (
+    ACTIVE_SQL,
+    ARCHIVE_FIELDS,
     CARRIED_REVISION,
+    DLQ_FIELDS,
     EMPTY_ERROR,
+    HOT_FIELDS,
+    LIST_WORKERS_SQL,
+    QUEUE_STATES_SQL,
+    QUEUE_STATS_SQL,
     REVISION_BUMP,
+    SUMMARY_STATS_SQL,
+    THROUGHPUT_SQL,
     TOP_ERRORS_SAMPLE,
+    WORKER_FIELDS,
     ZOMBIE_DETAILS,
+    BaseDialect,
+    active_row,
     cancel_details,
     error_details,
+    error_group,
+    escaped_like,
+    hot_job,
+    lag,
+    located,
+    metric,
+    queue_state,
+    queue_stats_row,
     revision_guard,
+    summary,
+    worker_info,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
@@ -84,13 +92,6 @@ AUTOCOMMIT_SAFE = frozenset({
     "count_dlq_older_than", "deck_snapshot",
 })  # fmt: skip
 
-# Column lists follow the row dataclasses field for field, so a fetched row maps by position.
-HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
-ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
-DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
-HOT_COLUMNS = ", ".join(HOT_FIELDS)
-ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
-DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 
@@ -469,57 +470,7 @@ STOP_WORKER_SQL = """
 UPDATE chokaq_workers SET is_running = false, stopped_at = now(), active_count = 0 WHERE worker_id = %s
 """
 
-QUEUE_STATES_SQL = """
-SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues ORDER BY name
-"""
-
-_HOT_COUNTS = """
-    count(*) FILTER (WHERE status = 0) AS pending,
-    count(*) FILTER (WHERE status = 1) AS fetched,
-    count(*) FILTER (WHERE status = 2) AS processing
-"""
-
-SUMMARY_STATS_SQL = f"""
-SELECT h.pending, h.fetched, h.processing, s.succeeded, s.failed, s.retried, s.last_activity_at
-FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot) h
-CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0)::bigint AS succeeded,
-                   coalesce(sum(failed_total), 0)::bigint AS failed,
-                   coalesce(sum(retried_total), 0)::bigint AS retried,
-                   max(last_activity_at) AS last_activity_at
-            FROM chokaq_stats_summary) s
-"""
-
-QUEUE_STATS_SQL = f"""
-SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
-       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
-FROM chokaq_queues q
-LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM chokaq_jobs_hot GROUP BY queue) h ON h.queue = q.name
-LEFT JOIN chokaq_stats_summary s ON s.queue = q.name
-ORDER BY q.name
-"""
-
-GET_HOT_SQL = f"SELECT {HOT_COLUMNS} FROM chokaq_jobs_hot WHERE id = %s"
-GET_ARCHIVED_SQL = f"SELECT {ARCHIVE_COLUMNS} FROM chokaq_jobs_archive WHERE id = %s"
-GET_DEAD_SQL = f"SELECT {DLQ_COLUMNS} FROM chokaq_jobs_dlq WHERE id = %s"
-
-
-# ---------------------------------------------------------------- row mappers
-
-
-def _hot(row: Sequence[Any]) -> HotJob:
-    data = dict(zip(HOT_FIELDS, row, strict=True))
-    data["status"] = JobStatus(data["status"])
-    return HotJob(**data)
-
-
-def _archived(row: Sequence[Any]) -> ArchivedJob:
-    return ArchivedJob(**dict(zip(ARCHIVE_FIELDS, row, strict=True)))
-
-
-def _dead(row: Sequence[Any]) -> DeadJob:
-    data = dict(zip(DLQ_FIELDS, row, strict=True))
-    data["failure_reason"] = FailureReason(data["failure_reason"])
-    return DeadJob(**data)
+# ---------------------------------------------------------------- helpers
 
 
 def _moved(cursor: Cursor) -> Moved:
@@ -611,7 +562,7 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
         # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
         params.update(scan=limit, candidates=limit * 4)
     cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
-    return [_hot(row) for row in cursor.fetchall()]
+    return [hot_job(row) for row in cursor.fetchall()]
 
 
 def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
@@ -857,17 +808,11 @@ def stop_worker(cursor: Cursor, worker_id: str) -> None:
     """Mark a worker stopped (not running, no active executions)."""
     cursor.execute(STOP_WORKER_SQL, [worker_id])
 
-
-# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
+# ---------------------------------------------------------------- operations: retention, schedule, reads
 
 AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
                                      "tidy_hot_table"}
 
-WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
-                 "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
-LIST_WORKERS_SQL = (
-    f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers ORDER BY last_heartbeat_at DESC, worker_id"
-)
 PURGE_WORKERS_SQL = """
 DELETE FROM chokaq_workers WHERE worker_id IN (
     SELECT worker_id FROM chokaq_workers WHERE last_heartbeat_at < %s
@@ -888,16 +833,6 @@ UPDATE chokaq_schedules SET last_tick_at = %s, updated_at = now() WHERE name = %
 RETURNING name
 """
 SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
-
-
-def list_workers(cursor: Cursor) -> list[WorkerInfo]:
-    """Every worker registry row, freshest heartbeat first."""
-    cursor.execute(LIST_WORKERS_SQL)
-    return [_worker(row) for row in cursor.fetchall()]
-
-
-def _worker(row: Sequence[Any]) -> WorkerInfo:
-    return WorkerInfo(**dict(zip(WORKER_FIELDS, row, strict=True)))
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -950,101 +885,6 @@ def change_marker(cursor: Cursor) -> int | None:
     return None
 
 
-def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
-    """The latest claimed tick of every recurring job."""
-    cursor.execute(SCHEDULE_TICKS_SQL)
-    return {name: at for name, at in cursor.fetchall()}
-
-
-# ---------------------------------------------------------------- reads
-
-
-def queue_states(cursor: Cursor) -> list[QueueState]:
-    """Every ``chokaq_queues`` row, ordered by name."""
-    cursor.execute(QUEUE_STATES_SQL)
-    return [QueueState(*row) for row in cursor.fetchall()]
-
-
-def summary_stats(cursor: Cursor) -> SummaryStats:
-    """Hot counts by status plus the retained counters summed over every queue."""
-    cursor.execute(SUMMARY_STATS_SQL)
-    return _summary(cursor.fetchone())
-
-
-def _summary(row: Sequence[Any]) -> SummaryStats:
-    pending, fetched, processing, succeeded, failed, retried, last_activity_at = row
-    return SummaryStats(
-        int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried), last_activity_at
-    )
-
-
-def queue_stats(cursor: Cursor) -> list[QueueStats]:
-    """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
-    cursor.execute(QUEUE_STATS_SQL)
-    return [_queue_stats(row) for row in cursor.fetchall()]
-
-
-def _queue_stats(row: Sequence[Any]) -> QueueStats:
-    name, p, f, r, s, fl, rt, last = row
-    return QueueStats(name, int(p), int(f), int(r), int(s), int(fl), int(rt), last)
-
-
-def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
-    cursor.execute(GET_HOT_SQL, [job_id])
-    row = cursor.fetchone()
-    return None if row is None else _hot(row)
-
-
-def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
-    cursor.execute(GET_ARCHIVED_SQL, [job_id])
-    row = cursor.fetchone()
-    return None if row is None else _archived(row)
-
-
-def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
-    cursor.execute(GET_DEAD_SQL, [job_id])
-    row = cursor.fetchone()
-    return None if row is None else _dead(row)
-
-
-# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
-
-ACTIVE_ROW = (
-    "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
-)
-ARCHIVE_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at, duration_ms"
-)
-DLQ_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
-    " left(error_details, 400) AS error_head"
-)
-DLQ_WINDOWED_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason, error_head"
-)
-# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
-ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-                "worker": "coalesce(worker_id, '')", "attempts": "attempt_count",
-                "duration": "coalesce(duration_ms, -1.0)", "date": "finished_at"}  # fmt: skip
-DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-            "worker": "coalesce(worker_id, '')", "attempts": "attempt_count", "reason": "failure_reason",
-            "date": "failed_at"}  # fmt: skip
-
-LOCATE_SQL = f"""
-SELECT id, status FROM chokaq_jobs_hot WHERE id = ANY(%s::text[])
-UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id = ANY(%s::text[])
-UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[])
-"""
-
-ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM chokaq_jobs_hot{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
-
-THROUGHPUT_SQL = """
-SELECT bucket_start, coalesce(sum(completed_count) FILTER (WHERE outcome = 0), 0)::bigint,
-       coalesce(sum(completed_count) FILTER (WHERE outcome = 1), 0)::bigint
-FROM chokaq_metric_buckets WHERE bucket_start >= %s
-GROUP BY bucket_start ORDER BY bucket_start
-"""
-
 QUEUE_HEALTH_SQL = """
 SELECT q.name, h.n, coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
 FROM chokaq_queues q CROSS JOIN LATERAL (
@@ -1071,175 +911,28 @@ SELECT id, queue FROM del
 """
 
 
-def _like(term: str) -> str:
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+class PostgreSQLDialect(BaseDialect):
+    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
+
+    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
+    TOP_ERRORS_SQL = TOP_ERRORS_SQL
+
+    def search_clause(self, column: str) -> str:
+        return f"lower({column}) LIKE %s ESCAPE '\\'"
+
+    def search_pattern(self, term: str) -> str:
+        return escaped_like(term.lower())
+
+    def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        return "= ANY(%s::text[])", [list(ids)]
 
 
-def _where(filters: JobFilter, date_column: str, search_columns: Sequence[str]) -> tuple[list[str], list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filters.queue is not None:
-        clauses.append("queue = %s")
-        params.append(filters.queue)
-    if filters.type is not None:
-        clauses.append("type = %s")
-        params.append(filters.type)
-    if filters.job_id is not None:
-        clauses.append("id = %s")
-        params.append(filters.job_id)
-    if filters.search:
-        # lower() LIKE: the same case-insensitive match as ILIKE, measurably cheaper on a full scan
-        pattern = _like(filters.search.lower())
-        clauses.append("(" + " OR ".join(f"lower({c}) LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
-        params += [pattern] * len(search_columns)
-    if filters.from_at is not None:
-        clauses.append(f"{date_column} >= %s")
-        params.append(filters.from_at)
-    if filters.to_at is not None:
-        clauses.append(f"{date_column} <= %s")
-        params.append(filters.to_at)
-    return clauses, params
+_dialect = PostgreSQLDialect()
+globals().update(_dialect.protocol_functions())  # the module-level names of the Dialect protocol
+_dlq_where = _dialect.dlq_where
 
 
-def _dlq_where(filters: JobFilter) -> tuple[str, list[Any]]:
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"))
-    if filters.failure_reason is not None:
-        clauses.append("failure_reason = %s")
-        params.append(int(filters.failure_reason))
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
-def _keyset(
-    sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None, limit: int,
-    sort: HistorySort,
-) -> tuple[str, list[Any]]:
-    """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction.
-    The predicate is spelled ``c <= v AND (c < v OR id < i)`` so a single-column index on ``c`` bounds the scan."""
-    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
-    params = list(params)
-    if after_key is not None:
-        value, last_id = after_key
-        keyset = f"{order} {op}= %s AND ({order} {op} %s OR id {op} %s)"
-        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
-        params += [value, value, last_id]
-    return f"{sql}{where} ORDER BY {order} {direction}, id {direction} LIMIT %s", [*params, int(limit)]
-
-
-def _source(
-    pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any], sort: HistorySort
-) -> tuple[str, str, list[Any]]:
-    """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
-    ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
-    if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
-        return f"SELECT {inner} FROM {table}", where, params
-    date = "finished_at" if pillar == "archive" else "failed_at"
-    return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC LIMIT %s) w",
-            "", [*params, int(sort.window)])
-
-
-def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-    """Newest Hot rows (no payload) matching the filters."""
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
-    if filters.status is not None:
-        clauses.append("status = %s")
-        params.append(int(filters.status))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(ACTIVE_SQL.format(where=where), [*params, int(limit)])
-    return [_active(r) for r in cursor.fetchall()]
-
-
-def _active(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=r[5],
-                  priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=r[10], started_at=r[11])
-
-
-def list_archive(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of Archive rows."""
-    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    select, where, params = _source("archive", "chokaq_jobs_archive", ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
-    sql, params = _keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
-    cursor.execute(sql, params)
-    return [
-        JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3], created_at=r[4],
-               created_by=r[5], tags=r[6], worker_id=r[7], started_at=r[8], finished_at=r[9], duration_ms=r[10])
-        for r in cursor.fetchall()
-    ]
-
-
-def list_dlq(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of DLQ rows."""
-    where, params = _dlq_where(filters)
-    select, where, params = _source("dlq", "chokaq_jobs_dlq", DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
-    sql, params = _keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
-    cursor.execute(sql, params)
-    rows = []
-    for r in cursor.fetchall():
-        reason = FailureReason(r[9])
-        rows.append(JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
-                           created_at=r[4], created_by=r[5], tags=r[6], worker_id=r[7], finished_at=r[8],
-                           failure_reason=reason, error_head=r[10]))
-    return rows
-
-
-def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    """Where each id is now (primary-key lookups in the three pillars)."""
-    ids = _unique_ids(job_ids)
-    if not ids:
-        return {}
-    cursor.execute(LOCATE_SQL, [ids, ids, ids])
-    return _located(cursor.fetchall())
-
-
-def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
-    return {job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows}
-
-
-def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
-    """Per-second succeeded/failed counts since ``since``."""
-    cursor.execute(THROUGHPUT_SQL, [since])
-    return [_metric(row) for row in cursor.fetchall()]
-
-
-def _metric(row: Sequence[Any]) -> MetricPoint:
-    return MetricPoint(row[0], int(row[1]), int(row[2]))
-
-
-def queue_health(cursor: Cursor) -> list[QueueLag]:
-    """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
-    cursor.execute(QUEUE_HEALTH_SQL)
-    return [_lag(row) for row in cursor.fetchall()]
-
-
-def _lag(row: Sequence[Any]) -> QueueLag:
-    return QueueLag(row[0], int(row[1]), float(row[2]), float(row[3]))
-
-
-def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
-    """Top (reason, prefix) groups over the newest DLQ rows."""
-    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [_error(row) for row in cursor.fetchall()]
-
-
-def _error(row: Sequence[Any]) -> ErrorGroup:
-    return ErrorGroup(FailureReason(row[0]), row[1], int(row[2]), row[3])
-
-
-def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
-    """Matched count and up to 10 sample ids of a filtered DLQ bulk operation."""
-    where, params = _dlq_where(filters)
-    matched = _count(cursor, f"SELECT count(*) FROM chokaq_jobs_dlq{where}", params)
-    sample: list[str] = []
-    if matched:
-        cursor.execute(f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s",
-                       [*params, min(max_jobs, 10)])
-        sample = [row[0] for row in cursor.fetchall()]
-    return BulkPreview(matched, min(matched, max_jobs), matched > max_jobs, sample)
+# ---------------------------------------------------------------- Deck bulk commands
 
 
 def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
@@ -1274,16 +967,6 @@ def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
     return _moved(cursor)
 
 
-def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_archive`` would delete."""
-    return _count(cursor, "SELECT count(*) FROM chokaq_jobs_archive WHERE finished_at < %s", [cutoff])
-
-
-def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_dlq_older_than`` would delete."""
-    return _count(cursor, "SELECT count(*) FROM chokaq_jobs_dlq WHERE created_at <= %s", [cutoff])
-
-
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
 
@@ -1298,7 +981,7 @@ DECK_SNAPSHOT_SQL = f"""
 SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
         FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6)),
        {_packed(ACTIVE_SQL.format(where=""), 12, "c5 DESC, c0 DESC")},
-       {_packed(LOCATE_SQL, 2, "c0")},
+       {_packed(_dialect.locate_sql(())[0], 2, "c0")},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,
        CASE WHEN %s THEN json_build_array({_packed(QUEUE_STATES_SQL, 5, "c0")}, {_packed(QUEUE_STATS_SQL, 8, "c0")},
                                           {_packed(QUEUE_HEALTH_SQL, 4, "c0")}) END,
@@ -1317,17 +1000,17 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         request.queues, request.workers,
         request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
     ])
-    summary, active, located, points, queues, workers, errors = cursor.fetchone()
+    totals, active, found, points, queues, workers, errors = cursor.fetchone()
     return DeckSnapshot(
-        summary=_summary(json_rows([summary], datetime_at=[6])[0]),
-        active=[_active(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
-        located=_located(json_rows(located)),
-        throughput=None if since is None else [_metric(r) for r in json_rows(points, datetime_at=[0])],
-        queue_states=None if queues is None else [QueueState(*r) for r in json_rows(queues[0])],
-        queue_stats=None if queues is None else [_queue_stats(r) for r in json_rows(queues[1], datetime_at=[7])],
-        queue_lags=None if queues is None else [_lag(r) for r in json_rows(queues[2])],
-        workers=None if workers is None else [_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])],
-        errors=None if errors is None else [_error(r) for r in json_rows(errors, datetime_at=[3])],
+        summary=summary(json_rows([totals])[0]),
+        active=[active_row(r) for r in json_rows(active)],
+        located=located(json_rows(found)),
+        throughput=None if since is None else [metric(r) for r in json_rows(points)],
+        queue_states=None if queues is None else [queue_state(r) for r in json_rows(queues[0])],
+        queue_stats=None if queues is None else [queue_stats_row(r) for r in json_rows(queues[1])],
+        queue_lags=None if queues is None else [lag(r) for r in json_rows(queues[2])],
+        workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
+        errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
     )
 
 
