@@ -93,6 +93,8 @@ ENQUEUE_PASSES = 3
 
 # Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads
 # (not fetch_batch: its capped-queue locks must last until the claim commits).
+PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
+ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
 AUTOCOMMIT_SAFE = frozenset({
     "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",

@@ -86,6 +86,8 @@ _ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CR
 # "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
 # without statistics it would otherwise walk every row of that status through hot_status_created.
 # Functions storage may run without an explicit transaction: one statement, or reads.
+PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
+ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
 AUTOCOMMIT_SAFE = frozenset({
     "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
