@@ -212,7 +212,8 @@ def escaped_like(term: str) -> str:
     return f"%{escaped}%"
 
 
-READS = ("queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
+READS = ("set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active", "upsert_worker",
+         "stop_worker", "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
          "schedule_ticks", "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health",
          "top_errors", "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than")
 
@@ -246,6 +247,59 @@ class BaseDialect:
 
     def queue_health_params(self) -> list[Any]:
         return []
+
+    def now(self) -> tuple[str, list[Any]]:
+        """``(SQL, params)`` of the current time: the database clock by default."""
+        return "now()", []
+
+    # ------------------------------------------------------------ queue controls and the worker registry
+
+    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
+        """Create the queue row (unpaused, visible, no limits) with one control set, or update that control
+        (spec 01 §4.17)."""
+        values = {"is_paused": "FALSE", "is_active": "TRUE", column: "%s"}
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {QUEUES} (name, {', '.join(values)}, last_updated_at) VALUES (%s, {', '.join(values.values())},"
+            f" {now}) ON CONFLICT (name) DO UPDATE SET {column} = excluded.{column},"
+            " last_updated_at = excluded.last_updated_at", [queue, value, *at])
+
+    def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
+        self._upsert_queue(cursor, queue, "is_paused", bool(paused))
+
+    def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None:
+        self._upsert_queue(cursor, queue, "zombie_timeout_seconds", seconds)
+
+    def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None:
+        self._upsert_queue(cursor, queue, "max_workers", max_workers)
+
+    def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
+        """Update only; pauses the queue in both directions."""
+        now, at = self.now()
+        cursor.execute(f"UPDATE {QUEUES} SET is_active = %s, is_paused = TRUE, last_updated_at = {now} WHERE name = %s",
+                       [bool(active), *at, queue])
+        return bool(cursor.rowcount)
+
+    def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None:
+        """Register or refresh a worker row; ``started_at`` is set on first insert only."""
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {WORKERS} (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,"
+            " is_running, capacity, active_count, runtime_json, circuits_json)"
+            f" VALUES (%s, %s, %s, %s, {now}, {now}, NULL, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,"
+            " queues = excluded.queues, last_heartbeat_at = excluded.last_heartbeat_at,"
+            f" stopped_at = CASE WHEN excluded.is_running THEN NULL ELSE {WORKERS}.stopped_at END,"
+            " is_running = excluded.is_running, capacity = excluded.capacity, active_count = excluded.active_count,"
+            " runtime_json = excluded.runtime_json, circuits_json = excluded.circuits_json",
+            [info.worker_id, info.hostname, info.pid, info.queues, *at, *at, bool(info.is_running), info.capacity,
+             info.active_count, info.runtime_json, info.circuits_json])
+
+    def stop_worker(self, cursor: Cursor, worker_id: str) -> None:
+        """Mark a worker stopped (not running, no active executions)."""
+        now, at = self.now()
+        cursor.execute(f"UPDATE {WORKERS} SET is_running = FALSE, stopped_at = {now}, active_count = 0"
+                       " WHERE worker_id = %s", [*at, worker_id])
 
     # ------------------------------------------------------------ builders
 

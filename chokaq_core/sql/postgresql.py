@@ -31,7 +31,6 @@ from chokaq_core.domain import (
     SnapshotRequest,
     StorageError,
     Success,
-    WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_rows
 from chokaq_core.sql.base import (
@@ -438,38 +437,6 @@ WHERE status = 1 AND last_updated_at < now() - make_interval(secs => %s::float8)
 """
 
 
-def _queue_upsert(column: str) -> str:
-    """Upsert of one queue setting (spec 01 §4.17); a new row starts visible and unpaused."""
-    values = {"is_paused": "false", "is_active": "true", column: "%s"}
-    return (
-        f"INSERT INTO chokaq_queues (name, {', '.join(values)}, last_updated_at)\n"
-        f"VALUES (%s, {', '.join(values.values())}, now())\n"
-        f"ON CONFLICT (name) DO UPDATE SET {column} = EXCLUDED.{column}, last_updated_at = EXCLUDED.last_updated_at"
-    )
-
-
-QUEUE_UPSERT_SQL = {column: _queue_upsert(column) for column in ("is_paused", "zombie_timeout_seconds", "max_workers")}
-
-SET_QUEUE_ACTIVE_SQL = """
-UPDATE chokaq_queues SET is_active = %s, is_paused = true, last_updated_at = now() WHERE name = %s
-"""
-
-UPSERT_WORKER_SQL = """
-INSERT INTO chokaq_workers AS w (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,
-    is_running, capacity, active_count, runtime_json, circuits_json)
-VALUES (%s, %s, %s, %s, now(), now(), NULL, %s, %s, %s, %s, %s)
-ON CONFLICT (worker_id) DO UPDATE SET
-    hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    last_heartbeat_at = EXCLUDED.last_heartbeat_at,
-    stopped_at = CASE WHEN EXCLUDED.is_running THEN NULL ELSE w.stopped_at END,
-    is_running = EXCLUDED.is_running, capacity = EXCLUDED.capacity, active_count = EXCLUDED.active_count,
-    runtime_json = EXCLUDED.runtime_json, circuits_json = EXCLUDED.circuits_json
-"""
-
-STOP_WORKER_SQL = """
-UPDATE chokaq_workers SET is_running = false, stopped_at = now(), active_count = 0 WHERE worker_id = %s
-"""
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -758,55 +725,6 @@ def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s), ZOMBIE_DETAILS])
     return _moved(cursor)
 
-
-# ---------------------------------------------------------------- queue controls
-
-
-def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
-    """Upsert ``is_paused``."""
-    cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, paused])
-
-
-def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
-    """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
-    cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
-
-
-def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
-    """Upsert ``max_workers`` (None = unlimited)."""
-    cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
-
-
-def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
-    """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
-    cursor.execute(SET_QUEUE_ACTIVE_SQL, [active, queue])
-    return bool(cursor.rowcount)
-
-
-# ---------------------------------------------------------------- worker registry
-
-
-def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
-    """Register or refresh a worker row; ``started_at`` is set on first insert only."""
-    cursor.execute(
-        UPSERT_WORKER_SQL,
-        [
-            info.worker_id,
-            info.hostname,
-            info.pid,
-            info.queues,
-            info.is_running,
-            info.capacity,
-            info.active_count,
-            info.runtime_json,
-            info.circuits_json,
-        ],
-    )
-
-
-def stop_worker(cursor: Cursor, worker_id: str) -> None:
-    """Mark a worker stopped (not running, no active executions)."""
-    cursor.execute(STOP_WORKER_SQL, [worker_id])
 
 # ---------------------------------------------------------------- operations: retention, schedule, reads
 

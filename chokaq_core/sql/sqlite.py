@@ -30,7 +30,6 @@ from chokaq_core.domain import (
     Retry,
     SnapshotRequest,
     Success,
-    WorkerInfo,
 )
 from chokaq_core.sql import json_rows
 from chokaq_core.sql.base import (
@@ -597,62 +596,6 @@ def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     return _insert_dlq(cursor, rows, details, now)
 
 
-# ---------------------------------------------------------------- queue controls
-
-
-def _upsert_queue(cursor: Cursor, queue: str, column: str, value: Any) -> None:
-    """Create the queue row (unpaused, visible, no limits) with one control set, or update that control."""
-    values: dict[str, Any] = {"is_paused": False, "is_active": True, column: value}
-    names = ", ".join(values)
-    cursor.execute(
-        f"INSERT INTO {QUEUES} (name, {names}, last_updated_at) VALUES (%s, {_marks(len(values))}, %s)"
-        f" ON CONFLICT (name) DO UPDATE SET {column} = excluded.{column}, last_updated_at = excluded.last_updated_at",
-        [queue, *values.values(), _ts(_now())],
-    )
-
-
-def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
-    _upsert_queue(cursor, queue, "is_paused", bool(paused))
-
-
-def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
-    _upsert_queue(cursor, queue, "zombie_timeout_seconds", seconds)
-
-
-def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
-    _upsert_queue(cursor, queue, "max_workers", max_workers)
-
-
-def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
-    cursor.execute(
-        f"UPDATE {QUEUES} SET is_active = %s, is_paused = 1, last_updated_at = %s WHERE name = %s",
-        [bool(active), _ts(_now()), queue],
-    )
-    return bool(cursor.rowcount)
-
-
-# ---------------------------------------------------------------- worker registry
-
-
-def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
-    now = _ts(_now())
-    cursor.execute(
-        f"INSERT INTO {WORKERS} (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, is_running,"
-        " capacity, active_count, runtime_json, circuits_json) VALUES (%s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s)"
-        " ON CONFLICT (worker_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, is_running = 1,"
-        " stopped_at = NULL, capacity = excluded.capacity, active_count = excluded.active_count,"
-        " queues = excluded.queues, runtime_json = excluded.runtime_json, circuits_json = excluded.circuits_json",
-        [info.worker_id, info.hostname, info.pid, info.queues, now, now, info.capacity, info.active_count,
-         info.runtime_json, info.circuits_json],
-    )
-
-
-def stop_worker(cursor: Cursor, worker_id: str) -> None:
-    cursor.execute(
-        f"UPDATE {WORKERS} SET is_running = 0, stopped_at = %s, active_count = 0 WHERE worker_id = %s",
-        [_ts(_now()), worker_id],
-    )
-
 # ---------------------------------------------------------------- operations: retention, schedule, reads
 
 AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
@@ -741,6 +684,9 @@ class SQLiteDialect(BaseDialect):
     def queue_health_params(self) -> list[Any]:
         now = _ts(_now())
         return [now, now]
+
+    def now(self) -> tuple[str, list[Any]]:
+        return "%s", [_ts(_now())]
 
 
 _dialect = SQLiteDialect()

@@ -41,12 +41,15 @@ def test_worker_registry_upsert_stop_list_and_purge(small_batches: int) -> None:
     assert (new.is_running, new.capacity, new.active_count) == (True, 3, 1) and close_to(new.last_heartbeat_at, now)
     assert new.last_heartbeat_at is not None and new.last_heartbeat_at.tzinfo is not None
     assert (old.is_running, old.capacity, old.active_count) == (False, 7, 0) and close_to(old.stopped_at, now)
-    assert old.started_at == started, "an upsert keeps the first start"
+    assert (old.started_at, old.hostname) == (started, "elsewhere"), "an upsert keeps the first start only"
+    storage.upsert_worker(worker("idle", is_running=False))
+    assert [w.is_running for w in storage.list_workers() if w.worker_id == "idle"] == [False], (
+        "the registry row says what the worker reported")
 
     batches: list[int] = []
     assert storage.purge_workers(now - timedelta(days=1), batches.append) == 4
     assert batches == [2, 2]
-    assert {w.worker_id for w in storage.list_workers()} == {"new", "old"}
+    assert {w.worker_id for w in storage.list_workers()} == {"new", "old", "idle"}
 
 
 def test_purge_metric_buckets_leaves_recent_ones() -> None:
