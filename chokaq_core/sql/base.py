@@ -86,7 +86,7 @@ def as_utc(value: Any) -> Any:
     """A timestamp as the driver returns it (a datetime, naive meaning UTC, or SQLite's stored text) as an aware
     one."""
     if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return json_datetime(value)
 
 

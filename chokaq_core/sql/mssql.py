@@ -82,9 +82,24 @@ from chokaq_core.sql.base import (
     REVISION_BUMP,
     TOP_ERRORS_SAMPLE,
     ZOMBIE_DETAILS,
+    active_row,
+    archive_row,
+    archived_job,
+    as_utc,
     cancel_details,
+    dead_job,
+    dlq_row,
     error_details,
+    error_group,
+    hot_job,
+    lag,
+    located,
+    metric,
+    queue_state,
+    queue_stats_row,
     revision_guard,
+    summary,
+    worker_info,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
@@ -707,40 +722,13 @@ def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in cursor.fetchall()]
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    """``datetimeoffset`` reads back aware, ``datetime2`` naive (then it is UTC): always aware UTC."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _ts(value: datetime) -> str:
     """A datetime parameter: ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
     aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return aware.isoformat(timespec="microseconds")
 
 
-def _hot(row: Sequence[Any]) -> HotJob:
-    data = dict(zip(HOT_FIELDS, row, strict=True))
-    for name in ("heartbeat_at", "scheduled_at", "created_at", "started_at", "last_updated_at"):
-        data[name] = _utc(data[name])
-    data["status"] = JobStatus(data["status"])
-    return HotJob(**data)
 
-
-def _archived(row: Sequence[Any]) -> ArchivedJob:
-    data = dict(zip(ARCHIVE_FIELDS, row, strict=True))
-    for name in ("created_at", "started_at", "finished_at"):
-        data[name] = _utc(data[name])
-    return ArchivedJob(**data)
-
-
-def _dead(row: Sequence[Any]) -> DeadJob:
-    data = dict(zip(DLQ_FIELDS, row, strict=True))
-    for name in ("created_at", "failed_at"):
-        data[name] = _utc(data[name])
-    data["failure_reason"] = FailureReason(data["failure_reason"])
-    return DeadJob(**data)
 
 
 def _moved(cursor: Cursor) -> Moved:
@@ -859,7 +847,7 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
     else:
         names = _json({"name": name} for name in dict.fromkeys(queues))
         cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
-    jobs = [_hot(row) for row in _rows(cursor)]
+    jobs = [hot_job(row) for row in _rows(cursor)]
     # OUTPUT order is unspecified: priority desc, due time asc, id.
     return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
 
@@ -1146,15 +1134,8 @@ SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 def list_workers(cursor: Cursor) -> list[WorkerInfo]:
     """Every worker registry row, freshest heartbeat first."""
     cursor.execute(LIST_WORKERS_SQL)
-    return [_worker(row) for row in _rows(cursor)]
+    return [worker_info(row) for row in _rows(cursor)]
 
-
-def _worker(row: Sequence[Any]) -> WorkerInfo:
-    data = dict(zip(WORKER_FIELDS, row, strict=True))
-    for name in ("started_at", "last_heartbeat_at", "stopped_at"):
-        data[name] = _utc(data[name])
-    data["is_running"] = bool(data["is_running"])
-    return WorkerInfo(**data)
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -1188,7 +1169,7 @@ def change_marker(cursor: Cursor) -> int | None:
 def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
     """The latest claimed tick of every recurring job."""
     cursor.execute(SCHEDULE_TICKS_SQL)
-    return {str(name): _utc(at) for name, at in _rows(cursor)}  # type: ignore[misc]
+    return {str(name): as_utc(at) for name, at in _rows(cursor)}
 
 
 # ---------------------------------------------------------------- reads
@@ -1197,55 +1178,40 @@ def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
 def queue_states(cursor: Cursor) -> list[QueueState]:
     """Every ``chokaq_queues`` row, ordered by name (committed read: workers act on it)."""
     cursor.execute(QUEUE_STATES_SQL)
-    return [_queue_state(row) for row in _rows(cursor)]
+    return [queue_state(row) for row in _rows(cursor)]
 
-
-def _queue_state(row: Sequence[Any]) -> QueueState:
-    name, paused, active, zombie_timeout, max_workers = row
-    return QueueState(str(name), bool(paused), bool(active), zombie_timeout, max_workers)
 
 
 def summary_stats(cursor: Cursor) -> SummaryStats:
     """Hot counts by status plus the retained counters summed over every queue."""
     cursor.execute(SUMMARY_STATS_SQL)
-    return _summary(_rows(cursor)[0])
+    return summary(_rows(cursor)[0])
 
-
-def _summary(row: Sequence[Any]) -> SummaryStats:
-    pending, fetched, processing, succeeded, failed, retried, last_activity_at = row
-    return SummaryStats(
-        int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried),
-        _utc(last_activity_at),
-    )
 
 
 def queue_stats(cursor: Cursor) -> list[QueueStats]:
     """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
     cursor.execute(QUEUE_STATS_SQL)
-    return [_queue_stats(row) for row in _rows(cursor)]
+    return [queue_stats_row(row) for row in _rows(cursor)]
 
-
-def _queue_stats(row: Sequence[Any]) -> QueueStats:
-    name, p, f, r, s, fl, rt, last = row
-    return QueueStats(str(name), int(p), int(f), int(r), int(s), int(fl), int(rt), _utc(last))
 
 
 def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
     cursor.execute(GET_HOT_SQL, [job_id])
     rows = _rows(cursor)
-    return _hot(rows[0]) if rows else None
+    return hot_job(rows[0]) if rows else None
 
 
 def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
     cursor.execute(GET_ARCHIVED_SQL, [job_id])
     rows = _rows(cursor)
-    return _archived(rows[0]) if rows else None
+    return archived_job(rows[0]) if rows else None
 
 
 def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
     cursor.execute(GET_DEAD_SQL, [job_id])
     rows = _rows(cursor)
-    return _dead(rows[0]) if rows else None
+    return dead_job(rows[0]) if rows else None
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
@@ -1415,13 +1381,8 @@ def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         params.append(int(filters.status))
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     cursor.execute(_active_select("%s", where), [int(limit), *params])
-    return [_active(r) for r in _rows(cursor)]
+    return [active_row(r) for r in _rows(cursor)]
 
-
-def _active(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus(r[3]), attempt_count=int(r[4]),
-                  created_at=_utc(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
-                  worker_id=r[9], scheduled_at=_utc(r[10]), started_at=_utc(r[11]))
 
 
 def list_archive(
@@ -1433,12 +1394,7 @@ def list_archive(
     sql_text, params = _keyset(ARCHIVE_ROW, "chokaq_jobs_archive", where, params,
                                ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
     cursor.execute(sql_text, params)
-    return [
-        JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus.SUCCEEDED, attempt_count=int(r[3]),
-               created_at=_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
-               started_at=_utc(r[8]), finished_at=_utc(r[9]), duration_ms=r[10])
-        for r in _rows(cursor)
-    ]
+    return [archive_row(r) for r in _rows(cursor)]
 
 
 def list_dlq(
@@ -1449,14 +1405,7 @@ def list_dlq(
     sql_text, params = _keyset(DLQ_ROW, "chokaq_jobs_dlq", where, params, DLQ_SORT.get(sort.key, "failed_at"),
                                after_key, limit, sort)
     cursor.execute(sql_text, params)
-    rows = []
-    for r in _rows(cursor):
-        reason = FailureReason(r[9])
-        rows.append(JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=reason.shown_status,
-                           attempt_count=int(r[3]), created_at=_utc(r[4]), created_by=r[5],  # type: ignore[arg-type]
-                           tags=r[6], worker_id=r[7], finished_at=_utc(r[8]), failure_reason=reason,
-                           error_head=r[10]))
-    return rows
+    return [dlq_row(r) for r in _rows(cursor)]
 
 
 def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
@@ -1464,43 +1413,29 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
     if not job_ids:
         return {}
     cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
-    return _located(_rows(cursor))
+    return located(_rows(cursor))
 
-
-def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
-    return {
-        str(job_id): JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows
-    }
 
 
 def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
     """Per-second succeeded/failed counts since ``since``."""
     cursor.execute(THROUGHPUT_SQL, [_ts(since)])
-    return [_metric(row) for row in _rows(cursor)]
+    return [metric(row) for row in _rows(cursor)]
 
-
-def _metric(row: Sequence[Any]) -> MetricPoint:
-    return MetricPoint(_utc(row[0]), int(row[1]), int(row[2]))  # type: ignore[arg-type]
 
 
 def queue_health(cursor: Cursor) -> list[QueueLag]:
     """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
     cursor.execute(QUEUE_HEALTH_SQL)
-    return [_lag(row) for row in _rows(cursor)]
+    return [lag(row) for row in _rows(cursor)]
 
-
-def _lag(row: Sequence[Any]) -> QueueLag:
-    return QueueLag(str(row[0]), int(row[1]), float(row[2]), float(row[3]))
 
 
 def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
     """Top (reason, prefix) groups over the newest DLQ rows."""
     cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [_error(row) for row in _rows(cursor)]
+    return [error_group(row) for row in _rows(cursor)]
 
-
-def _error(row: Sequence[Any]) -> ErrorGroup:
-    return ErrorGroup(FailureReason(row[0]), str(row[1]), int(row[2]), _utc(row[3]))  # type: ignore[arg-type]
 
 
 def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
@@ -1633,17 +1568,17 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
         bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
     ])
-    summary, active, located, points, states, stats, lags, workers, errors = _rows(cursor)[0]
+    totals, active, found, points, states, stats, lags, workers, errors = _rows(cursor)[0]
     return DeckSnapshot(
-        summary=_summary(json_rows(summary, datetime_at=[6])[0]),
-        active=[_active(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
-        located=_located(json_rows(located)),
-        throughput=None if since is None else [_metric(r) for r in json_rows(points, datetime_at=[0])],
-        queue_states=[_queue_state(r) for r in json_rows(states)] if request.queues else None,
-        queue_stats=[_queue_stats(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
-        queue_lags=[_lag(r) for r in json_rows(lags)] if request.queues else None,
-        workers=[_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
-        errors=[_error(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
+        summary=summary(json_rows(totals, datetime_at=[6])[0]),
+        active=[active_row(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
+        located=located(json_rows(found)),
+        throughput=None if since is None else [metric(r) for r in json_rows(points, datetime_at=[0])],
+        queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
+        queue_stats=[queue_stats_row(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
+        queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
+        workers=[worker_info(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
+        errors=[error_group(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
     )
 
 
@@ -1682,7 +1617,7 @@ def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[Fa
 
 def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
     cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
-    return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], _utc(row[6]), _utc(row[7]))  # type: ignore[arg-type]
+    return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], as_utc(row[6]), as_utc(row[7]))
             for row in _rows(cursor)]
 
 
