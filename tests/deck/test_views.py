@@ -316,6 +316,9 @@ def test_a_stale_save_is_a_409_with_the_current_state_and_changes_nothing(client
         assert "changed meanwhile" in body["error"] and "nothing was saved" in body["error"]
         assert body["current"]["where"] == "Pending" and json.loads(body["current"]["payload"]) == {"p": 2}
         assert body["current"]["revision"] > int(seen_by_one)
+    as_the_editor_posts = one.post(f"/deck/api/jobs/{jobs.dead}/edit", json.dumps(
+        {"payload": '{"p": 1}', "revision": seen_by_one}), content_type="application/json", **HTMX)
+    assert as_the_editor_posts.status_code == 409 and as_the_editor_posts.json()["current"]["where"] == "Pending"
     row = JobsHot.objects.get(id=jobs.dead)
     assert json.loads(row.payload) == {"p": 2}, "operator 2's payload is not overwritten"
 
