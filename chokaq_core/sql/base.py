@@ -219,14 +219,24 @@ READS = ("set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers"
 
 
 class BaseDialect:
-    """The reads of the Dialect protocol written once; a vendor overrides the hooks below."""
+    """The reads of the Dialect protocol written once; a vendor overrides the hooks and statements below."""
 
     QUEUE_HEALTH_SQL: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
     TOP_ERRORS_SQL: str  # params: sample size, empty-details text, limit
+    QUEUE_STATES_SQL = QUEUE_STATES_SQL
+    SUMMARY_STATS_SQL = SUMMARY_STATS_SQL
+    QUEUE_STATS_SQL = QUEUE_STATS_SQL
+    LIST_WORKERS_SQL = LIST_WORKERS_SQL
+    THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
+    TS = "%s"  # a datetime parameter (param_ts) as an operand
 
-    def protocol_functions(self) -> dict[str, Any]:
+    def protocol_functions(self, names: Sequence[str] = READS) -> dict[str, Any]:
         """The Dialect protocol functions this class implements, bound: a vendor module exports them."""
-        return {name: getattr(self, name) for name in READS}
+        return {name: getattr(self, name) for name in names}
+
+    def rows(self, cursor: Cursor) -> list[Any]:
+        """The rows of the statement just executed."""
+        return list(cursor.fetchall())
 
     # ------------------------------------------------------------ hooks
 
@@ -362,23 +372,27 @@ class BaseDialect:
                 f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id {tail}"
                 f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id {tail}", params * 3)
 
-    @staticmethod
-    def _one(cursor: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
-        cursor.execute(sql, list(params))
-        return cursor.fetchone()
+    def _all(self, cursor: Cursor, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        if params:
+            cursor.execute(sql, list(params))
+        else:
+            cursor.execute(sql)
+        return self.rows(cursor)
+
+    def _one(self, cursor: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self._all(cursor, sql, params)
+        return rows[0] if rows else None
 
     # ------------------------------------------------------------ reads
 
     def queue_states(self, cursor: Cursor) -> list[QueueState]:
-        cursor.execute(QUEUE_STATES_SQL)
-        return [queue_state(r) for r in cursor.fetchall()]
+        return [queue_state(r) for r in self._all(cursor, self.QUEUE_STATES_SQL)]
 
     def summary_stats(self, cursor: Cursor) -> SummaryStats:
-        return summary(self._one(cursor, SUMMARY_STATS_SQL))
+        return summary(self._one(cursor, self.SUMMARY_STATS_SQL))
 
     def queue_stats(self, cursor: Cursor) -> list[QueueStats]:
-        cursor.execute(QUEUE_STATS_SQL)
-        return [queue_stats_row(r) for r in cursor.fetchall()]
+        return [queue_stats_row(r) for r in self._all(cursor, self.QUEUE_STATS_SQL)]
 
     def get_hot(self, cursor: Cursor, job_id: str) -> HotJob | None:
         row = self._one(cursor, f"SELECT {', '.join(HOT_FIELDS)} FROM {HOT} WHERE id = %s", [job_id])
@@ -393,12 +407,10 @@ class BaseDialect:
         return None if row is None else dead_job(row)
 
     def list_workers(self, cursor: Cursor) -> list[WorkerInfo]:
-        cursor.execute(LIST_WORKERS_SQL)
-        return [worker_info(r) for r in cursor.fetchall()]
+        return [worker_info(r) for r in self._all(cursor, self.LIST_WORKERS_SQL)]
 
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
-        cursor.execute(f"SELECT name, last_tick_at FROM {SCHEDULES}")
-        return {name: as_utc(at) for name, at in cursor.fetchall()}
+        return {str(name): as_utc(at) for name, at in self._all(cursor, f"SELECT name, last_tick_at FROM {SCHEDULES}")}
 
     def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
@@ -435,16 +447,14 @@ class BaseDialect:
         return located(cursor.fetchall())
 
     def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
-        cursor.execute(THROUGHPUT_SQL, [self.param_ts(since)])
-        return [metric(r) for r in cursor.fetchall()]
+        return [metric(r) for r in self._all(cursor, self.THROUGHPUT_SQL, [self.param_ts(since)])]
 
     def queue_health(self, cursor: Cursor) -> list[QueueLag]:
-        cursor.execute(self.QUEUE_HEALTH_SQL, self.queue_health_params())
-        return [lag(r) for r in cursor.fetchall()]
+        return [lag(r) for r in self._all(cursor, self.QUEUE_HEALTH_SQL, self.queue_health_params())]
 
     def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
-        cursor.execute(self.TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-        return [error_group(r) for r in cursor.fetchall()]
+        return [error_group(r) for r in self._all(cursor, self.TOP_ERRORS_SQL,
+                                                  [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])]
 
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
         where, params = self.dlq_where(filters)
@@ -457,8 +467,9 @@ class BaseDialect:
         return BulkPreview(matched, min(matched, max_jobs), matched > max_jobs, sample)
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < %s",
-                             [self.param_ts(cutoff)])[0])
+        return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",
+                             [self.param_ts(cutoff)])[0] or 0)
 
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= %s", [self.param_ts(cutoff)])[0])
+        return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
+                             [self.param_ts(cutoff)])[0] or 0)

@@ -54,7 +54,6 @@ from chokaq_core.domain import (
     BulkPreview,
     DeadJob,
     DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
@@ -63,16 +62,11 @@ from chokaq_core.domain import (
     JobFilter,
     JobRow,
     JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
-    QueueState,
-    QueueStats,
     Retry,
     SnapshotRequest,
     StorageError,
     Success,
-    SummaryStats,
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_rows
@@ -82,12 +76,11 @@ from chokaq_core.sql.base import (
     REVISION_BUMP,
     TOP_ERRORS_SAMPLE,
     ZOMBIE_DETAILS,
+    BaseDialect,
     active_row,
     archive_row,
-    archived_job,
     as_utc,
     cancel_details,
-    dead_job,
     dlq_row,
     error_details,
     error_group,
@@ -1131,11 +1124,6 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
 SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 
 
-def list_workers(cursor: Cursor) -> list[WorkerInfo]:
-    """Every worker registry row, freshest heartbeat first."""
-    cursor.execute(LIST_WORKERS_SQL)
-    return [worker_info(row) for row in _rows(cursor)]
-
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -1166,52 +1154,17 @@ def change_marker(cursor: Cursor) -> int | None:
     return None
 
 
-def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
-    """The latest claimed tick of every recurring job."""
-    cursor.execute(SCHEDULE_TICKS_SQL)
-    return {str(name): as_utc(at) for name, at in _rows(cursor)}
-
 
 # ---------------------------------------------------------------- reads
 
 
-def queue_states(cursor: Cursor) -> list[QueueState]:
-    """Every ``chokaq_queues`` row, ordered by name (committed read: workers act on it)."""
-    cursor.execute(QUEUE_STATES_SQL)
-    return [queue_state(row) for row in _rows(cursor)]
 
 
 
-def summary_stats(cursor: Cursor) -> SummaryStats:
-    """Hot counts by status plus the retained counters summed over every queue."""
-    cursor.execute(SUMMARY_STATS_SQL)
-    return summary(_rows(cursor)[0])
 
 
 
-def queue_stats(cursor: Cursor) -> list[QueueStats]:
-    """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
-    cursor.execute(QUEUE_STATS_SQL)
-    return [queue_stats_row(row) for row in _rows(cursor)]
 
-
-
-def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
-    cursor.execute(GET_HOT_SQL, [job_id])
-    rows = _rows(cursor)
-    return hot_job(rows[0]) if rows else None
-
-
-def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
-    cursor.execute(GET_ARCHIVED_SQL, [job_id])
-    rows = _rows(cursor)
-    return archived_job(rows[0]) if rows else None
-
-
-def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
-    cursor.execute(GET_DEAD_SQL, [job_id])
-    rows = _rows(cursor)
-    return dead_job(rows[0]) if rows else None
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
@@ -1417,24 +1370,9 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
 
 
 
-def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
-    """Per-second succeeded/failed counts since ``since``."""
-    cursor.execute(THROUGHPUT_SQL, [_ts(since)])
-    return [metric(row) for row in _rows(cursor)]
 
 
 
-def queue_health(cursor: Cursor) -> list[QueueLag]:
-    """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
-    cursor.execute(QUEUE_HEALTH_SQL)
-    return [lag(row) for row in _rows(cursor)]
-
-
-
-def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
-    """Top (reason, prefix) groups over the newest DLQ rows."""
-    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [error_group(row) for row in _rows(cursor)]
 
 
 
@@ -1509,18 +1447,32 @@ def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
     return _moved(cursor)
 
 
-def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_archive`` would delete."""
-    cursor.execute("SELECT COUNT(*) FROM chokaq_jobs_archive WHERE finished_at < CAST(%s AS datetimeoffset(7))",
-                   [_ts(cutoff)])
-    return _count(cursor)
 
 
-def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_dlq_older_than`` would delete."""
-    cursor.execute("SELECT COUNT(*) FROM chokaq_jobs_dlq WHERE created_at <= CAST(%s AS datetimeoffset(7))",
-                   [_ts(cutoff)])
-    return _count(cursor)
+class SQLServerDialect(BaseDialect):
+    """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
+    ISO text datetimes and batches whose first results carry no rows."""
+
+    QUEUE_STATES_SQL = QUEUE_STATES_SQL
+    SUMMARY_STATS_SQL = SUMMARY_STATS_SQL
+    QUEUE_STATS_SQL = QUEUE_STATS_SQL
+    LIST_WORKERS_SQL = LIST_WORKERS_SQL
+    THROUGHPUT_SQL = THROUGHPUT_SQL
+    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
+    TOP_ERRORS_SQL = TOP_ERRORS_SQL
+    TS = "CAST(%s AS datetimeoffset(7))"
+
+    def param_ts(self, value: datetime | None) -> Any:
+        return None if value is None else _ts(value)
+
+    def rows(self, cursor: Cursor) -> list[Any]:
+        return _rows(cursor)
+
+
+_dialect = SQLServerDialect()
+globals().update(_dialect.protocol_functions((  # the module-level names of the shared reads
+    "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
+    "schedule_ticks", "throughput", "queue_health", "top_errors", "count_archive_older_than", "count_dlq_older_than")))
 
 
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
