@@ -229,6 +229,8 @@ class BaseDialect:
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
     TS = "%s"  # a datetime parameter (param_ts) as an operand
+    LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
+    DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the start of the details
 
     def protocol_functions(self, names: Sequence[str] = READS) -> dict[str, Any]:
         """The Dialect protocol functions this class implements, bound: a vendor module exports them."""
@@ -313,30 +315,32 @@ class BaseDialect:
 
     # ------------------------------------------------------------ builders
 
-    def where(self, filters: JobFilter, date_column: str, search_columns: Sequence[str]) -> tuple[list[str], list[Any]]:
+    def where(self, filters: JobFilter, date_column: str, search_columns: Sequence[str],
+              prefix: str = "") -> tuple[list[str], list[Any]]:
+        """Filter clauses on ``prefix``-qualified columns (spec 01 §4.10): equality, case-insensitive search, dates."""
         clauses: list[str] = []
         params: list[Any] = []
         equal: tuple[tuple[str, str | None], ...] = (
             ("queue", filters.queue), ("type", filters.type), ("id", filters.job_id))
         for column, value in equal:
             if value is not None:
-                clauses.append(f"{column} = %s")
+                clauses.append(f"{prefix}{column} = %s")
                 params.append(value)
         if filters.search:
             pattern = self.search_pattern(filters.search)
-            clauses.append("(" + " OR ".join(self.search_clause(c) for c in search_columns) + ")")
+            clauses.append("(" + " OR ".join(self.search_clause(f"{prefix}{c}") for c in search_columns) + ")")
             params += [pattern] * len(search_columns)
         bounds: tuple[tuple[str, datetime | None], ...] = ((">=", filters.from_at), ("<=", filters.to_at))
         for op, moment in bounds:
             if moment is not None:
-                clauses.append(f"{date_column} {op} %s")
+                clauses.append(f"{prefix}{date_column} {op} {self.TS}")
                 params.append(self.param_ts(moment))
         return clauses, params
 
-    def dlq_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
-        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "error_details"))
+    def dlq_where(self, filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
+        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "error_details"), prefix)
         if filters.failure_reason is not None:
-            clauses.append("failure_reason = %s")
+            clauses.append(f"{prefix}failure_reason = %s")
             params.append(int(filters.failure_reason))
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
@@ -348,22 +352,22 @@ class BaseDialect:
         params = list(params)
         if after_key is not None:
             value, last_id = after_key
+            marker = "%s"
             if order in _DATE_SORTS and isinstance(value, datetime):
-                value = self.param_ts(value)
-            keyset = f"{order} {op}= %s AND ({order} {op} %s OR id {op} %s)"
+                value, marker = self.param_ts(value), self.TS
+            keyset = f"{order} {op}= {marker} AND ({order} {op} {marker} OR id {op} %s)"
             where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
             params += [value, value, last_id]
-        return f"{sql}{where} ORDER BY {order} {direction}, id {direction} LIMIT %s", [*params, int(limit)]
+        return f"{sql}{where} ORDER BY {order} {direction}, id {direction}{self.LIMIT}", [*params, int(limit)]
 
-    @staticmethod
-    def source(pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any],
+    def source(self, pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any],
                sort: HistorySort) -> tuple[str, str, list[Any]]:
         """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
         ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
         if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
             return f"SELECT {inner} FROM {table}", where, params
         date = "finished_at" if pillar == "archive" else "failed_at"
-        return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC LIMIT %s) w",
+        return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC{self.LIMIT}) w",
                 "", [*params, int(sort.window)])
 
     def locate_sql(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
@@ -418,8 +422,8 @@ class BaseDialect:
             clauses.append("status = %s")
             params.append(int(filters.status))
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        cursor.execute(ACTIVE_SQL.format(where=where), [*params, int(limit)])
-        return [active_row(r) for r in cursor.fetchall()]
+        sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
+        return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
 
     def list_archive(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                      sort: HistorySort) -> list[JobRow]:
@@ -428,16 +432,14 @@ class BaseDialect:
         select, where, params = self.source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit,
                                   sort)
-        cursor.execute(sql, params)
-        return [archive_row(r) for r in cursor.fetchall()]
+        return [archive_row(r) for r in self._all(cursor, sql, params)]
 
     def list_dlq(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                  sort: HistorySort) -> list[JobRow]:
         where, params = self.dlq_where(filters)
-        select, where, params = self.source("dlq", DLQ, DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
+        select, where, params = self.source("dlq", DLQ, self.DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
-        cursor.execute(sql, params)
-        return [dlq_row(r) for r in cursor.fetchall()]
+        return [dlq_row(r) for r in self._all(cursor, sql, params)]
 
     def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         ids = list(dict.fromkeys(job_ids))
@@ -458,13 +460,13 @@ class BaseDialect:
 
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
         where, params = self.dlq_where(filters)
-        matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0])
+        matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0] or 0)
         sample: list[str] = []
-        if matched:
-            cursor.execute(f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC LIMIT %s",
-                           [*params, min(max_jobs, 10)])
-            sample = [r[0] for r in cursor.fetchall()]
-        return BulkPreview(matched, min(matched, max_jobs), matched > max_jobs, sample)
+        if matched and max_jobs > 0:
+            sample = [str(r[0]) for r in self._all(
+                cursor, f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}",
+                [*params, min(max_jobs, 10)])]
+        return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",

@@ -51,16 +51,13 @@ from typing import Any
 from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
-    BulkPreview,
     DeadJob,
     DeckSnapshot,
     FailedAttempt,
     Failure,
     FailureReason,
-    HistorySort,
     HotJob,
     JobFilter,
-    JobRow,
     JobStatus,
     NewJob,
     Retry,
@@ -78,12 +75,11 @@ from chokaq_core.sql.base import (
     ZOMBIE_DETAILS,
     BaseDialect,
     active_row,
-    archive_row,
     as_utc,
     cancel_details,
-    dlq_row,
     error_details,
     error_group,
+    escaped_like,
     hot_job,
     lag,
     located,
@@ -1172,20 +1168,10 @@ def change_marker(cursor: Cursor) -> int | None:
 ACTIVE_ROW = (
     "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
 )
-ARCHIVE_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at, duration_ms"
-)
 DLQ_ROW = (
     "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
     " LEFT(error_details, 400)"
 )
-# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
-ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-                "worker": "COALESCE(worker_id, N'')", "attempts": "attempt_count",
-                "duration": "COALESCE(duration_ms, -1.0)", "date": "finished_at"}  # fmt: skip
-DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-            "worker": "COALESCE(worker_id, N'')", "attempts": "attempt_count", "reason": "failure_reason",
-            "date": "failed_at"}  # fmt: skip
 
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
 LOCATE_SELECT = (
@@ -1260,105 +1246,13 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
 )
 
 
-def _like(term: str) -> str:
-    """A LIKE pattern matching ``term`` as a substring; ``[`` is a wildcard in T-SQL too."""
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_").replace("[", "\\[")
-    return f"%{escaped}%"
-
-
-def _param(value: Any) -> tuple[str, Any]:
-    """A comparison operand: datetimes as exact ISO text cast back to ``datetimeoffset``."""
-    if isinstance(value, datetime):
-        return "CAST(%s AS datetimeoffset(7))", _ts(value)
-    return "%s", value
-
-
-def _where(
-    filters: JobFilter, date_column: str, search_columns: Sequence[str], prefix: str = ""
-) -> tuple[list[str], list[Any]]:
-    """Filter clauses on ``prefix``-qualified columns (spec 01 §4.10): equality, case-insensitive search, dates."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filters.queue is not None:
-        clauses.append(f"{prefix}queue = %s")
-        params.append(filters.queue)
-    if filters.type is not None:
-        clauses.append(f"{prefix}type = %s")
-        params.append(filters.type)
-    if filters.job_id is not None:
-        clauses.append(f"{prefix}id = %s")
-        params.append(filters.job_id)
-    if filters.search:
-        pattern = _like(filters.search.lower())
-        clauses.append("(" + " OR ".join(f"LOWER({prefix}{c}) LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
-        params += [pattern] * len(search_columns)
-    for bound, operator in ((filters.from_at, ">="), (filters.to_at, "<=")):
-        if bound is not None:
-            marker, value = _param(bound)
-            clauses.append(f"{prefix}{date_column} {operator} {marker}")
-            params.append(value)
-    return clauses, params
-
-
-def _dlq_where(filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"), prefix)
-    if filters.failure_reason is not None:
-        clauses.append(f"{prefix}failure_reason = %s")
-        params.append(int(filters.failure_reason))
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
-def _keyset(
-    columns: str, table: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
-    limit: int, sort: HistorySort,
-) -> tuple[str, list[Any]]:
-    """One page after ``after_key`` on (order, id), both in the sort's direction; never OFFSET.
-    The predicate is spelled ``c <= v AND (c < v OR id < i)`` so an index on ``c`` bounds the scan."""
-    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
-    params = list(params)
-    if after_key is not None:
-        value, last_id = after_key
-        marker, value = _param(value)
-        keyset = f"{order} {op}= {marker} AND ({order} {op} {marker} OR id {op} %s)"
-        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
-        params += [value, value, last_id]
-    sql_text = f"SELECT TOP (%s) {columns} FROM {table}{where} ORDER BY {order} {direction}, id {direction}"
-    return sql_text, [int(limit), *params]
-
-
-def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-    """Newest Hot rows (no payload) matching the filters."""
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
-    if filters.status is not None:
-        clauses.append("status = %s")
-        params.append(int(filters.status))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(_active_select("%s", where), [int(limit), *params])
-    return [active_row(r) for r in _rows(cursor)]
 
 
 
-def list_archive(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of Archive rows."""
-    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    sql_text, params = _keyset(ARCHIVE_ROW, "chokaq_jobs_archive", where, params,
-                               ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
-    cursor.execute(sql_text, params)
-    return [archive_row(r) for r in _rows(cursor)]
 
 
-def list_dlq(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of DLQ rows."""
-    where, params = _dlq_where(filters)
-    sql_text, params = _keyset(DLQ_ROW, "chokaq_jobs_dlq", where, params, DLQ_SORT.get(sort.key, "failed_at"),
-                               after_key, limit, sort)
-    cursor.execute(sql_text, params)
-    return [dlq_row(r) for r in _rows(cursor)]
+
+
 
 
 def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
@@ -1375,18 +1269,6 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
 
 
 
-
-def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
-    """Matched count and up to 10 sample ids of a filtered DLQ bulk operation (committed reads)."""
-    where, params = _dlq_where(filters)
-    cursor.execute(f"SELECT COUNT(*) FROM chokaq_jobs_dlq{where}", params)
-    matched = _count(cursor)
-    sample: list[str] = []
-    if matched and max_jobs > 0:
-        cursor.execute(f"SELECT TOP (%s) id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC",
-                       [min(max_jobs, 10), *params])
-        sample = [str(row[0]) for row in _rows(cursor)]
-    return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
 
 def _picked_dlq(filters: JobFilter) -> tuple[str, list[Any]]:
@@ -1461,6 +1343,14 @@ class SQLServerDialect(BaseDialect):
     QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
     TOP_ERRORS_SQL = TOP_ERRORS_SQL
     TS = "CAST(%s AS datetimeoffset(7))"
+    LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
+    DLQ_ROW = f"{DLQ_ROW}  AS error_head"
+
+    def search_clause(self, column: str) -> str:
+        return f"LOWER({column}) LIKE %s ESCAPE '\\'"
+
+    def search_pattern(self, term: str) -> str:
+        return escaped_like(term.lower()).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
 
     def param_ts(self, value: datetime | None) -> Any:
         return None if value is None else _ts(value)
@@ -1472,7 +1362,9 @@ class SQLServerDialect(BaseDialect):
 _dialect = SQLServerDialect()
 globals().update(_dialect.protocol_functions((  # the module-level names of the shared reads
     "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
-    "schedule_ticks", "throughput", "queue_health", "top_errors", "count_archive_older_than", "count_dlq_older_than")))
+    "schedule_ticks", "throughput", "queue_health", "top_errors", "count_archive_older_than", "count_dlq_older_than",
+    "list_active", "list_archive", "list_dlq", "preview_dlq_bulk")))
+_dlq_where = _dialect.dlq_where
 
 
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
