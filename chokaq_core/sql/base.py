@@ -475,3 +475,80 @@ class BaseDialect:
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
                              [self.param_ts(cutoff)])[0] or 0)
+
+
+COMMANDS = ("mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "cancel_batch",
+            "request_cancel", "update_hot_data", "purge_dlq_ids", "purge_archive_ids")
+
+
+class StatementDialect(BaseDialect):
+    """Vendors whose transitions are each one statement (PostgreSQL, SQL Server) over an id-list parameter:
+    the commands below are written once; a vendor gives the statements and ``ids_param``."""
+
+    MARK_PROCESSING_SQL: str  # params: job id, worker → (attempt count)
+    MARK_PROCESSING_BATCH_SQL: str  # params: ids, worker → (id, attempt count)
+    KEEP_ALIVE_SQL: str  # params: ids, worker → (id)
+    CANCEL_REQUESTS_SQL: str  # params: worker → (id, actor)
+    CANCEL_BATCH_SQL: str  # params: ids, details, actor → (id, queue)
+    REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
+    UPDATE_HOT_SQL: str  # params: payload, tags, priority, actor, job id, revision → (id)
+    PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
+    PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
+
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        """A list of job ids (duplicates dropped) as one statement parameter."""
+        return list(dict.fromkeys(ids))
+
+    def moved(self, cursor: Cursor) -> list[tuple[str, str]]:
+        return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
+
+    def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
+        """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
+        row = self._one(cursor, self.MARK_PROCESSING_SQL, [job_id, worker_id])
+        return None if row is None else int(row[0])
+
+    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+        if not job_ids:
+            return {}
+        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [self.ids_param(job_ids), worker_id])
+        return {str(job_id): int(attempts) for job_id, attempts in rows}
+
+    def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+        if not job_ids:
+            return []
+        return [str(r[0]) for r in self._all(cursor, self.KEEP_ALIVE_SQL, [self.ids_param(job_ids), worker_id])]
+
+    def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+        return [(str(job_id), str(actor)) for job_id, actor in self._all(cursor, self.CANCEL_REQUESTS_SQL, [worker_id])]
+
+    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> list[tuple[str, str]]:
+        """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
+        if not job_ids:
+            return []
+        cursor.execute(self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
+        return self.moved(cursor)
+
+    def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+        if not job_ids:
+            return []
+        return [str(r[0]) for r in self._all(cursor, self.REQUEST_CANCEL_SQL, [actor, self.ids_param(job_ids)])]
+
+    def update_hot_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None,
+                        priority: int | None, actor: str | None, revision: int | None = None) -> bool:
+        """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
+        nothing to change."""
+        if payload is None and tags is None and priority is None:
+            return False
+        return bool(self._all(cursor, self.UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id, revision]))
+
+    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> list[tuple[str, str]]:
+        if not job_ids or batch_size <= 0:
+            return []
+        cursor.execute(self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size])
+        return self.moved(cursor)
+
+    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> list[tuple[str, str]]:
+        if not job_ids:
+            return []
+        cursor.execute(self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)])
+        return self.moved(cursor)

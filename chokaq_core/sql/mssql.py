@@ -69,14 +69,14 @@ from chokaq_core.domain import (
 from chokaq_core.sql import Cursor, Moved, json_rows
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
+    COMMANDS,
     EMPTY_ERROR,
     REVISION_BUMP,
     TOP_ERRORS_SAMPLE,
     ZOMBIE_DETAILS,
-    BaseDialect,
+    StatementDialect,
     active_row,
     as_utc,
-    cancel_details,
     error_details,
     error_group,
     escaped_like,
@@ -841,33 +841,8 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
     return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
 
 
-def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
-    """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
-    cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
-    rows = _rows(cursor)
-    return int(rows[0][0]) if rows else None
 
 
-def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
-    """Lease gate for several rows in one batch: {id: new attempt count} of those still owned."""
-    if not job_ids:
-        return {}
-    cursor.execute(MARK_PROCESSING_BATCH_SQL, [_ids_json(job_ids), worker_id])
-    return {str(job_id): int(attempts) for job_id, attempts in _rows(cursor)}
-
-
-def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
-    """Stamp the heartbeat of the listed Processing rows this worker owns; the ids still owned."""
-    if not job_ids:
-        return []
-    cursor.execute(KEEP_ALIVE_SQL, [_ids_json(job_ids), worker_id])
-    return [str(row[0]) for row in _rows(cursor)]
-
-
-def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
-    """(job id, actor) of this worker's Processing rows flagged for cancellation."""
-    cursor.execute(CANCEL_REQUESTS_SQL, [worker_id])
-    return [(str(job_id), str(actor)) for job_id, actor in _rows(cursor)]
 
 
 # ---------------------------------------------------------------- completion (batched)
@@ -953,32 +928,7 @@ def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -
     return _resurrect(cursor, job_ids, None, None, None, actor)
 
 
-def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
-    if not job_ids:
-        return []
-    cursor.execute(CANCEL_BATCH_SQL, [_ids_json(job_ids), cancel_details(actor), actor])
-    return _moved(cursor)
 
-
-def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
-    """Flag Processing rows for cooperative cancellation; the flagged ids."""
-    if not job_ids:
-        return []
-    cursor.execute(REQUEST_CANCEL_SQL, [actor, _ids_json(job_ids)])
-    return [str(row[0]) for row in _rows(cursor)]
-
-
-def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-    revision: int | None = None,
-) -> bool:
-    """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
-    nothing to change."""
-    if payload is None and tags is None and priority is None:
-        return False
-    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id, revision])
-    return bool(_rows(cursor))
 
 
 def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
@@ -989,13 +939,6 @@ def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str 
     cursor.execute(UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision])
     return bool(_rows(cursor))
 
-
-def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal -n."""
-    if not job_ids or batch_size <= 0:
-        return []
-    cursor.execute(PURGE_DLQ_IDS_SQL, [_ids_json(job_ids), batch_size])
-    return _moved(cursor)
 
 
 def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -1321,17 +1264,10 @@ def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, a
     return _moved(cursor)
 
 
-def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-    """Delete the given Archive rows; SucceededTotal -n."""
-    if not job_ids:
-        return []
-    cursor.execute(PURGE_ARCHIVE_IDS_SQL, [_ids_json(job_ids)])
-    return _moved(cursor)
 
 
 
-
-class SQLServerDialect(BaseDialect):
+class SQLServerDialect(StatementDialect):
     """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
     ISO text datetimes and batches whose first results carry no rows."""
 
@@ -1343,6 +1279,15 @@ class SQLServerDialect(BaseDialect):
     QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
     TOP_ERRORS_SQL = TOP_ERRORS_SQL
     TS = "CAST(%s AS datetimeoffset(7))"
+    MARK_PROCESSING_SQL = MARK_PROCESSING_SQL
+    MARK_PROCESSING_BATCH_SQL = MARK_PROCESSING_BATCH_SQL
+    KEEP_ALIVE_SQL = KEEP_ALIVE_SQL
+    CANCEL_REQUESTS_SQL = CANCEL_REQUESTS_SQL
+    CANCEL_BATCH_SQL = CANCEL_BATCH_SQL
+    REQUEST_CANCEL_SQL = REQUEST_CANCEL_SQL
+    UPDATE_HOT_SQL = UPDATE_HOT_SQL
+    PURGE_DLQ_IDS_SQL = PURGE_DLQ_IDS_SQL
+    PURGE_ARCHIVE_IDS_SQL = PURGE_ARCHIVE_IDS_SQL
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     DLQ_ROW = f"{DLQ_ROW}  AS error_head"
 
@@ -1358,12 +1303,15 @@ class SQLServerDialect(BaseDialect):
     def rows(self, cursor: Cursor) -> list[Any]:
         return _rows(cursor)
 
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        return _ids_json(ids)
+
 
 _dialect = SQLServerDialect()
 globals().update(_dialect.protocol_functions((  # the module-level names of the shared reads
     "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
     "schedule_ticks", "throughput", "queue_health", "top_errors", "count_archive_older_than", "count_dlq_older_than",
-    "list_active", "list_archive", "list_dlq", "preview_dlq_bulk")))
+    "list_active", "list_archive", "list_dlq", "preview_dlq_bulk", *COMMANDS)))
 _dlq_where = _dialect.dlq_where
 
 

@@ -37,21 +37,22 @@ from chokaq_core.sql.base import (
     ACTIVE_SQL,
     ARCHIVE_FIELDS,
     CARRIED_REVISION,
+    COMMANDS,
     DLQ_FIELDS,
     EMPTY_ERROR,
     HOT_FIELDS,
     LIST_WORKERS_SQL,
     QUEUE_STATES_SQL,
     QUEUE_STATS_SQL,
+    READS,
     REVISION_BUMP,
     SUMMARY_STATS_SQL,
     THROUGHPUT_SQL,
     TOP_ERRORS_SAMPLE,
     WORKER_FIELDS,
     ZOMBIE_DETAILS,
-    BaseDialect,
+    StatementDialect,
     active_row,
-    cancel_details,
     error_details,
     error_group,
     escaped_like,
@@ -417,6 +418,7 @@ UPDATE chokaq_jobs_hot
 SET payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), priority = coalesce(%s::int, priority),
     last_modified_by = %s, last_updated_at = now(), {REVISION_BUMP}
 WHERE id = %s AND status = 0 AND {revision_guard("%s::int")}
+RETURNING id
 """
 
 UPDATE_DLQ_SQL = f"""
@@ -532,33 +534,8 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
     return [hot_job(row) for row in cursor.fetchall()]
 
 
-def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
-    """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
-    cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
-    row = cursor.fetchone()
-    return None if row is None else int(row[0])
 
 
-def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
-    """Lease gate for several rows in one statement: {id: new attempt count} of those still owned."""
-    if not job_ids:
-        return {}
-    cursor.execute(MARK_PROCESSING_BATCH_SQL, [list(dict.fromkeys(job_ids)), worker_id])
-    return {job_id: int(attempts) for job_id, attempts in cursor.fetchall()}
-
-
-def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
-    """Stamp the heartbeat of the listed Processing rows this worker owns; the ids still owned."""
-    if not job_ids:
-        return []
-    cursor.execute(KEEP_ALIVE_SQL, [list(job_ids), worker_id])
-    return [row[0] for row in cursor.fetchall()]
-
-
-def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
-    """(job id, actor) of this worker's Processing rows flagged for cancellation."""
-    cursor.execute(CANCEL_REQUESTS_SQL, [worker_id])
-    return [(job_id, actor) for job_id, actor in cursor.fetchall()]
 
 
 # ---------------------------------------------------------------- completion (batched)
@@ -652,32 +629,7 @@ def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -
     return _resurrect(cursor, job_ids, None, None, None, actor)
 
 
-def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
-    if not job_ids:
-        return []
-    cursor.execute(CANCEL_BATCH_SQL, [_unique_ids(job_ids), cancel_details(actor), actor])
-    return _moved(cursor)
 
-
-def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
-    """Flag Processing rows for cooperative cancellation; the flagged ids."""
-    if not job_ids:
-        return []
-    cursor.execute(REQUEST_CANCEL_SQL, [actor, _unique_ids(job_ids)])
-    return [row[0] for row in cursor.fetchall()]
-
-
-def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-    revision: int | None = None,
-) -> bool:
-    """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
-    nothing to change."""
-    if payload is None and tags is None and priority is None:
-        return False
-    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id, revision])
-    return bool(cursor.rowcount)
 
 
 def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
@@ -688,13 +640,6 @@ def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str 
     cursor.execute(UPDATE_DLQ_SQL, [payload, payload, tags, actor, job_id, revision])
     return bool(cursor.rowcount)
 
-
-def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal -n."""
-    if not job_ids or batch_size <= 0:
-        return []
-    cursor.execute(PURGE_DLQ_IDS_SQL, [_unique_ids(job_ids), batch_size])
-    return _moved(cursor)
 
 
 def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -829,11 +774,20 @@ SELECT id, queue FROM del
 """
 
 
-class PostgreSQLDialect(BaseDialect):
+class PostgreSQLDialect(StatementDialect):
     """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
 
     QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
     TOP_ERRORS_SQL = TOP_ERRORS_SQL
+    MARK_PROCESSING_SQL = MARK_PROCESSING_SQL
+    MARK_PROCESSING_BATCH_SQL = MARK_PROCESSING_BATCH_SQL
+    KEEP_ALIVE_SQL = KEEP_ALIVE_SQL
+    CANCEL_REQUESTS_SQL = CANCEL_REQUESTS_SQL
+    CANCEL_BATCH_SQL = CANCEL_BATCH_SQL
+    REQUEST_CANCEL_SQL = REQUEST_CANCEL_SQL
+    UPDATE_HOT_SQL = UPDATE_HOT_SQL
+    PURGE_DLQ_IDS_SQL = PURGE_DLQ_IDS_SQL
+    PURGE_ARCHIVE_IDS_SQL = PURGE_ARCHIVE_IDS_SQL
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"
@@ -846,7 +800,7 @@ class PostgreSQLDialect(BaseDialect):
 
 
 _dialect = PostgreSQLDialect()
-globals().update(_dialect.protocol_functions())  # the module-level names of the Dialect protocol
+globals().update(_dialect.protocol_functions((*READS, *COMMANDS)))  # the module-level names of the Dialect protocol
 _dlq_where = _dialect.dlq_where
 
 
@@ -876,13 +830,6 @@ def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, a
     ids = [row[0] for row in cursor.fetchall()]
     return _resurrect(cursor, ids, None, None, None, actor) if ids else []
 
-
-def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-    """Delete the given Archive rows; SucceededTotal -n."""
-    if not job_ids:
-        return []
-    cursor.execute(PURGE_ARCHIVE_IDS_SQL, [_unique_ids(job_ids)])
-    return _moved(cursor)
 
 
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
