@@ -23,7 +23,7 @@ from chokaq_core.domain import KEY_CHARACTERS, is_valid_name
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
-    # "sql" (the DATABASE alias) or "memory": one process's dictionaries, for tests and experiments (spec 03 §15).
+    # "sql" (the DATABASE alias) or "memory": a private in-process SQLite database, for tests and experiments (spec 03 §15).
     "STORAGE": "sql",
     "IN_MEMORY": {"MAX_CAPACITY": 100_000},
     "JOB_MODULES": [],

@@ -185,6 +185,7 @@ class HotJob:
     last_updated_at: datetime
     created_by: str | None
     last_modified_by: str | None
+    revision: int = 0  # the edit version an operator's edit must name (see update_hot_data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +221,7 @@ class DeadJob:
     last_modified_by: str | None
     created_at: datetime
     failed_at: datetime
+    revision: int = 0  # the edit version, carried over from Hot (+1)
 
 
 MAX_ATTEMPT_MESSAGE = 1000

@@ -56,6 +56,9 @@ class JobsHot(models.Model):
     # Django addition: an operator's request to cancel a Processing job. The
     # owning worker reads it on its supervisor loop (no channel layer needed).
     cancel_requested_by = models.CharField(max_length=100, null=True)
+    # The edit version: +1 on every operator edit and on every move between Hot and the DLQ (the row
+    # carries it), so an edit made against an older state is refused instead of overwriting a newer one.
+    revision = models.IntegerField(default=0, db_default=0)
 
     class Meta:
         db_table = "chokaq_jobs_hot"
@@ -144,6 +147,7 @@ class JobsDLQ(models.Model):
     # Django addition (issue 3): the payload before the last operator edit, so
     # the inspector can show what changed.
     previous_payload = models.TextField(null=True)
+    revision = models.IntegerField(default=0, db_default=0)  # the edit version, as JobsHot.revision
 
     class Meta:
         db_table = "chokaq_jobs_dlq"

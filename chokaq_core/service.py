@@ -83,6 +83,15 @@ def _checked(field_name: str, value: str, label: str | None = None) -> str:
         raise ServiceError(text.replace(field_name, label, 1) if label else text) from None
 
 
+class StaleEdit(ConflictError):
+    """An edit made against an older state of the job (its revision moved on); nothing was saved.
+    ``current`` is the job as it is now, for the editor to show."""
+
+    def __init__(self, message: str, current: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.current = current
+
+
 @dataclass(frozen=True)
 class JobView:
     """A job wherever it lives: exactly one of the three is set."""
@@ -190,13 +199,14 @@ def resurrect_jobs(job_ids: Sequence[str], *, actor: str) -> list[str]:
 
 
 def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
-         priority: int | None = None) -> bool:
-    """Edit a Pending Hot job or a DLQ job; False when the job is in neither state any more."""
+         priority: int | None = None, revision: int | None = None) -> bool:
+    """Edit a Pending Hot job or a DLQ job (``revision``: only if it is still at that edit version); False when
+    the job is in neither state, or at another revision, any more."""
     job_id = check_job_id(job_id)
     clean = _payload(payload)
-    if storage.update_hot_data(job_id, payload=clean, tags=tags, priority=priority, actor=actor):
+    if storage.update_hot_data(job_id, payload=clean, tags=tags, priority=priority, actor=actor, revision=revision):
         return True
-    return storage.update_dlq_data(job_id, payload=clean, tags=tags, actor=actor)
+    return storage.update_dlq_data(job_id, payload=clean, tags=tags, actor=actor, revision=revision)
 
 
 def purge_dlq(job_ids: Sequence[str]) -> int:
@@ -521,22 +531,46 @@ def restart(job_id: str, *, actor: str) -> None:
         raise ConflictError(f"Job {job_id} is not in the DLQ (it is {_where_is(job_id)})")
 
 
+def _stale(job_id: str, revision: int | None) -> None:
+    """Raise ``StaleEdit`` with the job's current state when it is still there but at another revision."""
+    jv = find_job(job_id) if revision is not None else None
+    if jv is None or (jv.hot is None and jv.dead is None):
+        return
+    if jv.hot is not None:
+        row: HotJob | DeadJob = jv.hot
+        where, priority = jv.hot.status.name.capitalize(), jv.hot.priority
+    else:
+        assert jv.dead is not None
+        row, where, priority = jv.dead, "in the DLQ", None
+    if row.revision == revision:
+        return
+    current = {"jobId": job_id, "where": where, "revision": row.revision, "payload": row.payload, "tags": row.tags,
+               "priority": priority, "lastModifiedBy": row.last_modified_by}
+    raise StaleEdit(f"Job {job_id} was changed meanwhile (by {row.last_modified_by or 'the engine'}; it is now "
+                    f"{where} at revision {row.revision}, the edit was made against revision {revision}): nothing "
+                    "was saved. Reopen the editor to edit the current state.", current)
+
+
 def repair_and_requeue(job_id: str, *, actor: str, payload: str | None, tags: str | None = None,
-                       priority: int | None = None) -> None:
-    """Edit a DLQ job and move it to Hot in one transaction."""
+                       priority: int | None = None, revision: int | None = None) -> None:
+    """Edit a DLQ job and move it to Hot in one transaction (``revision``: the edit version it was made
+    against; a newer one is a ``StaleEdit``)."""
     job_id = _job_id(job_id)
     _edits(tags, priority)
     clean = _payload(payload)
-    if not storage.resurrect(job_id, payload=clean, tags=tags, priority=priority, actor=actor):
+    if not storage.resurrect(job_id, payload=clean, tags=tags, priority=priority, actor=actor, revision=revision):
+        _stale(job_id, revision)
         raise ConflictError("Repair and retry failed. Job might have been purged or requeued externally.")
 
 
 def edit_job(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
-             priority: int | None = None) -> None:
-    """``edit`` with validation; a job that is neither Pending nor in the DLQ any more is a conflict."""
+             priority: int | None = None, revision: int | None = None) -> None:
+    """``edit`` with validation; a job that is neither Pending nor in the DLQ any more is a conflict, one at a
+    newer edit version than ``revision`` a ``StaleEdit``."""
     job_id = _job_id(job_id)
     _edits(tags, priority)
-    if not edit(job_id, actor=actor, payload=payload, tags=tags, priority=priority):
+    if not edit(job_id, actor=actor, payload=payload, tags=tags, priority=priority, revision=revision):
+        _stale(job_id, revision)
         raise ConflictError("Save failed. Job might have been processed or deleted externally.")
 
 

@@ -7,9 +7,9 @@ a savepoint when the caller already has a transaction open, which is how
 errors (spec 03 §16) only when it owns the transaction, and publishes its
 events after commit.
 
-With ``CHOKAQ["STORAGE"] = "memory"`` (spec 03 §15) the same functions run
-``chokaq_core.sql.memory`` instead: no database, no Django transaction (the
-module's process-wide lock and undo journal make each operation atomic, and
+With ``CHOKAQ["STORAGE"] = "memory"`` (spec 03 §15) the same functions run the
+SQLite dialect over the process's private database (``chokaq_core.sql.memory``):
+no Django connection and no Django transaction (its lock is the transaction, and
 a caller's ``atomic()`` block does not roll it back), events dispatched at once.
 """
 
@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import ModuleType
-from typing import Any
+from typing import Any, Concatenate, cast
 
 from django.db import connections, transaction
 
@@ -55,8 +54,7 @@ from chokaq_core.domain import (
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import dialect_for, wakeup
-from chokaq_core.sql import memory as memory_dialect
+from chokaq_core.sql import Dialect, dialect_for, memory, sqlite, wakeup
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
 logger = logging.getLogger("chokaq.storage")
@@ -74,9 +72,10 @@ def memory_mode() -> bool:
     return config().STORAGE == "memory"
 
 
-def dialect(using: str | None = None) -> ModuleType:
+def dialect(using: str | None = None) -> Dialect:
+    """The vendor dialect of the ChokaQ alias (the SQLite one in memory mode), typed by the protocol."""
     if memory_mode():
-        return memory_dialect
+        return cast(Dialect, sqlite)
     return dialect_for(connections[using or alias()].vendor)
 
 
@@ -155,8 +154,8 @@ def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: b
            prepared: bool = False) -> T:
     """Run ``operation(cursor)`` in a transaction with the transient-error retry policy (``prepared``: the
     vendor lists the statements among its ``PREPARED`` ones)."""
-    if memory_mode():  # no database: the cursor is None and the memory module's lock is the transaction
-        return memory_dialect.run(operation)
+    if memory_mode():  # the private database's lock is the transaction; nothing there is transient
+        return memory.database().run(operation)
     db = using or alias()
     connection = connections[db]
     nested = connection.in_atomic_block
@@ -180,18 +179,28 @@ def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: b
             time.sleep(delay_ms / 1000)
 
 
-def call(name: str, *args: Any, using: str | None = None, one_statement: bool = False) -> Any:
-    """Run dialect function ``name``; in a transaction unless the vendor marks it autocommit-safe (or
-    ``one_statement``: the caller knows these arguments make it one statement)."""
-    db = using or alias()
-    module = dialect(db)
-    function = getattr(module, name)
+type Transition[**P, R] = Callable[Concatenate[Dialect, Any, P], R]  # a protocol function, cursor second
+type BatchPurge = Callable[[Dialect, Any, datetime, int], int]  # one batch of a purge by age
+
+
+def call[**P, R](transition: Transition[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Run one protocol function (``Dialect.get_hot``, …) of the ChokaQ alias's vendor, its result typed by the
+    protocol; in a transaction unless the vendor marks it autocommit-safe."""
+    return _call_on(alias(), transition, False, *args, **kwargs)
+
+
+def _call_on[**P, R](db: str, transition: Transition[P, R], one_statement: bool, *args: P.args,
+                     **kwargs: P.kwargs) -> R:
+    """``call`` on alias ``db``; ``one_statement``: the caller knows these arguments make it one statement."""
+    sql = dialect(db)
+    name = transition.__name__
+    function = getattr(sql, name)
     # inside the caller's transaction a one-statement call still takes its savepoint: a failure must not
     # poison the caller's transaction
     alone = one_statement and not connections[db].in_atomic_block
-    return run(lambda cursor: function(cursor, *args), using=db,
-               atomic=not alone and name not in getattr(module, "AUTOCOMMIT_SAFE", frozenset()),
-               prepared=name in getattr(module, "PREPARED", frozenset()))
+    result = run(lambda cursor: function(cursor, *args, **kwargs), using=db,
+                 atomic=not alone and name not in sql.AUTOCOMMIT_SAFE, prepared=name in sql.PREPARED)
+    return cast(R, result)
 
 
 def _emit(published: list[events.Event], using: str | None = None) -> None:
@@ -223,9 +232,11 @@ def _discard_if_broken(connection: Any) -> None:
 def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     """Insert Pending rows; returns the stored id per job. Events fire on commit for new rows only."""
     db = using or alias()
-    unkeyed = all(job.idempotency_key is None for job in jobs)
-    stored = call("enqueue", jobs, using=db,
-                  one_statement=unkeyed and "enqueue" in getattr(dialect(db), "ONE_STATEMENT_WITHOUT_KEYS", ()))
+    if memory_mode():
+        stored = run(lambda cursor: _enqueue_in_memory(cursor, jobs))
+    else:
+        unkeyed = all(job.idempotency_key is None for job in jobs)
+        stored = _call_on(db, Dialect.enqueue, unkeyed and "enqueue" in dialect(db).ONE_STATEMENT_WITHOUT_KEYS, jobs)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
@@ -237,13 +248,25 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     return stored
 
 
+def _enqueue_in_memory(cursor: Any, jobs: Sequence[NewJob]) -> list[str]:
+    """``enqueue`` in memory mode: make room under the capacity cap first, in the same transaction."""
+    if jobs:
+        memory.evict_if_full(cursor, int(config().IN_MEMORY.MAX_CAPACITY))
+    return sqlite.enqueue(cursor, jobs)
+
+
+def reset_memory() -> None:
+    """Forget every row of the in-memory storage (tests)."""
+    memory.database().reset()
+
+
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return call("fetch_batch", worker_id, limit, queues)
+    return call(Dialect.fetch_batch, worker_id, limit, queues)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:
     """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
-    attempts = call("mark_processing", job.id, worker_id)
+    attempts = call(Dialect.mark_processing, job.id, worker_id)
     if attempts is not None:
         _emit([_processing_event(job, attempts)])
     return attempts
@@ -253,7 +276,7 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str) -> dict[str, i
     """The lease gate for several buffered jobs in one statement: {job id: attempt} of those still ours."""
     if not jobs:
         return {}
-    leased: dict[str, int] = call("mark_processing_batch", [job.id for job in jobs], worker_id)
+    leased: dict[str, int] = call(Dialect.mark_processing_batch, [job.id for job in jobs], worker_id)
     _emit([_processing_event(job, leased[job.id]) for job in jobs if job.id in leased])
     return leased
 
@@ -264,11 +287,11 @@ def _processing_event(job: HotJob, attempts: int) -> events.Event:
 
 
 def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
-    return call("keep_alive", job_ids, worker_id)
+    return call(Dialect.keep_alive, job_ids, worker_id)
 
 
 def cancel_requests(worker_id: str) -> list[tuple[str, str]]:
-    return call("cancel_requests", worker_id)
+    return call(Dialect.cancel_requests, worker_id)
 
 
 @dataclass(frozen=True)
@@ -296,7 +319,7 @@ def complete(
             sql.record_attempts(cursor, worker_id, failed_attempts)
         return completion
 
-    done = run(operation, prepared="archive_succeeded" in getattr(dialect(), "PREPARED", frozenset()))
+    done = run(operation, prepared="archive_succeeded" in dialect().PREPARED)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
     published = (
@@ -337,16 +360,16 @@ def _failed_attempts(done: Completion, retries: Sequence[Retry], failures: Seque
 
 def job_attempts(job_id: str) -> list[Attempt]:
     """A job's attempts history: every recorded failed execution, oldest first."""
-    return call("job_attempts", job_id)
+    return call(Dialect.job_attempts, job_id)
 
 
 def purge_attempts(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """Attempts-history rows of executions that failed before ``cutoff``."""
-    return _purge_batches("purge_attempts", cutoff, progress)
+    return _purge_batches(Dialect.purge_attempts, cutoff, progress)
 
 
 def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:
-    return call("release_jobs", job_ids, worker_id) if job_ids else 0
+    return call(Dialect.release_jobs, job_ids, worker_id) if job_ids else 0
 
 
 # ---------------------------------------------------------------- operator commands
@@ -354,9 +377,10 @@ def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:
 
 def resurrect(
     job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
-    actor: str | None = None,
+    actor: str | None = None, revision: int | None = None,
 ) -> bool:
-    moved = bool(call("resurrect", job_id, payload, tags, priority, actor))
+    """DLQ → Hot with optional edits; ``revision``: only if the job is still at that edit version."""
+    moved = bool(call(Dialect.resurrect, job_id, payload, tags, priority, actor, revision))
     if moved:
         job = get_hot(job_id)
         _emit([events.Event(events.EventKind.JOB_RESURRECTED, {"jobId": job_id, "queue": job.queue if job else None}),
@@ -365,7 +389,7 @@ def resurrect(
 
 
 def resurrect_batch(job_ids: Sequence[str], *, actor: str | None = None) -> int:
-    moved = call("resurrect_batch", job_ids, actor)
+    moved = call(Dialect.resurrect_batch, job_ids, actor)
     if moved:
         _emit([events.stats_updated()])
     return len(moved)
@@ -391,9 +415,10 @@ def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]
 
 def update_hot_data(
     job_id: str, *, payload: str | None = None, tags: str | None = None, priority: int | None = None,
-    actor: str | None = None,
+    actor: str | None = None, revision: int | None = None,
 ) -> bool:
-    changed = bool(call("update_hot_data", job_id, payload, tags, priority, actor))
+    """Edit a Pending job; ``revision``: only if it is still at that edit version."""
+    changed = bool(call(Dialect.update_hot_data, job_id, payload, tags, priority, actor, revision))
     if changed:
         job = get_hot(job_id)
         if job is not None:
@@ -403,8 +428,9 @@ def update_hot_data(
 
 
 def update_dlq_data(job_id: str, *, payload: str | None = None, tags: str | None = None,
-                    actor: str | None = None) -> bool:
-    return bool(call("update_dlq_data", job_id, payload, tags, actor))
+                    actor: str | None = None, revision: int | None = None) -> bool:
+    """Edit a DLQ job; ``revision``: only if it is still at that edit version."""
+    return bool(call(Dialect.update_dlq_data, job_id, payload, tags, actor, revision))
 
 
 def purge_dlq_ids(job_ids: Sequence[str]) -> int:
@@ -413,7 +439,7 @@ def purge_dlq_ids(job_ids: Sequence[str]) -> int:
     batch = config().SQL.CLEANUP_BATCH_SIZE
     purged: list[str] = []
     while remaining:
-        moved = call("purge_dlq_ids", remaining, batch)
+        moved = call(Dialect.purge_dlq_ids, remaining, batch)
         if not moved:
             break
         gone = {i for i, _ in moved}
@@ -426,16 +452,9 @@ def purge_dlq_ids(job_ids: Sequence[str]) -> int:
     return len(purged)
 
 
-def _purge_by_age(name: str, source: str, cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
-    batch = config().SQL.CLEANUP_BATCH_SIZE
-    total = 0
-    while True:
-        n = call(name, cutoff, batch)
-        total += n
-        if progress is not None and n:
-            progress(n)
-        if n < batch:
-            break
+def _purge_by_age(purge: BatchPurge, source: str, cutoff: datetime,
+                  progress: Callable[[int], None] | None = None) -> int:
+    total = _purge_batches(purge, cutoff, progress)
     if total:
         _emit([events.Event(events.EventKind.JOBS_PURGED, {"jobIds": [], "source": source, "count": total}),
                          events.stats_updated()])
@@ -444,26 +463,26 @@ def _purge_by_age(name: str, source: str, cutoff: datetime, progress: Callable[[
 
 def purge_archive(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """Archive rows finished before ``cutoff``, batch by batch (``progress(n)`` after each)."""
-    return _purge_by_age("purge_archive", "Archive", cutoff, progress)
+    return _purge_by_age(Dialect.purge_archive, "Archive", cutoff, progress)
 
 
 def purge_dlq_older_than(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """DLQ rows created at or before ``cutoff``, batch by batch (``progress(n)`` after each)."""
-    return _purge_by_age("purge_dlq_older_than", "DLQ", cutoff, progress)
+    return _purge_by_age(Dialect.purge_dlq_older_than, "DLQ", cutoff, progress)
 
 
 # ---------------------------------------------------------------- maintenance
 
 
 def recover_abandoned(fetched_timeout_s: float) -> int:
-    n = int(call("recover_abandoned", fetched_timeout_s))
+    n = int(call(Dialect.recover_abandoned, fetched_timeout_s))
     if n:
         _emit([events.stats_updated()])
     return n
 
 
 def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
-    moved = call("archive_zombies", global_timeout_s)
+    moved = call(Dialect.archive_zombies, global_timeout_s)
     if moved:
         _emit([events.stats_updated()])
     return list(moved)
@@ -480,49 +499,49 @@ def _queue_changed(queue: str) -> None:
 
 
 def set_queue_paused(queue: str, paused: bool) -> None:
-    call("set_queue_paused", queue, paused)
+    call(Dialect.set_queue_paused, queue, paused)
     _queue_changed(queue)
 
 
 def set_queue_active(queue: str, active: bool) -> bool:
-    changed = bool(call("set_queue_active", queue, active))
+    changed = bool(call(Dialect.set_queue_active, queue, active))
     if changed:
         _queue_changed(queue)
     return changed
 
 
 def set_queue_zombie_timeout(queue: str, seconds: int | None) -> None:
-    call("set_queue_zombie_timeout", queue, seconds)
+    call(Dialect.set_queue_zombie_timeout, queue, seconds)
 
 
 def set_queue_max_workers(queue: str, max_workers: int | None) -> None:
-    call("set_queue_max_workers", queue, max_workers)
+    call(Dialect.set_queue_max_workers, queue, max_workers)
 
 
 # ---------------------------------------------------------------- worker registry
 
 
 def upsert_worker(info: WorkerInfo) -> None:
-    call("upsert_worker", info)
+    call(Dialect.upsert_worker, info)
 
 
 def stop_worker(worker_id: str) -> None:
-    call("stop_worker", worker_id)
+    call(Dialect.stop_worker, worker_id)
 
 
 # ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
 
 
 def list_workers() -> list[WorkerInfo]:
-    return call("list_workers")
+    return call(Dialect.list_workers)
 
 
-def _purge_batches(name: str, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
+def _purge_batches(purge: BatchPurge, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
     """Repeat one-batch deletes (each its own transaction) until a batch comes back short."""
     batch = config().SQL.CLEANUP_BATCH_SIZE
     total = 0
     while True:
-        n = int(call(name, cutoff, batch))
+        n = call(purge, cutoff, batch)
         total += n
         if progress is not None and n:
             progress(n)
@@ -532,17 +551,17 @@ def _purge_batches(name: str, cutoff: datetime, progress: Callable[[int], None] 
 
 def purge_workers(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """Worker registry rows whose last heartbeat is before ``cutoff``."""
-    return _purge_batches("purge_workers", cutoff, progress)
+    return _purge_batches(Dialect.purge_workers, cutoff, progress)
 
 
 def purge_metric_buckets(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """MetricBuckets rows that started before ``cutoff`` (counters are not touched)."""
-    return _purge_batches("purge_metric_buckets", cutoff, progress)
+    return _purge_batches(Dialect.purge_metric_buckets, cutoff, progress)
 
 
 def tidy_hot_table(min_dead_rows: int) -> bool:
     """Vacuum and analyze the Hot table when churn left too many dead row versions (PostgreSQL only)."""
-    return bool(call("tidy_hot_table", min_dead_rows))
+    return bool(call(Dialect.tidy_hot_table, min_dead_rows))
 
 
 def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
@@ -565,83 +584,86 @@ def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
 
 
 def schedule_ticks() -> dict[str, datetime]:
-    return call("schedule_ticks")
+    return call(Dialect.schedule_ticks)
 
 
 def change_marker() -> int | None:
-    """See the Dialect protocol: a commit marker to poll where there is no push channel, else None."""
-    return call("change_marker")  # type: ignore[no-any-return]
+    """See the Dialect protocol: a commit marker to poll where there is no push channel, else None (memory
+    mode: the worker lives in the writer's own process)."""
+    if memory_mode():
+        return None
+    return call(Dialect.change_marker)  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------- reads
 
 
 def queue_states() -> list[QueueState]:
-    return call("queue_states")
+    return call(Dialect.queue_states)
 
 
 def summary_stats() -> SummaryStats:
-    return call("summary_stats")
+    return call(Dialect.summary_stats)
 
 
 def queue_stats() -> list[QueueStats]:
-    return call("queue_stats")
+    return call(Dialect.queue_stats)
 
 
 def get_hot(job_id: str) -> HotJob | None:
-    return call("get_hot", job_id)
+    return call(Dialect.get_hot, job_id)
 
 
 def get_archived(job_id: str) -> ArchivedJob | None:
-    return call("get_archived", job_id)
+    return call(Dialect.get_archived, job_id)
 
 
 def get_dead(job_id: str) -> DeadJob | None:
-    return call("get_dead", job_id)
+    return call(Dialect.get_dead, job_id)
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
 
 def list_active(filters: JobFilter, limit: int) -> list[JobRow]:
-    return call("list_active", filters, limit)
+    return call(Dialect.list_active, filters, limit)
 
 
 def list_archive(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call("list_archive", filters, after_key, limit, sort)
+    return call(Dialect.list_archive, filters, after_key, limit, sort)
 
 
 def list_dlq(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call("list_dlq", filters, after_key, limit, sort)
+    return call(Dialect.list_dlq, filters, after_key, limit, sort)
 
 
 def locate_jobs(job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    return call("locate_jobs", job_ids) if job_ids else {}
+    return call(Dialect.locate_jobs, job_ids) if job_ids else {}
 
 
 def throughput(since: datetime) -> list[MetricPoint]:
-    return call("throughput", since)
+    return call(Dialect.throughput, since)
 
 
 def deck_snapshot(request: SnapshotRequest) -> DeckSnapshot:
     """The live Deck's one read per tick: one statement on every vendor."""
-    return call("deck_snapshot", request)
+    return call(Dialect.deck_snapshot, request)
 
 
 def queue_health() -> list[QueueLag]:
-    return call("queue_health")
+    return call(Dialect.queue_health)
 
 
 def top_errors(limit: int) -> list[ErrorGroup]:
-    return call("top_errors", limit)
+    return call(Dialect.top_errors, limit)
 
 
 def preview_dlq_bulk(filters: JobFilter, max_jobs: int) -> BulkPreview:
-    return call("preview_dlq_bulk", filters, max_jobs)
+    return call(Dialect.preview_dlq_bulk, filters, max_jobs)
 
 
 def purge_dlq_by_filter(filters: JobFilter, max_jobs: int) -> int:
-    moved = call("purge_dlq_by_filter", filters, max_jobs)
+    moved = call(Dialect.purge_dlq_by_filter, filters, max_jobs)
     if moved:
         _emit([events.Event(events.EventKind.JOBS_PURGED,
                             {"jobIds": [i for i, _ in moved], "source": "DLQ", "count": len(moved)}),
@@ -650,14 +672,14 @@ def purge_dlq_by_filter(filters: JobFilter, max_jobs: int) -> int:
 
 
 def resurrect_dlq_by_filter(filters: JobFilter, max_jobs: int, *, actor: str | None = None) -> int:
-    moved = call("resurrect_dlq_by_filter", filters, max_jobs, actor)
+    moved = call(Dialect.resurrect_dlq_by_filter, filters, max_jobs, actor)
     if moved:
         _emit([events.stats_updated()])
     return len(moved)
 
 
 def purge_archive_ids(job_ids: Sequence[str]) -> int:
-    moved = call("purge_archive_ids", job_ids) if job_ids else []
+    moved = call(Dialect.purge_archive_ids, job_ids) if job_ids else []
     if moved:
         _emit([events.Event(events.EventKind.JOBS_PURGED,
                             {"jobIds": [i for i, _ in moved], "source": "Archive", "count": len(moved)}),
@@ -666,11 +688,11 @@ def purge_archive_ids(job_ids: Sequence[str]) -> int:
 
 
 def count_archive_older_than(cutoff: datetime) -> int:
-    return int(call("count_archive_older_than", cutoff))
+    return int(call(Dialect.count_archive_older_than, cutoff))
 
 
 def count_dlq_older_than(cutoff: datetime) -> int:
-    return int(call("count_dlq_older_than", cutoff))
+    return int(call(Dialect.count_dlq_older_than, cutoff))
 
 
 # ---------------------------------------------------------------- wake-up source

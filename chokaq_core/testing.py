@@ -65,7 +65,7 @@ def reset_storage() -> None:
     """Forget every job, counter, queue control and worker row of the in-memory storage."""
     if not storage.memory_mode():
         raise RuntimeError('reset_storage() clears the in-memory storage only (CHOKAQ["STORAGE"] = "memory")')
-    storage.dialect().reset()
+    storage.reset_memory()
 
 
 def _next_due_in(queues: list[str] | None) -> float | None:

@@ -179,6 +179,7 @@ class Edit(forms.Form):
     payload = forms.CharField(required=False, max_length=MAX_PAYLOAD_CHARS, strip=False)
     tags = forms.CharField(required=False, max_length=MAX_TAGS, strip=True)
     priority = forms.IntegerField(required=False, min_value=0, max_value=1_000_000)
+    revision = forms.IntegerField(required=False, min_value=0)  # the edit version the editor was opened at
 
     def clean_payload(self) -> str | None:
         payload = self.cleaned_data.get("payload")

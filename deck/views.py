@@ -133,6 +133,8 @@ def _render(request: HttpRequest, template: str, context: dict[str, Any], status
 
 
 def _bad(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if isinstance(exc, service.StaleEdit):  # the job as it is now, for the editor to show
+        return JsonResponse({"ok": False, "error": str(exc), "current": exc.current}, status=409)
     status = 409 if isinstance(exc, service.ConflictError) else 404 if isinstance(exc, service.NotFoundError) else 400
     return refuse(request, status, str(exc))
 
@@ -323,7 +325,8 @@ def _edit_data(request: HttpRequest) -> dict[str, Any]:
     """The editor's fields, form encoded or (the Deck's editor) a JSON object: a payload of every size the
     envelope allows fits a JSON body, whereas form encoding can inflate it sixfold past Django's request cap."""
     data = forms.clean(forms.Edit, forms.edit_body(request) if forms.is_json(request) else request.POST)
-    return {"payload": data.get("payload"), "tags": data.get("tags") or None, "priority": data.get("priority")}
+    return {"payload": data.get("payload"), "tags": data.get("tags") or None, "priority": data.get("priority"),
+            "revision": data.get("revision")}
 
 
 @command(Role.OPERATOR)

@@ -26,8 +26,7 @@ import importlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -62,6 +61,11 @@ Moved = list[tuple[str, str]]  # (job id, queue) of each row a transition change
 
 
 class Dialect(Protocol):
+    # ------------------------------------------------------------ capabilities
+    AUTOCOMMIT_SAFE: frozenset[str]  # functions that are one statement (or only read): no BEGIN/COMMIT needed
+    PREPARED: frozenset[str]  # statements storage runs through a preparing cursor (PostgreSQL's hot path)
+    ONE_STATEMENT_WITHOUT_KEYS: frozenset[str]  # functions that are one statement when no idempotency key is given
+
     # ------------------------------------------------------------ enqueue / claim
     def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
         """Insert Pending rows (one multi-row statement per chunk); ensure the Queues and
@@ -113,9 +117,11 @@ class Dialect(Protocol):
 
     # ------------------------------------------------------------ operator commands
     def resurrect(
-        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+        revision: int | None = None,
     ) -> bool:
-        """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1."""
+        """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1. ``revision``: only if the DLQ
+        row is still at that edit version (None: whatever it is); the Hot row carries it, one up."""
         ...
 
     def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -131,15 +137,19 @@ class Dialect(Protocol):
         ...
 
     def update_hot_data(
-        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+        revision: int | None = None,
     ) -> bool:
-        """Edit a Pending Hot row (coalescing NULLs); False if not Pending or nothing to change."""
+        """Edit a Pending Hot row (coalescing NULLs) and bump its revision; False if not Pending, not at
+        ``revision`` (None: any) or nothing to change."""
         ...
 
     def update_dlq_data(
-        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None
+        self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+        revision: int | None = None,
     ) -> bool:
-        """Edit a DLQ row, keeping the old payload in ``previous_payload``."""
+        """Edit a DLQ row, keeping the old payload in ``previous_payload``, and bump its revision; False if not
+        at ``revision`` (None: any) or nothing to change."""
         ...
 
     def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
@@ -351,12 +361,13 @@ DIALECT_FUNCTIONS: tuple[str, ...] = tuple(
 _VENDOR_MODULES = {"postgresql": "postgresql", "sqlite": "sqlite", "microsoft": "mssql"}
 
 
-def dialect_for(vendor: str) -> ModuleType:
-    """The SQL module of a Django connection vendor; any other vendor is a configuration error."""
+def dialect_for(vendor: str) -> Dialect:
+    """The SQL module of a Django connection vendor (it implements the protocol); any other vendor is a
+    configuration error."""
     try:
         module_name = _VENDOR_MODULES[vendor]
     except KeyError:
         raise ImproperlyConfigured(
             f"ChokaQ does not support the {vendor!r} database vendor (supported: postgresql, sqlite, microsoft)"
         ) from None
-    return importlib.import_module(f"chokaq_core.sql.{module_name}")
+    return cast(Dialect, importlib.import_module(f"chokaq_core.sql.{module_name}"))

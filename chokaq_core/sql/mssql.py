@@ -51,40 +51,54 @@ from typing import Any
 from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
-    BulkPreview,
     DeadJob,
     DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
-    HistorySort,
     HotJob,
     JobFilter,
-    JobRow,
     JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
-    QueueState,
-    QueueStats,
     Retry,
     SnapshotRequest,
     StorageError,
     Success,
-    SummaryStats,
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_rows
+from chokaq_core.sql.base import (
+    CARRIED_REVISION,
+    COMMANDS,
+    EMPTY_ERROR,
+    REVISION_BUMP,
+    TOP_ERRORS_SAMPLE,
+    ZOMBIE_DETAILS,
+    StatementDialect,
+    active_row,
+    as_utc,
+    error_details,
+    error_group,
+    escaped_like,
+    hot_job,
+    lag,
+    located,
+    metric,
+    queue_state,
+    queue_stats_row,
+    revision_guard,
+    summary,
+    worker_info,
+)
 
-ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
-UNKNOWN_ERROR = "Unknown error (No details provided)"
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
 ENQUEUE_PASSES = 3
 
 # Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads
 # (not fetch_batch: its capped-queue locks must last until the claim commits).
+PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
+ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
 AUTOCOMMIT_SAFE = frozenset({
     "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
@@ -121,6 +135,7 @@ _MOVED_TYPES = {
     "payload": "nvarchar(max) NULL",
     "tags": "nvarchar(1000) NULL",
     "failure_reason": "int NOT NULL",
+    "revision": "int NOT NULL",
     "error_details": "nvarchar(max) NULL",
     "attempt_count": "int NOT NULL",
     "worker_id": "nvarchar(100) NULL",
@@ -142,7 +157,9 @@ def _moved_table(columns: Sequence[str]) -> str:
 
 
 def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
-    """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere."""
+    """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
+    revision goes up by one)."""
+    overrides = {"revision": f"deleted.{CARRIED_REVISION}", **overrides}
     values = ", ".join(overrides.get(c, f"deleted.{c}") for c in columns)
     return f"OUTPUT {values}\n    INTO @Moved ({', '.join(columns)})"
 
@@ -472,7 +489,7 @@ RELEASE_SQL = _batch(
     "SELECT @Changed;",
 )
 
-_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at")
+_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision")
 
 
 def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
@@ -487,9 +504,9 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
         _moved_table(_RESURRECTED),
         delete,
         "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        " last_updated_at, created_by, last_modified_by)\n"
+        " last_updated_at, created_by, last_modified_by, revision)\n"
         "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
-        " created_at, @Now, created_by, @Actor\n"
+        " created_at, @Now, created_by, @Actor, revision\n"
         "FROM @Moved;",
         _stats_sub("failed_total", touch=True),
         "SELECT id, queue FROM @Moved;",
@@ -498,11 +515,11 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
 
 # One batch for the single (edited) and the batch form: parameters payload, tags, priority, actor, ids.
 RESURRECT_SQL = _resurrect_sql(
-    ["DECLARE @Ids nvarchar(max) = %s;"],
+    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Revision int = %s;"],
     "DELETE d\n"
     + _output_into(_RESURRECTED, {})
     + "\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
-    f"WHERE d.id IN {_IDS};",
+    f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
 )
 
 REQUEST_CANCEL_SQL = _batch(
@@ -520,11 +537,12 @@ UPDATE_HOT_SQL = _batch(
     "DECLARE @Priority int = %s;",
     "DECLARE @Actor nvarchar(4000) = %s;",
     "DECLARE @JobId nvarchar(4000) = %s;",
+    "DECLARE @Revision int = %s;",
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags),"
-    " priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now\n"
+    f" priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now, {REVISION_BUMP}\n"
     "OUTPUT inserted.id\n"
-    "WHERE id = @JobId AND status = 0;",
+    f"WHERE id = @JobId AND status = 0 AND {revision_guard('@Revision')};",
 )
 
 # previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
@@ -533,13 +551,14 @@ UPDATE_DLQ_SQL = _batch(
     "DECLARE @Tags nvarchar(max) = %s;",
     "DECLARE @Actor nvarchar(4000) = %s;",
     "DECLARE @JobId nvarchar(4000) = %s;",
+    "DECLARE @Revision int = %s;",
     "UPDATE chokaq_jobs_dlq WITH (ROWLOCK)\n"
     "SET previous_payload = CASE WHEN @Payload IS NOT NULL AND (payload IS NULL\n"
     "        OR CAST(payload AS varbinary(max)) <> CAST(@Payload AS varbinary(max)))\n"
     "        THEN payload ELSE previous_payload END,\n"
-    "    payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags), last_modified_by = @Actor\n"
+    f"    payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags), last_modified_by = @Actor, {REVISION_BUMP}\n"
     "OUTPUT inserted.id\n"
-    "WHERE id = @JobId;",
+    f"WHERE id = @JobId AND {revision_guard('@Revision')};",
 )
 
 
@@ -692,40 +711,13 @@ def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in cursor.fetchall()]
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    """``datetimeoffset`` reads back aware, ``datetime2`` naive (then it is UTC): always aware UTC."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _ts(value: datetime) -> str:
     """A datetime parameter: ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
     aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return aware.isoformat(timespec="microseconds")
 
 
-def _hot(row: Sequence[Any]) -> HotJob:
-    data = dict(zip(HOT_FIELDS, row, strict=True))
-    for name in ("heartbeat_at", "scheduled_at", "created_at", "started_at", "last_updated_at"):
-        data[name] = _utc(data[name])
-    data["status"] = JobStatus(data["status"])
-    return HotJob(**data)
 
-
-def _archived(row: Sequence[Any]) -> ArchivedJob:
-    data = dict(zip(ARCHIVE_FIELDS, row, strict=True))
-    for name in ("created_at", "started_at", "finished_at"):
-        data[name] = _utc(data[name])
-    return ArchivedJob(**data)
-
-
-def _dead(row: Sequence[Any]) -> DeadJob:
-    data = dict(zip(DLQ_FIELDS, row, strict=True))
-    for name in ("created_at", "failed_at"):
-        data[name] = _utc(data[name])
-    data["failure_reason"] = FailureReason(data["failure_reason"])
-    return DeadJob(**data)
 
 
 def _moved(cursor: Cursor) -> Moved:
@@ -844,38 +836,13 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
     else:
         names = _json({"name": name} for name in dict.fromkeys(queues))
         cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
-    jobs = [_hot(row) for row in _rows(cursor)]
+    jobs = [hot_job(row) for row in _rows(cursor)]
     # OUTPUT order is unspecified: priority desc, due time asc, id.
     return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
 
 
-def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
-    """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
-    cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
-    rows = _rows(cursor)
-    return int(rows[0][0]) if rows else None
 
 
-def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
-    """Lease gate for several rows in one batch: {id: new attempt count} of those still owned."""
-    if not job_ids:
-        return {}
-    cursor.execute(MARK_PROCESSING_BATCH_SQL, [_ids_json(job_ids), worker_id])
-    return {str(job_id): int(attempts) for job_id, attempts in _rows(cursor)}
-
-
-def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
-    """Stamp the heartbeat of the listed Processing rows this worker owns; the ids still owned."""
-    if not job_ids:
-        return []
-    cursor.execute(KEEP_ALIVE_SQL, [_ids_json(job_ids), worker_id])
-    return [str(row[0]) for row in _rows(cursor)]
-
-
-def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
-    """(job id, actor) of this worker's Processing rows flagged for cancellation."""
-    cursor.execute(CANCEL_REQUESTS_SQL, [worker_id])
-    return [(str(job_id), str(actor)) for job_id, actor in _rows(cursor)]
 
 
 # ---------------------------------------------------------------- completion (batched)
@@ -901,7 +868,7 @@ def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure])
         return []
     payload = _json(
         {"id": i.job_id, "failure_reason": int(i.reason),
-         "error_details": i.error_details if i.error_details and i.error_details.strip() else UNKNOWN_ERROR}
+         "error_details": error_details(i.error_details)}
         for i in by_id.values()
     )
     cursor.execute(MOVE_TO_DLQ_SQL, [payload, worker_id])
@@ -940,16 +907,18 @@ def _resurrect(
     tags: str | None,
     priority: int | None,
     actor: str | None,
+    revision: int | None = None,
 ) -> Moved:
-    cursor.execute(RESURRECT_SQL, [payload, tags, priority, actor, _ids_json(job_ids)])
+    cursor.execute(RESURRECT_SQL, [payload, tags, priority, actor, _ids_json(job_ids), revision])
     return _moved(cursor)
 
 
 def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
     """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
-    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor))
+    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
 
 
 def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -959,47 +928,17 @@ def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -
     return _resurrect(cursor, job_ids, None, None, None, actor)
 
 
-def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
-    if not job_ids:
-        return []
-    details = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
-    cursor.execute(CANCEL_BATCH_SQL, [_ids_json(job_ids), details, actor])
-    return _moved(cursor)
 
 
-def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
-    """Flag Processing rows for cooperative cancellation; the flagged ids."""
-    if not job_ids:
-        return []
-    cursor.execute(REQUEST_CANCEL_SQL, [actor, _ids_json(job_ids)])
-    return [str(row[0]) for row in _rows(cursor)]
 
-
-def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
-) -> bool:
-    """Edit a Pending Hot row (None keeps the old value); False if not Pending or nothing to change."""
-    if payload is None and tags is None and priority is None:
-        return False
-    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id])
-    return bool(_rows(cursor))
-
-
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                    revision: int | None = None) -> bool:
     """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
     if payload is None and tags is None:
         return False
-    cursor.execute(UPDATE_DLQ_SQL, [payload, tags, actor, job_id])
+    cursor.execute(UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision])
     return bool(_rows(cursor))
 
-
-def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal -n."""
-    if not job_ids or batch_size <= 0:
-        return []
-    cursor.execute(PURGE_DLQ_IDS_SQL, [_ids_json(job_ids), batch_size])
-    return _moved(cursor)
 
 
 def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -1029,7 +968,7 @@ def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
 
 def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-    cursor.execute(ARCHIVE_ZOMBIES_SQL, [*_split_seconds(global_timeout_s), ZOMBIE_ERROR])
+    cursor.execute(ARCHIVE_ZOMBIES_SQL, [*_split_seconds(global_timeout_s), ZOMBIE_DETAILS])
     return _moved(cursor)
 
 
@@ -1124,18 +1063,6 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
 SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 
 
-def list_workers(cursor: Cursor) -> list[WorkerInfo]:
-    """Every worker registry row, freshest heartbeat first."""
-    cursor.execute(LIST_WORKERS_SQL)
-    return [_worker(row) for row in _rows(cursor)]
-
-
-def _worker(row: Sequence[Any]) -> WorkerInfo:
-    data = dict(zip(WORKER_FIELDS, row, strict=True))
-    for name in ("started_at", "last_heartbeat_at", "stopped_at"):
-        data[name] = _utc(data[name])
-    data["is_running"] = bool(data["is_running"])
-    return WorkerInfo(**data)
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -1166,90 +1093,28 @@ def change_marker(cursor: Cursor) -> int | None:
     return None
 
 
-def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
-    """The latest claimed tick of every recurring job."""
-    cursor.execute(SCHEDULE_TICKS_SQL)
-    return {str(name): _utc(at) for name, at in _rows(cursor)}  # type: ignore[misc]
-
 
 # ---------------------------------------------------------------- reads
 
 
-def queue_states(cursor: Cursor) -> list[QueueState]:
-    """Every ``chokaq_queues`` row, ordered by name (committed read: workers act on it)."""
-    cursor.execute(QUEUE_STATES_SQL)
-    return [_queue_state(row) for row in _rows(cursor)]
 
 
-def _queue_state(row: Sequence[Any]) -> QueueState:
-    name, paused, active, zombie_timeout, max_workers = row
-    return QueueState(str(name), bool(paused), bool(active), zombie_timeout, max_workers)
 
 
-def summary_stats(cursor: Cursor) -> SummaryStats:
-    """Hot counts by status plus the retained counters summed over every queue."""
-    cursor.execute(SUMMARY_STATS_SQL)
-    return _summary(_rows(cursor)[0])
 
 
-def _summary(row: Sequence[Any]) -> SummaryStats:
-    pending, fetched, processing, succeeded, failed, retried, last_activity_at = row
-    return SummaryStats(
-        int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried),
-        _utc(last_activity_at),
-    )
 
-
-def queue_stats(cursor: Cursor) -> list[QueueStats]:
-    """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
-    cursor.execute(QUEUE_STATS_SQL)
-    return [_queue_stats(row) for row in _rows(cursor)]
-
-
-def _queue_stats(row: Sequence[Any]) -> QueueStats:
-    name, p, f, r, s, fl, rt, last = row
-    return QueueStats(str(name), int(p), int(f), int(r), int(s), int(fl), int(rt), _utc(last))
-
-
-def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
-    cursor.execute(GET_HOT_SQL, [job_id])
-    rows = _rows(cursor)
-    return _hot(rows[0]) if rows else None
-
-
-def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
-    cursor.execute(GET_ARCHIVED_SQL, [job_id])
-    rows = _rows(cursor)
-    return _archived(rows[0]) if rows else None
-
-
-def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
-    cursor.execute(GET_DEAD_SQL, [job_id])
-    rows = _rows(cursor)
-    return _dead(rows[0]) if rows else None
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
-TOP_ERRORS_SAMPLE = 5000
-EMPTY_ERROR = "(empty error details)"
 ACTIVE_ROW = (
     "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
-)
-ARCHIVE_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at, duration_ms"
 )
 DLQ_ROW = (
     "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
     " LEFT(error_details, 400)"
 )
-# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
-ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-                "worker": "COALESCE(worker_id, N'')", "attempts": "attempt_count",
-                "duration": "COALESCE(duration_ms, -1.0)", "date": "finished_at"}  # fmt: skip
-DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-            "worker": "COALESCE(worker_id, N'')", "attempts": "attempt_count", "reason": "failure_reason",
-            "date": "failed_at"}  # fmt: skip
 
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
 LOCATE_SELECT = (
@@ -1324,122 +1189,13 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
 )
 
 
-def _like(term: str) -> str:
-    """A LIKE pattern matching ``term`` as a substring; ``[`` is a wildcard in T-SQL too."""
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_").replace("[", "\\[")
-    return f"%{escaped}%"
 
 
-def _param(value: Any) -> tuple[str, Any]:
-    """A comparison operand: datetimes as exact ISO text cast back to ``datetimeoffset``."""
-    if isinstance(value, datetime):
-        return "CAST(%s AS datetimeoffset(7))", _ts(value)
-    return "%s", value
 
 
-def _where(
-    filters: JobFilter, date_column: str, search_columns: Sequence[str], prefix: str = ""
-) -> tuple[list[str], list[Any]]:
-    """Filter clauses on ``prefix``-qualified columns (spec 01 §4.10): equality, case-insensitive search, dates."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filters.queue is not None:
-        clauses.append(f"{prefix}queue = %s")
-        params.append(filters.queue)
-    if filters.type is not None:
-        clauses.append(f"{prefix}type = %s")
-        params.append(filters.type)
-    if filters.job_id is not None:
-        clauses.append(f"{prefix}id = %s")
-        params.append(filters.job_id)
-    if filters.search:
-        pattern = _like(filters.search.lower())
-        clauses.append("(" + " OR ".join(f"LOWER({prefix}{c}) LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
-        params += [pattern] * len(search_columns)
-    for bound, operator in ((filters.from_at, ">="), (filters.to_at, "<=")):
-        if bound is not None:
-            marker, value = _param(bound)
-            clauses.append(f"{prefix}{date_column} {operator} {marker}")
-            params.append(value)
-    return clauses, params
 
 
-def _dlq_where(filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"), prefix)
-    if filters.failure_reason is not None:
-        clauses.append(f"{prefix}failure_reason = %s")
-        params.append(int(filters.failure_reason))
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
-
-def _keyset(
-    columns: str, table: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
-    limit: int, sort: HistorySort,
-) -> tuple[str, list[Any]]:
-    """One page after ``after_key`` on (order, id), both in the sort's direction; never OFFSET.
-    The predicate is spelled ``c <= v AND (c < v OR id < i)`` so an index on ``c`` bounds the scan."""
-    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
-    params = list(params)
-    if after_key is not None:
-        value, last_id = after_key
-        marker, value = _param(value)
-        keyset = f"{order} {op}= {marker} AND ({order} {op} {marker} OR id {op} %s)"
-        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
-        params += [value, value, last_id]
-    sql_text = f"SELECT TOP (%s) {columns} FROM {table}{where} ORDER BY {order} {direction}, id {direction}"
-    return sql_text, [int(limit), *params]
-
-
-def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-    """Newest Hot rows (no payload) matching the filters."""
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
-    if filters.status is not None:
-        clauses.append("status = %s")
-        params.append(int(filters.status))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(_active_select("%s", where), [int(limit), *params])
-    return [_active(r) for r in _rows(cursor)]
-
-
-def _active(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus(r[3]), attempt_count=int(r[4]),
-                  created_at=_utc(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
-                  worker_id=r[9], scheduled_at=_utc(r[10]), started_at=_utc(r[11]))
-
-
-def list_archive(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of Archive rows."""
-    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    sql_text, params = _keyset(ARCHIVE_ROW, "chokaq_jobs_archive", where, params,
-                               ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
-    cursor.execute(sql_text, params)
-    return [
-        JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=JobStatus.SUCCEEDED, attempt_count=int(r[3]),
-               created_at=_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
-               started_at=_utc(r[8]), finished_at=_utc(r[9]), duration_ms=r[10])
-        for r in _rows(cursor)
-    ]
-
-
-def list_dlq(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of DLQ rows."""
-    where, params = _dlq_where(filters)
-    sql_text, params = _keyset(DLQ_ROW, "chokaq_jobs_dlq", where, params, DLQ_SORT.get(sort.key, "failed_at"),
-                               after_key, limit, sort)
-    cursor.execute(sql_text, params)
-    rows = []
-    for r in _rows(cursor):
-        reason = FailureReason(r[9])
-        rows.append(JobRow(id=str(r[0]), queue=str(r[1]), type=str(r[2]), status=reason.shown_status,
-                           attempt_count=int(r[3]), created_at=_utc(r[4]), created_by=r[5],  # type: ignore[arg-type]
-                           tags=r[6], worker_id=r[7], finished_at=_utc(r[8]), failure_reason=reason,
-                           error_head=r[10]))
-    return rows
 
 
 def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
@@ -1447,56 +1203,15 @@ def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
     if not job_ids:
         return {}
     cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
-    return _located(_rows(cursor))
+    return located(_rows(cursor))
 
 
-def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
-    return {
-        str(job_id): JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows
-    }
 
 
-def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
-    """Per-second succeeded/failed counts since ``since``."""
-    cursor.execute(THROUGHPUT_SQL, [_ts(since)])
-    return [_metric(row) for row in _rows(cursor)]
 
 
-def _metric(row: Sequence[Any]) -> MetricPoint:
-    return MetricPoint(_utc(row[0]), int(row[1]), int(row[2]))  # type: ignore[arg-type]
 
 
-def queue_health(cursor: Cursor) -> list[QueueLag]:
-    """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
-    cursor.execute(QUEUE_HEALTH_SQL)
-    return [_lag(row) for row in _rows(cursor)]
-
-
-def _lag(row: Sequence[Any]) -> QueueLag:
-    return QueueLag(str(row[0]), int(row[1]), float(row[2]), float(row[3]))
-
-
-def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
-    """Top (reason, prefix) groups over the newest DLQ rows."""
-    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [_error(row) for row in _rows(cursor)]
-
-
-def _error(row: Sequence[Any]) -> ErrorGroup:
-    return ErrorGroup(FailureReason(row[0]), str(row[1]), int(row[2]), _utc(row[3]))  # type: ignore[arg-type]
-
-
-def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
-    """Matched count and up to 10 sample ids of a filtered DLQ bulk operation (committed reads)."""
-    where, params = _dlq_where(filters)
-    cursor.execute(f"SELECT COUNT(*) FROM chokaq_jobs_dlq{where}", params)
-    matched = _count(cursor)
-    sample: list[str] = []
-    if matched and max_jobs > 0:
-        cursor.execute(f"SELECT TOP (%s) id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC",
-                       [min(max_jobs, 10), *params])
-        sample = [str(row[0]) for row in _rows(cursor)]
-    return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
 
 def _picked_dlq(filters: JobFilter) -> tuple[str, list[Any]]:
@@ -1549,26 +1264,55 @@ def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, a
     return _moved(cursor)
 
 
-def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-    """Delete the given Archive rows; SucceededTotal -n."""
-    if not job_ids:
-        return []
-    cursor.execute(PURGE_ARCHIVE_IDS_SQL, [_ids_json(job_ids)])
-    return _moved(cursor)
 
 
-def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_archive`` would delete."""
-    cursor.execute("SELECT COUNT(*) FROM chokaq_jobs_archive WHERE finished_at < CAST(%s AS datetimeoffset(7))",
-                   [_ts(cutoff)])
-    return _count(cursor)
+
+class SQLServerDialect(StatementDialect):
+    """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
+    ISO text datetimes and batches whose first results carry no rows."""
+
+    QUEUE_STATES_SQL = QUEUE_STATES_SQL
+    SUMMARY_STATS_SQL = SUMMARY_STATS_SQL
+    QUEUE_STATS_SQL = QUEUE_STATS_SQL
+    LIST_WORKERS_SQL = LIST_WORKERS_SQL
+    THROUGHPUT_SQL = THROUGHPUT_SQL
+    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
+    TOP_ERRORS_SQL = TOP_ERRORS_SQL
+    TS = "CAST(%s AS datetimeoffset(7))"
+    MARK_PROCESSING_SQL = MARK_PROCESSING_SQL
+    MARK_PROCESSING_BATCH_SQL = MARK_PROCESSING_BATCH_SQL
+    KEEP_ALIVE_SQL = KEEP_ALIVE_SQL
+    CANCEL_REQUESTS_SQL = CANCEL_REQUESTS_SQL
+    CANCEL_BATCH_SQL = CANCEL_BATCH_SQL
+    REQUEST_CANCEL_SQL = REQUEST_CANCEL_SQL
+    UPDATE_HOT_SQL = UPDATE_HOT_SQL
+    PURGE_DLQ_IDS_SQL = PURGE_DLQ_IDS_SQL
+    PURGE_ARCHIVE_IDS_SQL = PURGE_ARCHIVE_IDS_SQL
+    LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
+    DLQ_ROW = f"{DLQ_ROW}  AS error_head"
+
+    def search_clause(self, column: str) -> str:
+        return f"LOWER({column}) LIKE %s ESCAPE '\\'"
+
+    def search_pattern(self, term: str) -> str:
+        return escaped_like(term.lower()).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
+
+    def param_ts(self, value: datetime | None) -> Any:
+        return None if value is None else _ts(value)
+
+    def rows(self, cursor: Cursor) -> list[Any]:
+        return _rows(cursor)
+
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        return _ids_json(ids)
 
 
-def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_dlq_older_than`` would delete."""
-    cursor.execute("SELECT COUNT(*) FROM chokaq_jobs_dlq WHERE created_at <= CAST(%s AS datetimeoffset(7))",
-                   [_ts(cutoff)])
-    return _count(cursor)
+_dialect = SQLServerDialect()
+globals().update(_dialect.protocol_functions((  # the module-level names of the shared reads
+    "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
+    "schedule_ticks", "throughput", "queue_health", "top_errors", "count_archive_older_than", "count_dlq_older_than",
+    "list_active", "list_archive", "list_dlq", "preview_dlq_bulk", *COMMANDS)))
+_dlq_where = _dialect.dlq_where
 
 
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
@@ -1616,17 +1360,17 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
         bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
     ])
-    summary, active, located, points, states, stats, lags, workers, errors = _rows(cursor)[0]
+    totals, active, found, points, states, stats, lags, workers, errors = _rows(cursor)[0]
     return DeckSnapshot(
-        summary=_summary(json_rows(summary, datetime_at=[6])[0]),
-        active=[_active(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
-        located=_located(json_rows(located)),
-        throughput=None if since is None else [_metric(r) for r in json_rows(points, datetime_at=[0])],
-        queue_states=[_queue_state(r) for r in json_rows(states)] if request.queues else None,
-        queue_stats=[_queue_stats(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
-        queue_lags=[_lag(r) for r in json_rows(lags)] if request.queues else None,
-        workers=[_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
-        errors=[_error(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
+        summary=summary(json_rows(totals, datetime_at=[6])[0]),
+        active=[active_row(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
+        located=located(json_rows(found)),
+        throughput=None if since is None else [metric(r) for r in json_rows(points, datetime_at=[0])],
+        queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
+        queue_stats=[queue_stats_row(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
+        queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
+        workers=[worker_info(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
+        errors=[error_group(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
     )
 
 
@@ -1665,7 +1409,7 @@ def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[Fa
 
 def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
     cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
-    return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], _utc(row[6]), _utc(row[7]))  # type: ignore[arg-type]
+    return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], as_utc(row[6]), as_utc(row[7]))
             for row in _rows(cursor)]
 
 

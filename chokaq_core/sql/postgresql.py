@@ -15,39 +15,57 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
-    INDEXED_SORTS,
-    ArchivedJob,
     Attempt,
-    BulkPreview,
-    DeadJob,
     DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
-    HistorySort,
     HotJob,
     JobFilter,
-    JobRow,
-    JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
-    QueueState,
-    QueueStats,
     Retry,
     SnapshotRequest,
     StorageError,
     Success,
-    SummaryStats,
-    WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_rows
+from chokaq_core.sql.base import (
+    ACTIVE_SQL,
+    ARCHIVE_FIELDS,
+    CARRIED_REVISION,
+    COMMANDS,
+    DLQ_FIELDS,
+    EMPTY_ERROR,
+    HOT_FIELDS,
+    LIST_WORKERS_SQL,
+    QUEUE_STATES_SQL,
+    QUEUE_STATS_SQL,
+    READS,
+    REVISION_BUMP,
+    SUMMARY_STATS_SQL,
+    THROUGHPUT_SQL,
+    TOP_ERRORS_SAMPLE,
+    WORKER_FIELDS,
+    ZOMBIE_DETAILS,
+    StatementDialect,
+    active_row,
+    error_details,
+    error_group,
+    escaped_like,
+    hot_job,
+    lag,
+    located,
+    metric,
+    queue_state,
+    queue_stats_row,
+    revision_guard,
+    summary,
+    worker_info,
+)
 
 NOTIFY_CHANNEL = "chokaq_jobs"
 
@@ -74,16 +92,6 @@ AUTOCOMMIT_SAFE = frozenset({
     "count_dlq_older_than", "deck_snapshot",
 })  # fmt: skip
 
-ZOMBIE_ERROR = "Zombie: Worker heartbeat expired during execution"
-UNKNOWN_ERROR = "Unknown error (No details provided)"
-
-# Column lists follow the row dataclasses field for field, so a fetched row maps by position.
-HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
-ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
-DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
-HOT_COLUMNS = ", ".join(HOT_FIELDS)
-ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
-DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 
@@ -92,7 +100,9 @@ WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 
 
 def _returning(columns: Iterable[str], stamp: str, overrides: Mapping[str, str]) -> str:
-    """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden; skips the stamp column."""
+    """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden (a moved row's revision goes up
+    by one); skips the stamp column."""
+    overrides = {"revision": f"h.{CARRIED_REVISION}", **overrides}
     return ", ".join(f"{overrides[c]} AS {c}" if c in overrides else f"h.{c}" for c in columns if c != stamp)
 
 
@@ -384,13 +394,13 @@ WHERE id = ANY(%s::text[]) AND status = 1 AND worker_id = %s
 # Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
 RESURRECT_SQL = f"""
 WITH moved AS (
-    DELETE FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[])
-    RETURNING id, queue, type, payload, tags, created_by, created_at),
+    DELETE FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[]) AND {revision_guard("%s::int")}
+    RETURNING id, queue, type, payload, tags, created_by, created_at, revision),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count,
-        created_at, last_updated_at, created_by, last_modified_by)
+        created_at, last_updated_at, created_by, last_modified_by, revision)
     SELECT id, queue, type, coalesce(%s::text, payload), coalesce(%s::text, tags), coalesce(%s::int, 10), 0, 0,
-           created_at, now(), created_by, %s::text
+           created_at, now(), created_by, %s::text, {CARRIED_REVISION}
     FROM moved
     RETURNING id, queue),
 {_stats_sub("failed_total", "ins", touch=True)}
@@ -403,19 +413,20 @@ WHERE id = ANY(%s::text[]) AND status = 2
 RETURNING id
 """
 
-UPDATE_HOT_SQL = """
+UPDATE_HOT_SQL = f"""
 UPDATE chokaq_jobs_hot
 SET payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), priority = coalesce(%s::int, priority),
-    last_modified_by = %s, last_updated_at = now()
-WHERE id = %s AND status = 0
+    last_modified_by = %s, last_updated_at = now(), {REVISION_BUMP}
+WHERE id = %s AND status = 0 AND {revision_guard("%s::int")}
+RETURNING id
 """
 
-UPDATE_DLQ_SQL = """
+UPDATE_DLQ_SQL = f"""
 UPDATE chokaq_jobs_dlq
 SET previous_payload = CASE WHEN coalesce(%s::text, payload) IS DISTINCT FROM payload
                             THEN payload ELSE previous_payload END,
-    payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), last_modified_by = %s
-WHERE id = %s
+    payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), last_modified_by = %s, {REVISION_BUMP}
+WHERE id = %s AND {revision_guard("%s::int")}
 """
 
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue")
@@ -428,89 +439,7 @@ WHERE status = 1 AND last_updated_at < now() - make_interval(secs => %s::float8)
 """
 
 
-def _queue_upsert(column: str) -> str:
-    """Upsert of one queue setting (spec 01 §4.17); a new row starts visible and unpaused."""
-    values = {"is_paused": "false", "is_active": "true", column: "%s"}
-    return (
-        f"INSERT INTO chokaq_queues (name, {', '.join(values)}, last_updated_at)\n"
-        f"VALUES (%s, {', '.join(values.values())}, now())\n"
-        f"ON CONFLICT (name) DO UPDATE SET {column} = EXCLUDED.{column}, last_updated_at = EXCLUDED.last_updated_at"
-    )
-
-
-QUEUE_UPSERT_SQL = {column: _queue_upsert(column) for column in ("is_paused", "zombie_timeout_seconds", "max_workers")}
-
-SET_QUEUE_ACTIVE_SQL = """
-UPDATE chokaq_queues SET is_active = %s, is_paused = true, last_updated_at = now() WHERE name = %s
-"""
-
-UPSERT_WORKER_SQL = """
-INSERT INTO chokaq_workers AS w (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,
-    is_running, capacity, active_count, runtime_json, circuits_json)
-VALUES (%s, %s, %s, %s, now(), now(), NULL, %s, %s, %s, %s, %s)
-ON CONFLICT (worker_id) DO UPDATE SET
-    hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    last_heartbeat_at = EXCLUDED.last_heartbeat_at,
-    stopped_at = CASE WHEN EXCLUDED.is_running THEN NULL ELSE w.stopped_at END,
-    is_running = EXCLUDED.is_running, capacity = EXCLUDED.capacity, active_count = EXCLUDED.active_count,
-    runtime_json = EXCLUDED.runtime_json, circuits_json = EXCLUDED.circuits_json
-"""
-
-STOP_WORKER_SQL = """
-UPDATE chokaq_workers SET is_running = false, stopped_at = now(), active_count = 0 WHERE worker_id = %s
-"""
-
-QUEUE_STATES_SQL = """
-SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues ORDER BY name
-"""
-
-_HOT_COUNTS = """
-    count(*) FILTER (WHERE status = 0) AS pending,
-    count(*) FILTER (WHERE status = 1) AS fetched,
-    count(*) FILTER (WHERE status = 2) AS processing
-"""
-
-SUMMARY_STATS_SQL = f"""
-SELECT h.pending, h.fetched, h.processing, s.succeeded, s.failed, s.retried, s.last_activity_at
-FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot) h
-CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0)::bigint AS succeeded,
-                   coalesce(sum(failed_total), 0)::bigint AS failed,
-                   coalesce(sum(retried_total), 0)::bigint AS retried,
-                   max(last_activity_at) AS last_activity_at
-            FROM chokaq_stats_summary) s
-"""
-
-QUEUE_STATS_SQL = f"""
-SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
-       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
-FROM chokaq_queues q
-LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM chokaq_jobs_hot GROUP BY queue) h ON h.queue = q.name
-LEFT JOIN chokaq_stats_summary s ON s.queue = q.name
-ORDER BY q.name
-"""
-
-GET_HOT_SQL = f"SELECT {HOT_COLUMNS} FROM chokaq_jobs_hot WHERE id = %s"
-GET_ARCHIVED_SQL = f"SELECT {ARCHIVE_COLUMNS} FROM chokaq_jobs_archive WHERE id = %s"
-GET_DEAD_SQL = f"SELECT {DLQ_COLUMNS} FROM chokaq_jobs_dlq WHERE id = %s"
-
-
-# ---------------------------------------------------------------- row mappers
-
-
-def _hot(row: Sequence[Any]) -> HotJob:
-    data = dict(zip(HOT_FIELDS, row, strict=True))
-    data["status"] = JobStatus(data["status"])
-    return HotJob(**data)
-
-
-def _archived(row: Sequence[Any]) -> ArchivedJob:
-    return ArchivedJob(**dict(zip(ARCHIVE_FIELDS, row, strict=True)))
-
-
-def _dead(row: Sequence[Any]) -> DeadJob:
-    data = dict(zip(DLQ_FIELDS, row, strict=True))
-    data["failure_reason"] = FailureReason(data["failure_reason"])
-    return DeadJob(**data)
+# ---------------------------------------------------------------- helpers
 
 
 def _moved(cursor: Cursor) -> Moved:
@@ -602,36 +531,11 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
         # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
         params.update(scan=limit, candidates=limit * 4)
     cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
-    return [_hot(row) for row in cursor.fetchall()]
+    return [hot_job(row) for row in cursor.fetchall()]
 
 
-def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
-    """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
-    cursor.execute(MARK_PROCESSING_SQL, [job_id, worker_id])
-    row = cursor.fetchone()
-    return None if row is None else int(row[0])
 
 
-def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
-    """Lease gate for several rows in one statement: {id: new attempt count} of those still owned."""
-    if not job_ids:
-        return {}
-    cursor.execute(MARK_PROCESSING_BATCH_SQL, [list(dict.fromkeys(job_ids)), worker_id])
-    return {job_id: int(attempts) for job_id, attempts in cursor.fetchall()}
-
-
-def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
-    """Stamp the heartbeat of the listed Processing rows this worker owns; the ids still owned."""
-    if not job_ids:
-        return []
-    cursor.execute(KEEP_ALIVE_SQL, [list(job_ids), worker_id])
-    return [row[0] for row in cursor.fetchall()]
-
-
-def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
-    """(job id, actor) of this worker's Processing rows flagged for cancellation."""
-    cursor.execute(CANCEL_REQUESTS_SQL, [worker_id])
-    return [(job_id, actor) for job_id, actor in cursor.fetchall()]
 
 
 # ---------------------------------------------------------------- completion (batched)
@@ -660,7 +564,7 @@ def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure])
         [
             list(by_id),
             [int(i.reason) for i in by_id.values()],
-            [i.error_details if i.error_details and i.error_details.strip() else UNKNOWN_ERROR for i in by_id.values()],
+            [error_details(i.error_details) for i in by_id.values()],
             worker_id,
             worker_id,
         ],
@@ -704,16 +608,18 @@ def _resurrect(
     tags: str | None,
     priority: int | None,
     actor: str | None,
+    revision: int | None = None,
 ) -> Moved:
-    cursor.execute(RESURRECT_SQL, [_unique_ids(job_ids), payload, tags, priority, actor])
+    cursor.execute(RESURRECT_SQL, [_unique_ids(job_ids), revision, payload, tags, priority, actor])
     return _moved(cursor)
 
 
 def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
     """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
-    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor))
+    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
 
 
 def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -723,47 +629,17 @@ def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -
     return _resurrect(cursor, job_ids, None, None, None, actor)
 
 
-def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
-    if not job_ids:
-        return []
-    details = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
-    cursor.execute(CANCEL_BATCH_SQL, [_unique_ids(job_ids), details, actor])
-    return _moved(cursor)
 
 
-def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
-    """Flag Processing rows for cooperative cancellation; the flagged ids."""
-    if not job_ids:
-        return []
-    cursor.execute(REQUEST_CANCEL_SQL, [actor, _unique_ids(job_ids)])
-    return [row[0] for row in cursor.fetchall()]
 
-
-def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
-) -> bool:
-    """Edit a Pending Hot row (None keeps the old value); False if not Pending or nothing to change."""
-    if payload is None and tags is None and priority is None:
-        return False
-    cursor.execute(UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id])
-    return bool(cursor.rowcount)
-
-
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                    revision: int | None = None) -> bool:
     """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
     if payload is None and tags is None:
         return False
-    cursor.execute(UPDATE_DLQ_SQL, [payload, payload, tags, actor, job_id])
+    cursor.execute(UPDATE_DLQ_SQL, [payload, payload, tags, actor, job_id, revision])
     return bool(cursor.rowcount)
 
-
-def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-    """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal -n."""
-    if not job_ids or batch_size <= 0:
-        return []
-    cursor.execute(PURGE_DLQ_IDS_SQL, [_unique_ids(job_ids), batch_size])
-    return _moved(cursor)
 
 
 def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -791,70 +667,15 @@ def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
 
 def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s), ZOMBIE_ERROR])
+    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s), ZOMBIE_DETAILS])
     return _moved(cursor)
 
 
-# ---------------------------------------------------------------- queue controls
-
-
-def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
-    """Upsert ``is_paused``."""
-    cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, paused])
-
-
-def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
-    """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
-    cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
-
-
-def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
-    """Upsert ``max_workers`` (None = unlimited)."""
-    cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
-
-
-def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
-    """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
-    cursor.execute(SET_QUEUE_ACTIVE_SQL, [active, queue])
-    return bool(cursor.rowcount)
-
-
-# ---------------------------------------------------------------- worker registry
-
-
-def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
-    """Register or refresh a worker row; ``started_at`` is set on first insert only."""
-    cursor.execute(
-        UPSERT_WORKER_SQL,
-        [
-            info.worker_id,
-            info.hostname,
-            info.pid,
-            info.queues,
-            info.is_running,
-            info.capacity,
-            info.active_count,
-            info.runtime_json,
-            info.circuits_json,
-        ],
-    )
-
-
-def stop_worker(cursor: Cursor, worker_id: str) -> None:
-    """Mark a worker stopped (not running, no active executions)."""
-    cursor.execute(STOP_WORKER_SQL, [worker_id])
-
-
-# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
+# ---------------------------------------------------------------- operations: retention, schedule, reads
 
 AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
                                      "tidy_hot_table"}
 
-WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
-                 "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
-LIST_WORKERS_SQL = (
-    f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers ORDER BY last_heartbeat_at DESC, worker_id"
-)
 PURGE_WORKERS_SQL = """
 DELETE FROM chokaq_workers WHERE worker_id IN (
     SELECT worker_id FROM chokaq_workers WHERE last_heartbeat_at < %s
@@ -875,16 +696,6 @@ UPDATE chokaq_schedules SET last_tick_at = %s, updated_at = now() WHERE name = %
 RETURNING name
 """
 SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
-
-
-def list_workers(cursor: Cursor) -> list[WorkerInfo]:
-    """Every worker registry row, freshest heartbeat first."""
-    cursor.execute(LIST_WORKERS_SQL)
-    return [_worker(row) for row in cursor.fetchall()]
-
-
-def _worker(row: Sequence[Any]) -> WorkerInfo:
-    return WorkerInfo(**dict(zip(WORKER_FIELDS, row, strict=True)))
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -937,103 +748,6 @@ def change_marker(cursor: Cursor) -> int | None:
     return None
 
 
-def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
-    """The latest claimed tick of every recurring job."""
-    cursor.execute(SCHEDULE_TICKS_SQL)
-    return {name: at for name, at in cursor.fetchall()}
-
-
-# ---------------------------------------------------------------- reads
-
-
-def queue_states(cursor: Cursor) -> list[QueueState]:
-    """Every ``chokaq_queues`` row, ordered by name."""
-    cursor.execute(QUEUE_STATES_SQL)
-    return [QueueState(*row) for row in cursor.fetchall()]
-
-
-def summary_stats(cursor: Cursor) -> SummaryStats:
-    """Hot counts by status plus the retained counters summed over every queue."""
-    cursor.execute(SUMMARY_STATS_SQL)
-    return _summary(cursor.fetchone())
-
-
-def _summary(row: Sequence[Any]) -> SummaryStats:
-    pending, fetched, processing, succeeded, failed, retried, last_activity_at = row
-    return SummaryStats(
-        int(pending), int(fetched), int(processing), int(succeeded), int(failed), int(retried), last_activity_at
-    )
-
-
-def queue_stats(cursor: Cursor) -> list[QueueStats]:
-    """One row per ``chokaq_queues`` row (ordered by name): Hot counts and retained counters."""
-    cursor.execute(QUEUE_STATS_SQL)
-    return [_queue_stats(row) for row in cursor.fetchall()]
-
-
-def _queue_stats(row: Sequence[Any]) -> QueueStats:
-    name, p, f, r, s, fl, rt, last = row
-    return QueueStats(name, int(p), int(f), int(r), int(s), int(fl), int(rt), last)
-
-
-def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
-    cursor.execute(GET_HOT_SQL, [job_id])
-    row = cursor.fetchone()
-    return None if row is None else _hot(row)
-
-
-def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
-    cursor.execute(GET_ARCHIVED_SQL, [job_id])
-    row = cursor.fetchone()
-    return None if row is None else _archived(row)
-
-
-def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
-    cursor.execute(GET_DEAD_SQL, [job_id])
-    row = cursor.fetchone()
-    return None if row is None else _dead(row)
-
-
-# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
-
-TOP_ERRORS_SAMPLE = 5000
-EMPTY_ERROR = "(empty error details)"
-ACTIVE_ROW = (
-    "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
-)
-ARCHIVE_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at, duration_ms"
-)
-DLQ_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
-    " left(error_details, 400) AS error_head"
-)
-DLQ_WINDOWED_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason, error_head"
-)
-# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
-ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-                "worker": "coalesce(worker_id, '')", "attempts": "attempt_count",
-                "duration": "coalesce(duration_ms, -1.0)", "date": "finished_at"}  # fmt: skip
-DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-            "worker": "coalesce(worker_id, '')", "attempts": "attempt_count", "reason": "failure_reason",
-            "date": "failed_at"}  # fmt: skip
-
-LOCATE_SQL = f"""
-SELECT id, status FROM chokaq_jobs_hot WHERE id = ANY(%s::text[])
-UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id = ANY(%s::text[])
-UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[])
-"""
-
-ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM chokaq_jobs_hot{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
-
-THROUGHPUT_SQL = """
-SELECT bucket_start, coalesce(sum(completed_count) FILTER (WHERE outcome = 0), 0)::bigint,
-       coalesce(sum(completed_count) FILTER (WHERE outcome = 1), 0)::bigint
-FROM chokaq_metric_buckets WHERE bucket_start >= %s
-GROUP BY bucket_start ORDER BY bucket_start
-"""
-
 QUEUE_HEALTH_SQL = """
 SELECT q.name, h.n, coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
 FROM chokaq_queues q CROSS JOIN LATERAL (
@@ -1060,175 +774,37 @@ SELECT id, queue FROM del
 """
 
 
-def _like(term: str) -> str:
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+class PostgreSQLDialect(StatementDialect):
+    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
+
+    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
+    TOP_ERRORS_SQL = TOP_ERRORS_SQL
+    MARK_PROCESSING_SQL = MARK_PROCESSING_SQL
+    MARK_PROCESSING_BATCH_SQL = MARK_PROCESSING_BATCH_SQL
+    KEEP_ALIVE_SQL = KEEP_ALIVE_SQL
+    CANCEL_REQUESTS_SQL = CANCEL_REQUESTS_SQL
+    CANCEL_BATCH_SQL = CANCEL_BATCH_SQL
+    REQUEST_CANCEL_SQL = REQUEST_CANCEL_SQL
+    UPDATE_HOT_SQL = UPDATE_HOT_SQL
+    PURGE_DLQ_IDS_SQL = PURGE_DLQ_IDS_SQL
+    PURGE_ARCHIVE_IDS_SQL = PURGE_ARCHIVE_IDS_SQL
+
+    def search_clause(self, column: str) -> str:
+        return f"lower({column}) LIKE %s ESCAPE '\\'"
+
+    def search_pattern(self, term: str) -> str:
+        return escaped_like(term.lower())
+
+    def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        return "= ANY(%s::text[])", [list(ids)]
 
 
-def _where(filters: JobFilter, date_column: str, search_columns: Sequence[str]) -> tuple[list[str], list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filters.queue is not None:
-        clauses.append("queue = %s")
-        params.append(filters.queue)
-    if filters.type is not None:
-        clauses.append("type = %s")
-        params.append(filters.type)
-    if filters.job_id is not None:
-        clauses.append("id = %s")
-        params.append(filters.job_id)
-    if filters.search:
-        # lower() LIKE: the same case-insensitive match as ILIKE, measurably cheaper on a full scan
-        pattern = _like(filters.search.lower())
-        clauses.append("(" + " OR ".join(f"lower({c}) LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
-        params += [pattern] * len(search_columns)
-    if filters.from_at is not None:
-        clauses.append(f"{date_column} >= %s")
-        params.append(filters.from_at)
-    if filters.to_at is not None:
-        clauses.append(f"{date_column} <= %s")
-        params.append(filters.to_at)
-    return clauses, params
+_dialect = PostgreSQLDialect()
+globals().update(_dialect.protocol_functions((*READS, *COMMANDS)))  # the module-level names of the Dialect protocol
+_dlq_where = _dialect.dlq_where
 
 
-def _dlq_where(filters: JobFilter) -> tuple[str, list[Any]]:
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"))
-    if filters.failure_reason is not None:
-        clauses.append("failure_reason = %s")
-        params.append(int(filters.failure_reason))
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
-def _keyset(
-    sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None, limit: int,
-    sort: HistorySort,
-) -> tuple[str, list[Any]]:
-    """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction.
-    The predicate is spelled ``c <= v AND (c < v OR id < i)`` so a single-column index on ``c`` bounds the scan."""
-    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
-    params = list(params)
-    if after_key is not None:
-        value, last_id = after_key
-        keyset = f"{order} {op}= %s AND ({order} {op} %s OR id {op} %s)"
-        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
-        params += [value, value, last_id]
-    return f"{sql}{where} ORDER BY {order} {direction}, id {direction} LIMIT %s", [*params, int(limit)]
-
-
-def _source(
-    pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any], sort: HistorySort
-) -> tuple[str, str, list[Any]]:
-    """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
-    ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
-    if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
-        return f"SELECT {inner} FROM {table}", where, params
-    date = "finished_at" if pillar == "archive" else "failed_at"
-    return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC LIMIT %s) w",
-            "", [*params, int(sort.window)])
-
-
-def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-    """Newest Hot rows (no payload) matching the filters."""
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
-    if filters.status is not None:
-        clauses.append("status = %s")
-        params.append(int(filters.status))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(ACTIVE_SQL.format(where=where), [*params, int(limit)])
-    return [_active(r) for r in cursor.fetchall()]
-
-
-def _active(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=r[5],
-                  priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=r[10], started_at=r[11])
-
-
-def list_archive(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of Archive rows."""
-    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    select, where, params = _source("archive", "chokaq_jobs_archive", ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
-    sql, params = _keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
-    cursor.execute(sql, params)
-    return [
-        JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3], created_at=r[4],
-               created_by=r[5], tags=r[6], worker_id=r[7], started_at=r[8], finished_at=r[9], duration_ms=r[10])
-        for r in cursor.fetchall()
-    ]
-
-
-def list_dlq(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    """One keyset page of DLQ rows."""
-    where, params = _dlq_where(filters)
-    select, where, params = _source("dlq", "chokaq_jobs_dlq", DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
-    sql, params = _keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
-    cursor.execute(sql, params)
-    rows = []
-    for r in cursor.fetchall():
-        reason = FailureReason(r[9])
-        rows.append(JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
-                           created_at=r[4], created_by=r[5], tags=r[6], worker_id=r[7], finished_at=r[8],
-                           failure_reason=reason, error_head=r[10]))
-    return rows
-
-
-def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    """Where each id is now (primary-key lookups in the three pillars)."""
-    ids = _unique_ids(job_ids)
-    if not ids:
-        return {}
-    cursor.execute(LOCATE_SQL, [ids, ids, ids])
-    return _located(cursor.fetchall())
-
-
-def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
-    return {job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows}
-
-
-def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
-    """Per-second succeeded/failed counts since ``since``."""
-    cursor.execute(THROUGHPUT_SQL, [since])
-    return [_metric(row) for row in cursor.fetchall()]
-
-
-def _metric(row: Sequence[Any]) -> MetricPoint:
-    return MetricPoint(row[0], int(row[1]), int(row[2]))
-
-
-def queue_health(cursor: Cursor) -> list[QueueLag]:
-    """Due Pending count and lag per queue (through ``hot_pending_lag``)."""
-    cursor.execute(QUEUE_HEALTH_SQL)
-    return [_lag(row) for row in cursor.fetchall()]
-
-
-def _lag(row: Sequence[Any]) -> QueueLag:
-    return QueueLag(row[0], int(row[1]), float(row[2]), float(row[3]))
-
-
-def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
-    """Top (reason, prefix) groups over the newest DLQ rows."""
-    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [_error(row) for row in cursor.fetchall()]
-
-
-def _error(row: Sequence[Any]) -> ErrorGroup:
-    return ErrorGroup(FailureReason(row[0]), row[1], int(row[2]), row[3])
-
-
-def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
-    """Matched count and up to 10 sample ids of a filtered DLQ bulk operation."""
-    where, params = _dlq_where(filters)
-    matched = _count(cursor, f"SELECT count(*) FROM chokaq_jobs_dlq{where}", params)
-    sample: list[str] = []
-    if matched:
-        cursor.execute(f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s",
-                       [*params, min(max_jobs, 10)])
-        sample = [row[0] for row in cursor.fetchall()]
-    return BulkPreview(matched, min(matched, max_jobs), matched > max_jobs, sample)
+# ---------------------------------------------------------------- Deck bulk commands
 
 
 def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
@@ -1255,23 +831,6 @@ def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, a
     return _resurrect(cursor, ids, None, None, None, actor) if ids else []
 
 
-def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-    """Delete the given Archive rows; SucceededTotal -n."""
-    if not job_ids:
-        return []
-    cursor.execute(PURGE_ARCHIVE_IDS_SQL, [_unique_ids(job_ids)])
-    return _moved(cursor)
-
-
-def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_archive`` would delete."""
-    return _count(cursor, "SELECT count(*) FROM chokaq_jobs_archive WHERE finished_at < %s", [cutoff])
-
-
-def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    """Rows ``purge_dlq_older_than`` would delete."""
-    return _count(cursor, "SELECT count(*) FROM chokaq_jobs_dlq WHERE created_at <= %s", [cutoff])
-
 
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
@@ -1287,7 +846,7 @@ DECK_SNAPSHOT_SQL = f"""
 SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
         FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6)),
        {_packed(ACTIVE_SQL.format(where=""), 12, "c5 DESC, c0 DESC")},
-       {_packed(LOCATE_SQL, 2, "c0")},
+       {_packed(_dialect.locate_sql(())[0], 2, "c0")},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,
        CASE WHEN %s THEN json_build_array({_packed(QUEUE_STATES_SQL, 5, "c0")}, {_packed(QUEUE_STATS_SQL, 8, "c0")},
                                           {_packed(QUEUE_HEALTH_SQL, 4, "c0")}) END,
@@ -1306,17 +865,17 @@ def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         request.queues, request.workers,
         request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
     ])
-    summary, active, located, points, queues, workers, errors = cursor.fetchone()
+    totals, active, found, points, queues, workers, errors = cursor.fetchone()
     return DeckSnapshot(
-        summary=_summary(json_rows([summary], datetime_at=[6])[0]),
-        active=[_active(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
-        located=_located(json_rows(located)),
-        throughput=None if since is None else [_metric(r) for r in json_rows(points, datetime_at=[0])],
-        queue_states=None if queues is None else [QueueState(*r) for r in json_rows(queues[0])],
-        queue_stats=None if queues is None else [_queue_stats(r) for r in json_rows(queues[1], datetime_at=[7])],
-        queue_lags=None if queues is None else [_lag(r) for r in json_rows(queues[2])],
-        workers=None if workers is None else [_worker(r) for r in json_rows(workers, datetime_at=[9, 10, 11])],
-        errors=None if errors is None else [_error(r) for r in json_rows(errors, datetime_at=[3])],
+        summary=summary(json_rows([totals])[0]),
+        active=[active_row(r) for r in json_rows(active)],
+        located=located(json_rows(found)),
+        throughput=None if since is None else [metric(r) for r in json_rows(points)],
+        queue_states=None if queues is None else [queue_state(r) for r in json_rows(queues[0])],
+        queue_stats=None if queues is None else [queue_stats_row(r) for r in json_rows(queues[1])],
+        queue_lags=None if queues is None else [lag(r) for r in json_rows(queues[2])],
+        workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
+        errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
     )
 
 

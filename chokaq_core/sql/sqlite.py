@@ -19,64 +19,74 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core.domain import (
-    INDEXED_SORTS,
-    ArchivedJob,
     Attempt,
-    BulkPreview,
-    DeadJob,
     DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
-    HistorySort,
     HotJob,
     JobFilter,
-    JobRow,
-    JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
-    QueueState,
-    QueueStats,
     Retry,
     SnapshotRequest,
     Success,
-    SummaryStats,
-    WorkerInfo,
 )
 from chokaq_core.sql import json_rows
+from chokaq_core.sql.base import (
+    ACTIVE_SQL,
+    ARCHIVE,
+    ARCHIVE_FIELDS,
+    BUCKETS,
+    CARRIED_REVISION,
+    DLQ,
+    DLQ_FIELDS,
+    EMPTY_ERROR,
+    HOT,
+    HOT_FIELDS,
+    LIST_WORKERS_SQL,
+    QUEUE_STATES_SQL,
+    QUEUE_STATS_SQL,
+    QUEUES,
+    REVISION_BUMP,
+    SCHEDULES,
+    STATS,
+    SUMMARY_STATS_SQL,
+    THROUGHPUT_SQL,
+    TOP_ERRORS_SAMPLE,
+    WORKERS,
+    ZOMBIE_DETAILS,
+    BaseDialect,
+    active_row,
+    as_utc,
+    cancel_details,
+    error_details,
+    error_group,
+    hot_job,
+    lag,
+    located,
+    metric,
+    queue_state,
+    queue_stats_row,
+    revision_guard,
+    summary,
+    worker_info,
+)
 
 Cursor = Any
 Moved = list[tuple[str, str]]
 
-HOT = "chokaq_jobs_hot"
-ARCHIVE = "chokaq_jobs_archive"
-DLQ = "chokaq_jobs_dlq"
-STATS = "chokaq_stats_summary"
-BUCKETS = "chokaq_metric_buckets"
-QUEUES = "chokaq_queues"
-WORKERS = "chokaq_workers"
-
-HOT_COLUMNS = (
-    "id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count, worker_id, "
-    "heartbeat_at, scheduled_at, created_at, started_at, last_updated_at, created_by, last_modified_by"
-)
-ARCHIVE_COLUMNS = (
-    "id, queue, type, payload, tags, attempt_count, worker_id, created_by, last_modified_by, "
-    "created_at, started_at, finished_at, duration_ms, result"
-)
-DLQ_COLUMNS = (
-    "id, queue, type, payload, tags, failure_reason, error_details, attempt_count, worker_id, "
-    "created_by, last_modified_by, created_at, failed_at"
-)
+HOT_COLUMNS = ", ".join(HOT_FIELDS)
+ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
+DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
 # Columns a move carries out of Hot (indexes into a HOT_COLUMNS row).
-_ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY = (
-    0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16,
+_ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY, _REVISION = (
+    0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16, 17,
 )
 # "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
 # without statistics it would otherwise walk every row of that status through hot_status_created.
 # Functions storage may run without an explicit transaction: one statement, or reads.
+PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
+ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
 AUTOCOMMIT_SAFE = frozenset({
     "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
     "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
@@ -85,8 +95,6 @@ AUTOCOMMIT_SAFE = frozenset({
     "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
     "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
 })
-ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
-UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
 MAX_ROWS_PER_INSERT = 500
 
 
@@ -101,14 +109,6 @@ def _ts(value: datetime | None) -> str | None:
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
-def _dt(value: str | datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.fromisoformat(value).replace(tzinfo=UTC)
-
-
 def _marks(count: int) -> str:
     return ", ".join(["%s"] * count)
 
@@ -116,16 +116,6 @@ def _marks(count: int) -> str:
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _hot_job(row: Sequence[Any]) -> HotJob:
-    return HotJob(
-        id=row[0], queue=row[1], type=row[2], payload=row[3], tags=row[4], idempotency_key=row[5],
-        priority=row[6], status=JobStatus(row[7]), attempt_count=row[8], worker_id=row[9],
-        heartbeat_at=_dt(row[10]), scheduled_at=_dt(row[11]), created_at=_dt(row[12]),  # type: ignore[arg-type]
-        started_at=_dt(row[13]), last_updated_at=_dt(row[14]),  # type: ignore[arg-type]
-        created_by=row[15], last_modified_by=row[16],
-    )
 
 
 def _sort_key(job: HotJob) -> tuple[int, datetime]:
@@ -201,10 +191,11 @@ def _insert_dlq(
     stamp = _ts(now)
     values = [
         (r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], details[r[_ID]][0], details[r[_ID]][1], r[_ATTEMPTS],
-         r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp)
+         r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp,
+         r[_REVISION] + 1)  # the row carries its revision, one up
         for r in rows
     ]
-    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(13)})", values)
+    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(14)})", values)
     _bump_stats(cursor, "failed_total", Counter(r[_QUEUE] for r in rows), stamp)
     _bump_buckets(cursor, now, ((r[_QUEUE], 1, details[r[_ID]][0], None) for r in rows))
     return [(r[_ID], r[_QUEUE]) for r in rows]
@@ -330,7 +321,7 @@ def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str
             ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
         params = [now, json.dumps(open_queues), scan]
     cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
-    return sorted((_hot_job(row) for row in cursor.fetchall()), key=_sort_key)
+    return sorted((hot_job(row) for row in cursor.fetchall()), key=_sort_key)
 
 
 def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
@@ -407,9 +398,7 @@ def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure])
     if not items:
         return []
     details = {
-        item.job_id: (int(item.reason), item.error_details if item.error_details and item.error_details.strip()
-                      else UNKNOWN_ERROR)
-        for item in items
+        item.job_id: (int(item.reason), error_details(item.error_details)) for item in items
     }
     guard, params = _worker_guard(worker_id)
     rows = _delete_hot(cursor, list(details), guard, params)
@@ -449,33 +438,34 @@ def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
 
 def _resurrect_rows(
     cursor: Cursor, job_ids: Sequence[str], payload: str | None, tags: str | None, priority: int | None,
-    actor: str | None,
+    actor: str | None, revision: int | None = None,
 ) -> Moved:
     if not job_ids:
         return []
     now = _ts(_now())
     cursor.execute(
-        f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(job_ids))}) RETURNING id, queue, type, payload, tags,"
-        " created_by, created_at",
-        list(job_ids),
+        f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(job_ids))}) AND {revision_guard()}"
+        f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}",
+        [*job_ids, revision],
     )
     rows = cursor.fetchall()
     if not rows:
         return []
     cursor.executemany(
         f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        f" last_updated_at, created_by, last_modified_by) VALUES ({_marks(6)}, 0, 0, {_marks(4)})",
+        f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
         [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
-          priority if priority is not None else 10, r[6], now, r[5], actor) for r in rows],
+          priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
     )
     _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
     return [(r[0], r[1]) for r in rows]
 
 
 def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
-    return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor))
+    return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor, revision))
 
 
 def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -489,8 +479,7 @@ def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> M
     rows = _delete_hot(cursor, ids, "AND status IN (0, 1)", [])
     if not rows:
         return []
-    text = f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
-    details = {r[_ID]: (int(FailureReason.CANCELLED), text) for r in rows}
+    details = {r[_ID]: (int(FailureReason.CANCELLED), cancel_details(actor)) for r in rows}
     return _insert_dlq(cursor, rows, details, _now(), modified_by=actor, keep_modifier=False)
 
 
@@ -506,27 +495,30 @@ def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[s
 
 
 def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None
+    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+    revision: int | None = None,
 ) -> bool:
     if payload is None and tags is None and priority is None:
         return False
     cursor.execute(
         f"UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
-        " priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s"
-        " WHERE id = %s AND status = 0",
-        [payload, tags, priority, actor, _ts(_now()), job_id],
+        f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s, {REVISION_BUMP}"
+        f" WHERE id = %s AND status = 0 AND {revision_guard()}",
+        [payload, tags, priority, actor, _ts(_now()), job_id, revision],
     )
     return bool(cursor.rowcount)
 
 
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None) -> bool:
+def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                    revision: int | None = None) -> bool:
     if payload is None and tags is None:
         return False
     cursor.execute(
         f"UPDATE {DLQ} SET previous_payload = CASE WHEN %s IS NOT NULL AND %s IS NOT payload"
         " THEN payload ELSE previous_payload END,"
-        " payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s WHERE id = %s",
-        [payload, payload, payload, tags, actor, job_id],
+        f" payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s, {REVISION_BUMP}"
+        f" WHERE id = %s AND {revision_guard()}",
+        [payload, payload, payload, tags, actor, job_id, revision],
     )
     return bool(cursor.rowcount)
 
@@ -604,85 +596,10 @@ def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
     return _insert_dlq(cursor, rows, details, now)
 
 
-# ---------------------------------------------------------------- queue controls
+# ---------------------------------------------------------------- operations: retention, schedule, reads
 
-
-def _upsert_queue(cursor: Cursor, queue: str, column: str, value: Any) -> None:
-    """Create the queue row (unpaused, visible, no limits) with one control set, or update that control."""
-    values: dict[str, Any] = {"is_paused": False, "is_active": True, column: value}
-    names = ", ".join(values)
-    cursor.execute(
-        f"INSERT INTO {QUEUES} (name, {names}, last_updated_at) VALUES (%s, {_marks(len(values))}, %s)"
-        f" ON CONFLICT (name) DO UPDATE SET {column} = excluded.{column}, last_updated_at = excluded.last_updated_at",
-        [queue, *values.values(), _ts(_now())],
-    )
-
-
-def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
-    _upsert_queue(cursor, queue, "is_paused", bool(paused))
-
-
-def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
-    _upsert_queue(cursor, queue, "zombie_timeout_seconds", seconds)
-
-
-def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
-    _upsert_queue(cursor, queue, "max_workers", max_workers)
-
-
-def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
-    cursor.execute(
-        f"UPDATE {QUEUES} SET is_active = %s, is_paused = 1, last_updated_at = %s WHERE name = %s",
-        [bool(active), _ts(_now()), queue],
-    )
-    return bool(cursor.rowcount)
-
-
-# ---------------------------------------------------------------- worker registry
-
-
-def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
-    now = _ts(_now())
-    cursor.execute(
-        f"INSERT INTO {WORKERS} (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, is_running,"
-        " capacity, active_count, runtime_json, circuits_json) VALUES (%s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s)"
-        " ON CONFLICT (worker_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, is_running = 1,"
-        " stopped_at = NULL, capacity = excluded.capacity, active_count = excluded.active_count,"
-        " queues = excluded.queues, runtime_json = excluded.runtime_json, circuits_json = excluded.circuits_json",
-        [info.worker_id, info.hostname, info.pid, info.queues, now, now, info.capacity, info.active_count,
-         info.runtime_json, info.circuits_json],
-    )
-
-
-def stop_worker(cursor: Cursor, worker_id: str) -> None:
-    cursor.execute(
-        f"UPDATE {WORKERS} SET is_running = 0, stopped_at = %s, active_count = 0 WHERE worker_id = %s",
-        [_ts(_now()), worker_id],
-    )
-
-
-# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
-
-SCHEDULES = "chokaq_schedules"
 AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
                                      "change_marker"}
-WORKER_COLUMNS = (
-    "worker_id, hostname, pid, queues, capacity, active_count, is_running, runtime_json, circuits_json, "
-    "started_at, last_heartbeat_at, stopped_at"
-)
-
-
-LIST_WORKERS_SQL = f"SELECT {WORKER_COLUMNS} FROM {WORKERS} ORDER BY last_heartbeat_at DESC, worker_id"
-
-
-def list_workers(cursor: Cursor) -> list[WorkerInfo]:
-    cursor.execute(LIST_WORKERS_SQL)
-    return [_worker(r) for r in cursor.fetchall()]
-
-
-def _worker(r: Sequence[Any]) -> WorkerInfo:
-    return WorkerInfo(r[0], r[1], int(r[2]), r[3], int(r[4]), int(r[5]), bool(r[6]), r[7], r[8], _dt(r[9]),
-                      _dt(r[10]), _dt(r[11]))
 
 
 def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
@@ -730,279 +647,6 @@ def change_marker(cursor: Cursor) -> int | None:
     return int(cursor.fetchone()[0])
 
 
-def schedule_ticks(cursor: Cursor) -> dict[str, datetime]:
-    cursor.execute(f"SELECT name, last_tick_at FROM {SCHEDULES}")
-    return {name: _dt(at) for name, at in cursor.fetchall()}  # type: ignore[misc]
-
-
-# ---------------------------------------------------------------- reads
-
-
-QUEUE_STATES_SQL = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES} ORDER BY name"
-SUMMARY_STATS_SQL = f"""
-SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
-       s.last_activity_at
-FROM (SELECT sum(status = 0) AS pending, sum(status = 1) AS fetched, sum(status = 2) AS processing FROM {HOT}) h,
-     (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
-             coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at FROM {STATS}) s
-"""
-
-
-def queue_states(cursor: Cursor) -> list[QueueState]:
-    cursor.execute(QUEUE_STATES_SQL)
-    return [_queue_state(r) for r in cursor.fetchall()]
-
-
-def _queue_state(r: Sequence[Any]) -> QueueState:
-    return QueueState(r[0], bool(r[1]), bool(r[2]), r[3], r[4])
-
-
-def summary_stats(cursor: Cursor) -> SummaryStats:
-    cursor.execute(SUMMARY_STATS_SQL)
-    return _summary(cursor.fetchone())
-
-
-def _summary(r: Sequence[Any]) -> SummaryStats:
-    return SummaryStats(
-        pending=int(r[0]), fetched=int(r[1]), processing=int(r[2]), succeeded_total=int(r[3]), failed_total=int(r[4]),
-        retried_total=int(r[5]), last_activity_at=_dt(r[6]),
-    )
-
-
-QUEUE_STATS_SQL = f"""
-        SELECT q.name,
-               coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
-               coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0),
-               s.last_activity_at
-        FROM {QUEUES} q
-        LEFT JOIN (SELECT queue, sum(status = 0) AS pending, sum(status = 1) AS fetched,
-                          sum(status = 2) AS processing
-                   FROM {HOT} GROUP BY queue) h ON h.queue = q.name
-        LEFT JOIN {STATS} s ON s.queue = q.name
-        ORDER BY q.name
-"""
-
-
-def queue_stats(cursor: Cursor) -> list[QueueStats]:
-    cursor.execute(QUEUE_STATS_SQL)
-    return [_queue_stats(r) for r in cursor.fetchall()]
-
-
-def _queue_stats(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), _dt(r[7]))
-
-
-def get_hot(cursor: Cursor, job_id: str) -> HotJob | None:
-    cursor.execute(f"SELECT {HOT_COLUMNS} FROM {HOT} WHERE id = %s", [job_id])
-    row = cursor.fetchone()
-    return _hot_job(row) if row else None
-
-
-def get_archived(cursor: Cursor, job_id: str) -> ArchivedJob | None:
-    cursor.execute(f"SELECT {ARCHIVE_COLUMNS} FROM {ARCHIVE} WHERE id = %s", [job_id])
-    r = cursor.fetchone()
-    if not r:
-        return None
-    return ArchivedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], _dt(r[9]),  # type: ignore[arg-type]
-                       _dt(r[10]), _dt(r[11]), r[12], r[13])  # type: ignore[arg-type]
-
-
-def get_dead(cursor: Cursor, job_id: str) -> DeadJob | None:
-    cursor.execute(f"SELECT {DLQ_COLUMNS} FROM {DLQ} WHERE id = %s", [job_id])
-    r = cursor.fetchone()
-    if not r:
-        return None
-    return DeadJob(r[0], r[1], r[2], r[3], r[4], FailureReason(r[5]), r[6], r[7], r[8], r[9], r[10],
-                   _dt(r[11]), _dt(r[12]))  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
-
-TOP_ERRORS_SAMPLE = 5000
-EMPTY_ERROR = "(empty error details)"
-ACTIVE_ROW = "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"\
-    " started_at"
-ARCHIVE_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"\
-    " duration_ms"
-DLQ_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"\
-    " substr(error_details, 1, 400) AS error_head"
-DLQ_WINDOWED_ROW = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"\
-    " error_head"
-# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
-ARCHIVE_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-                "worker": "coalesce(worker_id, '')", "attempts": "attempt_count",
-                "duration": "coalesce(duration_ms, -1.0)", "date": "finished_at"}
-DLQ_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
-            "worker": "coalesce(worker_id, '')", "attempts": "attempt_count", "reason": "failure_reason",
-            "date": "failed_at"}
-_DATE_SORTS = {"created_at", "finished_at", "failed_at"}
-
-
-def _like(term: str) -> str:
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def _where(filters: JobFilter, date_column: str, search_columns: Sequence[str]) -> tuple[list[str], list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filters.queue is not None:
-        clauses.append("queue = %s")
-        params.append(filters.queue)
-    if filters.type is not None:
-        clauses.append("type = %s")
-        params.append(filters.type)
-    if filters.job_id is not None:
-        clauses.append("id = %s")
-        params.append(filters.job_id)
-    if filters.search:
-        pattern = _like(filters.search)
-        clauses.append("(" + " OR ".join(f"{c} LIKE %s ESCAPE '\\'" for c in search_columns) + ")")
-        params += [pattern] * len(search_columns)
-    if filters.from_at is not None:
-        clauses.append(f"{date_column} >= %s")
-        params.append(_ts(filters.from_at))
-    if filters.to_at is not None:
-        clauses.append(f"{date_column} <= %s")
-        params.append(_ts(filters.to_at))
-    return clauses, params
-
-
-def _dlq_where(filters: JobFilter) -> tuple[str, list[Any]]:
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "error_details"))
-    if filters.failure_reason is not None:
-        clauses.append("failure_reason = %s")
-        params.append(int(filters.failure_reason))
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
-def _keyset(
-    sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None, limit: int,
-    sort: HistorySort,
-) -> tuple[str, list[Any]]:
-    """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction."""
-    op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
-    params = list(params)
-    if after_key is not None:
-        value, last_id = after_key
-        if order in _DATE_SORTS and isinstance(value, datetime):
-            value = _ts(value)
-        keyset = f"{order} {op}= %s AND ({order} {op} %s OR id {op} %s)"
-        where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
-        params += [value, value, last_id]
-    return f"{sql}{where} ORDER BY {order} {direction}, id {direction} LIMIT %s", [*params, int(limit)]
-
-
-def _archive_row(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3],
-                  created_at=_dt(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
-                  started_at=_dt(r[8]), finished_at=_dt(r[9]), duration_ms=r[10])
-
-
-def _dlq_row(r: Sequence[Any]) -> JobRow:
-    reason = FailureReason(r[9])
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
-                  created_at=_dt(r[4]), created_by=r[5], tags=r[6], worker_id=r[7],  # type: ignore[arg-type]
-                  finished_at=_dt(r[8]), failure_reason=reason, error_head=r[10])
-
-
-def _source(
-    pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any], sort: HistorySort
-) -> tuple[str, str, list[Any]]:
-    """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
-    ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
-    if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
-        return f"SELECT {inner} FROM {table}", where, params
-    date = "finished_at" if pillar == "archive" else "failed_at"
-    return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC LIMIT %s) w",
-            "", [*params, int(sort.window)])
-
-
-def list_active(cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-    clauses, params = _where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
-    if filters.status is not None:
-        clauses.append("status = %s")
-        params.append(int(filters.status))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    cursor.execute(ACTIVE_SQL.format(where=where), [*params, int(limit)])
-    return [_active(r) for r in cursor.fetchall()]
-
-
-ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM {HOT}{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
-
-
-def _active(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4],
-                  created_at=_dt(r[5]), priority=r[6], created_by=r[7], tags=r[8],  # type: ignore[arg-type]
-                  worker_id=r[9], scheduled_at=_dt(r[10]), started_at=_dt(r[11]))
-
-
-def list_archive(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    clauses, params = _where(filters, "finished_at", ("id", "type", "tags"))
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    select, where, params = _source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
-    sql, params = _keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit, sort)
-    cursor.execute(sql, params)
-    return [_archive_row(r) for r in cursor.fetchall()]
-
-
-def list_dlq(
-    cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
-) -> list[JobRow]:
-    where, params = _dlq_where(filters)
-    select, where, params = _source("dlq", DLQ, DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
-    sql, params = _keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
-    cursor.execute(sql, params)
-    return [_dlq_row(r) for r in cursor.fetchall()]
-
-
-def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    ids = list(dict.fromkeys(job_ids))
-    if not ids:
-        return {}
-    cursor.execute(_locate_sql(len(ids)), ids * 3)
-    return _located(cursor.fetchall())
-
-
-def _locate_sql(n: int) -> str:
-    marks = _marks(n) if n else "NULL"
-    return (f"SELECT id, status FROM {HOT} WHERE id IN ({marks})"
-            f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id IN ({marks})"
-            f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id IN ({marks})")
-
-
-def _located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
-    return {job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows}
-
-
-THROUGHPUT_SQL = (
-    f"SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
-    f" sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
-    f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start"
-)
-
-
-def throughput(cursor: Cursor, since: datetime) -> list[MetricPoint]:
-    cursor.execute(THROUGHPUT_SQL, [_ts(since)])
-    return [_metric(r) for r in cursor.fetchall()]
-
-
-def _metric(r: Sequence[Any]) -> MetricPoint:
-    return MetricPoint(_dt(r[0]), int(r[1]), int(r[2]))  # type: ignore[arg-type]
-
-
-def queue_health(cursor: Cursor) -> list[QueueLag]:
-    now = _ts(_now())
-    cursor.execute(QUEUE_HEALTH_SQL, [now, now])
-    return [_lag(r) for r in cursor.fetchall()]
-
-
-def _lag(r: Sequence[Any]) -> QueueLag:
-    return QueueLag(r[0], int(r[1]), float(r[2]), float(r[3]))
-
-
 QUEUE_HEALTH_SQL = f"""
         SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
         FROM {QUEUES} q LEFT JOIN (
@@ -1013,15 +657,6 @@ QUEUE_HEALTH_SQL = f"""
             GROUP BY queue) h ON h.queue = q.name
         ORDER BY q.name
 """
-
-
-def top_errors(cursor: Cursor, limit: int) -> list[ErrorGroup]:
-    cursor.execute(TOP_ERRORS_SQL, [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])
-    return [_error(r) for r in cursor.fetchall()]
-
-
-def _error(r: Sequence[Any]) -> ErrorGroup:
-    return ErrorGroup(FailureReason(r[0]), r[1], int(r[2]), _dt(r[3]))  # type: ignore[arg-type]
 
 
 TOP_ERRORS_SQL = f"""
@@ -1037,18 +672,34 @@ TOP_ERRORS_SQL = f"""
 """
 
 
+class SQLiteDialect(BaseDialect):
+    """The shared reads over SQLite's text timestamps (the clock is Python's, spec 01 §1.2)."""
+
+    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
+    TOP_ERRORS_SQL = TOP_ERRORS_SQL
+
+    def param_ts(self, value: datetime | None) -> Any:
+        return _ts(value)
+
+    def queue_health_params(self) -> list[Any]:
+        now = _ts(_now())
+        return [now, now]
+
+    def now(self) -> tuple[str, list[Any]]:
+        return "%s", [_ts(_now())]
+
+
+_dialect = SQLiteDialect()
+globals().update(_dialect.protocol_functions())  # the module-level names of the Dialect protocol
+
+
+# ---------------------------------------------------------------- Deck bulk commands
+
+
 def _dlq_pick(cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
-    where, params = _dlq_where(filters)
+    where, params = _dialect.dlq_where(filters)
     cursor.execute(f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC LIMIT %s", [*params, max_jobs])
     return [r[0] for r in cursor.fetchall()]
-
-
-def preview_dlq_bulk(cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
-    where, params = _dlq_where(filters)
-    cursor.execute(f"SELECT count(*) FROM {DLQ}{where}", params)
-    matched = int(cursor.fetchone()[0])
-    sample = _dlq_pick(cursor, filters, min(max_jobs, 10)) if matched else []
-    return BulkPreview(matched, min(matched, max_jobs), matched > max_jobs, sample)
 
 
 def _delete_dlq(cursor: Cursor, ids: Sequence[str]) -> Moved:
@@ -1078,16 +729,6 @@ def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
     return moved
 
 
-def count_archive_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    cursor.execute(f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < %s", [_ts(cutoff)])
-    return int(cursor.fetchone()[0])
-
-
-def count_dlq_older_than(cursor: Cursor, cutoff: datetime) -> int:
-    cursor.execute(f"SELECT count(*) FROM {DLQ} WHERE created_at <= %s", [_ts(cutoff)])
-    return int(cursor.fetchone()[0])
-
-
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
 
@@ -1097,9 +738,9 @@ def _packed(sql: str, width: int) -> str:
     return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
 
 
-def _snapshot_sql(n_ids: int) -> str:
+def _snapshot_sql(locate: str) -> str:
     return f"""
-SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12)}, {_packed(_locate_sql(n_ids), 2)},
+SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12)}, {_packed(locate, 2)},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3)} END,
        CASE WHEN %s THEN json_array(json({_packed(QUEUE_STATES_SQL, 5)}), json({_packed(QUEUE_STATS_SQL, 8)}),
                                     json({_packed(QUEUE_HEALTH_SQL, 4)})) END,
@@ -1110,28 +751,28 @@ SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12
 
 def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
     """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-    ids = list(dict.fromkeys(request.locate_ids))
+    locate, ids = _dialect.locate_sql(list(dict.fromkeys(request.locate_ids)))
     since = request.throughput_since
     now = _ts(_now())
-    cursor.execute(_snapshot_sql(len(ids)), [
-        int(request.active_limit), *ids, *ids, *ids,
+    cursor.execute(_snapshot_sql(locate), [
+        int(request.active_limit), *ids,
         since is not None, _ts(since or _now()),
         request.queues, now, now,
         request.workers,
         request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
     ])
-    summary, active, located, points, queues, workers, errors = cursor.fetchone()
+    totals, active, found, points, queues, workers, errors = cursor.fetchone()
     parts = json.loads(queues) if queues is not None else None
     return DeckSnapshot(
-        summary=_summary(json_rows(summary)[0]),
-        active=[_active(r) for r in json_rows(active)],
-        located=_located(json_rows(located)),
-        throughput=None if points is None else [_metric(r) for r in json_rows(points)],
-        queue_states=None if parts is None else [_queue_state(r) for r in parts[0]],
-        queue_stats=None if parts is None else [_queue_stats(r) for r in parts[1]],
-        queue_lags=None if parts is None else [_lag(r) for r in parts[2]],
-        workers=None if workers is None else [_worker(r) for r in json_rows(workers)],
-        errors=None if errors is None else [_error(r) for r in json_rows(errors)],
+        summary=summary(json_rows(totals)[0]),
+        active=[active_row(r) for r in json_rows(active)],
+        located=located(json_rows(found)),
+        throughput=None if points is None else [metric(r) for r in json_rows(points)],
+        queue_states=None if parts is None else [queue_state(r) for r in parts[0]],
+        queue_stats=None if parts is None else [queue_stats_row(r) for r in parts[1]],
+        queue_lags=None if parts is None else [lag(r) for r in parts[2]],
+        workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
+        errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
     )
 
 
@@ -1155,7 +796,7 @@ def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[Fa
 
 def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
     cursor.execute(f"SELECT {ATTEMPT_COLUMNS} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id", [job_id])
-    return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], _dt(r[6]), _dt(r[7]))  # type: ignore[arg-type]
+    return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], as_utc(r[6]), as_utc(r[7]))
             for r in cursor.fetchall()]
 
 

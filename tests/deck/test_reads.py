@@ -77,28 +77,6 @@ def test_every_archive_sort_pages_without_gaps_or_repeats(key: str, descending: 
     assert values == sorted(values, reverse=descending)
 
 
-def test_dlq_filters_by_reason_type_queue_search_and_dates() -> None:
-    fatal = dead("dq", reason=FailureReason.FATAL_ERROR, details="ValueError: width must be positive")[0]
-    timeout = dead("dq", reason=FailureReason.TIMEOUT, details="Timed out after 5s", type="test.sleep.v1")[0]
-    other = dead("other", reason=FailureReason.FATAL_ERROR, details="KeyError: 'x'")[0]
-    sort = HistorySort()
-
-    def ids(**f: object) -> set[str]:
-        return {r.id for r in service.history("dlq", JobFilter(**f), sort).rows}  # type: ignore[arg-type]
-
-    assert ids() == {fatal, timeout, other}
-    assert ids(failure_reason=FailureReason.TIMEOUT) == {timeout}
-    assert ids(type="test.sleep.v1") == {timeout}
-    assert ids(queue="other") == {other}
-    assert ids(search="WIDTH must") == {fatal}
-    today = timezone.now()
-    assert ids(from_at=today - timedelta(days=1), to_at=today + timedelta(days=1)) == {fatal, timeout, other}
-    assert ids(to_at=today - timedelta(days=1)) == set()
-    row = next(r for r in service.history("dlq", JobFilter(), sort).rows if r.id == fatal)
-    assert row.failure_reason == FailureReason.FATAL_ERROR and row.status == JobStatus.FAILED
-    assert row.error_head == "ValueError: width must be positive"
-
-
 def test_unknown_sort_key_and_bad_page_key_are_refused() -> None:
     with pytest.raises(service.ServiceError, match="unknown sort key"):
         service.history("archive", JobFilter(), HistorySort("payload"))
@@ -106,26 +84,6 @@ def test_unknown_sort_key_and_bad_page_key_are_refused() -> None:
         service.history("archive", JobFilter(), HistorySort(), after="not-a-key")
     with pytest.raises(service.ServiceError, match="page size"):
         service.history("dlq", JobFilter(), HistorySort(), size=5000)
-
-
-def test_locate_reports_where_each_job_is() -> None:
-    p = pending("loc")[0]
-    a = archived("loc2")[0]
-    c = dead("loc3", reason=FailureReason.CANCELLED)[0]
-    f = dead("loc4")[0]
-    found = service.locate([p, a, c, f, "missing"])
-    assert found == {p: JobStatus.PENDING, a: JobStatus.SUCCEEDED, c: JobStatus.CANCELLED, f: JobStatus.FAILED}
-
-
-def test_throughput_rates_from_metric_buckets() -> None:
-    archived("tp", 3)
-    dead("tp2", 2)
-    tp = service.throughput()
-    assert len(tp.points) == service.THROUGHPUT_WINDOW
-    assert sum(p.succeeded for p in tp.points) == 3 and sum(p.failed for p in tp.points) == 2
-    assert tp.per_second_1m == pytest.approx(5 / 60)
-    assert tp.fail_rate_1m == pytest.approx(40.0)
-    assert tp.fail_rate_5m == pytest.approx(40.0)
 
 
 def test_queue_health_counts_only_due_pending_rows() -> None:
@@ -136,17 +94,6 @@ def test_queue_health_counts_only_due_pending_rows() -> None:
     assert health["lagging"] is not None and health["lagging"].pending == 2
     assert health["lagging"].max_lag_seconds >= health["lagging"].avg_lag_seconds >= 0
     assert health["idle"] is not None and health["idle"].pending == 0 and health["idle"].max_lag_seconds == 0
-
-
-def test_top_errors_group_by_reason_and_prefix() -> None:
-    dead("te", 3, details="ValueError: width must be positive\r\n  at line 3")
-    dead("te", 1, reason=FailureReason.TIMEOUT, details="  Timed out  ")
-    dead("te", 1, details="x" * 500)
-    groups = service.top_errors()
-    assert groups[0].count == 3 and groups[0].reason == FailureReason.FATAL_ERROR
-    assert groups[0].prefix == "ValueError: width must be positive    at line 3"
-    assert any(g.prefix == "Timed out" and g.reason == FailureReason.TIMEOUT for g in groups)
-    assert any(len(g.prefix) == 160 for g in groups)
 
 
 def test_dlq_bulk_preview_purge_and_requeue_by_filter() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -292,3 +293,46 @@ def test_lag_colours_follow_the_deck_settings(admin: Client, settings: object) -
     assert "lag-warning" in admin.get("/deck/partials/queues", **HTMX).content.decode()
     settings.CHOKAQ_DECK = {"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": 1, "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS": 6}  # type: ignore[attr-defined]
     assert "lag-critical" in admin.get("/deck/partials/queues", **HTMX).content.decode()
+
+
+def _editor_revision(client: Client, job_id: str) -> str:
+    """The edit version the editor form carries (what the operator's edit is made against)."""
+    html = client.get(f"/deck/jobs/{job_id}/edit", **HTMX).content.decode()
+    [revision] = re.findall(r'name="revision" value="(\d+)"', html)
+    return revision
+
+
+def test_a_stale_save_is_a_409_with_the_current_state_and_changes_nothing(client_as: ClientAs, jobs: Jobs) -> None:
+    one, two = client_as("admin"), client_as("operator")
+    seen_by_one = _editor_revision(one, jobs.dead)  # operator 1 opens the editor
+    retried = two.post(f"/deck/api/jobs/{jobs.dead}/repair-requeue",
+                       {"payload": '{"p": 2}', "revision": _editor_revision(two, jobs.dead)}, **HTMX)
+    assert retried.status_code == 200, "operator 2's Save & Retry went through"
+
+    for url in (f"/deck/api/jobs/{jobs.dead}/edit", f"/deck/api/jobs/{jobs.dead}/repair-requeue"):
+        stale = one.post(url, {"payload": '{"p": 1}', "revision": seen_by_one}, **HTMX)
+        assert stale.status_code == 409
+        body = stale.json()
+        assert "changed meanwhile" in body["error"] and "nothing was saved" in body["error"]
+        assert body["current"]["where"] == "Pending" and json.loads(body["current"]["payload"]) == {"p": 2}
+        assert body["current"]["revision"] > int(seen_by_one)
+    as_the_editor_posts = one.post(f"/deck/api/jobs/{jobs.dead}/edit", json.dumps(
+        {"payload": '{"p": 1}', "revision": seen_by_one}), content_type="application/json", **HTMX)
+    assert as_the_editor_posts.status_code == 409 and as_the_editor_posts.json()["current"]["where"] == "Pending"
+    row = JobsHot.objects.get(id=jobs.dead)
+    assert json.loads(row.payload) == {"p": 2}, "operator 2's payload is not overwritten"
+
+    fresh = one.post(f"/deck/api/jobs/{jobs.dead}/edit",
+                     {"payload": '{"p": 3}', "revision": _editor_revision(one, jobs.dead)}, **HTMX)
+    assert fresh.status_code == 200 and json.loads(JobsHot.objects.get(id=jobs.dead).payload) == {"p": 3}
+
+
+def test_two_saves_of_one_dlq_job_the_second_is_stale(client_as: ClientAs, jobs: Jobs) -> None:
+    one, two = client_as("admin"), client_as("operator")
+    seen = _editor_revision(one, jobs.dead)
+    assert _editor_revision(two, jobs.dead) == seen
+    assert two.post(f"/deck/api/jobs/{jobs.dead}/edit", {"payload": '{"p": 2}', "revision": seen}).status_code == 200
+    stale = one.post(f"/deck/api/jobs/{jobs.dead}/edit", {"tags": "mine", "revision": seen})
+    assert stale.status_code == 409 and stale.json()["current"]["where"] == "in the DLQ"
+    row = JobsDLQ.objects.get(id=jobs.dead)
+    assert json.loads(row.payload) == {"p": 2} and row.tags is None

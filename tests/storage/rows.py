@@ -3,8 +3,11 @@
 The contract suite drives every transition through ``chokaq_core.storage``
 (the only caller of the vendor SQL) and checks the outcome with plain ORM
 reads, so a bug shared by a dialect's write and its own read cannot hide.
-Backdating (heartbeats, fetch times, finish times) is done with ORM
-``update()`` calls, never through the code under test.
+Time passes the same way on every backend: ``age(seconds)`` moves the stored
+timestamps of existing rows into the past (what a clock advancing by that
+much looks like to them), and ``backdate`` sets chosen Hot columns to a time
+ago — with the backend's own statements or ORM ``update()`` calls, never
+through the code under test and never by patching a clock.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from datetime import datetime, timedelta
 from itertools import count
 from typing import Any
 
-from django.db.models import Max, Sum
+from django.db import connections, router
+from django.db.models import DateTimeField, Max, Model, Sum
 from django.utils import timezone
 
 from chokaq_core import storage
 from chokaq_core.domain import Failure, FailureReason, HotJob, NewJob, Success, new_ulid
-from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, MetricBuckets, StatsSummary
+from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, MetricBuckets, Queues, StatsSummary, Workers
 
 _serial = count(1)
 
@@ -161,6 +165,39 @@ def backdate(ids: Iterable[str], seconds: float, *fields_: str) -> None:
     when = ago(seconds)
     ids = list(ids)
     assert JobsHot.objects.filter(id__in=ids).update(**{f: when for f in fields_}) == len(ids)
+
+
+AGED: tuple[type[Model], ...] = (JobsHot, JobsArchive, JobsDLQ, StatsSummary, Queues, Workers)
+
+
+def age(seconds: int, tables: Iterable[type[Model]] = AGED) -> None:
+    """Move every stored timestamp of ``tables`` ``seconds`` (whole) into the past, in one statement per table
+    written for the backend's column type. MetricBuckets are not aged by default: a bucket's second is part of
+    its key (age it alone, while it has one row per queue and outcome)."""
+    connection = connections[router.db_for_write(JobsHot)]
+    for model in tables:
+        columns = [f.column for f in model._meta.concrete_fields if isinstance(f, DateTimeField)]
+        if connection.vendor == "sqlite":  # text: shift the whole seconds, keep the fraction as written
+            shifted = "strftime('%Y-%m-%d %H:%M:%S', {c}, '-{n} seconds') || substr({c}, 20)"
+        elif connection.vendor == "postgresql":
+            shifted = "{c} - make_interval(secs => {n})"
+        else:
+            shifted = "DATEADD(second, -{n}, {c})"
+        sets = ", ".join(f"{c} = {shifted.format(c=c, n=int(seconds))}" for c in columns)
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {model._meta.db_table} SET {sets}")
+
+
+def hot_ids(queue: str | None = None) -> set[str]:
+    return set(JobsHot.objects.filter(**({"queue": queue} if queue else {})).values_list("id", flat=True))
+
+
+def archive_ids(queue: str | None = None) -> set[str]:
+    return set(JobsArchive.objects.filter(**({"queue": queue} if queue else {})).values_list("id", flat=True))
+
+
+def dlq_ids(queue: str | None = None) -> set[str]:
+    return set(JobsDLQ.objects.filter(**({"queue": queue} if queue else {})).values_list("id", flat=True))
 
 
 def of_kind(seen: list[Any], kind: str) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from django.db import connections
 
 from chokaq_core import storage
@@ -25,6 +26,7 @@ def commit_elsewhere() -> None:
     thread.join(10)
 
 
+@pytest.mark.sql_only
 def test_the_marker_moves_only_when_another_connection_commits(vendor: str) -> None:
     first = storage.change_marker()
     if vendor != "sqlite":

@@ -11,6 +11,7 @@ from chokaq_core.domain import Failure, FailureReason, Retry, Success
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, MetricBuckets
 
 from .rows import (
+    age,
     all_buckets,
     archive_row,
     buckets,
@@ -20,6 +21,7 @@ from .rows import (
     hot,
     new_job,
     of_kind,
+    pending,
     processing,
     stats,
 )
@@ -76,10 +78,26 @@ def test_archive_bumps_succeeded_total_and_the_success_bucket() -> None:
 
 def test_bucket_max_ignores_a_later_untimed_success() -> None:
     """MaxDurationMs = max(old, new) ignoring NULLs (spec 01 §4.13, the SQLite max() trap)."""
-    a, b = processing("arc-max", "w1", 2)
+    a, b, c = processing("arc-max", "w1", 3)
     storage.complete("w1", [Success(a.id, 40.0)], [], [])
     storage.complete("w1", [Success(b.id, None)], [], [])
     assert buckets("arc-max", 0, -1) == {"completed": 2, "timed": 1, "total": 40.0, "max": 40.0}
+    storage.complete("w1", [Success(c.id, 15.0)], [], [])
+    assert buckets("arc-max", 0, -1) == {"completed": 3, "timed": 2, "total": 55.0, "max": 40.0}
+
+
+def test_outcomes_of_different_seconds_land_in_different_buckets() -> None:
+    a, b = processing("secs", "w1", 2)
+    storage.complete("w1", [Success(a.id, 1.0)], [], [])
+    age(1, [MetricBuckets])  # the success's bucket is now one second older than any new one
+    storage.complete("w1", [], [], [Failure(b.id, FailureReason.TIMEOUT, "slow")])
+    rows = list(MetricBuckets.objects.filter(queue="secs").order_by("bucket_start")
+                .values_list("bucket_start", "outcome", "completed_count"))
+    assert [(outcome, n) for _, outcome, n in rows] == [(0, 1), (1, 1)]
+    assert rows[0][0] < rows[1][0]
+    [success] = storage.throughput(rows[0][0])[:1]
+    assert (success.at, success.succeeded, success.failed) == (rows[0][0], 1, 0)
+    assert storage.throughput(rows[1][0] + timedelta(microseconds=1)) == []
 
 
 def test_archive_by_the_wrong_worker_moves_nothing() -> None:
@@ -103,7 +121,9 @@ def test_archive_without_a_worker_guard_moves_any_owner() -> None:
 
 
 def test_archive_of_an_unknown_id_moves_nothing(published: list) -> None:
-    done = storage.complete("w1", [Success("no-such-job", 1.0)], [], [])
+    waiting = pending("arc-unowned")[0]
+    published.clear()
+    done = storage.complete("w1", [Success("no-such-job", 1.0), Success(waiting, 1.0)], [], [])
     assert done.archived == []
     assert published == []
     assert JobsArchive.objects.count() == 0

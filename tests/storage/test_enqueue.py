@@ -244,6 +244,7 @@ def test_enqueue_many_resolves_keys_across_chunks() -> None:
 # ---------------------------------------------------------------- transactions and events
 
 
+@pytest.mark.sql_only
 def test_enqueue_in_a_rolled_back_atomic_block_leaves_nothing_and_fires_nothing(published: list) -> None:
     job = new_job("tx-rollback")
 
@@ -258,6 +259,7 @@ def test_enqueue_in_a_rolled_back_atomic_block_leaves_nothing_and_fires_nothing(
     assert published == []
 
 
+@pytest.mark.sql_only
 def test_enqueue_event_fires_after_commit_only(published: list) -> None:
     job = new_job("tx-commit", priority=3, created_by="me")
 

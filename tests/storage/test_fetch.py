@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 from django.db import connections
 from django.utils import timezone
 
@@ -201,6 +202,7 @@ def test_bulkhead_cleared_with_none() -> None:
     assert len(storage.fetch_batch("w1", 10, ["uncap"])) == 2
 
 
+@pytest.mark.sql_only
 def test_two_workers_never_claim_the_same_row() -> None:
     """Two threads, each with its own connection, claim side by side (lockstep rounds) until none is left.
 
@@ -245,3 +247,10 @@ def test_two_workers_never_claim_the_same_row() -> None:
     assert a and b, "both workers took part"
     assert set(JobsHot.objects.filter(worker_id="w-a", status=1).values_list("id", flat=True)) == set(a)
     assert set(JobsHot.objects.filter(worker_id="w-b", status=1).values_list("id", flat=True)) == set(b)
+
+
+def test_equal_priority_and_due_time_claim_in_id_order() -> None:
+    jobs = [new_job("ties", id=f"tie-{n}") for n in (3, 1, 4, 2)]
+    storage.enqueue(jobs)  # one statement: one creation time
+    assert {j.id for j in storage.fetch_batch("w1", 2, ["ties"])} == {"tie-1", "tie-2"}, "the id breaks the tie"
+    assert {j.id for j in storage.fetch_batch("w1", 2, ["ties"])} == {"tie-3", "tie-4"}

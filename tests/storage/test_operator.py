@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from django.db import IntegrityError
 from django.utils import timezone
 
 from chokaq_core import storage
@@ -281,3 +283,56 @@ def test_update_dlq_data_with_nothing_or_a_missing_row_is_false() -> None:
     assert dlq_row(job_id) == before
     assert storage.update_dlq_data("no-such-job", payload="{}", actor="ed") is False
     assert JobsDLQ.objects.count() == 1
+
+
+def test_cancel_without_an_actor_uses_the_batch_text() -> None:
+    job_id = pending("cxl-batch")[0]
+    storage.run(lambda cursor: storage.dialect().cancel_batch(cursor, [job_id], None))
+    assert dlq_row(job_id)["error_details"] == "Cancelled by admin (Batch)"  # type: ignore[index]
+
+
+def test_a_resurrect_onto_an_id_hot_holds_again_fails_and_changes_nothing() -> None:
+    job_id = dead("res-clash", 1)[0]
+    pending("res-clash", id=job_id)  # Hot's primary key is the only check at enqueue
+    with pytest.raises(IntegrityError):
+        storage.resurrect(job_id, actor="x")
+    assert dlq_row(job_id)["queue"] == "res-clash"  # type: ignore[index]
+    assert counters("res-clash") == (0, 1, 0)
+
+
+# ---------------------------------------------------------------- edit versions (no lost updates)
+
+
+def test_a_versioned_edit_applies_once_and_a_stale_one_changes_nothing() -> None:
+    job_id = pending("rev-hot", payload='{"v":0}')[0]
+    seen = hot(job_id)["revision"]  # type: ignore[index]
+
+    assert storage.update_hot_data(job_id, payload='{"v":2}', actor="two", revision=seen) is True
+    assert storage.update_hot_data(job_id, payload='{"v":1}', actor="one", revision=seen) is False
+    row = hot(job_id)
+    assert (row["payload"], row["last_modified_by"], row["revision"]) == ('{"v":2}', "two", seen + 1)  # type: ignore[index]
+    assert storage.update_hot_data(job_id, priority=3, actor="ops") is True, "an unversioned command still applies"
+    assert hot(job_id)["revision"] == seen + 2  # type: ignore[index]
+
+    dead_id = dead("rev-dlq", payload='{"v":0}')[0]
+    at = dlq_row(dead_id)["revision"]  # type: ignore[index]
+    assert storage.update_dlq_data(dead_id, tags="two", actor="two", revision=at) is True
+    assert storage.update_dlq_data(dead_id, payload='{"v":1}', actor="one", revision=at) is False
+    assert (dlq_row(dead_id)["payload"], dlq_row(dead_id)["tags"]) == ('{"v":0}', "two")  # type: ignore[index]
+
+
+def test_a_stale_resurrect_changes_nothing_and_moves_carry_the_revision_up() -> None:
+    job = processing("rev-move", "w1")[0]
+    assert job.revision == 0
+    storage.complete("w1", [], [], [Failure(job.id, FailureReason.FATAL_ERROR, "boom")])
+    assert dlq_row(job.id)["revision"] == 1, "Hot → DLQ: one up"  # type: ignore[index]
+
+    assert storage.resurrect(job.id, payload='{"stale":true}', actor="one", revision=0) is False
+    assert dlq_row(job.id)["payload"] == job.payload and counters("rev-move") == (0, 1, 0)  # type: ignore[index]
+    assert storage.resurrect(job.id, payload='{"fresh":true}', actor="two", revision=1) is True
+    row = hot(job.id)
+    assert (row["payload"], row["revision"]) == ('{"fresh":true}', 2), "DLQ → Hot: one up"  # type: ignore[index]
+    assert storage.update_dlq_data(job.id, payload="{}", actor="one", revision=1) is False
+    assert storage.update_hot_data(job.id, payload="{}", actor="one", revision=1) is False, (
+        "the editor opened on the DLQ row cannot overwrite the retried job")
+    assert storage.get_hot(job.id).revision == 2  # type: ignore[union-attr]

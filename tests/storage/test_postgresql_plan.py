@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from chokaq_core.models import JobsHot
 
-pytestmark = pytest.mark.postgresql
+pytestmark = [pytest.mark.postgresql, pytest.mark.sql_only]
 
 HOT_ROWS = 50_000
 # Every n-th row is Pending (spread over the four queues), the rest Fetched/Processing:

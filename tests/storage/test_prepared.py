@@ -12,7 +12,7 @@ from chokaq_core.sql import postgresql
 
 from .rows import archived, pending
 
-pytestmark = pytest.mark.postgresql
+pytestmark = [pytest.mark.postgresql, pytest.mark.sql_only]
 
 
 def prepared_statements() -> list[str]:

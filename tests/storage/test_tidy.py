@@ -53,6 +53,7 @@ def test_churn_past_the_threshold_vacuums_the_hot_table(vendor: str) -> None:
 
 
 @pytest.mark.postgresql
+@pytest.mark.sql_only
 def test_one_vacuum_at_a_time_fleet_wide(vendor: str) -> None:
     assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
     archived("tidy", 200)

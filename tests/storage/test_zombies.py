@@ -89,3 +89,10 @@ def test_zombies_keep_their_attempt_count() -> None:
     backdate([job.id], 20 * 60, "heartbeat_at")
     storage.archive_zombies(600)
     assert JobsDLQ.objects.get(id=job.id).attempt_count == 3
+
+
+def test_only_a_silence_longer_than_the_timeout_makes_a_zombie() -> None:
+    job = processing("zq-edge", "w1")[0]
+    backdate([job.id], 20 * 60, "heartbeat_at")
+    assert storage.archive_zombies(20 * 60 + 30) == []
+    assert storage.archive_zombies(20 * 60 - 30) == [(job.id, "zq-edge")]

@@ -12,7 +12,7 @@ import pytest
 from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect
 
 ROOT = Path(__file__).resolve().parents[2]
-VENDORS = ["sqlite", "postgresql", "memory"] + (["mssql"] if (ROOT / "chokaq_core/sql/mssql.py").exists() else [])
+VENDORS = ["sqlite", "postgresql"] + (["mssql"] if (ROOT / "chokaq_core/sql/mssql.py").exists() else [])
 
 
 def imports_of(path: Path) -> set[str]:

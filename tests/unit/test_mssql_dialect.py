@@ -69,7 +69,7 @@ from chokaq_core.domain import (
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect, json_rows
+from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect, base, json_rows
 from chokaq_core.sql import mssql as sql
 
 RENDER_ALIAS = "chokaq_mssql_render"
@@ -192,7 +192,7 @@ KEYWORDS = frozenset("""
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
     LEFT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
-    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES
+    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY
 """.split())
 
 FORBIDDEN = {
@@ -503,7 +503,7 @@ class Case:
 
 
 ACTIVE_FIELDS = [c.strip() for c in sql.ACTIVE_ROW.split(",")]
-ARCHIVE_ROW_FIELDS = [c.strip() for c in sql.ARCHIVE_ROW.split(",")]
+ARCHIVE_ROW_FIELDS = [c.strip() for c in base.ARCHIVE_ROW.split(",")]
 DLQ_ROW_FIELDS = [*(c.strip() for c in sql.DLQ_ROW.split(",")[:-1]), "error_head"]
 
 

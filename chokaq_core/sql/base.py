@@ -1,0 +1,554 @@
+"""What every vendor dialect shares, written once: texts, the edit-version guard, statements, row mappers and
+the reads (``BaseDialect``, over a few hooks a vendor overrides).
+
+The texts are stored in rows (error details of DLQ moves) or shown by the Deck, so every vendor must write
+exactly the same words. The edit version (``revision``) makes an operator's edit a compare-and-set: each edit
+names the revision it was made against, the statement bumps it, and a row whose revision moved on meanwhile
+(another edit, a move between Hot and the DLQ, which carry it +1) matches nothing — the caller learns that
+the edit was stale and nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any
+
+from chokaq_core.domain import (
+    INDEXED_SORTS,
+    ArchivedJob,
+    BulkPreview,
+    DeadJob,
+    ErrorGroup,
+    FailureReason,
+    HistorySort,
+    HotJob,
+    JobFilter,
+    JobRow,
+    JobStatus,
+    MetricPoint,
+    QueueLag,
+    QueueState,
+    QueueStats,
+    SummaryStats,
+    WorkerInfo,
+)
+from chokaq_core.sql import Cursor, json_datetime
+
+ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
+UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
+EMPTY_ERROR = "(empty error details)"  # how top_errors names the group of rows without details
+TOP_ERRORS_SAMPLE = 5000  # top_errors groups the newest this many DLQ rows (spec 01 §5)
+
+REVISION_BUMP = "revision = revision + 1"
+CARRIED_REVISION = "revision + 1"  # what a row moved between Hot and the DLQ keeps
+
+
+def revision_guard(expected: str = "%s") -> str:
+    """The predicate of a versioned edit: ``expected`` (a placeholder or variable holding the revision the
+    edit was made against, NULL for an unversioned command) must equal the row's revision."""
+    return f"revision = coalesce({expected}, revision)"
+
+
+def error_details(text: str | None) -> str:
+    """Error details as stored in a DLQ row: the default text for blank ones."""
+    return text if text and text.strip() else UNKNOWN_ERROR
+
+
+def cancel_details(actor: str | None) -> str:
+    """Error details of an operator's cancellation."""
+    return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
+
+
+# ---------------------------------------------------------------- tables and column lists
+
+HOT = "chokaq_jobs_hot"
+ARCHIVE = "chokaq_jobs_archive"
+DLQ = "chokaq_jobs_dlq"
+STATS = "chokaq_stats_summary"
+BUCKETS = "chokaq_metric_buckets"
+QUEUES = "chokaq_queues"
+WORKERS = "chokaq_workers"
+SCHEDULES = "chokaq_schedules"
+
+# Column lists follow the row dataclasses field for field, so a fetched row maps by position.
+HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
+ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
+DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
+WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
+                 "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
+_TIMES = {"heartbeat_at", "scheduled_at", "created_at", "started_at", "last_updated_at", "finished_at", "failed_at",
+          "last_heartbeat_at", "stopped_at"}
+
+
+def as_utc(value: Any) -> Any:
+    """A timestamp as the driver returns it (a datetime, naive meaning UTC, or SQLite's stored text) as an aware
+    one."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return json_datetime(value)
+
+
+def _mapped(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+    return {name: as_utc(value) if name in _TIMES else value for name, value in zip(names, row, strict=True)}
+
+
+def hot_job(row: Sequence[Any]) -> HotJob:
+    data = _mapped(HOT_FIELDS, row)
+    return HotJob(**{**data, "status": JobStatus(data["status"])})
+
+
+def archived_job(row: Sequence[Any]) -> ArchivedJob:
+    return ArchivedJob(**_mapped(ARCHIVE_FIELDS, row))
+
+
+def dead_job(row: Sequence[Any]) -> DeadJob:
+    data = _mapped(DLQ_FIELDS, row)
+    return DeadJob(**{**data, "failure_reason": FailureReason(data["failure_reason"])})
+
+
+def worker_info(row: Sequence[Any]) -> WorkerInfo:
+    data = _mapped(WORKER_FIELDS, row)
+    return WorkerInfo(**{**data, "pid": int(data["pid"]), "capacity": int(data["capacity"]),
+                         "active_count": int(data["active_count"]), "is_running": bool(data["is_running"])})
+
+
+def queue_state(r: Sequence[Any]) -> QueueState:
+    return QueueState(r[0], bool(r[1]), bool(r[2]), r[3], r[4])
+
+
+def summary(r: Sequence[Any]) -> SummaryStats:
+    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]))
+
+
+def queue_stats_row(r: Sequence[Any]) -> QueueStats:
+    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]))
+
+
+def active_row(r: Sequence[Any]) -> JobRow:
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=as_utc(r[5]),
+                  priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=as_utc(r[10]),
+                  started_at=as_utc(r[11]))
+
+
+def archive_row(r: Sequence[Any]) -> JobRow:
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3],
+                  created_at=as_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7], started_at=as_utc(r[8]),
+                  finished_at=as_utc(r[9]), duration_ms=r[10])
+
+
+def dlq_row(r: Sequence[Any]) -> JobRow:
+    reason = FailureReason(r[9])
+    return JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
+                  created_at=as_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7], finished_at=as_utc(r[8]),
+                  failure_reason=reason, error_head=r[10])
+
+
+def located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
+    """(id, code) rows of ``locate_sql``: a Hot status, SUCCEEDED, or -1 - the DLQ failure reason."""
+    return {job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows}
+
+
+def metric(r: Sequence[Any]) -> MetricPoint:
+    return MetricPoint(as_utc(r[0]), int(r[1]), int(r[2]))
+
+
+def lag(r: Sequence[Any]) -> QueueLag:
+    return QueueLag(r[0], int(r[1]), float(r[2]), float(r[3]))
+
+
+def error_group(r: Sequence[Any]) -> ErrorGroup:
+    return ErrorGroup(FailureReason(r[0]), r[1], int(r[2]), as_utc(r[3]))
+
+
+# ---------------------------------------------------------------- shared statements
+
+QUEUE_STATES_SQL = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES} ORDER BY name"
+_HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
+               " sum(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS fetched,"
+               " sum(CASE WHEN status = 2 THEN 1 ELSE 0 END) AS processing")
+SUMMARY_STATS_SQL = f"""
+SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
+       s.last_activity_at
+FROM (SELECT {_HOT_COUNTS} FROM {HOT}) h
+CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
+                   coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at
+            FROM {STATS}) s
+"""
+QUEUE_STATS_SQL = f"""
+SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
+       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
+FROM {QUEUES} q
+LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM {HOT} GROUP BY queue) h ON h.queue = q.name
+LEFT JOIN {STATS} s ON s.queue = q.name
+ORDER BY q.name
+"""
+LIST_WORKERS_SQL = f"SELECT {', '.join(WORKER_FIELDS)} FROM {WORKERS} ORDER BY last_heartbeat_at DESC, worker_id"
+THROUGHPUT_SQL = (
+    "SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
+    " sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
+    f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start"
+)
+ACTIVE_ROW = ("id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"
+              " started_at")
+ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM {HOT}{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
+ARCHIVE_ROW = ("id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"
+               " duration_ms")
+_DLQ_HEAD = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason"
+DLQ_ROW = f"{_DLQ_HEAD}, substr(error_details, 1, 400) AS error_head"
+DLQ_WINDOWED_ROW = f"{_DLQ_HEAD}, error_head"
+# Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
+_COMMON_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
+                "worker": "coalesce(worker_id, '')", "attempts": "attempt_count"}
+ARCHIVE_SORT = {**_COMMON_SORT, "duration": "coalesce(duration_ms, -1.0)", "date": "finished_at"}
+DLQ_SORT = {**_COMMON_SORT, "reason": "failure_reason", "date": "failed_at"}
+_DATE_SORTS = {"created_at", "finished_at", "failed_at"}
+
+
+def escaped_like(term: str) -> str:
+    """A LIKE pattern matching ``term`` anywhere, its wildcards escaped (with ``ESCAPE '\\'``)."""
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+READS = ("set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active", "upsert_worker",
+         "stop_worker", "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
+         "schedule_ticks", "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health",
+         "top_errors", "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than")
+
+
+class BaseDialect:
+    """The reads of the Dialect protocol written once; a vendor overrides the hooks and statements below."""
+
+    QUEUE_HEALTH_SQL: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
+    TOP_ERRORS_SQL: str  # params: sample size, empty-details text, limit
+    QUEUE_STATES_SQL = QUEUE_STATES_SQL
+    SUMMARY_STATS_SQL = SUMMARY_STATS_SQL
+    QUEUE_STATS_SQL = QUEUE_STATS_SQL
+    LIST_WORKERS_SQL = LIST_WORKERS_SQL
+    THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
+    TS = "%s"  # a datetime parameter (param_ts) as an operand
+    LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
+    DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the start of the details
+
+    def protocol_functions(self, names: Sequence[str] = READS) -> dict[str, Any]:
+        """The Dialect protocol functions this class implements, bound: a vendor module exports them."""
+        return {name: getattr(self, name) for name in names}
+
+    def rows(self, cursor: Cursor) -> list[Any]:
+        """The rows of the statement just executed."""
+        return list(cursor.fetchall())
+
+    # ------------------------------------------------------------ hooks
+
+    def param_ts(self, value: datetime | None) -> Any:
+        """A datetime as a statement parameter."""
+        return value
+
+    def search_clause(self, column: str) -> str:
+        """The case-insensitive substring match of one searched column (the pattern from ``search_pattern``)."""
+        return f"{column} LIKE %s ESCAPE '\\'"
+
+    def search_pattern(self, term: str) -> str:
+        return escaped_like(term)
+
+    def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        """``(predicate tail, params)`` matching ``id`` against ``ids``: ``IN (%s, …)`` by default."""
+        return f"IN ({', '.join(['%s'] * len(ids)) if ids else 'NULL'})", list(ids)
+
+    def queue_health_params(self) -> list[Any]:
+        return []
+
+    def now(self) -> tuple[str, list[Any]]:
+        """``(SQL, params)`` of the current time: the database clock by default."""
+        return "now()", []
+
+    # ------------------------------------------------------------ queue controls and the worker registry
+
+    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
+        """Create the queue row (unpaused, visible, no limits) with one control set, or update that control
+        (spec 01 §4.17)."""
+        values = {"is_paused": "FALSE", "is_active": "TRUE", column: "%s"}
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {QUEUES} (name, {', '.join(values)}, last_updated_at) VALUES (%s, {', '.join(values.values())},"
+            f" {now}) ON CONFLICT (name) DO UPDATE SET {column} = excluded.{column},"
+            " last_updated_at = excluded.last_updated_at", [queue, value, *at])
+
+    def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
+        self._upsert_queue(cursor, queue, "is_paused", bool(paused))
+
+    def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None:
+        self._upsert_queue(cursor, queue, "zombie_timeout_seconds", seconds)
+
+    def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None:
+        self._upsert_queue(cursor, queue, "max_workers", max_workers)
+
+    def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
+        """Update only; pauses the queue in both directions."""
+        now, at = self.now()
+        cursor.execute(f"UPDATE {QUEUES} SET is_active = %s, is_paused = TRUE, last_updated_at = {now} WHERE name = %s",
+                       [bool(active), *at, queue])
+        return bool(cursor.rowcount)
+
+    def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None:
+        """Register or refresh a worker row; ``started_at`` is set on first insert only."""
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {WORKERS} (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,"
+            " is_running, capacity, active_count, runtime_json, circuits_json)"
+            f" VALUES (%s, %s, %s, %s, {now}, {now}, NULL, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,"
+            " queues = excluded.queues, last_heartbeat_at = excluded.last_heartbeat_at,"
+            f" stopped_at = CASE WHEN excluded.is_running THEN NULL ELSE {WORKERS}.stopped_at END,"
+            " is_running = excluded.is_running, capacity = excluded.capacity, active_count = excluded.active_count,"
+            " runtime_json = excluded.runtime_json, circuits_json = excluded.circuits_json",
+            [info.worker_id, info.hostname, info.pid, info.queues, *at, *at, bool(info.is_running), info.capacity,
+             info.active_count, info.runtime_json, info.circuits_json])
+
+    def stop_worker(self, cursor: Cursor, worker_id: str) -> None:
+        """Mark a worker stopped (not running, no active executions)."""
+        now, at = self.now()
+        cursor.execute(f"UPDATE {WORKERS} SET is_running = FALSE, stopped_at = {now}, active_count = 0"
+                       " WHERE worker_id = %s", [*at, worker_id])
+
+    # ------------------------------------------------------------ builders
+
+    def where(self, filters: JobFilter, date_column: str, search_columns: Sequence[str],
+              prefix: str = "") -> tuple[list[str], list[Any]]:
+        """Filter clauses on ``prefix``-qualified columns (spec 01 §4.10): equality, case-insensitive search, dates."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        equal: tuple[tuple[str, str | None], ...] = (
+            ("queue", filters.queue), ("type", filters.type), ("id", filters.job_id))
+        for column, value in equal:
+            if value is not None:
+                clauses.append(f"{prefix}{column} = %s")
+                params.append(value)
+        if filters.search:
+            pattern = self.search_pattern(filters.search)
+            clauses.append("(" + " OR ".join(self.search_clause(f"{prefix}{c}") for c in search_columns) + ")")
+            params += [pattern] * len(search_columns)
+        bounds: tuple[tuple[str, datetime | None], ...] = ((">=", filters.from_at), ("<=", filters.to_at))
+        for op, moment in bounds:
+            if moment is not None:
+                clauses.append(f"{prefix}{date_column} {op} {self.TS}")
+                params.append(self.param_ts(moment))
+        return clauses, params
+
+    def dlq_where(self, filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
+        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "error_details"), prefix)
+        if filters.failure_reason is not None:
+            clauses.append(f"{prefix}failure_reason = %s")
+            params.append(int(filters.failure_reason))
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def keyset(self, sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
+               limit: int, sort: HistorySort) -> tuple[str, list[Any]]:
+        """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction.
+        Spelled ``c <= v AND (c < v OR id < i)`` so a single-column index on ``c`` bounds the scan."""
+        op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
+        params = list(params)
+        if after_key is not None:
+            value, last_id = after_key
+            marker = "%s"
+            if order in _DATE_SORTS and isinstance(value, datetime):
+                value, marker = self.param_ts(value), self.TS
+            keyset = f"{order} {op}= {marker} AND ({order} {op} {marker} OR id {op} %s)"
+            where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
+            params += [value, value, last_id]
+        return f"{sql}{where} ORDER BY {order} {direction}, id {direction}{self.LIMIT}", [*params, int(limit)]
+
+    def source(self, pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any],
+               sort: HistorySort) -> tuple[str, str, list[Any]]:
+        """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
+        ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
+        if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
+            return f"SELECT {inner} FROM {table}", where, params
+        date = "finished_at" if pillar == "archive" else "failed_at"
+        return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC{self.LIMIT}) w",
+                "", [*params, int(sort.window)])
+
+    def locate_sql(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        tail, params = self.id_list(ids)
+        return (f"SELECT id, status FROM {HOT} WHERE id {tail}"
+                f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id {tail}"
+                f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id {tail}", params * 3)
+
+    def _all(self, cursor: Cursor, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        if params:
+            cursor.execute(sql, list(params))
+        else:
+            cursor.execute(sql)
+        return self.rows(cursor)
+
+    def _one(self, cursor: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self._all(cursor, sql, params)
+        return rows[0] if rows else None
+
+    # ------------------------------------------------------------ reads
+
+    def queue_states(self, cursor: Cursor) -> list[QueueState]:
+        return [queue_state(r) for r in self._all(cursor, self.QUEUE_STATES_SQL)]
+
+    def summary_stats(self, cursor: Cursor) -> SummaryStats:
+        return summary(self._one(cursor, self.SUMMARY_STATS_SQL))
+
+    def queue_stats(self, cursor: Cursor) -> list[QueueStats]:
+        return [queue_stats_row(r) for r in self._all(cursor, self.QUEUE_STATS_SQL)]
+
+    def get_hot(self, cursor: Cursor, job_id: str) -> HotJob | None:
+        row = self._one(cursor, f"SELECT {', '.join(HOT_FIELDS)} FROM {HOT} WHERE id = %s", [job_id])
+        return None if row is None else hot_job(row)
+
+    def get_archived(self, cursor: Cursor, job_id: str) -> ArchivedJob | None:
+        row = self._one(cursor, f"SELECT {', '.join(ARCHIVE_FIELDS)} FROM {ARCHIVE} WHERE id = %s", [job_id])
+        return None if row is None else archived_job(row)
+
+    def get_dead(self, cursor: Cursor, job_id: str) -> DeadJob | None:
+        row = self._one(cursor, f"SELECT {', '.join(DLQ_FIELDS)} FROM {DLQ} WHERE id = %s", [job_id])
+        return None if row is None else dead_job(row)
+
+    def list_workers(self, cursor: Cursor) -> list[WorkerInfo]:
+        return [worker_info(r) for r in self._all(cursor, self.LIST_WORKERS_SQL)]
+
+    def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
+        return {str(name): as_utc(at) for name, at in self._all(cursor, f"SELECT name, last_tick_at FROM {SCHEDULES}")}
+
+    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
+        if filters.status is not None:
+            clauses.append("status = %s")
+            params.append(int(filters.status))
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
+        return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
+
+    def list_archive(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
+                     sort: HistorySort) -> list[JobRow]:
+        clauses, params = self.where(filters, "finished_at", ("id", "type", "tags"))
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        select, where, params = self.source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
+        sql, params = self.keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit,
+                                  sort)
+        return [archive_row(r) for r in self._all(cursor, sql, params)]
+
+    def list_dlq(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
+                 sort: HistorySort) -> list[JobRow]:
+        where, params = self.dlq_where(filters)
+        select, where, params = self.source("dlq", DLQ, self.DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
+        sql, params = self.keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
+        return [dlq_row(r) for r in self._all(cursor, sql, params)]
+
+    def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        cursor.execute(*self.locate_sql(ids))
+        return located(cursor.fetchall())
+
+    def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
+        return [metric(r) for r in self._all(cursor, self.THROUGHPUT_SQL, [self.param_ts(since)])]
+
+    def queue_health(self, cursor: Cursor) -> list[QueueLag]:
+        return [lag(r) for r in self._all(cursor, self.QUEUE_HEALTH_SQL, self.queue_health_params())]
+
+    def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
+        return [error_group(r) for r in self._all(cursor, self.TOP_ERRORS_SQL,
+                                                  [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])]
+
+    def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
+        where, params = self.dlq_where(filters)
+        matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0] or 0)
+        sample: list[str] = []
+        if matched and max_jobs > 0:
+            sample = [str(r[0]) for r in self._all(
+                cursor, f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}",
+                [*params, min(max_jobs, 10)])]
+        return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
+
+    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
+        return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",
+                             [self.param_ts(cutoff)])[0] or 0)
+
+    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
+        return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
+                             [self.param_ts(cutoff)])[0] or 0)
+
+
+COMMANDS = ("mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "cancel_batch",
+            "request_cancel", "update_hot_data", "purge_dlq_ids", "purge_archive_ids")
+
+
+class StatementDialect(BaseDialect):
+    """Vendors whose transitions are each one statement (PostgreSQL, SQL Server) over an id-list parameter:
+    the commands below are written once; a vendor gives the statements and ``ids_param``."""
+
+    MARK_PROCESSING_SQL: str  # params: job id, worker → (attempt count)
+    MARK_PROCESSING_BATCH_SQL: str  # params: ids, worker → (id, attempt count)
+    KEEP_ALIVE_SQL: str  # params: ids, worker → (id)
+    CANCEL_REQUESTS_SQL: str  # params: worker → (id, actor)
+    CANCEL_BATCH_SQL: str  # params: ids, details, actor → (id, queue)
+    REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
+    UPDATE_HOT_SQL: str  # params: payload, tags, priority, actor, job id, revision → (id)
+    PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
+    PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
+
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        """A list of job ids (duplicates dropped) as one statement parameter."""
+        return list(dict.fromkeys(ids))
+
+    def moved(self, cursor: Cursor) -> list[tuple[str, str]]:
+        return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
+
+    def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
+        """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
+        row = self._one(cursor, self.MARK_PROCESSING_SQL, [job_id, worker_id])
+        return None if row is None else int(row[0])
+
+    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+        if not job_ids:
+            return {}
+        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [self.ids_param(job_ids), worker_id])
+        return {str(job_id): int(attempts) for job_id, attempts in rows}
+
+    def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+        if not job_ids:
+            return []
+        return [str(r[0]) for r in self._all(cursor, self.KEEP_ALIVE_SQL, [self.ids_param(job_ids), worker_id])]
+
+    def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+        return [(str(job_id), str(actor)) for job_id, actor in self._all(cursor, self.CANCEL_REQUESTS_SQL, [worker_id])]
+
+    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> list[tuple[str, str]]:
+        """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
+        if not job_ids:
+            return []
+        cursor.execute(self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
+        return self.moved(cursor)
+
+    def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+        if not job_ids:
+            return []
+        return [str(r[0]) for r in self._all(cursor, self.REQUEST_CANCEL_SQL, [actor, self.ids_param(job_ids)])]
+
+    def update_hot_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None,
+                        priority: int | None, actor: str | None, revision: int | None = None) -> bool:
+        """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
+        nothing to change."""
+        if payload is None and tags is None and priority is None:
+            return False
+        return bool(self._all(cursor, self.UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id, revision]))
+
+    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> list[tuple[str, str]]:
+        if not job_ids or batch_size <= 0:
+            return []
+        cursor.execute(self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size])
+        return self.moved(cursor)
+
+    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> list[tuple[str, str]]:
+        if not job_ids:
+            return []
+        cursor.execute(self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)])
+        return self.moved(cursor)
