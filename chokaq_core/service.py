@@ -128,107 +128,13 @@ def find_job(job_id: str) -> JobView | None:
     return None
 
 
-def _ids(job_ids: Sequence[str]) -> list[str]:
-    ids = list(dict.fromkeys(i.strip() for i in job_ids if i and i.strip()))
-    if not ids:
-        raise ServiceError("no job ids given")
-    if len(ids) > MAX_BULK_IDS:
-        raise ServiceError(f"at most {MAX_BULK_IDS} ids per command, got {len(ids)}")
-    for job_id in ids:
-        check_job_id(job_id)
-    return ids
-
-
-def _in_dlq(job_ids: Sequence[str]) -> list[str]:
-    """Those of ``job_ids`` that are in the DLQ now."""
-    where = storage.locate_jobs(list(job_ids))
-    return [i for i in job_ids if where.get(i) in PILLAR_STATUSES["dlq"]]
-
-
-def _on_dlq_rows(job_ids: Sequence[str], command: Callable[[list[str]], int]) -> list[str]:
-    """Run a bulk DLQ ``command`` (purge, resurrect) on those of ``job_ids`` in the DLQ; returns the ids it moved
-    out of the DLQ (in the DLQ before, not after), so the audit can name every affected job."""
-    ids = _in_dlq(job_ids)
-    if not ids or not command(ids):
-        return []
-    still = set(_in_dlq(ids))
-    return [i for i in ids if i not in still]
-
-
-def _payload(payload: str | None) -> str | None:
-    """Validate edited payload JSON: it must parse to an object and fit the envelope limit."""
-    if payload is None:
-        return None
-    try:
-        value = json.loads(payload)
-    except RecursionError:
-        raise ServiceError(f"payload nests too deeply: at most {MAX_PAYLOAD_DEPTH} levels of lists/objects") from None
-    except ValueError as exc:
-        raise ServiceError(f"payload is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ServiceError("payload must be a JSON object of handler arguments")
-    try:
-        return serialize_payload(value)
-    except (TypeError, ValueError) as exc:
-        raise ServiceError(str(exc)) from exc
-
-
-def max_payload_bytes() -> int:
-    """The envelope's payload limit (``CHOKAQ["SERIALIZATION"]["MAX_PAYLOAD_BYTES"]``), for the editor's check."""
-    return int(config().SERIALIZATION.MAX_PAYLOAD_BYTES)
-
-
-def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]:
-    """Pending/Fetched → DLQ Cancelled now; Processing → cooperative cancel. Returns (moved, flagged)."""
-    return storage.cancel(_ids(job_ids), actor=actor)
-
-
-def resurrect(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
-              priority: int | None = None) -> bool:
-    return storage.resurrect(check_job_id(job_id), payload=_payload(payload), tags=tags, priority=priority,
-                             actor=actor)
-
-
-def resurrect_many(job_ids: Sequence[str], *, actor: str) -> int:
-    return len(resurrect_jobs(job_ids, actor=actor))
-
-
-def resurrect_jobs(job_ids: Sequence[str], *, actor: str) -> list[str]:
-    """DLQ → Hot for many ids; returns the ids that moved (for the audit of every affected job)."""
-    return _on_dlq_rows(_ids(job_ids), lambda ids: storage.resurrect_batch(ids, actor=actor))
-
-
-def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
-         priority: int | None = None, revision: int | None = None) -> bool:
-    """Edit a Pending Hot job or a DLQ job (``revision``: only if it is still at that edit version); False when
-    the job is in neither state, or at another revision, any more."""
-    job_id = check_job_id(job_id)
-    clean = _payload(payload)
-    if storage.update_hot_data(job_id, payload=clean, tags=tags, priority=priority, actor=actor, revision=revision):
-        return True
-    return storage.update_dlq_data(job_id, payload=clean, tags=tags, actor=actor, revision=revision)
-
-
-def purge_dlq(job_ids: Sequence[str]) -> int:
-    return len(purge_dlq_jobs(job_ids))
-
-
-def purge_dlq_jobs(job_ids: Sequence[str]) -> list[str]:
-    """Delete DLQ rows by id; returns the ids deleted."""
-    return _on_dlq_rows(_ids(job_ids), storage.purge_dlq_ids)
-
-
 MAX_WORKERS_RANGE = (1, 10_000)
 ZOMBIE_TIMEOUT_RANGE = (1, 86_400)
 
 
-def _queue(name: str) -> str:
-    return check_queue_name(name)
-
-
 def _known_queue(name: str) -> str:
     """A queue the Queues table holds: a Deck setting never creates a queue as a side effect."""
-    name = _queue(name)
+    name = check_queue_name(name)
     if name not in {q.name for q in storage.queue_states()}:
         raise NotFoundError(f"Queue {name!r} does not exist")
     return name
@@ -252,19 +158,20 @@ def _optional_int(label: str, value: int | str | None, bounds: tuple[int, int]) 
 def set_queue_paused(queue: str, paused: bool, *, must_exist: bool = False) -> None:
     """Pause stops new claims at once; buffered jobs of the queue are released; running jobs finish.
     ``must_exist`` (the Deck): NotFoundError for a queue the Queues table does not hold, instead of creating it."""
-    storage.set_queue_paused(_known_queue(queue) if must_exist else _queue(queue), paused)
+    storage.set_queue_paused(_known_queue(queue) if must_exist else check_queue_name(queue), paused)
 
 
-def set_queue_visible(queue: str, visible: bool) -> bool:
-    """Hide/show a queue; both directions leave it paused (spec 01 §4.17). False if the queue is unknown."""
-    return storage.set_queue_active(_queue(queue), visible)
+def set_queue_active(queue: str, active: bool) -> bool:
+    """Hide (inactive) or show (active) a queue; both directions leave it paused (spec 01 §4.17). False if the
+    queue is unknown."""
+    return storage.set_queue_active(check_queue_name(queue), active)
 
 
 def set_queue_max_workers(queue: str, max_workers: int | str | None, *, must_exist: bool = False) -> int | None:
     """Fleet-wide cap on Fetched + Processing rows of the queue (None = unlimited); ``must_exist`` as for
     ``set_queue_paused``."""
     value = _optional_int("max workers", max_workers, MAX_WORKERS_RANGE)
-    storage.set_queue_max_workers(_known_queue(queue) if must_exist else _queue(queue), value)
+    storage.set_queue_max_workers(_known_queue(queue) if must_exist else check_queue_name(queue), value)
     return value
 
 
@@ -272,11 +179,11 @@ def set_queue_zombie_timeout(queue: str, seconds: int | str | None, *, must_exis
     """Per-queue zombie timeout override in seconds (None = the global setting); ``must_exist`` as for
     ``set_queue_paused``."""
     value = _optional_int("zombie timeout", seconds, ZOMBIE_TIMEOUT_RANGE)
-    storage.set_queue_zombie_timeout(_known_queue(queue) if must_exist else _queue(queue), value)
+    storage.set_queue_zombie_timeout(_known_queue(queue) if must_exist else check_queue_name(queue), value)
     return value
 
 
-# ---------------------------------------------------------------- Deck reads (issue 3)
+# ---------------------------------------------------------------- Deck reads: panels, live view, keyset history
 
 ACTIVE_LIMIT = 100
 MAX_PAGE_SIZE = 1000
@@ -494,11 +401,10 @@ def history(
                        _encode_key(sort, rows[0]) if key is not None and rows else None, retained, window)
 
 
-# ---------------------------------------------------------------- Deck commands (issue 3)
-
-
-def _job_id(job_id: str) -> str:
-    return check_job_id(job_id)
+# ---------------------------------------------------------------- operator commands
+# One verb per operation (docs/architecture.md, "Verbs"): ``verb`` acts on one job and raises ConflictError when
+# the job is not where the command expects it; ``verb_many`` acts on a list of ids and ``verb_matching`` on the
+# newest DLQ rows matching a filter — both return the ids they affected (for the audit of every job).
 
 
 def _edits(tags: str | None, priority: int | None) -> None:
@@ -513,9 +419,59 @@ def _where_is(job_id: str) -> str:
     return "gone" if status is None else status.name.capitalize()
 
 
-def cancel_one(job_id: str, *, actor: str) -> str:
-    """Cancel one job: returns "moved" (Pending/Fetched → DLQ) or "flagged" (Processing, cooperative)."""
-    job_id = _job_id(job_id)
+def _ids(job_ids: Sequence[str]) -> list[str]:
+    ids = list(dict.fromkeys(i.strip() for i in job_ids if i and i.strip()))
+    if not ids:
+        raise ServiceError("no job ids given")
+    if len(ids) > MAX_BULK_IDS:
+        raise ServiceError(f"at most {MAX_BULK_IDS} ids per command, got {len(ids)}")
+    for job_id in ids:
+        check_job_id(job_id)
+    return ids
+
+
+def _in_dlq(job_ids: Sequence[str]) -> list[str]:
+    """Those of ``job_ids`` that are in the DLQ now."""
+    where = storage.locate_jobs(list(job_ids))
+    return [i for i in job_ids if where.get(i) in PILLAR_STATUSES["dlq"]]
+
+
+def _on_dlq_rows(job_ids: Sequence[str], command: Callable[[list[str]], int]) -> list[str]:
+    """Run a bulk DLQ ``command`` (purge, resurrect) on those of ``job_ids`` in the DLQ; returns the ids it moved
+    out of the DLQ (in the DLQ before, not after), so the audit can name every affected job."""
+    ids = _in_dlq(job_ids)
+    if not ids or not command(ids):
+        return []
+    still = set(_in_dlq(ids))
+    return [i for i in ids if i not in still]
+
+
+def _payload(payload: str | None) -> str | None:
+    """Validate edited payload JSON: it must parse to an object and fit the envelope limit."""
+    if payload is None:
+        return None
+    try:
+        value = json.loads(payload)
+    except RecursionError:
+        raise ServiceError(f"payload nests too deeply: at most {MAX_PAYLOAD_DEPTH} levels of lists/objects") from None
+    except ValueError as exc:
+        raise ServiceError(f"payload is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ServiceError("payload must be a JSON object of handler arguments")
+    try:
+        return serialize_payload(value)
+    except (TypeError, ValueError) as exc:
+        raise ServiceError(str(exc)) from exc
+
+
+def max_payload_bytes() -> int:
+    """The envelope's payload limit (``CHOKAQ["SERIALIZATION"]["MAX_PAYLOAD_BYTES"]``), for the editor's check."""
+    return int(config().SERIALIZATION.MAX_PAYLOAD_BYTES)
+
+
+def cancel(job_id: str, *, actor: str) -> str:
+    """Cancel one job: returns "moved" (Pending/Fetched → DLQ Cancelled) or "flagged" (Processing, cooperative)."""
+    job_id = check_job_id(job_id)
     moved, flagged = storage.cancel([job_id], actor=actor)
     if moved:
         return "moved"
@@ -524,11 +480,9 @@ def cancel_one(job_id: str, *, actor: str) -> str:
     raise ConflictError(f"Job {job_id} cannot be cancelled: it is {_where_is(job_id)}")
 
 
-def restart(job_id: str, *, actor: str) -> None:
-    """DLQ → Hot without edits; any other place is a conflict (Processing jobs are never restarted)."""
-    job_id = _job_id(job_id)
-    if not storage.resurrect(job_id, actor=actor):
-        raise ConflictError(f"Job {job_id} is not in the DLQ (it is {_where_is(job_id)})")
+def cancel_many(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]:
+    """Pending/Fetched → DLQ Cancelled now; Processing → cooperative cancel. Returns (moved, flagged)."""
+    return storage.cancel(_ids(job_ids), actor=actor)
 
 
 def _stale(job_id: str, revision: int | None) -> None:
@@ -551,46 +505,69 @@ def _stale(job_id: str, revision: int | None) -> None:
                     "was saved. Reopen the editor to edit the current state.", current)
 
 
-def repair_and_requeue(job_id: str, *, actor: str, payload: str | None, tags: str | None = None,
-                       priority: int | None = None, revision: int | None = None) -> None:
-    """Edit a DLQ job and move it to Hot in one transaction (``revision``: the edit version it was made
-    against; a newer one is a ``StaleEdit``)."""
-    job_id = _job_id(job_id)
+def resurrect(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
+              priority: int | None = None, revision: int | None = None) -> None:
+    """DLQ → Hot, with optional edits applied in the same transaction (``revision``: the edit version they were
+    made against; a newer one is a ``StaleEdit``). Any other place is a conflict: Processing jobs are never
+    resurrected, archived ones only re-enqueued."""
+    job_id = check_job_id(job_id)
     _edits(tags, priority)
     clean = _payload(payload)
-    if not storage.resurrect(job_id, payload=clean, tags=tags, priority=priority, actor=actor, revision=revision):
-        _stale(job_id, revision)
-        raise ConflictError("Repair and retry failed. Job might have been purged or requeued externally.")
+    if storage.resurrect(job_id, payload=clean, tags=tags, priority=priority, actor=actor, revision=revision):
+        return
+    where = f"not in the DLQ (it is {_where_is(job_id)})"
+    if payload is None and tags is None and priority is None:
+        raise ConflictError(f"Job {job_id} is {where}")
+    _stale(job_id, revision)
+    raise ConflictError(f"Repair and retry failed: job {job_id} is {where}; it might have been purged or "
+                        "requeued externally.")
 
 
-def edit_job(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
-             priority: int | None = None, revision: int | None = None) -> None:
-    """``edit`` with validation; a job that is neither Pending nor in the DLQ any more is a conflict, one at a
-    newer edit version than ``revision`` a ``StaleEdit``."""
-    job_id = _job_id(job_id)
+def resurrect_many(job_ids: Sequence[str], *, actor: str) -> list[str]:
+    """DLQ → Hot for many ids; returns the ids that moved."""
+    return _on_dlq_rows(_ids(job_ids), lambda ids: storage.resurrect_batch(ids, actor=actor))
+
+
+def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
+         priority: int | None = None, revision: int | None = None) -> None:
+    """Edit a Pending Hot job, else a DLQ job (payload, tags; ``revision``: only if it is still at that edit
+    version). A job in neither state any more is a conflict, one at a newer edit version a ``StaleEdit``."""
+    job_id = check_job_id(job_id)
     _edits(tags, priority)
-    if not edit(job_id, actor=actor, payload=payload, tags=tags, priority=priority, revision=revision):
-        _stale(job_id, revision)
-        raise ConflictError("Save failed. Job might have been processed or deleted externally.")
+    clean = _payload(payload)
+    if storage.update_hot_data(job_id, payload=clean, tags=tags, priority=priority, actor=actor, revision=revision):
+        return
+    if storage.update_dlq_data(job_id, payload=clean, tags=tags, actor=actor, revision=revision):
+        return
+    _stale(job_id, revision)
+    raise ConflictError("Save failed. Job might have been processed or deleted externally.")
 
 
 def set_priority(job_id: str, priority: int, *, actor: str) -> None:
-    job_id = _job_id(job_id)
+    """The priority of a Pending Hot job (the one edit that is its own command: the list's priority control)."""
+    job_id = check_job_id(job_id)
     _edits(None, priority)
     if not storage.update_hot_data(job_id, priority=priority, actor=actor):
         raise ConflictError(f"Job {job_id} is not Pending any more (it is {_where_is(job_id)})")
 
 
-def purge_archive_job(job_id: str) -> None:
-    job_id = _job_id(job_id)
+def purge_archive(job_id: str) -> None:
+    """Delete one Archive row forever."""
+    job_id = check_job_id(job_id)
     if not storage.purge_archive_ids([job_id]):
         raise ConflictError(f"Job {job_id} is not in the Archive")
 
 
-def purge_dlq_job(job_id: str) -> None:
-    job_id = _job_id(job_id)
+def purge_dlq(job_id: str) -> None:
+    """Delete one DLQ row forever."""
+    job_id = check_job_id(job_id)
     if not storage.purge_dlq_ids([job_id]):
         raise ConflictError(f"Job {job_id} is not in the DLQ")
+
+
+def purge_dlq_many(job_ids: Sequence[str]) -> list[str]:
+    """Delete DLQ rows by id; returns the ids deleted."""
+    return _on_dlq_rows(_ids(job_ids), storage.purge_dlq_ids)
 
 
 def _max_jobs(max_jobs: int | None) -> int:
@@ -607,16 +584,9 @@ def _dlq_filter(filters: JobFilter) -> JobFilter:
     return filters
 
 
-def preview_dlq_bulk(filters: JobFilter, max_jobs: int | None = None) -> BulkPreview:
+def preview_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> BulkPreview:
+    """Dry run of ``purge_dlq_matching``/``resurrect_matching``: how many rows match and how many would be hit."""
     return storage.preview_dlq_bulk(_dlq_filter(filters), _max_jobs(max_jobs))
-
-
-def purge_dlq_by_filter(filters: JobFilter, max_jobs: int | None = None) -> int:
-    return len(purge_dlq_matching(filters, max_jobs))
-
-
-def requeue_dlq_by_filter(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> int:
-    return len(requeue_dlq_matching(filters, max_jobs, actor=actor))
 
 
 def _dlq_matching(filters: JobFilter, max_jobs: int | None) -> list[str]:
@@ -630,7 +600,7 @@ def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> list[
     return _on_dlq_rows(_dlq_matching(filters, max_jobs), storage.purge_dlq_ids)
 
 
-def requeue_dlq_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> list[str]:
+def resurrect_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> list[str]:
     """Move the DLQ rows matching ``filters`` (at most ``max_jobs``) back to Hot; returns the ids moved."""
     return _on_dlq_rows(_dlq_matching(filters, max_jobs), lambda ids: storage.resurrect_batch(ids, actor=actor))
 
@@ -641,7 +611,7 @@ def _cutoff(days: int) -> datetime:
     return datetime.now(UTC) - timedelta(days=days)
 
 
-def preview_purge(pillar: str, days: int) -> tuple[datetime, int]:
+def preview_purge_older_than(pillar: str, days: int) -> tuple[datetime, int]:
     """(cutoff, rows a purge older than ``days`` would delete now) for "archive" or "dlq"."""
     cutoff = _cutoff(days)
     count = storage.count_archive_older_than(cutoff) if pillar == "archive" else storage.count_dlq_older_than(cutoff)
@@ -649,6 +619,7 @@ def preview_purge(pillar: str, days: int) -> tuple[datetime, int]:
 
 
 def purge_older_than(pillar: str, days: int) -> int:
+    """Delete the rows of ``pillar`` ("archive" or "dlq") older than ``days``; returns how many."""
     cutoff = _cutoff(days)
     return storage.purge_archive(cutoff) if pillar == "archive" else storage.purge_dlq_older_than(cutoff)
 

@@ -307,18 +307,11 @@ def _edit_message(text: str, before: Before, edits: dict[str, Any]) -> str:
 
 
 @command(Role.OPERATOR)
-def cancel_job(request: HttpRequest, job_id: str) -> Done:
+def cancel(request: HttpRequest, job_id: str) -> Done:
     job_id = forms.job_id(job_id)
-    how = service.cancel_one(job_id, actor=actor(request.user))
+    how = service.cancel(job_id, actor=actor(request.user))
     text = "moved to the DLQ as Cancelled" if how == "moved" else "asked to stop (it is running)"
     return Done(f"Cancel request sent for {job_id}: {text}", job_id=job_id, scope=job_id)
-
-
-@command(Role.OPERATOR)
-def restart_job(request: HttpRequest, job_id: str) -> Done:
-    job_id = forms.job_id(job_id)
-    service.restart(job_id, actor=actor(request.user))
-    return Done(f"Job {job_id} requeued from the DLQ", job_id=job_id, scope=job_id)
 
 
 def _edit_data(request: HttpRequest) -> dict[str, Any]:
@@ -330,37 +323,29 @@ def _edit_data(request: HttpRequest) -> dict[str, Any]:
 
 
 @command(Role.OPERATOR)
-def resurrect_job(request: HttpRequest, job_id: str) -> Done:
-    """Resurrect with optional edits (payload, tags, priority)."""
+def resurrect(request: HttpRequest, job_id: str) -> Done:
+    """DLQ → Hot: the list's and the inspector's RETRY (no body) and the editor's SAVE & RETRY (payload, tags,
+    priority, revision), which gets the refreshed inspector back."""
     job_id = forms.job_id(job_id)
     edits = _edit_data(request)
+    if edits["payload"] is None and edits["tags"] is None and edits["priority"] is None:
+        service.resurrect(job_id, actor=actor(request.user))
+        return Done(f"Job {job_id} resurrected", job_id=job_id, scope=job_id)
     before = _before(job_id)
-    service.repair_and_requeue(job_id, actor=actor(request.user), **edits)
+    service.resurrect(job_id, actor=actor(request.user), **edits)
     return Done(_edit_message(f"Job {job_id} resurrected", before, edits), job_id=job_id, scope=job_id,
                 previous_payload=before.payload if edits["payload"] is not None else None,
-                new_payload=edits["payload"])
+                new_payload=edits["payload"], body=_inspector_body(request, job_id))
 
 
 @command(Role.OPERATOR)
-def repair_requeue(request: HttpRequest, job_id: str) -> Done:
-    job_id = forms.job_id(job_id)
-    edits = _edit_data(request)
-    if edits["payload"] is None:
-        raise forms.InvalidInput("Payload is empty")
-    before = _before(job_id)
-    service.repair_and_requeue(job_id, actor=actor(request.user), **edits)
-    return Done(_edit_message(f"Job {job_id} repaired and requeued", before, edits), job_id=job_id, scope=job_id,
-                previous_payload=before.payload, new_payload=edits["payload"], body=_inspector_body(request, job_id))
-
-
-@command(Role.OPERATOR)
-def edit_job(request: HttpRequest, job_id: str) -> Done:
+def edit(request: HttpRequest, job_id: str) -> Done:
     job_id = forms.job_id(job_id)
     edits = _edit_data(request)
     if edits["payload"] is None and edits["tags"] is None and edits["priority"] is None:
         raise forms.InvalidInput("nothing to change")
     before = _before(job_id)
-    service.edit_job(job_id, actor=actor(request.user), **edits)
+    service.edit(job_id, actor=actor(request.user), **edits)
     return Done(_edit_message(f"Job {job_id} saved", before, edits), job_id=job_id, scope=job_id,
                 previous_payload=before.payload if edits["payload"] is not None else None,
                 new_payload=edits["payload"], body=_inspector_body(request, job_id))
@@ -375,41 +360,41 @@ def set_priority(request: HttpRequest, job_id: str) -> Done:
 
 
 @command(Role.ADMIN)
-def purge_archive_job(request: HttpRequest, job_id: str) -> Done:
+def purge_archive(request: HttpRequest, job_id: str) -> Done:
     job_id = forms.job_id(job_id)
-    service.purge_archive_job(job_id)
+    service.purge_archive(job_id)
     return Done(f"Archived job {job_id} deleted forever", job_id=job_id, scope=job_id, level="warning")
 
 
 @command(Role.ADMIN)
-def purge_dlq_job(request: HttpRequest, job_id: str) -> Done:
+def purge_dlq(request: HttpRequest, job_id: str) -> Done:
     job_id = forms.job_id(job_id)
-    service.purge_dlq_job(job_id)
+    service.purge_dlq(job_id)
     return Done(f"DLQ job {job_id} deleted forever", job_id=job_id, scope=job_id, level="warning")
 
 
 @command(Role.OPERATOR)
-def bulk_cancel(request: HttpRequest) -> Done:
+def cancel_many(request: HttpRequest) -> Done:
     ids = forms.ids(request.POST)
-    moved, flagged = service.cancel(ids, actor=actor(request.user))
+    moved, flagged = service.cancel_many(ids, actor=actor(request.user))
     n = len(moved) + len(flagged)
     return Done(f"Cancel sent for {n} of {len(ids)} job(s) ({len(moved)} moved, {len(flagged)} running)",
                 affected=n, scope=",".join(ids), level="success" if n else "warning", job_ids=[*moved, *flagged])
 
 
 @command(Role.OPERATOR)
-def bulk_resurrect(request: HttpRequest) -> Done:
+def resurrect_many(request: HttpRequest) -> Done:
     ids = forms.ids(request.POST)
-    moved = service.resurrect_jobs(ids, actor=actor(request.user))
+    moved = service.resurrect_many(ids, actor=actor(request.user))
     n = len(moved)
     return Done(f"Requeued {n} of {len(ids)} DLQ job(s)", affected=n, scope=",".join(ids),
                 level="success" if n else "warning", job_ids=moved)
 
 
 @command(Role.ADMIN)
-def purge_dlq_ids(request: HttpRequest) -> Done:
+def purge_dlq_many(request: HttpRequest) -> Done:
     ids = forms.ids(request.POST)
-    purged = service.purge_dlq_jobs(ids)
+    purged = service.purge_dlq_many(ids)
     return Done(f"Bulk purge: {len(purged)} DLQ job(s) permanently deleted", affected=len(purged),
                 scope=",".join(ids), level="warning", job_ids=purged)
 
@@ -419,7 +404,7 @@ def _queue_done(name: str, text: str) -> Done:
 
 
 @command(Role.OPERATOR)
-def queue_pause(request: HttpRequest, name: str) -> Done:
+def set_queue_paused(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     paused = forms.clean(forms.Toggle, request.POST)["value"]
     service.set_queue_paused(name, paused, must_exist=True)
@@ -427,16 +412,16 @@ def queue_pause(request: HttpRequest, name: str) -> Done:
 
 
 @command(Role.OPERATOR)
-def queue_active(request: HttpRequest, name: str) -> Done:
+def set_queue_active(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     visible = forms.clean(forms.Toggle, request.POST)["value"]
-    if not service.set_queue_visible(name, visible):
+    if not service.set_queue_active(name, visible):
         raise service.NotFoundError(f"Queue {name!r} does not exist")
     return _queue_done(name, "shown (paused)" if visible else "hidden (paused)")
 
 
 @command(Role.OPERATOR)
-def queue_zombie_timeout(request: HttpRequest, name: str) -> Done:
+def set_queue_zombie_timeout(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     seconds = forms.clean(forms.ZombieTimeout, request.POST).get("value")
     value = service.set_queue_zombie_timeout(name, None if seconds is None else max(60, seconds),
@@ -445,23 +430,19 @@ def queue_zombie_timeout(request: HttpRequest, name: str) -> Done:
 
 
 @command(Role.OPERATOR)
-def queue_max_workers(request: HttpRequest, name: str) -> Done:
+def set_queue_max_workers(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     value = service.set_queue_max_workers(name, forms.clean(forms.MaxWorkers, request.POST).get("value"),
                                          must_exist=True)
     return _queue_done(name, f"max workers {value}" if value else "max workers unlimited")
 
 
-def _bulk_form(request: HttpRequest) -> forms.DlqBulk:
-    return forms.dlq_bulk(request.POST)
-
-
 @require_POST
 @require(Role.ADMIN)
-def dlq_bulk_preview(request: HttpRequest) -> HttpResponse:
+def preview_dlq_matching(request: HttpRequest) -> HttpResponse:
     try:
-        form = _bulk_form(request)
-        preview = service.preview_dlq_bulk(form.filters("dlq"), form.max())
+        form = forms.dlq_bulk(request.POST)
+        preview = service.preview_dlq_matching(form.filters("dlq"), form.max())
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
     action = request.POST.get("action", "purge")
@@ -479,8 +460,8 @@ def _confirmed(form: forms.DlqBulk, action: str) -> None:
 
 
 @command(Role.ADMIN)
-def dlq_bulk_purge(request: HttpRequest) -> Done:
-    form = _bulk_form(request)
+def purge_dlq_matching(request: HttpRequest) -> Done:
+    form = forms.dlq_bulk(request.POST)
     _confirmed(form, "purge")
     purged = service.purge_dlq_matching(form.filters("dlq"), form.max())
     return Done(f"{len(purged)} jobs affected (DLQ purge by filter)", affected=len(purged), level="warning",
@@ -488,16 +469,16 @@ def dlq_bulk_purge(request: HttpRequest) -> Done:
 
 
 @command(Role.ADMIN)
-def dlq_bulk_requeue(request: HttpRequest) -> Done:
-    form = _bulk_form(request)
+def resurrect_matching(request: HttpRequest) -> Done:
+    form = forms.dlq_bulk(request.POST)
     _confirmed(form, "requeue")
-    moved = service.requeue_dlq_matching(form.filters("dlq"), form.max(), actor=actor(request.user))
+    moved = service.resurrect_matching(form.filters("dlq"), form.max(), actor=actor(request.user))
     return Done(f"{len(moved)} jobs affected (DLQ requeue by filter)", affected=len(moved),
                 scope=request.POST.urlencode()[:1000], job_ids=moved)
 
 
 @command(Role.OPERATOR)
-def worker_capacity(request: HttpRequest) -> Done:
+def set_worker_capacity(request: HttpRequest) -> Done:
     capacity = max(1, forms.clean(forms.Capacity, request.POST)["capacity"])
     if not service.set_worker_capacity(capacity):
         raise service.ServiceError("Worker control needs a cross-process channel layer (set REDIS_URL): "
@@ -507,13 +488,13 @@ def worker_capacity(request: HttpRequest) -> Done:
 
 @require_POST
 @require(Role.ADMIN)
-def maintenance_preview(request: HttpRequest) -> HttpResponse:
+def preview_purge_older_than(request: HttpRequest) -> HttpResponse:
     pillar = request.POST.get("pillar", "")
     try:
         if pillar not in ("archive", "dlq"):
             raise forms.InvalidInput("pillar must be archive or dlq")
         days = forms.clean(forms.Days, request.POST)["days"]
-        cutoff, count = service.preview_purge(pillar, days)
+        cutoff, count = service.preview_purge_older_than(pillar, days)
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
     if not _htmx(request):
@@ -531,11 +512,11 @@ def _purge_older(request: HttpRequest, pillar: str) -> Done:
 
 
 @command(Role.ADMIN)
-def purge_archive_older(request: HttpRequest) -> Done:
+def purge_archive_older_than(request: HttpRequest) -> Done:
     return _purge_older(request, "archive")
 
 
 @command(Role.ADMIN)
-def purge_dlq_older(request: HttpRequest) -> Done:
+def purge_dlq_older_than(request: HttpRequest) -> Done:
     return _purge_older(request, "dlq")
 

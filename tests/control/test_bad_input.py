@@ -105,17 +105,17 @@ def test_bulk_commands_take_at_most_1000_ids_and_change_nothing_otherwise() -> N
     job_id = enqueue("test.ok.v1", {})
     too_many = [job_id, *(f"missing-{n}" for n in range(1000))]
     with pytest.raises(service.ServiceError, match="at most 1000 ids"):
-        service.cancel(too_many, actor="ops")
+        service.cancel_many(too_many, actor="ops")
     with pytest.raises(service.ServiceError, match="at most 1000 ids"):
         service.resurrect_many(too_many, actor="ops")
     with pytest.raises(service.ServiceError, match="no job ids"):
-        service.cancel(["", "  "], actor="ops")
+        service.cancel_many(["", "  "], actor="ops")
     assert JobsHot.objects.filter(id=job_id, status=0).exists() and not JobsDLQ.objects.exists()
 
     # Exactly 1000 (with duplicates folded) is fine: the one real job is cancelled, the rest are unknown.
-    moved, flagged = service.cancel([job_id, job_id, *(f"missing-{n}" for n in range(999))], actor="ops")
+    moved, flagged = service.cancel_many([job_id, job_id, *(f"missing-{n}" for n in range(999))], actor="ops")
     assert (moved, flagged) == ([job_id], [])
     dead = storage.get_dead(job_id)
     assert dead is not None and "ops" in (dead.error_details or "")
-    assert service.resurrect_many([job_id, *(f"missing-{n}" for n in range(999))], actor="ops") == 1
+    assert service.resurrect_many([job_id, *(f"missing-{n}" for n in range(999))], actor="ops") == [job_id]
     assert JobsHot.objects.filter(id=job_id, status=0).exists() and not JobsDLQ.objects.exists()

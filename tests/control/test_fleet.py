@@ -138,13 +138,13 @@ def test_hide_pauses_show_leaves_paused_and_resume_runs(start_worker: Any, state
     """Hide (IsActive = false) also stops claims; show leaves the queue paused (spec 03 §6, 01 §4.17)."""
     hidden = "ctl-hidden"
     service.set_queue_paused(hidden, False)
-    assert service.set_queue_visible(hidden, False)
+    assert service.set_queue_active(hidden, False)
     job_id = enqueue("test.ok.v1", {}, queue=hidden)
     start_worker(concurrency=2)
     # The worker is claiming (a job of another queue completes) but the hidden queue's job stays Pending.
     state.wait_archived(enqueue("test.ok.v1", {}, queue="ctl-visible"))
     assert state.hot(job_id).status == JobStatus.PENDING  # type: ignore[union-attr]
-    assert service.set_queue_visible(hidden, True)
+    assert service.set_queue_active(hidden, True)
     row = Queues.objects.get(name=hidden)
     assert row.is_active and row.is_paused
     state.wait_archived(enqueue("test.ok.v1", {}, queue="ctl-visible"))

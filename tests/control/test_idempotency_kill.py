@@ -93,7 +93,7 @@ def test_killed_after_the_side_effect_the_job_is_not_run_twice(
     assert len(effects(effect_key)) == 1
 
     # An operator resurrects it; a new worker runs it; the middleware skips the handler.
-    assert service.resurrect_many([job_id], actor="ops@example") == 1
+    assert service.resurrect_many([job_id], actor="ops@example") == [job_id]
     second = worker_procs.start("--queues", QUEUE, overrides=OVERRIDES, REDIS_URL=REDIS_URL)
     archived = until(lambda: storage.get_archived(job_id), "the resurrected job archived", worker_procs)
     assert archived.worker_id == second.worker_id
@@ -114,7 +114,7 @@ def test_without_the_marker_a_resurrected_job_runs_again(
     until(lambda: effects(effect_key), "the side effect", worker_procs)
     worker_procs.kill(victim)
     until(lambda: maintenance.rescue() and storage.get_dead(job_id), "the zombie in the DLQ", worker_procs)
-    assert service.resurrect_many([job_id], actor="ops@example") == 1
+    assert service.resurrect_many([job_id], actor="ops@example") == [job_id]
     worker_procs.start("--queues", QUEUE, overrides=no_idempotency)
     until(lambda: storage.get_archived(job_id), "the resurrected job archived", worker_procs)
     assert len(effects(effect_key)) == 2

@@ -43,7 +43,7 @@ BAD_PAYLOADS = [
 
 # A blank payload on ``resurrect`` means "no edit" (a plain resurrection, covered by test_views).
 @pytest.mark.parametrize("action, payload, text", [
-    (action, payload, text) for action in ("edit", "repair-requeue", "resurrect") for payload, text in BAD_PAYLOADS
+    (action, payload, text) for action in ("edit", "resurrect") for payload, text in BAD_PAYLOADS
     if action != "resurrect" or payload.strip()
 ])
 def test_invalid_payload_json_is_refused(admin: Client, jobs: Jobs, payload: str, text: str, action: str) -> None:
@@ -57,7 +57,7 @@ def test_invalid_payload_json_is_refused(admin: Client, jobs: Jobs, payload: str
 def test_oversized_payload_is_refused(admin: Client, jobs: Jobs, chokaq_settings: Any) -> None:
     before = snapshot()
     huge = json.dumps({"blob": "x" * 1_000_001})
-    refused(admin.post(f"/deck/api/jobs/{jobs.dead}/repair-requeue", {"payload": huge}), 400, "payload")
+    refused(admin.post(f"/deck/api/jobs/{jobs.dead}/resurrect", {"payload": huge}), 400, "payload")
     chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "SERIALIZATION": {"MAX_PAYLOAD_BYTES": 100}}
     refused(admin.post(f"/deck/api/jobs/{jobs.pending}/edit", {"payload": json.dumps({"blob": "y" * 200})}), 400,
             "limit is 100 bytes")
@@ -78,21 +78,21 @@ def test_edit_of_a_job_that_moved_meanwhile_is_a_conflict(admin: Client, jobs: J
 
 
 def test_save_and_retry_of_a_job_already_requeued_is_a_conflict(admin: Client, jobs: Jobs) -> None:
-    assert admin.post(f"/deck/api/jobs/{jobs.dead}/restart").status_code == 200
+    assert admin.post(f"/deck/api/jobs/{jobs.dead}/resurrect").status_code == 200
     before = snapshot()
-    refused(admin.post(f"/deck/api/jobs/{jobs.dead}/repair-requeue", {"payload": '{"n": 9}'}), 409,
+    refused(admin.post(f"/deck/api/jobs/{jobs.dead}/resurrect", {"payload": '{"n": 9}'}), 409,
             "Repair and retry failed")
     assert snapshot() == before
     assert json.loads(JobsHot.objects.get(id=jobs.dead).payload) == {"n": 1}
 
 
 @pytest.mark.parametrize("url, text", [
-    ("/deck/api/jobs/{processing}/restart", "not in the DLQ"),
+    ("/deck/api/jobs/{processing}/resurrect", "not in the DLQ"),
     ("/deck/api/jobs/{archived}/cancel", "cannot be cancelled"),
     ("/deck/api/jobs/{processing}/priority", "not Pending"),
     ("/deck/api/archive/{dead}/purge", "not in the Archive"),
     ("/deck/api/dlq/{archived}/purge", "not in the DLQ"),
-    ("/deck/api/jobs/NOSUCHJOB/restart", "not in the DLQ"),
+    ("/deck/api/jobs/NOSUCHJOB/resurrect", "not in the DLQ"),
 ])
 def test_commands_on_jobs_in_the_wrong_place_are_conflicts(admin: Client, jobs: Jobs, url: str, text: str) -> None:
     before = snapshot()
@@ -149,7 +149,7 @@ def test_bad_list_queries_are_400(admin: Client, query: str, text: str) -> None:
     ("/deck/api/dlq/bulk/preview", {"reason": "11"}, "reason"),
     ("/deck/api/dlq/bulk/preview", {"start": "2024-02-02", "end": "2024-01-01"}, "'from' must not be after"),
     ("/deck/api/dlq/bulk/purge", {"confirm": "purge"}, "type PURGE to confirm"),
-    ("/deck/api/dlq/bulk/requeue", {}, "type REQUEUE to confirm"),
+    ("/deck/api/dlq/bulk/resurrect", {}, "type REQUEUE to confirm"),
     ("/deck/api/maintenance/preview", {"pillar": "hot", "days": "3"}, "pillar"),
     ("/deck/api/maintenance/preview", {"pillar": "dlq", "days": "0"}, "days"),
     ("/deck/api/maintenance/purge-archive", {"days": "366"}, "days"),

@@ -88,7 +88,7 @@ def test_enqueue_refuses_a_queue_name_with_markup() -> None:
 
 
 @pytest.mark.parametrize("url", [
-    "/deck/api/jobs/a%20b/cancel", "/deck/api/jobs/..%3F/restart", "/deck/api/jobs/%3Cb%3E/resurrect",
+    "/deck/api/jobs/a%20b/cancel", "/deck/api/jobs/..%3F/resurrect", "/deck/api/jobs/%3Cb%3E/resurrect",
     "/deck/api/jobs/a%3Fb/edit", "/deck/api/dlq/%2E%2E/purge", "/deck/api/queues/a%3Cb/pause",
     "/deck/api/queues/../x/pause",
 ])
@@ -236,7 +236,7 @@ def deep_text(levels: int) -> str:
     return '{"x": ' + "[" * (levels - 1) + "]" * (levels - 1) + "}"
 
 
-@pytest.mark.parametrize("action", ["edit", "repair-requeue", "resurrect"])
+@pytest.mark.parametrize("action", ["edit", "resurrect"])
 @pytest.mark.parametrize("levels", [65, 5000])
 def test_deep_payload_edits_are_400(admin: Client, jobs: Jobs, action: str, levels: int) -> None:
     target = jobs.dead if action != "edit" else jobs.pending
@@ -249,7 +249,7 @@ def test_deep_payload_edits_are_400(admin: Client, jobs: Jobs, action: str, leve
 def test_a_job_already_holding_a_deep_payload_still_renders(admin: Client) -> None:
     """990 levels were accepted before the depth limit; inspector, editor and history must still render."""
     job_id = stored("deep-hot", payload=deep_text(990))
-    OperatorAction.objects.create(actor="ops", command="edit_job", job_id=job_id, message="saved",
+    OperatorAction.objects.create(actor="ops", command="edit", job_id=job_id, message="saved",
                                   previous_payload=deep_text(990), new_payload=deep_text(990))
     for url in (f"/deck/jobs/{job_id}", f"/deck/jobs/{job_id}/edit", f"/deck/?job={job_id}"):
         response = admin.get(url, **(HTMX if "?" not in url else {}))
@@ -311,7 +311,7 @@ def history_commands(client: Client, job_id: str) -> str:
 
 
 @pytest.mark.parametrize("url, command", [
-    ("/deck/api/dlq/purge", "purge_dlq_ids"), ("/deck/api/jobs/bulk/resurrect", "bulk_resurrect"),
+    ("/deck/api/dlq/purge", "purge_dlq_many"), ("/deck/api/jobs/bulk/resurrect", "resurrect_many"),
 ])
 def test_bulk_actions_record_every_affected_job(admin: Client, url: str, command: str) -> None:
     ids = dead("failing", 60)
@@ -319,20 +319,20 @@ def test_bulk_actions_record_every_affected_job(admin: Client, url: str, command
     assert response.status_code == 200 and response.json()["affected"] == 60
     audited = set(OperatorAction.objects.filter(command=command).values_list("job_id", flat=True))
     assert audited >= set(ids) and "NOT-THERE" not in audited
-    if command == "bulk_resurrect":
+    if command == "resurrect_many":
         assert command in history_commands(admin, ids[-1])
 
 
 def test_bulk_cancel_records_every_affected_job(admin: Client) -> None:
     ids = pending("main", 45)
     assert admin.post("/deck/api/jobs/bulk/cancel", {"ids": ids}).json()["affected"] == 45
-    assert set(OperatorAction.objects.filter(command="bulk_cancel").values_list("job_id", flat=True)) >= set(ids)
-    assert "bulk_cancel" in history_commands(admin, ids[0])
+    assert set(OperatorAction.objects.filter(command="cancel_many").values_list("job_id", flat=True)) >= set(ids)
+    assert "cancel_many" in history_commands(admin, ids[0])
 
 
 @pytest.mark.parametrize("url, token_word, command", [
-    ("/deck/api/dlq/bulk/purge", "PURGE", "dlq_bulk_purge"),
-    ("/deck/api/dlq/bulk/requeue", "REQUEUE", "dlq_bulk_requeue"),
+    ("/deck/api/dlq/bulk/purge", "PURGE", "purge_dlq_matching"),
+    ("/deck/api/dlq/bulk/resurrect", "REQUEUE", "resurrect_matching"),
 ])
 def test_bulk_by_filter_records_every_affected_job(admin: Client, url: str, token_word: str, command: str) -> None:
     ids = dead("filtered", 40)
@@ -347,7 +347,7 @@ def test_bulk_by_filter_records_every_affected_job(admin: Client, url: str, toke
 def test_a_tags_only_edit_records_before_and_after(admin: Client) -> None:
     job_id = pending("main", tags="red,blue")[0]
     assert admin.post(f"/deck/api/jobs/{job_id}/edit", {"tags": "green"}, **HTMX).status_code == 200
-    entry = OperatorAction.objects.get(command="edit_job", job_id=job_id)
+    entry = OperatorAction.objects.get(command="edit", job_id=job_id)
     assert "red,blue" in entry.message and "green" in entry.message
     assert "red,blue" in history_commands(admin, job_id)
 
@@ -355,7 +355,7 @@ def test_a_tags_only_edit_records_before_and_after(admin: Client) -> None:
 def test_a_resurrect_with_new_tags_records_before_and_after(admin: Client) -> None:
     job_id = dead("failing", tags="old")[0]
     assert admin.post(f"/deck/api/jobs/{job_id}/resurrect", {"tags": "new"}).status_code == 200
-    entry = OperatorAction.objects.get(command="resurrect_job", job_id=job_id)
+    entry = OperatorAction.objects.get(command="resurrect", job_id=job_id)
     assert "old" in entry.message and "new" in entry.message
 
 

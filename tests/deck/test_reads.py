@@ -100,17 +100,17 @@ def test_dlq_bulk_preview_purge_and_requeue_by_filter() -> None:
     ids = dead("bulk", 5, reason=FailureReason.TIMEOUT)
     keep = dead("bulk", 1, reason=FailureReason.FATAL_ERROR)[0]
     f = JobFilter(queue="bulk", failure_reason=FailureReason.TIMEOUT)
-    preview = service.preview_dlq_bulk(f, 3)
+    preview = service.preview_dlq_matching(f, 3)
     assert (preview.matched, preview.will_affect, preview.truncated) == (5, 3, True)
     assert len(preview.sample_ids) == 3 and set(preview.sample_ids) <= set(ids)
     assert failed_total("bulk") == 6
-    assert service.requeue_dlq_by_filter(f, 2, actor="ops") == 2
+    assert len(service.resurrect_matching(f, 2, actor="ops")) == 2
     assert failed_total("bulk") == 4
-    assert service.purge_dlq_by_filter(f, 0) == 3  # max_jobs <= 0 means 100
+    assert len(service.purge_dlq_matching(f, 0)) == 3  # max_jobs <= 0 means 100
     assert failed_total("bulk") == 1
     assert list(JobsDLQ.objects.values_list("id", flat=True)) == [keep]
     with pytest.raises(service.ServiceError, match="max jobs"):
-        service.preview_dlq_bulk(f, 1001)
+        service.preview_dlq_matching(f, 1001)
 
 
 def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
@@ -118,13 +118,13 @@ def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
     JobsArchive.objects.filter(id=old).update(finished_at=timezone.now() - timedelta(days=40))
     gone = dead("age2")[0]
     JobsDLQ.objects.filter(id=gone).update(created_at=timezone.now() - timedelta(days=10))
-    assert service.preview_purge("archive", 30)[1] == 1
-    assert service.preview_purge("dlq", 7)[1] == 1
-    assert service.preview_purge("dlq", 30)[1] == 0
-    service.purge_archive_job(new)
+    assert service.preview_purge_older_than("archive", 30)[1] == 1
+    assert service.preview_purge_older_than("dlq", 7)[1] == 1
+    assert service.preview_purge_older_than("dlq", 30)[1] == 0
+    service.purge_archive(new)
     assert StatsSummary.objects.get(queue="age").succeeded_total == 1
     with pytest.raises(service.ConflictError):
-        service.purge_archive_job(new)
+        service.purge_archive(new)
     assert service.purge_older_than("archive", 30) == 1
     assert not JobsArchive.objects.exists()
 

@@ -149,7 +149,7 @@ def test_command_answers_json_or_htmx_toast(admin: Client, jobs: Jobs) -> None:
     trigger = json.loads(htmx["HX-Trigger"])
     assert trigger["deck:toast"]["level"] == "success" and trigger["deck:changed"] is True
     assert JobsDLQ.objects.get(id=other).failure_reason == FailureReason.CANCELLED
-    assert OperatorAction.objects.filter(command="cancel_job", actor="admin-user").count() == 2
+    assert OperatorAction.objects.filter(command="cancel", actor="admin-user").count() == 2
 
 
 def test_cancel_processing_job_flags_it(admin: Client, jobs: Jobs) -> None:
@@ -157,8 +157,8 @@ def test_cancel_processing_job_flags_it(admin: Client, jobs: Jobs) -> None:
     assert JobsHot.objects.get(id=jobs.processing).cancel_requested_by == "admin-user"
 
 
-def test_restart_and_resurrect(admin: Client, jobs: Jobs) -> None:
-    assert admin.post(f"/deck/api/jobs/{jobs.dead}/restart").status_code == 200
+def test_resurrect_without_and_with_edits(admin: Client, jobs: Jobs) -> None:
+    assert admin.post(f"/deck/api/jobs/{jobs.dead}/resurrect").status_code == 200
     row = JobsHot.objects.get(id=jobs.dead)
     assert row.status == JobStatus.PENDING and row.last_modified_by == "admin-user"
     other = dead("failing2")[0]
@@ -169,13 +169,13 @@ def test_restart_and_resurrect(admin: Client, jobs: Jobs) -> None:
 
 
 def test_save_and_retry_moves_the_edited_job_and_keeps_the_old_payload(admin: Client, jobs: Jobs) -> None:
-    response = admin.post(f"/deck/api/jobs/{jobs.dead}/repair-requeue",
+    response = admin.post(f"/deck/api/jobs/{jobs.dead}/resurrect",
                           {"payload": '{"n": 7}', "tags": "fixed", "priority": "50"}, **HTMX)
     assert response.status_code == 200 and b'id="inspector"' in response.content and b"ACTIVE" in response.content
     row = JobsHot.objects.get(id=jobs.dead)
     assert json.loads(row.payload) == {"n": 7} and row.tags == "fixed" and row.priority == 50
     assert not JobsDLQ.objects.filter(id=jobs.dead).exists()
-    action = OperatorAction.objects.get(command="repair_requeue")
+    action = OperatorAction.objects.get(command="resurrect")
     assert action.previous_payload == '{"n": 1}' and action.new_payload == '{"n": 7}' and action.actor == "admin-user"
     assert b"payload change" in response.content  # the inspector shows what changed
 
@@ -228,8 +228,8 @@ def test_dlq_bulk_by_filter_preview_then_confirmed_purge_and_requeue(admin: Clie
                               "sampleIds": preview.json()["sampleIds"]}
     fragment = admin.post("/deck/api/dlq/bulk/preview", {"queue": "bf", "reason": "7", "action": "requeue"}, **HTMX)
     assert b"4 / 4" in fragment.content and b"CONFIRM REQUEUE" in fragment.content
-    assert admin.post("/deck/api/dlq/bulk/requeue", {"queue": "bf", "reason": "7", "max_jobs": "3"}).status_code == 400
-    assert admin.post("/deck/api/dlq/bulk/requeue",
+    assert admin.post("/deck/api/dlq/bulk/resurrect", {"queue": "bf", "reason": "7", "max_jobs": "3"}).status_code == 400
+    assert admin.post("/deck/api/dlq/bulk/resurrect",
                       {"queue": "bf", "reason": "7", "max_jobs": "3", "confirm": "REQUEUE"}).json()["affected"] == 3
     assert admin.post("/deck/api/dlq/bulk/purge",
                       {"queue": "bf", "reason": "7", "confirm": "PURGE"}).json()["affected"] == 1
@@ -305,11 +305,11 @@ def _editor_revision(client: Client, job_id: str) -> str:
 def test_a_stale_save_is_a_409_with_the_current_state_and_changes_nothing(client_as: ClientAs, jobs: Jobs) -> None:
     one, two = client_as("admin"), client_as("operator")
     seen_by_one = _editor_revision(one, jobs.dead)  # operator 1 opens the editor
-    retried = two.post(f"/deck/api/jobs/{jobs.dead}/repair-requeue",
+    retried = two.post(f"/deck/api/jobs/{jobs.dead}/resurrect",
                        {"payload": '{"p": 2}', "revision": _editor_revision(two, jobs.dead)}, **HTMX)
     assert retried.status_code == 200, "operator 2's Save & Retry went through"
 
-    for url in (f"/deck/api/jobs/{jobs.dead}/edit", f"/deck/api/jobs/{jobs.dead}/repair-requeue"):
+    for url in (f"/deck/api/jobs/{jobs.dead}/edit", f"/deck/api/jobs/{jobs.dead}/resurrect"):
         stale = one.post(url, {"payload": '{"p": 1}', "revision": seen_by_one}, **HTMX)
         assert stale.status_code == 409
         body = stale.json()

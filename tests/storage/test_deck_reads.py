@@ -132,7 +132,7 @@ def test_locate_reports_where_each_job_is() -> None:
     c = dead("loc3", reason=FailureReason.CANCELLED)[0]
     f = dead("loc4")[0]
     z = dead("loc5", reason=FailureReason.ZOMBIE)[0]
-    assert service.locate([p, a, c, f, z, "missing", p]) == {
+    assert storage.locate_jobs([p, a, c, f, z, "missing", p]) == {
         p: JobStatus.PENDING, a: JobStatus.SUCCEEDED, c: JobStatus.CANCELLED, f: JobStatus.FAILED, z: JobStatus.ZOMBIE}
 
 
@@ -180,13 +180,13 @@ def test_dlq_bulk_preview_purge_and_resurrect_by_filter() -> None:
     keep = dead("bulk", 1, reason=FailureReason.FATAL_ERROR)[0]
     f = JobFilter(queue="bulk", failure_reason=FailureReason.TIMEOUT)
 
-    preview = service.preview_dlq_bulk(f, 3)
+    preview = service.preview_dlq_matching(f, 3)
     assert (preview.matched, preview.will_affect, preview.truncated) == (5, 3, True)
     assert preview.sample_ids == ids[:-4:-1], "newest failure first"
-    assert service.requeue_dlq_by_filter(f, 2, actor="ops") == 2
+    assert len(service.resurrect_matching(f, 2, actor="ops")) == 2
     assert hot_ids("bulk") == set(ids[3:])
     assert counters("bulk") == (0, 4, 0)
-    assert service.purge_dlq_by_filter(f, 0) == 3  # max_jobs <= 0 means 100
+    assert len(service.purge_dlq_matching(f, 0)) == 3  # max_jobs <= 0 means 100
     assert counters("bulk") == (0, 1, 0)
     assert dlq_ids() == {keep}
 
@@ -196,13 +196,13 @@ def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
     gone = dead("age2")[0]
     age(40 * 86400)
     new = archived("age", 1)[0]
-    assert service.preview_purge("archive", 30)[1] == 1
-    assert service.preview_purge("dlq", 30)[1] == 1
-    assert service.preview_purge("dlq", 50)[1] == 0
-    service.purge_archive_job(new)
+    assert service.preview_purge_older_than("archive", 30)[1] == 1
+    assert service.preview_purge_older_than("dlq", 30)[1] == 1
+    assert service.preview_purge_older_than("dlq", 50)[1] == 0
+    service.purge_archive(new)
     assert counters("age") == (1, 0, 0)
     with pytest.raises(service.ConflictError):
-        service.purge_archive_job(new)
+        service.purge_archive(new)
     assert service.purge_older_than("archive", 30) == 1
     assert archive_ids() == set() and storage.get_archived(old) is None
     assert storage.get_dead(gone) is not None

@@ -189,7 +189,7 @@ def test_abandoned_fetches_return_to_pending_and_are_processed(start_worker: Any
 def test_cancel_of_a_pending_job_moves_it_to_dlq(start_worker: Any, state: Any) -> None:
     start_worker()
     job_id = enqueue("test.ok.v1", {}, delay=0.5)
-    moved, flagged = service.cancel([job_id], actor="alice")
+    moved, flagged = service.cancel_many([job_id], actor="alice")
     assert (moved, flagged) == ([job_id], [])
 
     dead = state.dead(job_id)
@@ -210,7 +210,7 @@ def test_cancel_of_a_buffered_job_fails_its_lease_gate(start_worker: Any, state:
     state.wait_status(blocker, JobStatus.PROCESSING)
     state.wait_status(buffered, JobStatus.FETCHED)
 
-    moved, _ = service.cancel([buffered], actor="carol")
+    moved, _ = service.cancel_many([buffered], actor="carol")
     assert moved == [buffered]
     release.set()
     state.wait_archived(blocker)
@@ -227,7 +227,7 @@ def test_cooperative_cancel_of_a_running_job(start_worker: Any, state: Any, gate
     start_worker()
     state.wait_status(job_id, JobStatus.PROCESSING)
 
-    moved, flagged = service.cancel([job_id], actor="bob")
+    moved, flagged = service.cancel_many([job_id], actor="bob")
     assert (moved, flagged) == ([], [job_id])
 
     dead = state.wait_dead(job_id)
@@ -246,7 +246,7 @@ def test_admin_cancel_wins_over_an_earlier_timeout(start_worker: Any, state: Any
     start_worker()
     state.wait_status(job_id, JobStatus.PROCESSING)
     time.sleep(0.5)  # the timeout has fired; the handler has not noticed yet
-    assert service.cancel([job_id], actor="dave") == ([], [job_id])
+    assert service.cancel_many([job_id], actor="dave") == ([], [job_id])
 
     dead = state.wait_dead(job_id)
     assert jobs.CANCELS[job_id] == (CancellationReason.ADMIN, "dave")
@@ -263,7 +263,7 @@ def test_resurrected_job_is_processed_again_from_attempt_one(start_worker: Any, 
     assert jobs.EXECUTIONS[job_id] == [1, 2]
 
     # The operator fixes the payload while resurrecting.
-    assert service.resurrect(job_id, actor="ops", payload='{"succeed_on": 1}')
+    service.resurrect(job_id, actor="ops", payload='{"succeed_on": 1}')
     archived = state.wait_archived(job_id)
     assert archived.attempt_count == 1
     assert archived.created_by == "app" and archived.last_modified_by == "ops"

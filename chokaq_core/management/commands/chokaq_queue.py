@@ -35,7 +35,7 @@ class Command(BaseCommand):
             if action in ("pause", "resume"):
                 service.set_queue_paused(queue, action == "pause")
             elif action in ("hide", "show"):
-                if not service.set_queue_visible(queue, action == "show"):
+                if not service.set_queue_active(queue, action == "show"):
                     raise CommandError(f"queue {queue!r} does not exist")
             else:
                 if options["max_workers"] is None and options["zombie_timeout"] is None:
