@@ -9,12 +9,11 @@ decorator, which returns a definition that can enqueue itself, lives in
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -44,10 +43,6 @@ class JobDefinition:
     idempotency_key: str | Callable[[dict[str, Any]], str] | None = None
     result_ttl: float | None = None
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
-
     def execution_key(self, payload: dict[str, Any]) -> str | None:
         """The idempotency-middleware key of one execution, or None when the job does not opt in."""
         if self.idempotency_key is None:
@@ -70,11 +65,6 @@ def register(definition: JobDefinition) -> None:
                 f"job type {definition.type_key!r} is already registered by {_qualname(existing.func)}"
             )
         _registry[lowered] = definition
-
-
-def unregister(type_key: str) -> None:
-    with _registry_lock:
-        _registry.pop(type_key.lower(), None)
 
 
 def _qualname(func: Callable[..., Any]) -> str:
@@ -119,10 +109,6 @@ def encode_result(job_id: str, value: Any) -> str | None:
         logger.warning("job %s returned a result over %s bytes of JSON; no result is stored", job_id, limit)
         return None
     return text
-
-
-def registered_types() -> list[str]:
-    return sorted(d.type_key for d in _registry.values())
 
 
 DISCOVERED_MODULES = ("jobs", "tasks")
@@ -209,9 +195,6 @@ class JobContext:
         self.progress_sink(self.job_id, int(max(0, min(100, percent))), message)
 
     report_progress = progress
-
-    def with_attempt(self, attempt: int) -> JobContext:
-        return replace(self, attempt=attempt)
 
 
 def retry_after_seconds(value: float | timedelta | None) -> float | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core import events, health, prometheus, schedule, storage
+from chokaq_core import events, health, prometheus, storage
 from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, serialize_payload
 from chokaq_core.checks import deck_settings_errors
 from chokaq_core.conf import config
@@ -107,10 +107,6 @@ class JobView:
 
 def summary() -> SummaryStats:
     return storage.summary_stats()
-
-
-def queues() -> list[QueueStats]:
-    return storage.queue_stats()
 
 
 def queue_states() -> list[QueueState]:
@@ -650,12 +646,6 @@ def fleet(now: datetime | None = None) -> Fleet:
     return Fleet(len(live), sum(w.capacity for w in live), sum(w.active_count for w in live))
 
 
-def schedules() -> list[dict[str, Any]]:
-    """Recurring jobs (``CHOKAQ["SCHEDULE"]``) for the Deck's queues panel: name, cron, type, queue,
-    enabled, timezone, ``lastTickUtc`` (latest tick claimed) and ``nextRunUtc``."""
-    return schedule.overview()
-
-
 # ---------------------------------------------------------------- the fleet: Workers and Circuit breakers panels
 
 STOPPED_VISIBLE_SECONDS = 3600  # a stopped worker stays on the Workers panel (greyed) this long
@@ -714,10 +704,6 @@ class FleetView:
     heartbeat_timeout: int
     workers: list[WorkerRow]
     breakers: list[BreakerRow]
-
-    @property
-    def any_open(self) -> bool:
-        return any(b.status == 1 for b in self.breakers)
 
 
 def _aware(moment: datetime | None) -> datetime | None:

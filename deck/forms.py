@@ -17,7 +17,6 @@ from django.http import HttpRequest, QueryDict
 from chokaq_core import service
 from chokaq_core.domain import SORT_KEYS, FailureReason, HistorySort, JobFilter, JobStatus
 
-MAX_ID = 50
 MAX_NAME = 255
 MAX_SEARCH = 1000
 MAX_TAGS = 1000

@@ -61,7 +61,6 @@ def test_one_open_and_one_closed_worker_make_the_key_open_with_counts() -> None:
     assert (mail.status, mail.label, mail.half_open, mail.closed, mail.max_failures) == (2, "HalfOpen", 1, 1, 3)
     assert mail.reset_at is None
     assert [b.key for b in view.breakers] == ["billing.charge.v1", "mail.send.v1"]  # worst first
-    assert view.any_open
 
 
 @pytest.mark.django_db

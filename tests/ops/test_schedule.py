@@ -118,11 +118,3 @@ def test_two_worker_processes_make_exactly_one_job_per_tick(tmp_path: Path) -> N
     assert len(ticks) == len(set(ticks)), f"a tick was enqueued twice: {sorted(ticks)}"
     assert all(datetime.fromisoformat(t.removeprefix("tick:")).second % 2 == 0 for t in ticks)
     assert all(w.returncode == 0 for w in workers), logs
-
-
-def test_the_deck_reads_schedules_through_the_service(nightly: None) -> None:
-    from chokaq_core import service
-
-    rows = {row["name"]: row for row in service.schedules()}
-    assert set(rows) == {"nightly", "paused"}
-    assert rows["nightly"]["cron"] == "0 3 * * *" and rows["nightly"]["nextRunUtc"] is not None
