@@ -46,7 +46,7 @@ STEPS = ("single", "bulk", "drain", "pickup", "history")
 # exhausts PostgreSQL's max_connections = 100 (see README, "Findings"). Pass --chokaq '{}' to measure the default.
 DEFAULT_OVERRIDES = '{"WORKER": {"MAX_CONCURRENCY": 10}}'
 
-# The issue's targets (issue 2, "Benchmark"), and what the best Python peers reach on this machine class.
+# The throughput targets, and what the best Python peers reach on this machine class.
 TARGETS = {
     "single": ("≥ 2,000 jobs/s", lambda v: v >= 2_000, "PG peers 1,200–1,700"),
     "bulk": ("≥ 40,000 jobs/s", lambda v: v >= 40_000, "procrastinate 18,000"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The Deck benchmark (issue 3): server time of every Deck page and partial with 1,000,000 Archive and
+"""The Deck benchmark: server time of every Deck page and partial with 1,000,000 Archive and
 100,000 DLQ rows, and the websocket delay from commit to client under a steady 1,000 jobs/s.
 
     python bench/deck_bench.py [--pg-url URL] [--archive 1000000] [--dlq 100000] [--requests 20]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Websocket load (issue 7): many Deck tabs on a real daphne process while workers drain a steady stream of jobs.
+"""Websocket load: many Deck tabs on a real daphne process while workers drain a steady stream of jobs.
 
     python bench/ws_load.py [--clients 50] [--rate 2000] [--seconds 20] [--workers 2]
                             [--pg-url postgres://postgres@127.0.0.1:5432/chokaq_ws_load]

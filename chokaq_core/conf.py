@@ -82,7 +82,7 @@ DEFAULTS: dict[str, Any] = {
     "SERIALIZATION": {"MAX_PAYLOAD_BYTES": 1_000_000},
     "QUEUES": {},
     "HEALTH": {"WORKER_HEARTBEAT_TIMEOUT": 30, "QUEUE_LAG_DEGRADED_THRESHOLD": 5, "QUEUE_LAG_UNHEALTHY_THRESHOLD": 10},
-    # Spec 05 §2 cardinality guard of metric labels (issue 5).
+    # Spec 05 §2 cardinality guard of metric labels.
     "METRICS": {
         "MAX_QUEUE_TAG_VALUES": 100,
         "MAX_JOB_TYPE_TAG_VALUES": 500,
@@ -92,10 +92,10 @@ DEFAULTS: dict[str, Any] = {
         "UNKNOWN_TAG_VALUE": "unknown",
         "OVERFLOW_TAG_VALUE": "other",
     },
-    # Spec 05 §5 (issue 5): None = keep forever; INTERVAL = the in-worker cleanup period (None = off).
+    # Retention (spec 05 §5): None = keep forever; INTERVAL = the in-worker cleanup period (None = off).
     "RETENTION": {"ARCHIVE_DAYS": None, "DLQ_DAYS": None, "METRIC_BUCKETS_HOURS": 24, "WORKER_ROWS_DAYS": 1,
                   "INTERVAL": 3600},
-    # Recurring jobs (issue 5): {"name": {"CRON": "*/5 * * * *", "TYPE": "type.key", "PAYLOAD": {}, ...}}.
+    # Recurring jobs: {"name": {"CRON": "*/5 * * * *", "TYPE": "type.key", "PAYLOAD": {}, ...}}.
     "SCHEDULE": {},
     "EVENTS": {"COALESCE_INTERVAL": 0.2},
     "IDEMPOTENCY": {
@@ -334,7 +334,7 @@ def _check(cfg: Config, errors: list[str]) -> None:
 
 
 def _check_operations(cfg: Config, errors: list[str]) -> None:
-    """HEALTH thresholds, METRICS guard, RETENTION and SCHEDULE (spec 05 §1, issue 5)."""
+    """HEALTH thresholds, METRICS guard, RETENTION and SCHEDULE (spec 05 §1)."""
     health = cfg.HEALTH
     if health.QUEUE_LAG_DEGRADED_THRESHOLD is not None and health.QUEUE_LAG_DEGRADED_THRESHOLD < 0:
         errors.append("HEALTH.QUEUE_LAG_DEGRADED_THRESHOLD must be >= 0")

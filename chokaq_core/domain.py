@@ -107,7 +107,7 @@ class ChokaQThrottledError(ChokaQError):
 
 
 class CircuitFatalError(ChokaQError):
-    """Opens the circuit of its job type at once (issue 4)."""
+    """Opens the circuit of its job type at once (no retries)."""
 
     chokaq_circuit_fatal = True
 
@@ -203,7 +203,7 @@ class ArchivedJob:
     started_at: datetime | None
     finished_at: datetime
     duration_ms: float | None
-    result: str | None = None  # the handler's return value as JSON text (Django addition, issue 5)
+    result: str | None = None  # the handler's return value as JSON text (Django addition: the django.tasks backend's result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +361,7 @@ class WorkerInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------- Deck reads (issue 3)
+# ---------------------------------------------------------------- Deck reads: rows, filters, sorts, snapshot
 
 SORT_KEYS = ("date", "id", "queue", "type", "created", "worker", "attempts", "duration", "reason")
 """Whitelisted history sort keys (spec 04 §5); the dialects map each to a column per pillar."""
@@ -488,7 +488,7 @@ class BulkPreview:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRequest:
-    """What one Deck read asks for: ``deck_snapshot`` answers all of it in ONE statement (issue 7: a web
+    """What one Deck read asks for: ``deck_snapshot`` answers all of it in ONE statement (the push budget: a web
     process with any number of open tabs stays within a couple of statements per second)."""
 
     active_limit: int  # the newest Hot rows (the Active table)

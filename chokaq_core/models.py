@@ -115,7 +115,7 @@ class JobsArchive(models.Model):
     started_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField()
     duration_ms = models.FloatField(null=True)
-    # Django addition (issue 5): the handler's return value as JSON text, read by the
+    # Django addition (django.tasks results): the handler's return value as JSON text, read by the
     # django.tasks backend's get_result(). NULL when the handler returned None.
     result = models.TextField(null=True)
 
@@ -144,7 +144,7 @@ class JobsDLQ(models.Model):
     last_modified_by = models.CharField(max_length=100, null=True)
     created_at = models.DateTimeField()
     failed_at = models.DateTimeField()
-    # Django addition (issue 3): the payload before the last operator edit, so
+    # Django addition (edit audit): the payload before the last operator edit, so
     # the inspector can show what changed.
     previous_payload = models.TextField(null=True)
     revision = models.IntegerField(default=0, db_default=0)  # the edit version, as JobsHot.revision
@@ -258,7 +258,7 @@ class SchemaMigrations(models.Model):
 
 
 class Schedules(models.Model):
-    """Recurring jobs (issue 5): the latest tick claimed per ``CHOKAQ["SCHEDULE"]`` name.
+    """Recurring jobs: the latest tick claimed per ``CHOKAQ["SCHEDULE"]`` name.
 
     Workers move ``last_tick_at`` forward with a guarded update in the same
     transaction as the tick's enqueue, so each tick becomes exactly one job

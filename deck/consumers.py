@@ -15,7 +15,7 @@ How the Deck stays live (ARCHITECTURE §4 "push cheaply"):
   (one render per role, not per tab). Progress events carry their data and go
   out at most once per ``CHOKAQ_DECK["TICK"]`` (250 ms) without a read; the
   console reads the audit log only after an ``OperatorAction`` event. So a web
-  process costs about one statement per second whatever the load (issue 7).
+  process costs about one statement per second whatever the load (the push budget).
 * Events reach the broadcaster two ways. With a cross-process channel layer
   (``REDIS_URL``) the broadcaster joins the group ``chokaq.deck`` on behalf of
   all its tabs and receives the ``deck.events`` messages that every process's
@@ -113,7 +113,7 @@ class DeckConsumer(AsyncWebsocketConsumer):
     closing = False
     # No channel of its own: the broadcaster receives ``chokaq.deck`` once for all tabs and calls ``push``.
     # With the default alias every tab would also block on its own channel-layer receive (50 tabs = 50
-    # Redis readers), and a Redis read timeout under load closed the tab with 1011 (issue 7 load test).
+    # Redis readers), and a Redis read timeout under load closed the tab with 1011 (seen in the websocket load test).
     channel_layer_alias = None  # type: ignore[assignment]
 
     async def connect(self) -> None:
@@ -261,7 +261,7 @@ class _Due:
 class Broadcaster:
     """One per event loop (web process): one storage statement per read for every tab, fragments pushed to all.
 
-    Budget (issue 7): reads happen at most once per ``READ_INTERVAL`` (1 s) however many events arrive and
+    Budget: reads happen at most once per ``READ_INTERVAL`` (1 s) however many events arrive and
     however many tabs are open, and at least once per ``POLL_INTERVAL`` (1 s); each read is ONE statement
     (``service.live_view`` → ``storage.deck_snapshot``). The console's audit-log read runs only after an
     operator command (an ``OperatorAction`` event). Progress events carry their data and are pushed at the

@@ -1,7 +1,7 @@
 """Test-only ASGI entry point: ``config.asgi.application`` plus a log of every SQL statement this process runs.
 
 Used by the websocket load test and ``bench/ws_load.py`` to measure the web process's own database queries
-(issue 7: ≤ 2 per second with 50 Deck tabs open under load). Production code is untouched: when
+(the push budget: ≤ 2 per second with 50 Deck tabs open under load). Production code is untouched: when
 ``CHOKAQ_WS_QUERY_LOG`` names a file, this module wraps psycopg's ``Cursor.execute`` / ``executemany`` in this
 process only, so every statement counts — the ORM's (session/user/role look-ups, the console's operator
 actions) and ``chokaq_core.storage``'s, which runs on the driver-level cursor and so bypasses Django's

@@ -1,4 +1,4 @@
-"""Archive keeps the handler's return value (issue 5: the django.tasks backend's results)."""
+"""Archive keeps the handler's return value (the django.tasks backend's results)."""
 
 from django.db import migrations, models
 from django.utils import timezone

@@ -1,4 +1,4 @@
-"""Recurring jobs: the latest claimed tick per schedule name (issue 5)."""
+"""Recurring jobs: the latest claimed tick per schedule name."""
 
 import django.db.models.functions.datetime
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-"""Acceptance: chaos under load (issue 7) — four ``chokaq_worker`` processes, a random one SIGKILLed
+"""Acceptance: chaos under load — four ``chokaq_worker`` processes, a random one SIGKILLed
 every few seconds and replaced, ten times, while they drain a mixed queue.
 
 Job types (``tests/jobs.py``, each execution writes one row into ``test_executions`` first): fast,

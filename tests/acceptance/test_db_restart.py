@@ -1,4 +1,4 @@
-"""Acceptance: PostgreSQL restarted in the middle of a run (issue 7).
+"""Acceptance: PostgreSQL restarted in the middle of a run.
 
 The test starts its own throw-away cluster (``initdb`` + ``pg_ctl`` in a temporary directory, on a
 free port, trust auth; as the ``postgres`` user when run as root), migrates a database there, and

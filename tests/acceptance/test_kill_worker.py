@@ -1,4 +1,4 @@
-"""Acceptance: three real ``chokaq_worker`` processes, one SIGKILLed mid-run (issue 2).
+"""Acceptance: three real ``chokaq_worker`` processes, one SIGKILLed mid-run.
 
 5,000 ``test.record.v1`` jobs (each execution writes one row into
 ``test_executions``) are drained by three worker processes against the

@@ -1,4 +1,4 @@
-"""Acceptance (issue 7, websocket load): 50 Deck tabs on a real daphne process while two workers drain a steady
+"""Acceptance, websocket load: 50 Deck tabs on a real daphne process while two workers drain a steady
 stream of jobs through PostgreSQL and Redis.
 
 The scenario lives in ``bench/ws_load.py`` (``run_load``; ``python bench/ws_load.py`` runs it with knobs):
@@ -9,7 +9,7 @@ thread here enqueuing at a target of 2,000 jobs/s (this 2-core machine reaches l
 printed, not asserted).
 
 Asserted: every client stays connected and receives update frames carrying stats or job rows; commit → client
-p50/p95 are measured and printed; the web process's own queries stay within the issue's budget of 2 per
+p50/p95 are measured and printed; the web process's own queries stay within the push budget of 2 per
 second over the steady part of the run (the broadcaster reads at most once per ``READ_INTERVAL``, 1 s, in one
 statement: ``storage.deck_snapshot``).
 """
@@ -37,7 +37,7 @@ REDIS_URL = os.environ.get("CHOKAQ_WS_LOAD_REDIS_URL", "redis://127.0.0.1:6379/1
 CLIENTS = 50
 RATE = 2000
 SECONDS = 20.0
-QUERY_BUDGET = 2.0  # web process statements per second (issue 7)
+QUERY_BUDGET = 2.0  # web process statements per second (the push budget)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures of the control-plane tests (issue 4): in-process workers (from ``tests/worker``) and
+"""Fixtures of the control-plane tests: in-process workers (from ``tests/worker``) and
 real ``manage.py chokaq_worker`` subprocesses on the test database.
 
 Every test polls the committed database state against a deadline; subprocesses

@@ -1,4 +1,4 @@
-"""Job types, middleware and the pipe handler of the control-plane tests (issue 4).
+"""Job types, middleware and the pipe handler of the control-plane tests.
 
 In-process tests import this module through ``tests/control/conftest.py``;
 worker subprocesses load it through ``CHOKAQ["JOB_MODULES"]`` (the

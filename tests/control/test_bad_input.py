@@ -1,4 +1,4 @@
-"""Bad input to the control plane (issue 4): breaker settings that make no sense fail the system checks
+"""Bad input to the control plane: breaker settings that make no sense fail the system checks
 and start-up; out-of-range queue and worker limits are refused and change nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 4 (Tests): a worker killed after the side effect and before completion does not run it twice.
+"""The idempotency middleware: a worker killed after the side effect and before completion does not run it twice.
 
 A ``chokaq_worker`` subprocess runs ``ctl.effect.v1`` (its handler inserts one
 row into ``ctl_effects`` per run) with the idempotency middleware on a shared

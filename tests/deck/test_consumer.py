@@ -276,7 +276,7 @@ class StatementLog:
 
 def test_an_event_storm_costs_one_statement_per_read_interval(settings: Any, admin: User,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 7's budget: whatever the number of events and tabs, the web process reads storage in ONE statement
+    """The push budget: whatever the number of events and tabs, the web process reads storage in ONE statement
     at most once per READ_INTERVAL (here 0.5 s; the poll is a minute away)."""
     settings.CHOKAQ_DECK = {"TICK": 0.05, "READ_INTERVAL": 0.5, "POLL_INTERVAL": 60}
     log = StatementLog(monkeypatch)

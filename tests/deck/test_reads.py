@@ -1,4 +1,4 @@
-"""The engine reads and bulk commands the Deck needs (issue 3), through ``chokaq_core.service``.
+"""The engine reads and bulk commands the Deck needs, through ``chokaq_core.service``.
 
 Run on every vendor of the suite: each is one dialect function in sqlite.py / postgresql.py.
 """

@@ -1,4 +1,4 @@
-"""Fuzzing the enqueue API and every Deck endpoint (issue 7): bad input never breaks anything.
+"""Fuzzing the enqueue API and every Deck endpoint: bad input never breaks anything.
 
 * ``api.enqueue`` with random JSON, huge strings, unicode (NUL, lone surrogates, astral planes), nulls,
   wrong types, non-finite and out-of-range numbers: every call either stores the job or raises a

@@ -1,4 +1,4 @@
-"""Stateful property test of the job lifecycle (issue 7): random sequences of transitions, invariants after each.
+"""Stateful property test of the job lifecycle: random sequences of transitions, invariants after each.
 
 A hypothesis ``RuleBasedStateMachine`` drives ``chokaq_core.storage`` (and ``api.enqueue``) exactly as
 workers, the maintenance loop and operators do — enqueue, claim, start, heartbeat, succeed / fail / retry

@@ -1,4 +1,4 @@
-"""``deck_snapshot``: the live Deck's one statement agrees part for part with the separate reads (issue 7)."""
+"""``deck_snapshot``: the live Deck's one statement agrees part for part with the separate reads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SQL Server dialect without a SQL Server (issue 6).
+"""SQL Server dialect without a SQL Server: every statement checked against recorded rows.
 
 No SQL Server can run where this suite runs, so these tests check what breaks
 at run time on SQL Server and can be decided from the text alone:
