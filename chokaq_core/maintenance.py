@@ -30,14 +30,6 @@ def rescue(cfg: Config | None = None) -> tuple[int, int]:
     return recovered, len(zombies)
 
 
-def purge_archive_older_than(days: float) -> int:
-    return storage.purge_archive(datetime.now(UTC) - timedelta(days=days))
-
-
-def purge_dlq_older_than(days: float) -> int:
-    return storage.purge_dlq_older_than(datetime.now(UTC) - timedelta(days=days))
-
-
 # ---------------------------------------------------------------- retention (spec 05 §5)
 
 Progress = Callable[[str, int], None]  # (target, rows deleted by the batch just committed)

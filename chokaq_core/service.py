@@ -42,7 +42,6 @@ from chokaq_core.domain import (
     SummaryStats,
     WorkerInfo,
     check_name,
-    is_valid_name,
 )
 
 MAX_BULK_IDS = 1000
@@ -58,12 +57,6 @@ class ConflictError(ServiceError):
 
 class NotFoundError(ServiceError):
     """The command names something that does not exist (e.g. an unknown queue); nothing was changed."""
-
-
-def valid_name(field_name: str, value: object) -> bool:
-    """Whether ``value`` fits the alphabet of ``field_name`` ("job id", "queue", "type key", "idempotency key"):
-    rows stored before the alphabet existed may not, and the Deck then builds no URL from them."""
-    return is_valid_name(field_name, value)
 
 
 def check_job_id(job_id: str) -> str:

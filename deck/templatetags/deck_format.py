@@ -9,8 +9,7 @@ from typing import Any
 
 from django import template
 
-from chokaq_core import service
-from chokaq_core.domain import FailureReason, JobStatus
+from chokaq_core.domain import FailureReason, JobStatus, is_valid_name
 from deck.conf import setting
 
 register = template.Library()
@@ -212,10 +211,10 @@ def countdown(reset_at: datetime | None, at: datetime) -> str:
 def url_safe_id(value: Any) -> bool:
     """Whether a job id fits the engine's alphabet and so may be reversed into a URL (rows stored before the
     alphabet existed may hold ``x/../../metrics``: they are listed, escaped, with no link or action)."""
-    return service.valid_name("job id", value)
+    return is_valid_name("job id", value)
 
 
 @register.filter
 def url_safe_queue(value: Any) -> bool:
     """``url_safe_id`` for queue names."""
-    return service.valid_name("queue", value)
+    return is_valid_name("queue", value)
