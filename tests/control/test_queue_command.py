@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -28,6 +30,15 @@ def test_hide_and_show_leave_the_queue_paused() -> None:
     assert not state("reports").is_active and state("reports").is_paused
     call_command("chokaq_queue", "show", "reports")
     assert state("reports").is_active and state("reports").is_paused
+
+
+def test_list_names_each_setting_as_the_queue_row_does() -> None:
+    call_command("chokaq_queue", "pause", "lister")
+    call_command("chokaq_queue", "hide", "lister")
+    out = io.StringIO()
+    call_command("chokaq_queue", "list", stdout=out)
+    [line] = [row for row in out.getvalue().splitlines() if row.startswith("lister\t")]
+    assert line.split("\t")[1:] == ["paused=True", "active=False", "max_workers=-", "zombie_timeout=-"]
 
 
 def test_hide_unknown_queue_is_an_error() -> None:

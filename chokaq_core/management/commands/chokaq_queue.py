@@ -25,7 +25,7 @@ class Command(BaseCommand):
         if action == "list":
             for state in service.queue_states():
                 self.stdout.write(
-                    f"{state.name}\tpaused={state.is_paused}\tvisible={state.is_active}\t"
+                    f"{state.name}\tpaused={state.is_paused}\tactive={state.is_active}\t"
                     f"max_workers={state.max_workers or '-'}\tzombie_timeout={state.zombie_timeout_seconds or '-'}"
                 )
             return
