@@ -146,14 +146,6 @@ def status_class(status: Any) -> str:
 
 
 @register.filter
-def reason_name(reason: Any) -> str:
-    try:
-        return FailureReason(int(reason)).display_name
-    except (TypeError, ValueError):
-        return "-"
-
-
-@register.filter
 def reason_class(reason: Any) -> str:
     try:
         return REASON_CLASSES.get(FailureReason(int(reason)), "other")
