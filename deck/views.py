@@ -213,6 +213,9 @@ def editor(request: HttpRequest, job_id: str) -> HttpResponse:
 
 # ---------------------------------------------------------------- commands
 
+# Log event ids of an operator command (spec 05 §3): the ``chokaq.deck`` line names the command's verb.
+COMMAND_REJECTED, COMMAND_COMPLETED = 6000, 6001
+
 
 @dataclass
 class Done:
@@ -241,9 +244,12 @@ def command(minimum: Role) -> Callable[[Callable[..., Done]], Callable[..., Http
                 done = run(request, *args, **kwargs)
             except (forms.InvalidInput, service.ServiceError) as exc:
                 if isinstance(exc, service.ConflictError):
-                    _audit(request, name, Done(str(exc), 0, "warning", scope=_scope(args, kwargs)))
+                    _audit(request, name, Done(str(exc), 0, "warning", scope=_scope(args, kwargs)), COMMAND_REJECTED)
+                else:
+                    logger.info("%s by %s refused: %s", name, actor(request.user), exc,
+                                extra={"event_id": COMMAND_REJECTED})
                 return _bad(request, exc)
-            _audit(request, name, done)
+            _audit(request, name, done, COMMAND_COMPLETED)
             if _htmx(request):
                 response = HttpResponse(done.body() if done.body else "", status=200 if done.body else 204)
                 response["HX-Trigger"] = json.dumps({"deck:toast": {"level": done.level, "message": done.message},
@@ -260,12 +266,13 @@ def _scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return " ".join(str(v) for v in (*args, *kwargs.values()))[:1000]
 
 
-def _audit(request: HttpRequest, name: str, done: Done) -> None:
+def _audit(request: HttpRequest, name: str, done: Done, event_id: int) -> None:
     """One audit entry per command, plus one per job a bulk command affected (so each job's history shows it;
-    those member entries stay out of the console)."""
+    those member entries stay out of the console); one ``chokaq.deck`` log line with the command's event id."""
     who = actor(request.user)
     log = logger.warning if "purge" in name else logger.info
-    log("%s by %s: %s", name, who, done.message)
+    log("%s by %s%s: %s", name, who, " refused" if event_id == COMMAND_REJECTED else "", done.message,
+        extra={"event_id": event_id})
     entry = OperatorAction.objects.create(
         actor=who, command=name, scope=done.scope[:1000], job_id=done.job_id, level=done.level,
         message=done.message, previous_payload=done.previous_payload, new_payload=done.new_payload,

@@ -3,6 +3,7 @@ its service function's name and the command its audit entry records."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -64,3 +65,15 @@ def test_one_resurrect_endpoint_serves_retry_and_save_and_retry(admin: Client, j
 @pytest.mark.parametrize("old", ["restart", "repair-requeue"])
 def test_the_old_resurrect_aliases_are_gone(admin: Client, jobs: Jobs, old: str) -> None:
     assert admin.post(f"/deck/api/jobs/{jobs.dead}/{old}").status_code == 404
+
+
+def test_each_command_logs_its_verb_with_the_admin_command_event(admin: Client, jobs: Jobs,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="chokaq.deck")
+    assert admin.post(f"/deck/api/jobs/{jobs.dead}/resurrect").status_code == 200
+    assert admin.post(f"/deck/api/jobs/{jobs.dead}/resurrect").status_code == 409  # it moved: a conflict
+    assert admin.post(f"/deck/api/jobs/{jobs.pending}/priority", {"priority": "x"}).status_code == 400
+    lines = [(r.getMessage().split(":")[0], getattr(r, "event_id", None)) for r in caplog.records
+             if r.name == "chokaq.deck"]
+    assert lines == [("resurrect by admin-user", 6001), ("resurrect by admin-user refused", 6000),
+                     ("set_priority by admin-user refused", 6000)]
