@@ -18,8 +18,9 @@ from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chokaq_core import events, service
@@ -144,7 +145,6 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     toast (e.g. a form body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, refused before any view runs), never an HTML
     error page; elsewhere Django's own 400 page."""
     from django.core.exceptions import RequestDataTooBig
-    from django.urls import reverse
     from django.views.defaults import bad_request as django_bad_request
 
     if not request.path.startswith(reverse("deck:index")):
@@ -155,15 +155,32 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     return refuse(request, 400, "Bad request.")
 
 
+def _page_url(query: QueryDict) -> str:
+    """The page's own address for a matrix query (``/deck/?view=dlq&reason=…``): what the address bar shows."""
+    encoded = query.urlencode()
+    return reverse("deck:index") + (f"?{encoded}" if encoded else "")
+
+
+def _page_with_message(request: HttpRequest, message: str, status: int, **extra: Any) -> HttpResponse:
+    """The full page in its default state with ``message`` shown above the panels (a bad address, an unknown
+    job): a page an operator can read and leave, never a raw JSON body."""
+    context = {**_panels(), **_matrix(QueryDict()), **fragments.role_context(_role(request)),
+               "page_error": message, **extra}
+    return _render(request, PAGE, context, status=status)
+
+
 @require_GET
 @require(Role.VIEWER)
 def index(request: HttpRequest) -> HttpResponse:
     try:
         context = _page_context(request)
-        if request.GET.get("job"):
-            context.update(_inspector(request.GET["job"]), side="inspector")
     except (forms.InvalidInput, service.ServiceError) as exc:
-        return _bad(request, exc)
+        return _page_with_message(request, f"This address has a parameter the Deck cannot use: {exc}", 400)
+    if request.GET.get("job"):  # the old ?job= form of a job's address
+        try:
+            return redirect("deck:job", forms.job_id(request.GET["job"]))
+        except forms.InvalidInput as exc:
+            return _page_with_message(request, str(exc), 400)
     return _render(request, PAGE, context)
 
 
@@ -172,14 +189,22 @@ def index(request: HttpRequest) -> HttpResponse:
 def partial(request: HttpRequest, panel: str) -> HttpResponse:
     if panel not in PANEL_TEMPLATES:
         return refuse(request, 404, f"unknown panel {panel!r}")
+    if not _htmx(request):  # a partial's address opened as a page: the page's own address for that state
+        return redirect(_page_url(request.GET))
     try:
-        if not _htmx(request):
-            return _render(request, PAGE, _page_context(request))
         context: dict[str, Any] = {**fragments.role_context(_role(request))}
         context.update(_matrix(request.GET) if panel == "jobs" else _panels(panel))
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
-    return _render(request, PANEL_TEMPLATES[panel], context)
+    response = _render(request, PANEL_TEMPLATES[panel], context)
+    if panel == "jobs" and request.headers.get("HX-Trigger") == "jobs-filter":
+        response["HX-Push-Url"] = _page_url(request.GET)  # the filter form: the page's address, not the partial's
+    return response
+
+
+def _job_not_found(job_id: str) -> str:
+    return (f"Job {job_id} was not found: it is in none of Active, Archive or the DLQ (it may have been purged, "
+            f"or the id is mistyped).")
 
 
 @require_GET
@@ -187,11 +212,18 @@ def partial(request: HttpRequest, panel: str) -> HttpResponse:
 def inspector(request: HttpRequest, job_id: str) -> HttpResponse:
     try:
         context = _inspector(job_id)
-        if not _htmx(request):
-            return _render(request, PAGE, _page_context(request, side="inspector", **context))
     except (forms.InvalidInput, service.ServiceError) as exc:
-        return _bad(request, exc)
-    return _render(request, "deck/inspector.html#inspector", {**context, **fragments.role_context(_role(request))})
+        if _htmx(request):
+            return _bad(request, exc)
+        return _page_with_message(request, str(exc), 404 if isinstance(exc, service.NotFoundError) else 400)
+    status = 200 if context["jv"] else 404
+    if not _htmx(request):
+        if status == 404:
+            return _page_with_message(request, _job_not_found(context["job_id"]), 404, side="inspector", **context)
+        return _render(request, PAGE, _page_context(request, side="inspector", **context))
+    # an htmx refresh of an open inspector whose job is gone still swaps (the panel says so)
+    return _render(request, "deck/inspector.html#inspector", {**context, **fragments.role_context(_role(request))},
+                   status=status)
 
 
 @require_GET

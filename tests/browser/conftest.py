@@ -47,9 +47,35 @@ class Deck:
     url: str
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
+    web_command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     def output(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.logs if p.exists())
+
+    def kill_web(self) -> None:
+        """An outage: daphne dies at once (SIGKILL), its websockets drop without a close frame."""
+        self.processes[0].kill()
+        self.processes[0].wait()
+
+    def start_web(self) -> None:
+        """daphne again, on the same port; returns once it answers HTTP."""
+        self.processes[0] = _start(self.web_command, self.env, self.logs[0])
+        wait_answering(self)
+
+
+def wait_answering(deck: Deck, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{deck.url}/deck/login/", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or deck.processes[0].poll() is not None:
+            raise RuntimeError(f"daphne did not start\n{deck.output()}")
+        time.sleep(0.05)
 
 
 def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -79,25 +105,16 @@ def deck_server(transactional_db: None, tmp_path: Path) -> Iterator[Deck]:
            "CHOKAQ_DECK_TICK": "0.2", "CHOKAQ_DECK_READ_INTERVAL": "0.2",
            "CHOKAQ_DECK_POLL_INTERVAL": "0.5"}
     env.pop("REDIS_URL", None)
-    deck = Deck(f"http://127.0.0.1:{port}")
+    deck = Deck(f"http://127.0.0.1:{port}", env=env,
+                web_command=[sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "config.asgi:application"])
     try:
         deck.logs.append(tmp_path / "daphne.log")
-        deck.processes.append(_start([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                      "config.asgi:application"], env, deck.logs[-1]))
+        deck.processes.append(_start(deck.web_command, env, deck.logs[-1]))
         deck.logs.append(tmp_path / "worker.log")
         deck.processes.append(_start([sys.executable, "manage.py", "chokaq_worker", "--queues", "browser"], env,
                                      deck.logs[-1]))
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{deck.url}/deck/login/", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or deck.processes[0].poll() is not None:
-                raise RuntimeError(f"daphne did not start\n{deck.output()}")
-            time.sleep(0.2)
+        wait_answering(deck)
         yield deck
     finally:
         for proc in deck.processes:
@@ -133,8 +150,10 @@ class PageErrors(list[str]):
 def page_for(browser: Any, deck_server: Deck) -> Iterator[Any]:
     contexts: list[Any] = []
 
-    def open_as(role: str, theme: str | None = None) -> Any:
-        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    def open_as(role: str, theme: str | None = None, phone: bool = False) -> Any:
+        context = (browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
+                                       device_scale_factor=2) if phone
+                   else browser.new_context(viewport={"width": 1600, "height": 1000}))
         if theme:
             context.add_init_script(f"localStorage.setItem('deck-theme', '{theme}')")
         contexts.append(context)

@@ -111,6 +111,22 @@ def client_as(roles: None) -> Callable[[str], Client]:
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
+def page_refused(response: Any, status: int = 400, text: str = "") -> str:
+    """A refused page address: the Deck's page (HTML, never a JSON body) with the reason shown in words."""
+    import html
+    import re
+
+    assert response.status_code == status, (response.status_code, response.content[:300])
+    assert response["Content-Type"].startswith("text/html"), response["Content-Type"]
+    body = response.content.decode()
+    assert 'id="deck-header"' in body, "the full page"
+    shown = re.search(r'<p class="page-error" id="page-error" role="alert">(.*?)</p>', body, re.S)
+    assert shown is not None, "no message on the page"
+    message = html.unescape(re.sub(r"<[^>]+>", "", shown.group(1)))
+    assert text.lower() in message.lower(), message
+    return message
+
+
 # ---------------------------------------------------------------- websocket helpers
 
 

@@ -12,7 +12,7 @@ from django.test import Client
 from chokaq_core import storage
 from chokaq_core.domain import Success
 from chokaq_core.models import JobsDLQ, JobsHot
-from tests.deck.conftest import HTMX, Jobs
+from tests.deck.conftest import HTMX, Jobs, page_refused
 from tests.deck.test_authorization import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -121,7 +121,7 @@ def test_editor_of_a_running_job_is_a_conflict(admin: Client, jobs: Jobs) -> Non
 ])
 def test_bad_list_queries_are_400(admin: Client, query: str, text: str) -> None:
     refused(admin.get(f"/deck/partials/jobs?{query}", **HTMX), 400, text)
-    refused(admin.get(f"/deck/?{query}"), 400, text)
+    page_refused(admin.get(f"/deck/?{query}"), 400, text)
 
 
 @pytest.mark.parametrize("url, data, text", [

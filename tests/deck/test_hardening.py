@@ -23,7 +23,7 @@ from chokaq_core import storage
 from chokaq_core.domain import NewJob, new_ulid
 from chokaq_core.models import JobsDLQ, JobsHot, Queues
 from deck.models import OperatorAction
-from tests.deck.conftest import HTMX, Jobs, archived, dead, make_user, pending
+from tests.deck.conftest import HTMX, Jobs, archived, dead, make_user, page_refused, pending
 from tests.deck.test_authorization import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +108,7 @@ def test_bulk_ids_outside_the_alphabet_are_refused(admin: Client, jobs: Jobs) ->
 
 
 def test_job_query_parameter_with_a_slash_is_a_400(admin: Client) -> None:
-    refused(admin.get("/deck/?job=a/b"), 400, "job id")
+    page_refused(admin.get("/deck/?job=a/b"), 400, "job id")
 
 
 def test_rows_of_ids_stored_before_the_alphabet_build_no_url(admin: Client) -> None:
@@ -226,7 +226,7 @@ def token(*parts: Any) -> str:
 def test_hostile_queries_are_400_not_500(admin: Client, jobs: Jobs, query: str, text: str) -> None:
     archived("done", 2)
     before = snapshot()
-    refused(admin.get(f"/deck/?{query}"), 400, text)
+    page_refused(admin.get(f"/deck/?{query}"), 400, text)
     if "view=" in query:
         refused(admin.get(f"/deck/partials/jobs?{query}", **HTMX), 400, text)
     assert snapshot() == before
@@ -252,7 +252,7 @@ def test_a_job_already_holding_a_deep_payload_still_renders(admin: Client) -> No
     OperatorAction.objects.create(actor="ops", command="edit", job_id=job_id, message="saved",
                                   previous_payload=deep_text(990), new_payload=deep_text(990))
     for url in (f"/deck/jobs/{job_id}", f"/deck/jobs/{job_id}/edit", f"/deck/?job={job_id}"):
-        response = admin.get(url, **(HTMX if "?" not in url else {}))
+        response = admin.get(url, follow=True, **(HTMX if "?" not in url else {}))
         assert response.status_code == 200, (url, response.status_code)
         assert "[[[[" in response.content.decode()
 

@@ -55,7 +55,8 @@ def test_full_page_shows_every_panel(admin: Client, jobs: Jobs) -> None:
     ("console", "console-panel"), ("maintenance", "maintenance-panel"), ("jobs", "job-matrix"),
 ])
 def test_every_partial_as_full_page_and_htmx_fragment(admin: Client, jobs: Jobs, panel: str, element_id: str) -> None:
-    full = admin.get(f"/deck/partials/{panel}")
+    full = admin.get(f"/deck/partials/{panel}", follow=True)  # redirected to the page's own address
+    assert full.redirect_chain and full.redirect_chain[-1][0].startswith("/deck/")
     assert full.status_code == 200 and b"<!doctype html>" in full.content and b'id="deck-header"' in full.content
     part = admin.get(f"/deck/partials/{panel}", **HTMX)
     assert part.status_code == 200 and b"<!doctype html>" not in part.content
@@ -113,8 +114,11 @@ def test_inspector_full_page_and_partial(admin: Client, jobs: Jobs, pillar: str)
 
 
 def test_inspector_of_unknown_job(admin: Client) -> None:
+    """An htmx refresh of an open inspector whose job is gone: a 404 whose fragment says so (the side panel
+    swaps it in); the page address of an unknown job is a real 404 page (tests/deck/test_addresses.py)."""
     response = admin.get("/deck/jobs/NOPE", **HTMX)
-    assert response.status_code == 200 and b"Job not found" in response.content
+    assert response.status_code == 404 and b'id="job-not-found"' in response.content
+    assert b"<!doctype html>" not in response.content
 
 
 def test_editor_full_page_and_partial(admin: Client, jobs: Jobs) -> None:

@@ -8,10 +8,13 @@
   var MAX_CONSOLE = 500;
   var TOAST_MS = 4000;
   var RECONNECT_CODES = [1006, 1011, 1012, 1013];
+  var RECONNECT_FIRST_MS = 250;
+  var RECONNECT_CAP_MS = 1500;
   var progress = {};
   var plot = null;
   var everOpened = false;
   var retries = 0;
+  var socket = null;
   var armed = null;
 
   function $(id) { return document.getElementById(id); }
@@ -79,14 +82,31 @@
   function log(level, message) { consoleLine(level, message); toast(level, message); }
 
   /* ------------------------------------------------------------------ connection */
+  /** The wait before the n-th reconnect attempt: doubling from 250 ms, capped at 1.5 s (with jitter so many
+   * tabs do not knock in step), so the page is live again within 2 s of the server answering. */
+  function reconnectDelay(n) {
+    var base = Math.min(RECONNECT_CAP_MS, RECONNECT_FIRST_MS * Math.pow(2, Math.min(n, 10)));
+    return base * (0.5 + Math.random() / 2);
+  }
+
   function setConn(state) {
     var el = $("conn");
     if (!el) return;
     el.dataset.state = state;
     el.textContent = state.toUpperCase();
+    document.documentElement.dataset.conn = state;  // while not online the numbers on the page are dimmed
+    var retry = $("conn-retry");
+    if (retry) retry.hidden = state === "online";
   }
 
-  function onOpen() {
+  function retryNow() {
+    if (!socket) { location.reload(); return; }
+    setConn("reconnecting");
+    socket.reconnect();
+  }
+
+  function onOpen(evt) {
+    if (evt.detail && evt.detail.socketWrapper) socket = evt.detail.socketWrapper;
     setConn("online");
     retries = 0;
     if (everOpened) {
@@ -100,6 +120,7 @@
 
   function onClose(evt) {
     var code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+    if (evt.detail && evt.detail.socketWrapper) socket = evt.detail.socketWrapper;
     if (code === 4401 || code === 4403) {
       setConn("offline");
       log("error", code === 4401 ? "Live updates refused: log in again" : "Live updates refused: no Deck view permission");
@@ -107,11 +128,11 @@
     }
     if (code === 1000) { setConn("offline"); return; }
     setConn("reconnecting");
-    if (RECONNECT_CODES.indexOf(code) < 0 && evt.detail && evt.detail.socketWrapper) {
-      // the ws extension only retries 1006/1011/1012/1013 itself; retry the others too, with backoff
+    // 1005: this page closed the socket itself to open a new one (RETRY NOW): that one reports on its own
+    if (code !== 1005 && RECONNECT_CODES.indexOf(code) < 0 && evt.detail && evt.detail.socketWrapper) {
+      // the ws extension only retries 1006/1011/1012/1013 itself; retry the others too, with the same backoff
       var wrapper = evt.detail.socketWrapper;
-      var delay = Math.min(30000, 1000 * Math.pow(2, retries++));
-      setTimeout(function () { wrapper.reconnect(); }, delay);
+      setTimeout(function () { wrapper.reconnect(); }, reconnectDelay(retries++));
     }
   }
 
@@ -289,6 +310,29 @@
     return null;
   }
 
+  /* ------------------------------------------------------------------ side panel and addresses */
+  var listUrl = null;  // the address of the list the open inspector was reached from
+
+  function emptySide() {
+    var panel = $("side-panel");
+    if (panel) panel.innerHTML = '<div id="side-empty" class="side-empty"><p class="muted">No active panel.</p></div>';
+  }
+
+  /** Close the inspector/editor: the address goes back to the list's (a new history entry, so Back reopens it). */
+  function closeSide() {
+    emptySide();
+    var root = document.body.dataset.deckRoot;
+    var target = listUrl || root;
+    if (target && window.history && location.pathname + location.search !== target) {
+      history.pushState({ htmx: true }, "", target);
+    }
+  }
+
+  function onBeforeHistoryUpdate(evt) {
+    var d = evt.detail;
+    if (d.target && d.target.id !== "side-panel" && d.history && d.history.path) listUrl = d.history.path;
+  }
+
   /* ------------------------------------------------------------------ what may be swapped in */
   var SIDE_PANEL_ROOTS = ["inspector", "editor", "side-empty"];
 
@@ -296,10 +340,14 @@
    * that is JSON, metrics text or any other page (however its URL was reached) never lands in the page. */
   function onBeforeSwap(evt) {
     var d = evt.detail;
-    if (!d.shouldSwap) return;
     var type = (d.xhr.getResponseHeader("Content-Type") || "").toLowerCase();
     var target = d.target;
     var side = target && (target.id === "side-panel" || target.id === "inspector" || target.id === "editor");
+    if (side && d.xhr.status === 404 && type.indexOf("text/html") === 0) {
+      d.shouldSwap = true;  // the inspector of a job that is gone: the panel says so
+      d.isError = false;
+    }
+    if (!d.shouldSwap) return;
     var ok = type.indexOf("text/html") === 0 || (!side && !d.xhr.responseText);
     if (ok && side) {
       var holder = document.createElement("template");
@@ -343,6 +391,7 @@
   }
 
   function init() {
+    if (window.htmx) htmx.config.wsReconnectDelay = reconnectDelay;
     initTheme();
     defineJsonExtension();
     var body = document.body;
@@ -352,6 +401,8 @@
     body.addEventListener("htmx:afterSettle", function () { refreshChart(); applyProgress(); updateSelection(); });
     body.addEventListener("htmx:responseError", onResponseError);
     body.addEventListener("htmx:beforeSwap", onBeforeSwap);
+    body.addEventListener("htmx:beforeHistoryUpdate", onBeforeHistoryUpdate);
+    if (!$("inspector") && !$("editor")) listUrl = location.pathname + location.search;
     body.addEventListener("htmx:sendError", function () { log("error", "Network error: the server did not answer"); });
     body.addEventListener("htmx:confirm", onConfirm);
     body.addEventListener("deck:toast", function (evt) {
@@ -384,11 +435,15 @@
     body.addEventListener("click", function (evt) {
       var t = evt.target;
       var row = t.closest && t.closest("tr.job-row");
-      if (row && !t.closest("input,button,a") && window.htmx) window.htmx.trigger(row, "deck:inspect");
+      if (row && !t.closest("input,button,a")) {  // the row's id link opens the inspector (and its address)
+        var jobLink = row.querySelector("a.job-link");
+        if (jobLink) jobLink.click();
+      }
+      if (t.id === "conn-retry") retryNow();
       if (t.id === "bulk-back") disarm();
       if (t.id === "console-clear") { var l = $("console-log"); if (l) l.innerHTML = ""; }
-      if (t.classList.contains("side-close")) { var p = $("side-panel"); if (p) p.innerHTML = '<div id="side-empty" class="side-empty"><p class="muted">No active panel.</p></div>'; }
-      if (t.closest && t.closest(".tab")) { var sp = $("side-panel"); if (sp) sp.innerHTML = '<div id="side-empty" class="side-empty"><p class="muted">No active panel.</p></div>'; }
+      if (t.classList.contains("side-close")) { closeSide(); }
+      if (t.closest && t.closest(".tab")) emptySide();
       var link = t.closest && t.closest("[data-log]");
       if (link) consoleLine("info", link.dataset.log);
     });
