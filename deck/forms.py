@@ -34,12 +34,39 @@ class InvalidInput(ValueError):
     """Raised with one readable message for the whole form."""
 
 
+def _plain(label: str, error: forms.ValidationError) -> str:
+    """One field error in plain words, e.g. "Max workers must be at least 1" (not "value: Ensure this value is
+    greater than or equal to 1.")."""
+    params = error.params or {}
+    limit = params.get("limit_value")
+    if error.code == "required":
+        return f"{label} is required"
+    if error.code == "min_value":
+        return f"{label} must be at least {limit}"
+    if error.code == "max_value":
+        return f"{label} must be at most {limit}"
+    if error.code == "max_length":
+        return f"{label} is too long: at most {limit} characters (got {params.get('show_value')})"
+    if error.code == "invalid_choice":
+        return f"{label}: {params.get('value')!r} is not one of the choices"
+    if error.code == "invalid" and "whole number" in str(error.message):
+        return f"{label} must be a whole number"
+    if error.code == "invalid" and "date" in str(error.message):
+        return f"{label} must be a day written YYYY-MM-DD"
+    text = " ".join(error.messages).rstrip(".")
+    return f"{label}: {text}"
+
+
 def message(form: forms.Form) -> str:
+    """Every error of a form, in plain words naming the field by its label."""
     parts = []
-    for field, errors in form.errors.items():
-        label = field if field != "__all__" else ""
-        text = " ".join(str(e) for e in errors)
-        parts.append(f"{label}: {text}" if label else text)
+    for field, errors in form.errors.as_data().items():
+        if field == "__all__":
+            parts += [" ".join(e.messages) for e in errors]
+            continue
+        bound = form.fields.get(field)
+        label = str(bound.label) if bound is not None and bound.label else field.replace("_", " ").capitalize()
+        parts += [_plain(label, e) for e in errors]
     return "; ".join(parts) or "invalid input"
 
 
@@ -90,12 +117,13 @@ def _day_end(day: Any) -> datetime | None:
 
 
 class _Filters(forms.Form):
-    queue = forms.CharField(required=False, max_length=MAX_NAME, strip=True)
-    type = forms.CharField(required=False, max_length=MAX_NAME, strip=True)
-    q = forms.CharField(required=False, max_length=MAX_SEARCH, strip=True)
-    reason = forms.TypedChoiceField(required=False, choices=[("", "any"), *REASONS], coerce=int, empty_value=None)
-    start = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
-    end = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    queue = forms.CharField(required=False, max_length=MAX_NAME, strip=True, label="Queue")
+    type = forms.CharField(required=False, max_length=MAX_NAME, strip=True, label="Type")
+    q = forms.CharField(required=False, max_length=MAX_SEARCH, strip=True, label="Search text")
+    reason = forms.TypedChoiceField(required=False, choices=[("", "any"), *REASONS], coerce=int, empty_value=None,
+                                    label="Failure reason")
+    start = forms.DateField(required=False, input_formats=["%Y-%m-%d"], label="Start day (from)")
+    end = forms.DateField(required=False, input_formats=["%Y-%m-%d"], label="End day (to)")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -119,15 +147,16 @@ class _Filters(forms.Form):
 class JobsQuery(_Filters):
     """The job matrix: which view, its filters, sort and page."""
 
-    view = forms.ChoiceField(required=False, choices=[("active", "Active"), ("archive", "Archive"), ("dlq", "DLQ")])
-    status = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
+    view = forms.ChoiceField(required=False, choices=[("active", "Active"), ("archive", "Archive"), ("dlq", "DLQ")],
+                             label="View")
+    status = forms.TypedChoiceField(required=False, coerce=int, empty_value=None, label="Status",
                                     choices=[("", "any"), *((int(s), s.name) for s in JobStatus if s <= 2)])
-    sort = forms.CharField(required=False, max_length=20)
-    dir = forms.ChoiceField(required=False, choices=[("desc", "desc"), ("asc", "asc")])
-    size = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
+    sort = forms.CharField(required=False, max_length=20, label="Sort")
+    dir = forms.ChoiceField(required=False, choices=[("desc", "desc"), ("asc", "asc")], label="Direction")
+    size = forms.TypedChoiceField(required=False, coerce=int, empty_value=None, label="Page size",
                                   choices=[(n, n) for n in PAGE_SIZES])
-    after = forms.CharField(required=False, max_length=2000)
-    before = forms.CharField(required=False, max_length=2000)
+    after = forms.CharField(required=False, max_length=2000, label="Next-page key")
+    before = forms.CharField(required=False, max_length=2000, label="Previous-page key")
 
     def clean_sort(self) -> str:
         key = (self.cleaned_data.get("sort") or "date").strip().lower()
@@ -159,8 +188,8 @@ def jobs_query(data: QueryDict) -> JobsQuery:
 class DlqBulk(_Filters):
     """The DLQ bulk-by-filter form (preview / purge / requeue)."""
 
-    max_jobs = forms.IntegerField(required=False, max_value=MAX_BATCH)
-    confirm = forms.CharField(required=False, max_length=20)
+    max_jobs = forms.IntegerField(required=False, max_value=MAX_BATCH, label="Max jobs")
+    confirm = forms.CharField(required=False, max_length=20, label="Confirmation word")
 
     def max(self) -> int:
         value = self.cleaned_data.get("max_jobs")
@@ -175,10 +204,10 @@ def dlq_bulk(data: QueryDict) -> DlqBulk:
 
 
 class Edit(forms.Form):
-    payload = forms.CharField(required=False, max_length=MAX_PAYLOAD_CHARS, strip=False)
-    tags = forms.CharField(required=False, max_length=MAX_TAGS, strip=True)
-    priority = forms.IntegerField(required=False, min_value=0, max_value=1_000_000)
-    revision = forms.IntegerField(required=False, min_value=0)  # the edit version the editor was opened at
+    payload = forms.CharField(required=False, max_length=MAX_PAYLOAD_CHARS, strip=False, label="Payload")
+    tags = forms.CharField(required=False, max_length=MAX_TAGS, strip=True, label="Tags")
+    priority = forms.IntegerField(required=False, min_value=0, max_value=1_000_000, label="Priority")
+    revision = forms.IntegerField(required=False, min_value=0, label="Revision")  # the edit version the editor was opened at
 
     def clean_payload(self) -> str | None:
         payload = self.cleaned_data.get("payload")
@@ -209,13 +238,13 @@ def edit_body(request: HttpRequest) -> dict[str, Any]:
 
 
 class Priority(forms.Form):
-    priority = forms.IntegerField(min_value=0, max_value=1_000_000)
+    priority = forms.IntegerField(min_value=0, max_value=1_000_000, label="Priority")
 
 
 class Toggle(forms.Form):
     """``value`` = 1/0 (true/false, on/off)."""
 
-    value = forms.CharField(max_length=5)
+    value = forms.CharField(max_length=5, label="Value (1 or 0)")
 
     def clean_value(self) -> bool:
         raw = self.cleaned_data["value"].strip().lower()
@@ -227,18 +256,18 @@ class Toggle(forms.Form):
 
 
 class ZombieTimeout(forms.Form):
-    value = forms.IntegerField(required=False, min_value=1, max_value=86_400)
+    value = forms.IntegerField(required=False, min_value=1, max_value=86_400, label="Zombie timeout (seconds)")
 
 
 class MaxWorkers(forms.Form):
-    value = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+    value = forms.IntegerField(required=False, min_value=1, max_value=10_000, label="Max workers")
 
 
 class Capacity(forms.Form):
     """Fleet-wide handler concurrency per worker (spec 04 §2.9: 0–100; the worker clamps to at least 1)."""
 
-    capacity = forms.IntegerField(min_value=0, max_value=100)
+    capacity = forms.IntegerField(min_value=0, max_value=100, label="Capacity")
 
 
 class Days(forms.Form):
-    days = forms.IntegerField(min_value=1, max_value=365)
+    days = forms.IntegerField(min_value=1, max_value=365, label="Days")

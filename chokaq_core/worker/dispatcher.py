@@ -104,8 +104,9 @@ class Dispatcher:
         for job in jobs:
             permit = self.breakers.get(job.type).acquire()
             if permit is None:
-                logger.info("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
-                            self.circuit_delay)
+                # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
+                logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
+                             self.circuit_delay)
                 self.complete(Retry(job.id, job.attempt_count, self.circuit_delay))
                 self.finish_slot()
             else:

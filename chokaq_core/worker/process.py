@@ -73,7 +73,7 @@ class Worker:
         self.breakers = CircuitBreakers(
             _breaker_policy(cfg.breaker_settings()),
             {key: _breaker_policy(cfg.breaker_settings(key)) for key in cfg.CIRCUIT_BREAKER.POLICIES},
-            on_event=_log_circuit_event,
+            on_event=CircuitLog(),
         )
         self.stopping = threading.Event()
         self.stopped = threading.Event()
@@ -220,7 +220,27 @@ def _breaker_policy(values: dict[str, float]) -> BreakerPolicy:
     )
 
 
-def _log_circuit_event(key: str, event: str, status: CircuitStatus) -> None:
-    level = logging.WARNING if event in ("opened", "half_opened", "closed") else logging.DEBUG
-    logger.log(level, "circuit %s %s (now %s)", key, event, status.name)
-    metrics.circuit_event(key, event, {0: "Closed", 1: "Open", 2: "HalfOpen"}.get(int(status), status.name))
+class CircuitLog:
+    """The worker's circuit log: one WARNING line per state change (opened, half-opened, closed) carrying how many
+    jobs were deferred since the previous change, never one line per deferred job (a busy type behind an open
+    breaker defers thousands a minute). Every event still feeds the metrics."""
+
+    STATE_CHANGES = ("opened", "half_opened", "closed")
+
+    def __init__(self) -> None:
+        self._deferred: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str, event: str, status: CircuitStatus) -> None:
+        metrics.circuit_event(key, event, {0: "Closed", 1: "Open", 2: "HalfOpen"}.get(int(status), status.name))
+        if event == "rejected":
+            with self._lock:
+                self._deferred[key] = self._deferred.get(key, 0) + 1
+            return
+        if event not in self.STATE_CHANGES:
+            logger.debug("circuit %s %s (now %s)", key, event, status.name)
+            return
+        with self._lock:
+            deferred = self._deferred.pop(key, 0)
+        logger.warning("circuit %s %s (now %s; %s job(s) deferred since the previous change)", key, event,
+                       status.name, deferred)
