@@ -698,6 +698,11 @@ class FleetView:
     workers: list[WorkerRow]
     breakers: list[BreakerRow]
 
+    @property
+    def live_workers(self) -> int:
+        """Workers running with a fresh heartbeat: only they report breakers (none live: health is unknown)."""
+        return sum(1 for w in self.workers if w.is_running and not w.stale)
+
 
 def _aware(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment

@@ -42,6 +42,12 @@ def chart_json(tp: Throughput) -> str:
     }, separators=(",", ":"))
 
 
+def chart_context(tp: Throughput) -> dict[str, Any]:
+    """The chart's data for uPlot and its text alternative (totals over the window, the last minute's rates)."""
+    return {"chart_json": chart_json(tp), "tp": tp, "chart_succeeded": sum(p.succeeded for p in tp.points),
+            "chart_failed": sum(p.failed for p in tp.points)}
+
+
 def stats(summary: SummaryStats, tp: Throughput, *, oob: bool = False) -> str:
     return render(PANELS, "stats", {"summary": summary, "tp": tp, "oob": oob})
 
@@ -51,7 +57,7 @@ def queues(overview: Sequence[QueueOverview], role: Role, *, oob: bool = False) 
 
 
 def chart(tp: Throughput, *, oob: bool = False) -> str:
-    return render(PANELS, "chart-data", {"chart_json": chart_json(tp), "oob": oob})
+    return render(PANELS, "chart-data", {**chart_context(tp), "oob": oob})
 
 
 def top_errors(groups: Sequence[ErrorGroup], at: datetime | None, *, oob: bool = False) -> str:

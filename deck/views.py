@@ -102,7 +102,7 @@ def _panels(panel: str | None = None) -> dict[str, Any]:
     ctx: dict[str, Any] = {}
     if panel in (None, "stats", "chart"):
         tp = service.throughput()
-        ctx.update(tp=tp, chart_json=fragments.chart_json(tp))
+        ctx.update(fragments.chart_context(tp))
     if panel in (None, "stats"):
         ctx["summary"] = service.summary()
     if panel in (None, "queues"):

@@ -125,7 +125,8 @@ def test_an_elapsed_open_circuit_reads_ready(viewer: Client) -> None:
 
 
 def test_empty_states(viewer: Client) -> None:
-    assert "System Healthy (No active breakers)" in viewer.get("/deck/partials/breakers", **HTMX).content.decode()
+    html = viewer.get("/deck/partials/breakers", **HTMX).content.decode()
+    assert "System Healthy" not in html and "No live worker: circuit breaker state is unknown" in html
     assert "No workers registered" in viewer.get("/deck/partials/workers", **HTMX).content.decode()
     worker("w-quiet")  # a live worker without breakers: still healthy
     assert "System Healthy (No active breakers)" in viewer.get("/deck/partials/breakers", **HTMX).content.decode()
@@ -142,6 +143,9 @@ def test_a_stale_heartbeat_is_shown_as_stale(viewer: Client, settings: Any) -> N
     assert re.search(r'data-worker="w-new" data-state="running"', html)
     # a stale worker's breakers are not live any more
     assert "System Healthy" in viewer.get("/deck/partials/breakers", **HTMX).content.decode()
+    age_heartbeat("w-new", 31)  # every worker stale: no live worker, so never "System Healthy"
+    html = viewer.get("/deck/partials/breakers", **HTMX).content.decode()
+    assert "System Healthy" not in html and "No live worker" in html
 
 
 def test_stopped_workers_are_greyed_and_drop_off_later(viewer: Client) -> None:
@@ -203,7 +207,7 @@ def test_a_registry_change_reaches_the_socket(roles: None, settings: Any) -> Non
         ok, _ = await socket.connect(timeout=5)
         assert ok
         first, _ = await frames_until(socket, lambda f: 'id="breakers-panel"' in f, timeout=5)
-        assert first is not None and "System Healthy" in first and 'id="workers-panel"' in first
+        assert first is not None and "No live worker" in first and 'id="workers-panel"' in first
         await sync_to_async(_upsert)("w-live", circuit("pay.Charge", 1, 6, datetime.now(UTC) + timedelta(seconds=9)),
                                      host="live-host")
         frame, _ = await frames_until(socket, lambda f: 'data-circuit="pay.Charge"' in f, timeout=5)
