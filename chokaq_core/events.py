@@ -244,7 +244,7 @@ def reset_publisher() -> None:
 # ---------------------------------------------------------------- Deck → worker control (spec 03 §12)
 
 CONTROL_GROUP = "chokaq.workers"
-CONTROL_TYPES = ("worker.set_capacity", "worker.set_retry_policy", "worker.cancel_job")
+CONTROL_TYPES = ("worker.set_capacity", "worker.set_retry_policy", "worker.cancel_job", "worker.set_circuit")
 
 
 def _cross_process_layer() -> Any | None:

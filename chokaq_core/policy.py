@@ -251,6 +251,23 @@ class CircuitBreaker:
             if self.failure_count >= self.policy.failure_threshold or fatal:
                 self._open()
 
+    def force_close(self) -> None:
+        """An operator's reset: Closed now with its failures forgotten; permits of the earlier state count for
+        nothing (their outcomes are ignored, as after any state change)."""
+        with self._lock:
+            self.status = CircuitStatus.CLOSED
+            self.failure_count = 0
+            self.generation += 1
+            self.outstanding = 0
+            self.probe_successes = 0
+            self._event("closed")
+
+    def force_open(self) -> None:
+        """An operator's open: Open now for a full break duration, as if a failure had just tripped it."""
+        with self._lock:
+            self.last_failure = self.clock()
+            self._open()
+
     def release(self, permit: Permit) -> None:
         """No outcome (lease lost, cancellation, timeout, shutdown): frees a probe slot."""
         with self._lock:

@@ -623,6 +623,23 @@ def set_worker_capacity(capacity: int | str, *, worker_id: str | None = None) ->
 
 
 
+def _send_circuit_state(key: str, state: str, worker_id: str | None) -> bool:
+    key = _checked("type key", key, "circuit key")
+    return events.send_control({"type": "worker.set_circuit", "key": key, "state": state, "workerId": worker_id})
+
+
+def close_circuit(key: str, *, worker_id: str | None = None) -> bool:
+    """Reset the circuit breaker of type key ``key`` on every live worker (or one): Closed now, its failures
+    forgotten. False when no cross-process channel layer (Redis) can carry the command."""
+    return _send_circuit_state(key, "closed", worker_id)
+
+
+def open_circuit(key: str, *, worker_id: str | None = None) -> bool:
+    """Open the circuit breaker of type key ``key`` now on every live worker (or one), for a full break duration:
+    its jobs are deferred meanwhile. False when no cross-process channel layer (Redis) can carry the command."""
+    return _send_circuit_state(key, "open", worker_id)
+
+
 @dataclass(frozen=True)
 class Fleet:
     """Live workers (heartbeat younger than ``HEALTH.WORKER_HEARTBEAT_TIMEOUT``): for the Deck's engine panel."""

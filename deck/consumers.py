@@ -512,7 +512,7 @@ class Broadcaster:
                 self._once(out, ("queues", can_operate), fragments.queues(view.queues, role, oob=True))
             if view.fleet is not None:
                 self._once(out, ("workers", can_operate), fragments.workers(view.fleet, oob=True))
-                self._once(out, ("breakers", can_operate), fragments.breakers(view.fleet, oob=True))
+                self._once(out, ("breakers", can_operate), fragments.breakers(view.fleet, role, oob=True))
             if view.errors is not None:
                 self._once(out, ("errors", can_operate), fragments.top_errors(view.errors, fragments.now(), oob=True))
             rendered = [fragments.row(r, role) for r in changed] + [fragments.row(r, role, gone=True) for r in gone]

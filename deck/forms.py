@@ -269,5 +269,11 @@ class Capacity(forms.Form):
     capacity = forms.IntegerField(min_value=0, max_value=100, label="Capacity")
 
 
+class CircuitKey(forms.Form):
+    """The type key of a circuit breaker (its alphabet is checked by the service)."""
+
+    key = forms.CharField(max_length=MAX_NAME, strip=True, label="Circuit key")
+
+
 class Days(forms.Form):
     days = forms.IntegerField(min_value=1, max_value=365, label="Days")

@@ -68,8 +68,8 @@ def workers(view: FleetView, *, oob: bool = False) -> str:
     return render(PANELS, "workers", {"fleet_view": view, "oob": oob})
 
 
-def breakers(view: FleetView, *, oob: bool = False) -> str:
-    return render(PANELS, "breakers", {"fleet_view": view, "oob": oob})
+def breakers(view: FleetView, role: Role, *, oob: bool = False) -> str:
+    return render(PANELS, "breakers", {"fleet_view": view, "oob": oob, **role_context(role)})
 
 
 def row(job: JobRow, role: Role, *, view: str = "active", gone: bool = False) -> str:

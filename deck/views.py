@@ -178,7 +178,7 @@ def index(request: HttpRequest) -> HttpResponse:
         return _page_with_message(request, f"This address has a parameter the Deck cannot use: {exc}", 400)
     if request.GET.get("job"):  # the old ?job= form of a job's address
         try:
-            return redirect("deck:job", forms.job_id(request.GET["job"]))
+            return redirect("deck:inspector", forms.job_id(request.GET["job"]))
         except forms.InvalidInput as exc:
             return _page_with_message(request, str(exc), 400)
     return _render(request, PAGE, context)
@@ -520,9 +520,29 @@ def resurrect_matching(request: HttpRequest) -> Done:
 def set_worker_capacity(request: HttpRequest) -> Done:
     capacity = max(1, forms.clean(forms.Capacity, request.POST)["capacity"])
     if not service.set_worker_capacity(capacity):
-        raise service.ServiceError("Worker control needs a cross-process channel layer (set REDIS_URL): "
-                                   "nothing was sent")
+        raise service.ServiceError(f"Worker control {NO_CONTROL_LAYER}")
     return Done(f"Worker capacity set to {capacity} on every live worker", scope=str(capacity))
+
+
+NO_CONTROL_LAYER = "needs a cross-process channel layer (set REDIS_URL): nothing was sent"
+
+
+def _circuit_command(request: HttpRequest, send: Callable[[str], bool], text: str, level: str) -> Done:
+    key = forms.clean(forms.CircuitKey, request.POST)["key"]
+    if not send(key):
+        raise service.ServiceError(f"Circuit control {NO_CONTROL_LAYER}")
+    return Done(f"Circuit {key} {text} on every live worker", scope=key, level=level)
+
+
+@command(Role.OPERATOR)
+def close_circuit(request: HttpRequest) -> Done:
+    return _circuit_command(request, service.close_circuit, "reset (closed now)", "success")
+
+
+@command(Role.OPERATOR)
+def open_circuit(request: HttpRequest) -> Done:
+    return _circuit_command(request, service.open_circuit, "opened now (its jobs wait a full break duration)",
+                            "warning")
 
 
 @require_POST

@@ -43,6 +43,13 @@ class Control:
                 jitter=current.jitter, max_job_age=current.max_job_age,
             )
             self.changed()
+        elif kind == "worker.set_circuit":
+            key, state = str(message.get("key") or ""), message.get("state")
+            if key and state in ("closed", "open"):
+                breaker = self.executor.breakers.get(key)
+                breaker.force_close() if state == "closed" else breaker.force_open()
+                logger.info("worker %s circuit %s set %s by an operator", self.worker_id, key, state)
+                self.changed()
         elif kind == "worker.cancel_job":
             job_id = str(message.get("job_id") or message.get("jobId") or "")
             if job_id:

@@ -53,6 +53,8 @@ ENDPOINTS = [
     Endpoint("POST", "/deck/api/queues/main/zombie-timeout", OPERATE, (("value", "120"),)),
     Endpoint("POST", "/deck/api/queues/main/max-workers", OPERATE, (("value", "3"),)),
     Endpoint("POST", "/deck/api/workers/capacity", OPERATE, (("capacity", "4"),)),
+    Endpoint("POST", "/deck/api/circuits/close", OPERATE, (("key", "demo.payment.capture.v1"),)),
+    Endpoint("POST", "/deck/api/circuits/open", OPERATE, (("key", "demo.payment.capture.v1"),)),
     Endpoint("POST", "/deck/api/archive/{archived}/purge", ADMIN),
     Endpoint("POST", "/deck/api/dlq/{dead}/purge", ADMIN),
     Endpoint("POST", "/deck/api/dlq/purge", ADMIN, (("ids", "{dead}"),)),
