@@ -21,9 +21,11 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY . .
-# The package with the extras a deployment uses, plus the demo project's settings helper.
-RUN pip install --no-cache-dir '.[postgres,redis,mssql,otel,server]' 'dj-database-url>=2.1' \
+# The package with the extras a deployment uses, plus the demo project's settings helper and static server.
+RUN pip install --no-cache-dir '.[postgres,redis,mssql,otel,server]' 'dj-database-url>=2.1' 'whitenoise>=6.8' \
     && rm -rf build *.egg-info
+# Static files with content-hashed names (served by WhiteNoise with a ten-year immutable cache lifetime)
+RUN python manage.py collectstatic --noinput -v0
 RUN useradd --create-home chokaq && mkdir -p /app/var && chown -R chokaq /app/var
 USER chokaq
 

@@ -6,10 +6,9 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
 from deck.asgi import with_deck
 
-# daphne serves the Deck's static files itself (htmx, uPlot, deck.css/js are small and pinned);
-# behind a CDN or whitenoise this wrapper can go.
-application = with_deck(ASGIStaticFilesHandler(get_asgi_application()))
+# Static files are served by WhiteNoise (a middleware in config.settings: hashed names with a ten-year
+# immutable cache lifetime once collectstatic has run); behind a CDN or a web server that serves STATIC_ROOT
+# the middleware can go.
+application = with_deck(get_asgi_application())

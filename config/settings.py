@@ -53,6 +53,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files (see STORAGES below)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -134,6 +135,16 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Static files carry content-hashed names: ``manage.py collectstatic`` (scripts/run, the Dockerfile) writes
+# ``deck.3f2a….css`` and its manifest, and WhiteNoise serves them with ``Cache-Control: max-age=315360000,
+# public, immutable``, pre-compressed (gzip/brotli); a new release is a new name. Without DEBUG the pages need
+# that collectstatic (Django's manifest storage). With DEBUG (scripts/run) the pages use the plain names and
+# WhiteNoise reads the files from the apps, so an edit shows without collecting.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
 DECK_ROUTE_PREFIX = os.environ.get("CHOKAQ_DECK_ROUTE_PREFIX", "deck").strip("/")  # the Deck at /<prefix>/
 
 # The Deck's live updates (deck/consumers.py): one broadcaster per web process reads storage in ONE

@@ -25,3 +25,8 @@ for _section, _values in json.loads(os.environ.get("CHOKAQ_TEST_OVERRIDES", "{}"
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.ops", "tests.adopter"]  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Tests never run collectstatic: plain static names, served by WhiteNoise from the apps (hashed names and their
+# cache lifetime are tested with a collected STATIC_ROOT of their own, tests/deck/test_static.py).
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
+WHITENOISE_USE_FINDERS = True

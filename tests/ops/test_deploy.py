@@ -235,7 +235,7 @@ def test_the_image_has_no_test_or_dev_tools() -> None:
 
     dockerfile = (ROOT / "Dockerfile").read_text()
     installs = re.findall(r"pip install --no-cache-dir ([^\n]*)", dockerfile)
-    assert installs == ["'.[postgres,redis,mssql,otel,server]' 'dj-database-url>=2.1' \\"], installs
+    assert installs == ["'.[postgres,redis,mssql,otel,server]' 'dj-database-url>=2.1' 'whitenoise>=6.8' \\"], installs
     assert "-r requirements-dev.txt" not in dockerfile
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
