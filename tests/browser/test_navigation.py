@@ -67,6 +67,8 @@ def test_a_phone_has_no_sideways_scroll_and_a_tapped_row_opens_the_inspector_in_
     page.goto(f"{deck_server.url}/deck/?view=dlq&size=100")
     page.wait_for_selector("#conn[data-state=online]")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.evaluate("document.getElementById('job-matrix').scrollIntoView()")
+    shot(page, "deck-mobile-list")
     row = page.locator("#history-rows tr.job-row").first
     row.scroll_into_view_if_needed()
     assert row.locator("td.id").is_visible() and row.locator("td.status").is_visible()
