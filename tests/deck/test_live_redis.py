@@ -99,3 +99,30 @@ def test_worker_in_another_process_pushes_through_redis(roles: None, worker: sub
 
     run(scenario())
     assert worker.poll() is None, "the worker must still be running"
+
+
+def _circuit_status(key: str) -> int | None:
+    """The status a live worker reports for the breaker of ``key`` in its registry row (None: not reported)."""
+    for info in storage.list_workers():
+        for item in json.loads(info.circuits_json or "[]"):
+            if item.get("circuitKey") == key:
+                return int(item["status"])
+    return None
+
+
+def test_an_operator_opens_and_resets_a_breaker_on_a_worker_in_another_process(
+        client_as: Any, worker: subprocess.Popen[bytes]) -> None:
+    """OPEN NOW and RESET travel over Redis to a real worker, which applies them and reports the new state."""
+    import time
+
+    operator = client_as("operator")
+    key = "test.sleep.v1"
+    for command, expected in (("open", 1), ("close", 0)):
+        deadline, status = time.monotonic() + 30, None
+        while status != expected:
+            assert time.monotonic() < deadline, f"{command}: the worker reports {status}; rc={worker.poll()}"
+            answer = operator.post(f"/deck/api/circuits/{command}", {"key": key})  # idempotent: resend until seen
+            assert answer.status_code == 200, answer.content
+            time.sleep(0.5)
+            status = _circuit_status(key)
+    assert worker.poll() is None, "the worker must still be running"
