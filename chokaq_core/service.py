@@ -701,10 +701,6 @@ class BreakerRow:
     def label(self) -> str:
         return CIRCUIT_LABELS[self.status]
 
-    @property
-    def short_name(self) -> str:
-        return self.key.rsplit(".", 1)[-1] or self.key
-
 
 @dataclass(frozen=True)
 class FleetView:
