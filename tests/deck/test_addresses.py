@@ -64,3 +64,15 @@ def test_history_is_never_kept_in_session_storage(viewer: Client) -> None:
     """Back reloads each address from the server (payloads never land in the browser's session storage)."""
     html = viewer.get("/deck/").content.decode()
     assert '"historyCacheSize": 0, "refreshOnHistoryMiss": true' in html
+
+
+def test_the_editor_has_its_own_address_too(client_as: Callable[[str], Client], jobs: Jobs) -> None:
+    operator = client_as("operator")
+    inspector = operator.get(f"/deck/jobs/{jobs.dead}", **HTMX).content.decode()
+    assert (f'hx-get="/deck/jobs/{jobs.dead}/edit" hx-target="#side-panel" hx-swap="innerHTML" '
+            f'hx-push-url="true">EDIT</button>') in inspector
+    editor = operator.get(f"/deck/jobs/{jobs.dead}/edit", **HTMX).content.decode()
+    assert (f'hx-get="/deck/jobs/{jobs.dead}" hx-target="#side-panel" hx-swap="innerHTML" '
+            f'hx-push-url="true">CANCEL</button>') in editor
+    page = operator.get(f"/deck/jobs/{jobs.dead}/edit")  # the editor's address reloads to the editor
+    assert page.status_code == 200 and 'id="editor-payload"' in page.content.decode()
