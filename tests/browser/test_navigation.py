@@ -95,3 +95,23 @@ def test_the_badge_is_online_again_within_3_s_of_daphne_answering(deck_server: D
     deck_server.start_web()
     page.wait_for_selector("#conn[data-state=online]", timeout=3_000)
     assert page.locator("#conn-retry").is_hidden()
+
+
+def test_a_job_row_opens_from_the_keyboard(deck_server: Deck, page_for: Open) -> None:
+    seed_history()
+    page = page_for("viewer")
+    page.goto(f"{deck_server.url}/deck/?view=dlq&reason=8")
+    page.wait_for_selector("#conn[data-state=online]")
+    link = page.locator("#history-rows tr.job-row a.job-link").first
+    job_id = link.locator("xpath=ancestor::tr").get_attribute("data-job-id")
+    page.locator("#jobs-filter button[type=submit]").focus()
+    for _ in range(30):  # Tab from the filter form down to the first job row's link
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.classList.contains('job-link')"):
+            break
+    assert page.evaluate("document.activeElement.closest('tr').dataset.jobId") == job_id
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline != "none"  # the focus is visible
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#inspector[data-job-id='{job_id}']")
+    assert path_of(page) == f"/deck/jobs/{job_id}"
