@@ -135,6 +135,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing STATIC_ROOT on every command until collectstatic
 # Static files carry content-hashed names: ``manage.py collectstatic`` (scripts/run, the Dockerfile) writes
 # ``deck.3f2a….css`` and its manifest, and WhiteNoise serves them with ``Cache-Control: max-age=315360000,
 # public, immutable``, pre-compressed (gzip/brotli); a new release is a new name. Without DEBUG the pages need
