@@ -34,7 +34,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
-from deck.conf import DEFAULTS
+from deck import conf
 
 logger = logging.getLogger("chokaq.deck")
 
@@ -59,8 +59,6 @@ class Role(IntEnum):
 
 
 Policy = str | Callable[[Any], bool] | None
-_DEFAULTS: dict[str, Policy] = {"READ_PERMISSION": DEFAULTS["READ_PERMISSION"],
-                                "DESTRUCTIVE_PERMISSION": DEFAULTS["DESTRUCTIVE_PERMISSION"]}
 
 
 def _deck_settings() -> dict[str, Any]:
@@ -68,11 +66,12 @@ def _deck_settings() -> dict[str, Any]:
 
 
 def _policy(name: str) -> Policy:
-    return _deck_settings().get(name, _DEFAULTS[name])  # type: ignore[no-any-return]
+    policy: Policy = conf.setting(name)
+    return policy
 
 
 def anonymous_allowed() -> bool:
-    return _deck_settings().get("ALLOW_ANONYMOUS", DEFAULTS["ALLOW_ANONYMOUS"]) is True
+    return conf.setting("ALLOW_ANONYMOUS") is True
 
 
 def check_policy() -> None:
