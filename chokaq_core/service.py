@@ -65,6 +65,7 @@ def check_job_id(job_id: str) -> str:
 
 
 def check_queue_name(name: str) -> str:
+    """A queue name as the Deck or the CLI received it, trimmed, or ServiceError naming the rule."""
     return _checked("queue", name, "queue name")
 
 
@@ -408,10 +409,12 @@ def _where_is(job_id: str) -> str:
     return "gone" if status is None else status.name.capitalize()
 
 
-def _ids(job_ids: Sequence[str]) -> list[str]:
+def check_job_ids(job_ids: Sequence[str]) -> list[str]:
+    """The ids of a bulk command: trimmed, de-duplicated, 1–``MAX_BULK_IDS`` of them, each a valid job id
+    (``check_job_id``), or ServiceError saying which rule failed."""
     ids = list(dict.fromkeys(i.strip() for i in job_ids if i and i.strip()))
     if not ids:
-        raise ServiceError("no job ids given")
+        raise ServiceError("no job ids given: select at least one job")
     if len(ids) > MAX_BULK_IDS:
         raise ServiceError(f"at most {MAX_BULK_IDS} ids per command, got {len(ids)}")
     for job_id in ids:
@@ -471,7 +474,7 @@ def cancel(job_id: str, *, actor: str) -> str:
 
 def cancel_many(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]:
     """Pending/Fetched → DLQ Cancelled now; Processing → cooperative cancel. Returns (moved, flagged)."""
-    return storage.cancel(_ids(job_ids), actor=actor)
+    return storage.cancel(check_job_ids(job_ids), actor=actor)
 
 
 def _stale(job_id: str, revision: int | None) -> None:
@@ -514,7 +517,7 @@ def resurrect(job_id: str, *, actor: str, payload: str | None = None, tags: str 
 
 def resurrect_many(job_ids: Sequence[str], *, actor: str) -> list[str]:
     """DLQ → Hot for many ids; returns the ids that moved."""
-    return _on_dlq_rows(_ids(job_ids), lambda ids: storage.resurrect_batch(ids, actor=actor))
+    return _on_dlq_rows(check_job_ids(job_ids), lambda ids: storage.resurrect_batch(ids, actor=actor))
 
 
 def edit(job_id: str, *, actor: str, payload: str | None = None, tags: str | None = None,
@@ -556,7 +559,7 @@ def purge_dlq(job_id: str) -> None:
 
 def purge_dlq_many(job_ids: Sequence[str]) -> list[str]:
     """Delete DLQ rows by id; returns the ids deleted."""
-    return _on_dlq_rows(_ids(job_ids), storage.purge_dlq_ids)
+    return _on_dlq_rows(check_job_ids(job_ids), storage.purge_dlq_ids)
 
 
 def _max_jobs(max_jobs: int | None) -> int:

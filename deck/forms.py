@@ -94,18 +94,13 @@ def queue_name(value: str) -> str:
 
 
 def ids(data: QueryDict) -> list[str]:
-    """``ids`` given as repeated fields and/or comma separated: 1–1000 after trimming, each valid, de-duplicated."""
-    raw: list[str] = []
-    for value in data.getlist("ids"):
-        raw += value.split(",")
-    unique = list(dict.fromkeys(v.strip() for v in raw if v.strip()))
-    if not unique:
-        raise InvalidInput("select at least one job")
-    if len(unique) > MAX_BATCH:
-        raise InvalidInput(f"at most {MAX_BATCH} jobs per command, got {len(unique)}")
-    for value in unique:
-        job_id(value)
-    return unique
+    """``ids`` given as repeated fields and/or comma separated, checked by the engine's rule
+    (``service.check_job_ids``: 1–1000 after trimming, each valid, de-duplicated)."""
+    raw = [part for value in data.getlist("ids") for part in value.split(",")]
+    try:
+        return service.check_job_ids(raw)
+    except service.ServiceError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def _day_start(day: Any) -> datetime | None:
