@@ -431,11 +431,15 @@ def _in_dlq(job_ids: Sequence[str]) -> list[str]:
 def _on_dlq_rows(job_ids: Sequence[str], command: Callable[[list[str]], int]) -> list[str]:
     """Run a bulk DLQ ``command`` (purge, resurrect) on those of ``job_ids`` in the DLQ; returns the ids it moved
     out of the DLQ (in the DLQ before, not after), so the audit can name every affected job."""
-    ids = _in_dlq(job_ids)
-    if not ids or not command(ids):
+    return _moved_out_of_dlq(_in_dlq(job_ids), command)
+
+
+def _moved_out_of_dlq(dlq_ids: list[str], command: Callable[[list[str]], int]) -> list[str]:
+    """Run ``command`` on ``dlq_ids`` (rows just seen in the DLQ); the ids no longer in the DLQ afterwards."""
+    if not dlq_ids or not command(dlq_ids):
         return []
-    still = set(_in_dlq(ids))
-    return [i for i in ids if i not in still]
+    still = set(_in_dlq(dlq_ids))
+    return [i for i in dlq_ids if i not in still]
 
 
 def _payload(payload: str | None) -> str | None:
@@ -582,19 +586,20 @@ def preview_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> Bul
 
 
 def _dlq_matching(filters: JobFilter, max_jobs: int | None) -> list[str]:
-    """The ids a DLQ bulk-by-filter command acts on: the newest ``max_jobs`` failures matching ``filters``."""
+    """The ids a DLQ bulk-by-filter command acts on: the newest ``max_jobs`` failures matching ``filters`` (read
+    from the DLQ itself, so they need no second look-up before the command)."""
     rows = storage.list_dlq(_dlq_filter(filters), None, _max_jobs(max_jobs), HistorySort("date", True))
     return [r.id for r in rows]
 
 
 def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> list[str]:
     """Delete the DLQ rows matching ``filters`` (at most ``max_jobs``); returns the ids deleted."""
-    return _on_dlq_rows(_dlq_matching(filters, max_jobs), storage.purge_dlq_ids)
+    return _moved_out_of_dlq(_dlq_matching(filters, max_jobs), storage.purge_dlq_ids)
 
 
 def resurrect_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> list[str]:
     """Move the DLQ rows matching ``filters`` (at most ``max_jobs``) back to Hot; returns the ids moved."""
-    return _on_dlq_rows(_dlq_matching(filters, max_jobs), lambda ids: storage.resurrect_batch(ids, actor=actor))
+    return _moved_out_of_dlq(_dlq_matching(filters, max_jobs), lambda ids: storage.resurrect_batch(ids, actor=actor))
 
 
 def _cutoff(days: int) -> datetime:
