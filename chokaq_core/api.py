@@ -31,6 +31,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from chokaq_core import storage
 from chokaq_core.conf import config
 from chokaq_core.domain import (
+    NAME_ALPHABETS,
     ArchivedJob,
     DeadJob,
     EnvelopeError,
@@ -106,23 +107,23 @@ async def aenqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], **o
 
 def build(options: EnqueueOptions) -> NewJob:
     """Validate one envelope (spec 03 §9) and serialize its payload."""
-    type_key = check_name("type key", _text("type key", options.type_key, 255, required=True))
+    type_key = _name("type key", options.type_key)
     definition = get_definition(type_key)
     if definition is None and not options.allow_unregistered and config().REQUIRE_REGISTERED_JOB_TYPES:
         raise UnknownJobTypeError(
             f"unknown job type {type_key!r}: no @job registers it (pass allow_unregistered=True to enqueue "
             "a type handled by another service)"
         )
-    queue = check_name("queue", _text("queue", options.queue if options.queue is not None else
-                                      (definition.queue if definition else "default"), 255, required=True))
+    queue = _name("queue", options.queue if options.queue is not None else
+                  (definition.queue if definition else "default"))
     priority = options.priority if options.priority is not None else (definition.priority if definition else 10)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
         raise EnvelopeError(f"priority must be within {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}, got {priority}")
-    job_id = (check_name("job id", _text("job id", options.job_id, 50, required=True))
-              if options.job_id is not None else new_ulid())
-    idempotency_key = _text("idempotency key", options.idempotency_key, 255) or None
+    job_id = _name("job id", options.job_id) if options.job_id is not None else new_ulid()
+    # a blank idempotency key means none
+    idempotency_key = _text("idempotency key", options.idempotency_key, NAME_ALPHABETS["idempotency key"][1])
     return NewJob(
         id=job_id,
         queue=queue,
@@ -134,6 +135,12 @@ def build(options: EnqueueOptions) -> NewJob:
         delay_seconds=_delay(options.delay, options.run_at),
         created_by=_text("created_by", options.created_by, 100) or None,
     )
+
+
+def _name(field_name: str, value: Any) -> str:
+    """A job id, queue, type key or idempotency key: a non-blank string within its alphabet and length
+    (``domain.NAME_ALPHABETS``)."""
+    return check_name(field_name, _text(field_name, value, NAME_ALPHABETS[field_name][1], required=True))
 
 
 def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
@@ -358,13 +365,11 @@ def job(
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register ``func`` as the handler of ``type_key`` (a stable contract name, e.g. ``email.send.v1``).
 
-    ``idempotency_key``/``result_ttl`` opt the job into the idempotency middleware.
+    ``idempotency_key``/``result_ttl`` opt the job into the idempotency middleware. The type key and the queue
+    must fit the alphabets ``enqueue()`` checks (``EnvelopeError`` at decoration, not at the first enqueue).
     """
-    key = (type_key or "").strip()
-    if not key or len(key) > 255:
-        raise ValueError(f"job type key must be 1-255 characters, got {type_key!r}")
-    if not (queue or "").strip() or len(queue) > 255:
-        raise ValueError(f"queue must be 1-255 characters, got {queue!r}")
+    key = _name("type key", type_key)
+    queue = _name("queue", queue)
 
     def decorate(func: Callable[..., Any]) -> Job:
         definition = Job(type_key=key, func=func, queue=queue, priority=priority,

@@ -10,7 +10,9 @@ import uuid
 import pytest
 
 from chokaq_core.api import EnqueueOptions, build, serialize_payload
+from chokaq_core.api import job as register_job
 from chokaq_core.domain import EnvelopeError, UnknownJobTypeError, new_ulid
+from chokaq_core.handlers import get_definition
 
 
 def opts(**kwargs: object) -> EnqueueOptions:
@@ -157,6 +159,18 @@ def test_names_inside_their_alphabet_are_accepted(field: str, value: str) -> Non
     job = build(opts(**{field: value, "allow_unregistered": True}))
     stored = {"job_id": job.id, "queue": job.queue, "type_key": job.type, "idempotency_key": job.idempotency_key}
     assert stored[field] == value
+
+
+@pytest.mark.parametrize(("type_key", "queue", "label"), [
+    ("demo x", "default", "type key"), ("a/b.v1", "default", "type key"), ("", "default", "type key"),
+    ("ok.alphabet.v1", "<b>", "queue"), ("ok.alphabet.v1", "..", "queue"),
+])
+def test_job_refuses_a_name_enqueue_would_refuse_at_decoration(type_key: str, queue: str, label: str) -> None:
+    """``@job`` applies enqueue's alphabets: a type key or default queue no enqueue could ever accept fails
+    when the module is imported, and nothing is registered."""
+    with pytest.raises(EnvelopeError, match=f"^{label} must"):
+        register_job(type_key, queue=queue)
+    assert get_definition(type_key or "-") is None
 
 
 def nested(levels: int) -> dict[str, object]:
