@@ -54,7 +54,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from chokaq_core import api, storage
-from chokaq_core.domain import FailureReason, JobRecord, JobStatus
+from chokaq_core.domain import NAME_ALPHABETS, EnvelopeError, FailureReason, JobRecord, JobStatus, check_name
 from chokaq_core.handlers import (
     DJANGO_TASK_PREFIX,
     JobContext,
@@ -64,7 +64,7 @@ from chokaq_core.handlers import (
 )
 
 PRIORITY_OFFSET = 10  # Django's default priority (0) is ChokaQ's default priority (10)
-MAX_TYPE_KEY = 255
+MAX_TYPE_KEY = NAME_ALPHABETS["type key"][1]
 
 
 def type_key_for(task: Task) -> str:
@@ -207,7 +207,7 @@ def task_result(task: Task, record: JobRecord, backend: str) -> TaskResult:
 
 
 # Exception classes recorded for DLQ rows whose details carry no traceback.
-_REASON_CLASSES = {
+_REASON_CLASSES: dict[FailureReason | None, str] = {
     FailureReason.CANCELLED: "chokaq_core.domain.JobCancelledError",
     FailureReason.TIMEOUT: "chokaq_core.domain.JobCancelledError",
 }
@@ -216,9 +216,7 @@ _REASON_CLASSES = {
 def _dead_error(record: JobRecord) -> TaskError:
     """The DLQ row's own error as Django's ``TaskError``: the class is read off the traceback's last line."""
     details = record.error or ""
-    reason = record.failure_reason
-    path = _REASON_CLASSES.get(reason, "chokaq_core.domain.ChokaQError") if reason is not None else (
-        "chokaq_core.domain.ChokaQError")
+    path = _REASON_CLASSES.get(record.failure_reason, "chokaq_core.domain.ChokaQError")
     if "Traceback (most recent call last):" in details:
         for line in reversed(details.strip().splitlines()):
             if not line.strip() or line[:1].isspace():
@@ -246,8 +244,10 @@ class ChokaQBackend(BaseTaskBackend):
         if len(type_key_for(task)) > MAX_TYPE_KEY:
             raise InvalidTask(f"the task's module path is longer than {MAX_TYPE_KEY - len(DJANGO_TASK_PREFIX)} "
                               "characters: ChokaQ cannot store its type key")
-        if not task.queue_name.strip() or len(task.queue_name) > 255:
-            raise InvalidTask("queue_name must be 1-255 characters")
+        try:
+            check_name("queue", task.queue_name)
+        except EnvelopeError as exc:  # the queue enqueue() would refuse, refused where Django expects it
+            raise InvalidTask(f"queue_name: {exc}") from None
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)

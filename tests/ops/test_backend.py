@@ -233,6 +233,9 @@ def test_invalid_tasks_are_refused() -> None:
         tasks.calculate_meaning_of_life.using(run_after=timezone.now().replace(tzinfo=None)).enqueue()
     with pytest.raises(InvalidTask, match="priority"):
         tasks.calculate_meaning_of_life.using(priority=101)
+    for queue in ("a b", "q/..", "<b>"):  # outside the queue alphabet: refused by the backend, not at enqueue
+        with pytest.raises(InvalidTask, match="queue_name"):
+            tasks.calculate_meaning_of_life.using(queue_name=queue)
     with pytest.raises(TypeError):
         tasks.email_users.enqueue(emails=[object()], subject="s", message="m")
     assert JobsHot.objects.count() == 0
