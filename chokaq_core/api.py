@@ -232,21 +232,27 @@ def serialize_payload(payload: Mapping[str, Any]) -> str:
     return text
 
 
+_SCALARS = (str, int, float, type(None))  # most payload values: rejected before the slower container test
+_CONTAINERS = (Mapping, list, tuple)
+
+
+def _is_container(value: Any) -> bool:
+    return not isinstance(value, _SCALARS) and isinstance(value, _CONTAINERS)
+
+
 def check_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> None:
     """EnvelopeError when lists/objects nest deeper than ``limit`` levels (the payload object is level 1).
-    Iterative: a payload nested thousands of levels deep must not exhaust the interpreter's stack."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    Iterative (a payload nested thousands of levels deep must not exhaust the interpreter's stack) and depth
+    first (a list holding itself twice must not grow the walk level by level); only containers are pushed,
+    since enqueue runs this on every payload."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if _is_container(value) else []
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Iterable[Any] = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
         if depth > limit:
             raise EnvelopeError(f"payload nests more than {limit} levels of lists/objects")
-        stack.extend((child, depth + 1) for child in children)
+        children: Iterable[Any] = item.values() if isinstance(item, Mapping) else item
+        stack.extend((child, depth + 1) for child in children  # _is_container, inlined: it runs per value
+                     if not isinstance(child, _SCALARS) and isinstance(child, _CONTAINERS))
 
 
 def _bad_field(value: Any, path: str) -> str | None:
