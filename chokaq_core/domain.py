@@ -569,14 +569,14 @@ NAME_PATTERNS = {name: re.compile(f"[{chars}]{{1,{limit}}}") for name, (chars, l
 def check_name(field_name: str, value: str) -> str:
     """``value`` when it fits the alphabet of ``field_name`` (``NAME_ALPHABETS``); EnvelopeError naming the field
     otherwise. Dot-only names (``.``, ``..``) are refused: as a URL path segment they would climb the path."""
+    if is_valid_name(field_name, value):
+        return value
     chars, limit = NAME_ALPHABETS[field_name]
-    if not NAME_PATTERNS[field_name].fullmatch(value):
-        bad = sorted({c for c in value if not re.fullmatch(f"[{chars}]", c)})
-        detail = f"; it contains {''.join(bad)!r}" if bad else ""
-        raise EnvelopeError(f"{field_name} must be 1-{limit} characters of [{chars}], got {value[:60]!r}{detail}")
-    if not value.strip("."):
+    if NAME_PATTERNS[field_name].fullmatch(value):
         raise EnvelopeError(f"{field_name} must not consist of dots only, got {value!r}")
-    return value
+    bad = sorted({c for c in value if not re.fullmatch(f"[{chars}]", c)})
+    detail = f"; it contains {''.join(bad)!r}" if bad else ""
+    raise EnvelopeError(f"{field_name} must be 1-{limit} characters of [{chars}], got {value[:60]!r}{detail}")
 
 
 def is_valid_name(field_name: str, value: object) -> bool:
