@@ -258,11 +258,12 @@ def _throughput(start: datetime, read: list[MetricPoint]) -> Throughput:
     )
 
 
-def top_errors(limit: int = 5) -> list[ErrorGroup]:
-    return storage.top_errors(limit)
-
-
 TOP_ERRORS_LIMIT = 5
+
+
+def top_errors(limit: int = TOP_ERRORS_LIMIT) -> list[ErrorGroup]:
+    """The Top error types panel: the DLQ's most frequent errors (the same size the live view pushes)."""
+    return storage.top_errors(limit)
 
 
 @dataclass(frozen=True)
