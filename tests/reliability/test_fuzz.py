@@ -309,6 +309,8 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("set-queue-zombie-timeout", "POST", "/deck/api/queues/{name}/zombie-timeout", ("value",)),
     ("set-queue-max-workers", "POST", "/deck/api/queues/{name}/max-workers", ("value",)),
     ("set-worker-capacity", "POST", "/deck/api/workers/capacity", ("capacity",)),
+    ("close-circuit", "POST", "/deck/api/circuits/close", ("key",)),
+    ("open-circuit", "POST", "/deck/api/circuits/open", ("key",)),
     ("preview-purge-older-than", "POST", "/deck/api/maintenance/preview", ("pillar", "days")),
     ("purge-archive-older-than", "POST", "/deck/api/maintenance/purge-archive", ("days",)),
     ("purge-dlq-older-than", "POST", "/deck/api/maintenance/purge-dlq", ("days",)),
@@ -319,7 +321,8 @@ CHOICES.update({"value": ["1", "0", "true", "off", "60", "86400", "86401", "1000
                 "payload": ['{"n": 2}', "[]", "{}", '{"n": NaN}', '{"\\u0000": "\\u0000"}', "   ",
                             '{"x": ' + "[" * 64 + "]" * 64 + "}", '{"x": ' + "[" * 5000 + "]" * 5000 + "}",
                             "[" * 200_000],
-                "max_jobs": ["1", "1000", "1001", "0", "-3"]})
+                "max_jobs": ["1", "1000", "1001", "0", "-3"],
+                "key": ["demo.payment.capture.v1", "a/b", "..", "<img src=x onerror=1>", "x" * 300]})
 
 
 def test_every_deck_url_is_fuzzed() -> None:
