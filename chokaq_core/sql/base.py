@@ -10,7 +10,7 @@ the edit was stale and nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
@@ -231,6 +231,14 @@ class BaseDialect:
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the start of the details
+
+    def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
+        defines becomes the vendor's."""
+        super().__init_subclass__(**kwargs)
+        names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {})) if n.endswith("_SQL")}
+        for name in names & set(statements or ()):
+            setattr(cls, name, statements[name])  # type: ignore[index]
 
     def protocol_functions(self, names: Sequence[str] = READS) -> dict[str, Any]:
         """The Dialect protocol functions this class implements, bound: a vendor module exports them."""
@@ -478,7 +486,9 @@ class BaseDialect:
 
 
 COMMANDS = ("mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "cancel_batch",
-            "request_cancel", "update_hot_data", "purge_dlq_ids", "purge_archive_ids")
+            "request_cancel", "update_hot_data", "purge_dlq_ids", "purge_archive_ids", "release_jobs", "resurrect",
+            "resurrect_batch", "update_dlq_data", "purge_dlq_older_than", "purge_archive", "recover_abandoned",
+            "archive_zombies", "purge_workers", "purge_metric_buckets", "purge_attempts")
 
 
 class StatementDialect(BaseDialect):
@@ -494,13 +504,36 @@ class StatementDialect(BaseDialect):
     UPDATE_HOT_SQL: str  # params: payload, tags, priority, actor, job id, revision → (id)
     PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
+    RELEASE_SQL: str  # params: ids, worker → changed
+    RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
+    UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
+    PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (count)
+    PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (count)
+    RECOVER_ABANDONED_SQL: str  # params: seconds_params(timeout) → changed
+    ARCHIVE_ZOMBIES_SQL: str  # params: seconds_params(global timeout), details → (id, queue)
+    PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         """A list of job ids (duplicates dropped) as one statement parameter."""
         return list(dict.fromkeys(ids))
 
+    def seconds_params(self, seconds: float) -> list[Any]:
+        """A duration in seconds as statement parameters."""
+        return [float(seconds)]
+
     def moved(self, cursor: Cursor) -> list[tuple[str, str]]:
         return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
+
+    def changed(self, cursor: Cursor) -> int:
+        """How many rows the UPDATE/DELETE just executed changed."""
+        return int(cursor.rowcount)
+
+    def counted(self, cursor: Cursor) -> int:
+        """The count the statement just executed selected."""
+        rows = self.rows(cursor)
+        return int(rows[0][0] or 0) if rows else 0
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
@@ -551,4 +584,75 @@ class StatementDialect(BaseDialect):
         if not job_ids:
             return []
         cursor.execute(self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)])
+        return self.moved(cursor)
+
+    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
+        """Fetched → Pending for the unstarted rows this worker owns."""
+        if not job_ids:
+            return 0
+        cursor.execute(self.RELEASE_SQL, [self.ids_param(job_ids), worker_id])
+        return self.changed(cursor)
+
+    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
+                   priority: int | None = None, actor: str | None = None,
+                   revision: int | None = None) -> list[tuple[str, str]]:
+        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision, payload, tags, priority, actor])
+        return self.moved(cursor)
+
+    def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
+                  actor: str | None, revision: int | None = None) -> bool:
+        """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
+        return bool(self._resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
+
+    def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> list[tuple[str, str]]:
+        """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
+        return self._resurrect(cursor, job_ids, actor=actor) if job_ids else []
+
+    def update_dlq_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                        revision: int | None = None) -> bool:
+        """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
+        if payload is None and tags is None:
+            return False
+        return bool(self._all(cursor, self.UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision]))
+
+    def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int) -> None:
+        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
+
+    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
+        if batch_size <= 0:
+            return 0
+        self._batch_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size)
+        return self.counted(cursor)
+
+    def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
+        if batch_size <= 0:
+            return 0
+        self._batch_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size)
+        return self.counted(cursor)
+
+    def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
+        self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
+        return self.changed(cursor)
+
+    def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
+        self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
+        return self.changed(cursor)
+
+    def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of attempts-history rows that failed before ``cutoff``."""
+        self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
+        return self.changed(cursor)
+
+    def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
+        """Fetched rows untouched for the timeout → Pending."""
+        cursor.execute(self.RECOVER_ABANDONED_SQL, self.seconds_params(fetched_timeout_s))
+        return self.changed(cursor)
+
+    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> list[tuple[str, str]]:
+        """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
+        cursor.execute(self.ARCHIVE_ZOMBIES_SQL, [*self.seconds_params(global_timeout_s), ZOMBIE_DETAILS])
         return self.moved(cursor)

@@ -73,7 +73,6 @@ from chokaq_core.sql.base import (
     EMPTY_ERROR,
     REVISION_BUMP,
     TOP_ERRORS_SAMPLE,
-    ZOMBIE_DETAILS,
     StatementDialect,
     active_row,
     as_utc,
@@ -496,11 +495,11 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
     """DLQ → Hot (spec 01 §4.7/§4.8): ``delete`` moves the chosen DLQ rows into ``@Moved``."""
     return _batch(
         _NOW,
+        *declares,
         "DECLARE @Payload nvarchar(max) = %s;",
         "DECLARE @Tags nvarchar(max) = %s;",
         "DECLARE @Priority int = %s;",
         "DECLARE @Actor nvarchar(4000) = %s;",
-        *declares,
         _moved_table(_RESURRECTED),
         delete,
         "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
@@ -513,7 +512,7 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
     )
 
 
-# One batch for the single (edited) and the batch form: parameters payload, tags, priority, actor, ids.
+# One batch for the single (edited) and the batch form: parameters ids, revision, payload, tags, priority, actor.
 RESURRECT_SQL = _resurrect_sql(
     ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Revision int = %s;"],
     "DELETE d\n"
@@ -889,87 +888,10 @@ def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[
     return _moved(cursor)
 
 
-def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-    """Fetched → Pending for the unstarted rows this worker owns."""
-    if not job_ids:
-        return 0
-    cursor.execute(RELEASE_SQL, [_ids_json(job_ids), worker_id])
-    return _count(cursor)
-
-
 # ---------------------------------------------------------------- operator commands
 
 
-def _resurrect(
-    cursor: Cursor,
-    job_ids: Sequence[str],
-    payload: str | None,
-    tags: str | None,
-    priority: int | None,
-    actor: str | None,
-    revision: int | None = None,
-) -> Moved:
-    cursor.execute(RESURRECT_SQL, [payload, tags, priority, actor, _ids_json(job_ids), revision])
-    return _moved(cursor)
-
-
-def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-    revision: int | None = None,
-) -> bool:
-    """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
-    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
-
-
-def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
-    if not job_ids:
-        return []
-    return _resurrect(cursor, job_ids, None, None, None, actor)
-
-
-
-
-
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
-                    revision: int | None = None) -> bool:
-    """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
-    if payload is None and tags is None:
-        return False
-    cursor.execute(UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision])
-    return bool(_rows(cursor))
-
-
-
-def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
-    if batch_size <= 0:
-        return 0
-    cursor.execute(PURGE_DLQ_OLDER_SQL, [_ts(cutoff), batch_size])
-    return _count(cursor)
-
-
-def purge_archive(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
-    if batch_size <= 0:
-        return 0
-    cursor.execute(PURGE_ARCHIVE_SQL, [_ts(cutoff), batch_size])
-    return _count(cursor)
-
-
 # ---------------------------------------------------------------- maintenance
-
-
-def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
-    """Fetched rows untouched for the timeout → Pending."""
-    cursor.execute(RECOVER_ABANDONED_SQL, list(_split_seconds(fetched_timeout_s)))
-    return _count(cursor)
-
-
-def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
-    """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-    cursor.execute(ARCHIVE_ZOMBIES_SQL, [*_split_seconds(global_timeout_s), ZOMBIE_DETAILS])
-    return _moved(cursor)
 
 
 # ---------------------------------------------------------------- queue controls
@@ -1046,6 +968,7 @@ def _batch_delete(table: str, column: str) -> str:
 
 PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
 PURGE_METRIC_BUCKETS_SQL = _batch_delete("chokaq_metric_buckets", "bucket_start")
+PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
 # UPDLOCK + HOLDLOCK on the name: concurrent claimers queue on it, the first moves the tick forward.
 CLAIM_SCHEDULE_TICK_SQL = _batch(
     _NOW,
@@ -1063,18 +986,6 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
 SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 
 
-
-
-def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
-    cursor.execute(PURGE_WORKERS_SQL, [_ts(cutoff), batch_size])
-    return _count(cursor)
-
-
-def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
-    cursor.execute(PURGE_METRIC_BUCKETS_SQL, [_ts(cutoff), batch_size])
-    return _count(cursor)
 
 
 def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
@@ -1267,27 +1178,11 @@ def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, a
 
 
 
-class SQLServerDialect(StatementDialect):
+class SQLServerDialect(StatementDialect, statements=globals()):
     """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
     ISO text datetimes and batches whose first results carry no rows."""
 
-    QUEUE_STATES_SQL = QUEUE_STATES_SQL
-    SUMMARY_STATS_SQL = SUMMARY_STATS_SQL
-    QUEUE_STATS_SQL = QUEUE_STATS_SQL
-    LIST_WORKERS_SQL = LIST_WORKERS_SQL
-    THROUGHPUT_SQL = THROUGHPUT_SQL
-    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
-    TOP_ERRORS_SQL = TOP_ERRORS_SQL
     TS = "CAST(%s AS datetimeoffset(7))"
-    MARK_PROCESSING_SQL = MARK_PROCESSING_SQL
-    MARK_PROCESSING_BATCH_SQL = MARK_PROCESSING_BATCH_SQL
-    KEEP_ALIVE_SQL = KEEP_ALIVE_SQL
-    CANCEL_REQUESTS_SQL = CANCEL_REQUESTS_SQL
-    CANCEL_BATCH_SQL = CANCEL_BATCH_SQL
-    REQUEST_CANCEL_SQL = REQUEST_CANCEL_SQL
-    UPDATE_HOT_SQL = UPDATE_HOT_SQL
-    PURGE_DLQ_IDS_SQL = PURGE_DLQ_IDS_SQL
-    PURGE_ARCHIVE_IDS_SQL = PURGE_ARCHIVE_IDS_SQL
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     DLQ_ROW = f"{DLQ_ROW}  AS error_head"
 
@@ -1305,6 +1200,12 @@ class SQLServerDialect(StatementDialect):
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         return _ids_json(ids)
+
+    def seconds_params(self, seconds: float) -> list[Any]:
+        return list(_split_seconds(seconds))  # DATEADD takes whole numbers
+
+    def changed(self, cursor: Cursor) -> int:
+        return self.counted(cursor)  # each batch selects its @@ROWCOUNT
 
 
 _dialect = SQLServerDialect()
@@ -1393,7 +1294,6 @@ RECORD_ATTEMPTS_SQL = (
     "ORDER BY a.n"
 )
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
-PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
 
 
 def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
@@ -1416,9 +1316,3 @@ def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
 def _naive_utc(value: datetime | None) -> str | None:
     """A datetime as JSON text ``datetime2`` reads: naive UTC ISO 8601."""
     return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
-
-
-def purge_attempts(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of attempts-history rows that failed before ``cutoff``."""
-    cursor.execute(PURGE_ATTEMPTS_SQL, [_ts(cutoff), batch_size])
-    return _count(cursor)

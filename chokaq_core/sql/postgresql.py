@@ -50,7 +50,6 @@ from chokaq_core.sql.base import (
     THROUGHPUT_SQL,
     TOP_ERRORS_SAMPLE,
     WORKER_FIELDS,
-    ZOMBIE_DETAILS,
     StatementDialect,
     active_row,
     error_details,
@@ -422,11 +421,13 @@ RETURNING id
 """
 
 UPDATE_DLQ_SQL = f"""
+WITH edit AS (SELECT %s::text AS new_payload, %s::text AS new_tags, %s::text AS actor)
 UPDATE chokaq_jobs_dlq
-SET previous_payload = CASE WHEN coalesce(%s::text, payload) IS DISTINCT FROM payload
+SET previous_payload = CASE WHEN coalesce(new_payload, payload) IS DISTINCT FROM payload
                             THEN payload ELSE previous_payload END,
-    payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), last_modified_by = %s, {REVISION_BUMP}
-WHERE id = %s AND {revision_guard("%s::int")}
+    payload = coalesce(new_payload, payload), tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}
+FROM edit WHERE id = %s AND {revision_guard("%s::int")}
+RETURNING id
 """
 
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue")
@@ -444,13 +445,6 @@ WHERE status = 1 AND last_updated_at < now() - make_interval(secs => %s::float8)
 
 def _moved(cursor: Cursor) -> Moved:
     return [(job_id, queue) for job_id, queue in cursor.fetchall()]
-
-
-def _count(cursor: Cursor, sql: str, params: Sequence[Any]) -> int:
-    """Run a statement whose one row holds a count."""
-    cursor.execute(sql, params)
-    row = cursor.fetchone()
-    return int(row[0]) if row else 0
 
 
 def _floats(values: Iterable[float | None]) -> list[float | None]:
@@ -590,85 +584,10 @@ def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[
     return _moved(cursor)
 
 
-def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-    """Fetched → Pending for the unstarted rows this worker owns."""
-    if not job_ids:
-        return 0
-    cursor.execute(RELEASE_SQL, [_unique_ids(job_ids), worker_id])
-    return int(cursor.rowcount)
-
-
 # ---------------------------------------------------------------- operator commands
 
 
-def _resurrect(
-    cursor: Cursor,
-    job_ids: Sequence[str],
-    payload: str | None,
-    tags: str | None,
-    priority: int | None,
-    actor: str | None,
-    revision: int | None = None,
-) -> Moved:
-    cursor.execute(RESURRECT_SQL, [_unique_ids(job_ids), revision, payload, tags, priority, actor])
-    return _moved(cursor)
-
-
-def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-    revision: int | None = None,
-) -> bool:
-    """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
-    return bool(_resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
-
-
-def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
-    if not job_ids:
-        return []
-    return _resurrect(cursor, job_ids, None, None, None, actor)
-
-
-
-
-
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
-                    revision: int | None = None) -> bool:
-    """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
-    if payload is None and tags is None:
-        return False
-    cursor.execute(UPDATE_DLQ_SQL, [payload, payload, tags, actor, job_id, revision])
-    return bool(cursor.rowcount)
-
-
-
-def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
-    if batch_size <= 0:
-        return 0
-    return _count(cursor, PURGE_DLQ_OLDER_SQL, [cutoff, batch_size])
-
-
-def purge_archive(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
-    if batch_size <= 0:
-        return 0
-    return _count(cursor, PURGE_ARCHIVE_SQL, [cutoff, batch_size])
-
-
 # ---------------------------------------------------------------- maintenance
-
-
-def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
-    """Fetched rows untouched for the timeout → Pending."""
-    cursor.execute(RECOVER_ABANDONED_SQL, [float(fetched_timeout_s)])
-    return int(cursor.rowcount)
-
-
-def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
-    """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-    cursor.execute(ARCHIVE_ZOMBIES_SQL, [float(global_timeout_s), ZOMBIE_DETAILS])
-    return _moved(cursor)
 
 
 # ---------------------------------------------------------------- operations: retention, schedule, reads
@@ -696,18 +615,6 @@ UPDATE chokaq_schedules SET last_tick_at = %s, updated_at = now() WHERE name = %
 RETURNING name
 """
 SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
-
-
-def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
-    cursor.execute(PURGE_WORKERS_SQL, [cutoff, batch_size])
-    return int(cursor.rowcount)
-
-
-def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
-    cursor.execute(PURGE_METRIC_BUCKETS_SQL, [cutoff, batch_size])
-    return int(cursor.rowcount)
 
 
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
@@ -774,20 +681,14 @@ SELECT id, queue FROM del
 """
 
 
-class PostgreSQLDialect(StatementDialect):
-    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
+PURGE_ATTEMPTS_SQL = """
+DELETE FROM chokaq_job_attempts WHERE id IN (
+    SELECT id FROM chokaq_job_attempts WHERE failed_at < %s ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
 
-    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
-    TOP_ERRORS_SQL = TOP_ERRORS_SQL
-    MARK_PROCESSING_SQL = MARK_PROCESSING_SQL
-    MARK_PROCESSING_BATCH_SQL = MARK_PROCESSING_BATCH_SQL
-    KEEP_ALIVE_SQL = KEEP_ALIVE_SQL
-    CANCEL_REQUESTS_SQL = CANCEL_REQUESTS_SQL
-    CANCEL_BATCH_SQL = CANCEL_BATCH_SQL
-    REQUEST_CANCEL_SQL = REQUEST_CANCEL_SQL
-    UPDATE_HOT_SQL = UPDATE_HOT_SQL
-    PURGE_DLQ_IDS_SQL = PURGE_DLQ_IDS_SQL
-    PURGE_ARCHIVE_IDS_SQL = PURGE_ARCHIVE_IDS_SQL
+
+class PostgreSQLDialect(StatementDialect, statements=globals()):
+    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"
@@ -828,7 +729,7 @@ def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, a
         [*params, max_jobs],
     )
     ids = [row[0] for row in cursor.fetchall()]
-    return _resurrect(cursor, ids, None, None, None, actor) if ids else []
+    return _dialect._resurrect(cursor, ids, actor=actor) if ids else []
 
 
 
@@ -893,10 +794,6 @@ FROM unnest(%s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s:
 ORDER BY a.n
 """
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
-PURGE_ATTEMPTS_SQL = """
-DELETE FROM chokaq_job_attempts WHERE id IN (
-    SELECT id FROM chokaq_job_attempts WHERE failed_at < %s ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED)
-"""
 
 
 def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
@@ -913,8 +810,3 @@ def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[Fa
 def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
     cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
     return [Attempt(*row) for row in cursor.fetchall()]
-
-
-def purge_attempts(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    cursor.execute(PURGE_ATTEMPTS_SQL, [cutoff, batch_size])
-    return int(cursor.rowcount)

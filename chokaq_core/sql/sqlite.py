@@ -672,11 +672,8 @@ TOP_ERRORS_SQL = f"""
 """
 
 
-class SQLiteDialect(BaseDialect):
+class SQLiteDialect(BaseDialect, statements=globals()):
     """The shared reads over SQLite's text timestamps (the clock is Python's, spec 01 §1.2)."""
-
-    QUEUE_HEALTH_SQL = QUEUE_HEALTH_SQL
-    TOP_ERRORS_SQL = TOP_ERRORS_SQL
 
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)
