@@ -75,8 +75,8 @@ def memory_mode() -> bool:
 def dialect(using: str | None = None) -> Dialect:
     """The vendor dialect of the ChokaQ alias (the SQLite one in memory mode), typed by the protocol."""
     if memory_mode():
-        return cast(Dialect, sqlite)
-    return dialect_for(connections[using or alias()].vendor)
+        return sqlite.DIALECT
+    return dialect_for(connections[using or alias()])
 
 
 def vendor(using: str | None = None) -> str:
@@ -252,7 +252,7 @@ def _enqueue_in_memory(cursor: Any, jobs: Sequence[NewJob]) -> list[str]:
     """``enqueue`` in memory mode: make room under the capacity cap first, in the same transaction."""
     if jobs:
         memory.evict_if_full(cursor, int(config().IN_MEMORY.MAX_CAPACITY))
-    return sqlite.enqueue(cursor, jobs)
+    return sqlite.DIALECT.enqueue(cursor, jobs)
 
 
 def reset_memory() -> None:
@@ -334,7 +334,7 @@ def complete(
     return done
 
 
-def _execution_starts(sql: Any, cursor: Any, retries: Sequence[Retry], failures: Sequence[Failure]
+def _execution_starts(sql: Dialect, cursor: Any, retries: Sequence[Retry], failures: Sequence[Failure]
                       ) -> dict[str, datetime | None]:
     """When each failed execution that carries its error started: the Hot row's ``started_at``, read before
     the move clears it (primary-key reads on the failure path only)."""

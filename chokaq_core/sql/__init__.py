@@ -1,8 +1,8 @@
 """The Dialect protocol: every storage transition, one function per name.
 
 ``chokaq_core/sql/<vendor>.py`` are the only modules with SQL text; each
-defines every function below with the same parameters, and ``storage`` is
-their only caller. Rules shared by every vendor:
+holds a dialect class (a ``sql.base.BaseDialect``) implementing every method
+below and exports its instance as ``DIALECT``; ``storage`` is their only caller. Rules shared by every vendor:
 
 * ``cursor`` is a DB-API cursor that takes ``%s`` placeholders (the inner
   cursor of a Django connection). The caller owns the transaction: each
@@ -15,7 +15,7 @@ their only caller. Rules shared by every vendor:
   deleted rows and bumps ``chokaq_stats_summary`` / ``chokaq_metric_buckets``
   in the same transaction (spec 01 §3). Mutations report what they actually
   changed, never the requested count.
-* Each module also exports ``AUTOCOMMIT_SAFE``: the names of its functions
+* Each dialect also has ``AUTOCOMMIT_SAFE``: the names of its functions
   that are a single statement (or only read), which storage may then run
   without ``BEGIN``/``COMMIT`` round trips when no transaction is open.
 """
@@ -26,7 +26,7 @@ import importlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -361,13 +361,15 @@ DIALECT_FUNCTIONS: tuple[str, ...] = tuple(
 _VENDOR_MODULES = {"postgresql": "postgresql", "sqlite": "sqlite", "microsoft": "mssql"}
 
 
-def dialect_for(vendor: str) -> Dialect:
-    """The SQL module of a Django connection vendor (it implements the protocol); any other vendor is a
-    configuration error."""
+def dialect_for(connection: Any) -> Dialect:
+    """The dialect of a Django connection's vendor (its module's ``DIALECT``); any other vendor is a configuration
+    error."""
+    vendor = connection.vendor
     try:
         module_name = _VENDOR_MODULES[vendor]
     except KeyError:
         raise ImproperlyConfigured(
             f"ChokaQ does not support the {vendor!r} database vendor (supported: postgresql, sqlite, microsoft)"
         ) from None
-    return cast(Dialect, importlib.import_module(f"chokaq_core.sql.{module_name}"))
+    dialect: Dialect = importlib.import_module(f"chokaq_core.sql.{module_name}").DIALECT
+    return dialect

@@ -212,10 +212,11 @@ def escaped_like(term: str) -> str:
     return f"%{escaped}%"
 
 
-READS = ("set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active", "upsert_worker",
-         "stop_worker", "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
-         "schedule_ticks", "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health",
-         "top_errors", "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than")
+def locate_statement(tail: str) -> str:
+    """(id, code) of each id in the three pillars (see ``located``); ``tail`` matches ``id`` against the ids."""
+    return (f"SELECT id, status FROM {HOT} WHERE id {tail}"
+            f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id {tail}"
+            f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id {tail}")
 
 
 class BaseDialect:
@@ -239,10 +240,6 @@ class BaseDialect:
         names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {})) if n.endswith("_SQL")}
         for name in names & set(statements or ()):
             setattr(cls, name, statements[name])  # type: ignore[index]
-
-    def protocol_functions(self, names: Sequence[str] = READS) -> dict[str, Any]:
-        """The Dialect protocol functions this class implements, bound: a vendor module exports them."""
-        return {name: getattr(self, name) for name in names}
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
@@ -380,9 +377,7 @@ class BaseDialect:
 
     def locate_sql(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         tail, params = self.id_list(ids)
-        return (f"SELECT id, status FROM {HOT} WHERE id {tail}"
-                f" UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM {ARCHIVE} WHERE id {tail}"
-                f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id {tail}", params * 3)
+        return locate_statement(tail), params * 3
 
     def _all(self, cursor: Cursor, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         if params:
@@ -483,12 +478,6 @@ class BaseDialect:
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
                              [self.param_ts(cutoff)])[0] or 0)
-
-
-COMMANDS = ("mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "cancel_batch",
-            "request_cancel", "update_hot_data", "purge_dlq_ids", "purge_archive_ids", "release_jobs", "resurrect",
-            "resurrect_batch", "update_dlq_data", "purge_dlq_older_than", "purge_archive", "recover_abandoned",
-            "archive_zombies", "purge_workers", "purge_metric_buckets", "purge_attempts")
 
 
 class StatementDialect(BaseDialect):

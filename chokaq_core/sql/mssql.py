@@ -66,10 +66,9 @@ from chokaq_core.domain import (
     Success,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Moved, json_rows
+from chokaq_core.sql import Cursor, Dialect, Moved, json_rows
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
-    COMMANDS,
     EMPTY_ERROR,
     REVISION_BUMP,
     TOP_ERRORS_SAMPLE,
@@ -716,9 +715,6 @@ def _ts(value: datetime) -> str:
     return aware.isoformat(timespec="microseconds")
 
 
-
-
-
 def _moved(cursor: Cursor) -> Moved:
     return [(str(job_id), str(queue)) for job_id, queue in _rows(cursor)]
 
@@ -783,109 +779,7 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
     return _json(items)
 
 
-def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-    """Insert Pending rows; a taken idempotency key yields the holder's id (spec 01 §4.1).
-
-    One batch inserts the jobs whose key is free (the first job of a key repeated in the batch
-    stands for the others), creates missing Queues/StatsSummary rows and returns the ids inserted
-    plus the holder of every key. A producer racing on the same key makes the filtered unique index
-    refuse the insert (2601): the statement alone is rolled back and the next pass reads the winner.
-    """
-    if not jobs:
-        return []
-    stored: dict[str, str] = {}
-    todo = list(jobs)
-    for attempt in range(ENQUEUE_PASSES):
-        first_of_key: set[str] = set()
-        batch: list[NewJob] = []
-        for job in todo:
-            if job.idempotency_key is None:
-                batch.append(job)
-            elif job.idempotency_key not in first_of_key:
-                first_of_key.add(job.idempotency_key)
-                batch.append(job)
-        try:
-            cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
-            rows = _rows(cursor)
-        except Exception as exc:
-            if attempt + 1 < ENQUEUE_PASSES and _is_idempotency_race(exc):
-                continue
-            raise
-        inserted = {str(job_id) for job_id, key in rows if key is None}
-        holders = {str(key): str(job_id) for job_id, key in rows if key is not None}
-        for job in todo:
-            if job.id in inserted:
-                stored[job.id] = job.id
-            elif job.idempotency_key is not None and job.idempotency_key in holders:
-                stored[job.id] = holders[job.idempotency_key]
-        todo = [job for job in todo if job.id not in stored]
-        if not todo:
-            break
-    if todo:
-        raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
-    return [stored[job.id] for job in jobs]
-
-
-def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-    """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
-    if limit <= 0 or (queues is not None and not queues):
-        return []
-    if queues is None:
-        cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
-    else:
-        names = _json({"name": name} for name in dict.fromkeys(queues))
-        cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
-    jobs = [hot_job(row) for row in _rows(cursor)]
-    # OUTPUT order is unspecified: priority desc, due time asc, id.
-    return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
-
-
-
-
-
-
 # ---------------------------------------------------------------- completion (batched)
-
-
-def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-    """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
-    by_id = {item.job_id: item for item in items}
-    if not by_id:
-        return []
-    payload = _json(
-        {"id": i.job_id, "duration_ms": _duration(i.duration_ms), "result": getattr(i, "result", None)}
-        for i in by_id.values()
-    )
-    cursor.execute(ARCHIVE_SUCCEEDED_SQL, [payload, worker_id])
-    return _moved(cursor)
-
-
-def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-    """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
-    by_id = {item.job_id: item for item in items}
-    if not by_id:
-        return []
-    payload = _json(
-        {"id": i.job_id, "failure_reason": int(i.reason),
-         "error_details": error_details(i.error_details)}
-        for i in by_id.values()
-    )
-    cursor.execute(MOVE_TO_DLQ_SQL, [payload, worker_id])
-    return _moved(cursor)
-
-
-def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
-    """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
-    by_id = {item.job_id: item for item in items}
-    if not by_id:
-        return []
-    rows = []
-    for item in by_id.values():
-        delay_s, delay_ms = _split_seconds(item.delay_seconds)
-        rows.append({"id": item.job_id, "attempt_count": int(item.attempt_count), "delay_s": delay_s,
-                     "delay_ms": delay_ms})
-    cursor.execute(RESCHEDULE_SQL, [_json(rows), worker_id])
-    return _moved(cursor)
 
 
 # ---------------------------------------------------------------- operator commands
@@ -897,51 +791,7 @@ def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[
 # ---------------------------------------------------------------- queue controls
 
 
-def set_queue_paused(cursor: Cursor, queue: str, paused: bool) -> None:
-    """Upsert ``is_paused``."""
-    cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, bool(paused)])
-
-
-def set_queue_zombie_timeout(cursor: Cursor, queue: str, seconds: int | None) -> None:
-    """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
-    cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
-
-
-def set_queue_max_workers(cursor: Cursor, queue: str, max_workers: int | None) -> None:
-    """Upsert ``max_workers`` (None = unlimited)."""
-    cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
-
-
-def set_queue_active(cursor: Cursor, queue: str, active: bool) -> bool:
-    """Update only; sets ``is_paused = 1`` in both directions (spec 01 §4.17)."""
-    cursor.execute(SET_QUEUE_ACTIVE_SQL, [bool(active), queue])
-    return bool(_rows(cursor))
-
-
 # ---------------------------------------------------------------- worker registry
-
-
-def upsert_worker(cursor: Cursor, info: WorkerInfo) -> None:
-    """Register or refresh a worker row; ``started_at`` is set on first insert only."""
-    cursor.execute(
-        UPSERT_WORKER_SQL,
-        [
-            info.worker_id,
-            info.hostname,
-            info.pid,
-            info.queues,
-            bool(info.is_running),
-            info.capacity,
-            info.active_count,
-            info.runtime_json,
-            info.circuits_json,
-        ],
-    )
-
-
-def stop_worker(cursor: Cursor, worker_id: str) -> None:
-    """Mark a worker stopped (not running, no active executions)."""
-    cursor.execute(STOP_WORKER_SQL, [worker_id])
 
 
 # ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
@@ -986,35 +836,7 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
 SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 
 
-
-
-def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
-    """Nothing to do: SQL Server's ghost cleanup removes deleted rows and statistics update automatically."""
-    return False
-
-
-def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
-    """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
-    cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
-    return _count(cursor) > 0
-
-
-def change_marker(cursor: Cursor) -> int | None:
-    """None: no cheap commit marker on SQL Server; workers poll every ``WORKER.POLLING_INTERVAL``."""
-    return None
-
-
-
 # ---------------------------------------------------------------- reads
-
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
@@ -1100,122 +922,6 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
 )
 
 
-
-
-
-
-
-
-
-
-
-def locate_jobs(cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    """Where each id is now (primary-key lookups in the three pillars)."""
-    if not job_ids:
-        return {}
-    cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
-    return located(_rows(cursor))
-
-
-
-
-
-
-
-
-
-
-def _picked_dlq(filters: JobFilter) -> tuple[str, list[Any]]:
-    """``Picked``: the first ``max_jobs`` filter matches, newest failure first, locked rows skipped."""
-    where, params = _dlq_where(filters, "p.")
-    return (
-        "WITH Picked AS (\n"
-        "    SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)"
-        f"{where}\n"
-        "    ORDER BY p.failed_at DESC, p.id ASC)\n",
-        params,
-    )
-
-
-def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-    """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
-    if max_jobs <= 0:
-        return []
-    picked, params = _picked_dlq(filters)
-    cursor.execute(
-        _batch(
-            _NOW,
-            _moved_table(("id", "queue")),
-            picked
-            + "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-            "FROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
-            _stats_sub("failed_total"),
-            "SELECT id, queue FROM @Moved;",
-        ),
-        [int(max_jobs), *params],
-    )
-    return _moved(cursor)
-
-
-def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-    """Move the first ``max_jobs`` matches (skip locked) to Hot exactly as ``resurrect_batch``."""
-    if max_jobs <= 0:
-        return []
-    picked, params = _picked_dlq(filters)
-    cursor.execute(
-        _resurrect_sql(
-            [],
-            picked
-            + "DELETE d\n"
-            + _output_into(_RESURRECTED, {})
-            + "\nFROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        ),
-        [None, None, None, actor, int(max_jobs), *params],
-    )
-    return _moved(cursor)
-
-
-
-
-
-class SQLServerDialect(StatementDialect, statements=globals()):
-    """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
-    ISO text datetimes and batches whose first results carry no rows."""
-
-    TS = "CAST(%s AS datetimeoffset(7))"
-    LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
-    DLQ_ROW = f"{DLQ_ROW}  AS error_head"
-
-    def search_clause(self, column: str) -> str:
-        return f"LOWER({column}) LIKE %s ESCAPE '\\'"
-
-    def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower()).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
-
-    def param_ts(self, value: datetime | None) -> Any:
-        return None if value is None else _ts(value)
-
-    def rows(self, cursor: Cursor) -> list[Any]:
-        return _rows(cursor)
-
-    def ids_param(self, ids: Sequence[str]) -> Any:
-        return _ids_json(ids)
-
-    def seconds_params(self, seconds: float) -> list[Any]:
-        return list(_split_seconds(seconds))  # DATEADD takes whole numbers
-
-    def changed(self, cursor: Cursor) -> int:
-        return self.counted(cursor)  # each batch selects its @@ROWCOUNT
-
-
-_dialect = SQLServerDialect()
-globals().update(_dialect.protocol_functions((  # the module-level names of the shared reads
-    "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead", "list_workers",
-    "schedule_ticks", "throughput", "queue_health", "top_errors", "count_archive_older_than", "count_dlq_older_than",
-    "list_active", "list_archive", "list_dlq", "preview_dlq_bulk", *COMMANDS)))
-_dlq_where = _dialect.dlq_where
-
-
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
 
@@ -1252,29 +958,6 @@ DECK_SNAPSHOT_SQL = _batch(
 )
 
 
-def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-    """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
-    ids = _unique_ids(request.locate_ids)
-    since = request.throughput_since
-    errors_limit = max(0, int(request.errors_limit))
-    cursor.execute(DECK_SNAPSHOT_SQL, [
-        int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
-        bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
-    ])
-    totals, active, found, points, states, stats, lags, workers, errors = _rows(cursor)[0]
-    return DeckSnapshot(
-        summary=summary(json_rows(totals, datetime_at=[6])[0]),
-        active=[active_row(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
-        located=located(json_rows(found)),
-        throughput=None if since is None else [metric(r) for r in json_rows(points, datetime_at=[0])],
-        queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
-        queue_stats=[queue_stats_row(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
-        queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
-        workers=[worker_info(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
-        errors=[error_group(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
-    )
-
-
 # ---------------------------------------------------------------- attempts history
 
 AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"record_attempts", "job_attempts"}
@@ -1296,23 +979,278 @@ RECORD_ATTEMPTS_SQL = (
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
 
 
-def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-    """One INSERT … SELECT over the batch as a JSON array."""
-    if not attempts:
-        return
-    cursor.execute(RECORD_ATTEMPTS_SQL, [worker_id, _json(
-        {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
-         "error_message": a.error.message, "traceback": a.error.traceback,
-         "started_at": _naive_utc(a.started_at)} for n, a in enumerate(attempts)
-    )])
-
-
-def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
-    cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
-    return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], as_utc(row[6]), as_utc(row[7]))
-            for row in _rows(cursor)]
-
-
 def _naive_utc(value: datetime | None) -> str | None:
     """A datetime as JSON text ``datetime2`` reads: naive UTC ISO 8601."""
     return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
+
+
+class SQLServerDialect(StatementDialect, statements=globals()):
+    """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
+    ISO text datetimes and batches whose first results carry no rows."""
+
+    PREPARED = PREPARED
+    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
+    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+
+    TS = "CAST(%s AS datetimeoffset(7))"
+    LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
+    DLQ_ROW = f"{DLQ_ROW}  AS error_head"
+
+    def search_clause(self, column: str) -> str:
+        return f"LOWER({column}) LIKE %s ESCAPE '\\'"
+
+    def search_pattern(self, term: str) -> str:
+        return escaped_like(term.lower()).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
+
+    def param_ts(self, value: datetime | None) -> Any:
+        return None if value is None else _ts(value)
+
+    def rows(self, cursor: Cursor) -> list[Any]:
+        return _rows(cursor)
+
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        return _ids_json(ids)
+
+    def seconds_params(self, seconds: float) -> list[Any]:
+        return list(_split_seconds(seconds))  # DATEADD takes whole numbers
+
+    def changed(self, cursor: Cursor) -> int:
+        return self.counted(cursor)  # each batch selects its @@ROWCOUNT
+
+    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+        """Insert Pending rows; a taken idempotency key yields the holder's id (spec 01 §4.1).
+
+        One batch inserts the jobs whose key is free (the first job of a key repeated in the batch
+        stands for the others), creates missing Queues/StatsSummary rows and returns the ids inserted
+        plus the holder of every key. A producer racing on the same key makes the filtered unique index
+        refuse the insert (2601): the statement alone is rolled back and the next pass reads the winner.
+        """
+        if not jobs:
+            return []
+        stored: dict[str, str] = {}
+        todo = list(jobs)
+        for attempt in range(ENQUEUE_PASSES):
+            first_of_key: set[str] = set()
+            batch: list[NewJob] = []
+            for job in todo:
+                if job.idempotency_key is None:
+                    batch.append(job)
+                elif job.idempotency_key not in first_of_key:
+                    first_of_key.add(job.idempotency_key)
+                    batch.append(job)
+            try:
+                cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
+                rows = _rows(cursor)
+            except Exception as exc:
+                if attempt + 1 < ENQUEUE_PASSES and _is_idempotency_race(exc):
+                    continue
+                raise
+            inserted = {str(job_id) for job_id, key in rows if key is None}
+            holders = {str(key): str(job_id) for job_id, key in rows if key is not None}
+            for job in todo:
+                if job.id in inserted:
+                    stored[job.id] = job.id
+                elif job.idempotency_key is not None and job.idempotency_key in holders:
+                    stored[job.id] = holders[job.idempotency_key]
+            todo = [job for job in todo if job.id not in stored]
+            if not todo:
+                break
+        if todo:
+            raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
+        return [stored[job.id] for job in jobs]
+
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
+        if limit <= 0 or (queues is not None and not queues):
+            return []
+        if queues is None:
+            cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
+        else:
+            names = _json({"name": name} for name in dict.fromkeys(queues))
+            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
+        jobs = [hot_job(row) for row in _rows(cursor)]
+        # OUTPUT order is unspecified: priority desc, due time asc, id.
+        return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+
+    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
+        """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
+        by_id = {item.job_id: item for item in items}
+        if not by_id:
+            return []
+        payload = _json(
+            {"id": i.job_id, "duration_ms": _duration(i.duration_ms), "result": getattr(i, "result", None)}
+            for i in by_id.values()
+        )
+        cursor.execute(ARCHIVE_SUCCEEDED_SQL, [payload, worker_id])
+        return _moved(cursor)
+
+    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
+        """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
+        by_id = {item.job_id: item for item in items}
+        if not by_id:
+            return []
+        payload = _json(
+            {"id": i.job_id, "failure_reason": int(i.reason),
+             "error_details": error_details(i.error_details)}
+            for i in by_id.values()
+        )
+        cursor.execute(MOVE_TO_DLQ_SQL, [payload, worker_id])
+        return _moved(cursor)
+
+    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
+        """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
+        by_id = {item.job_id: item for item in items}
+        if not by_id:
+            return []
+        rows = []
+        for item in by_id.values():
+            delay_s, delay_ms = _split_seconds(item.delay_seconds)
+            rows.append({"id": item.job_id, "attempt_count": int(item.attempt_count), "delay_s": delay_s,
+                         "delay_ms": delay_ms})
+        cursor.execute(RESCHEDULE_SQL, [_json(rows), worker_id])
+        return _moved(cursor)
+
+    def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
+        """Upsert ``is_paused``."""
+        cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, bool(paused)])
+
+    def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None:
+        """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
+        cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
+
+    def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None:
+        """Upsert ``max_workers`` (None = unlimited)."""
+        cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
+
+    def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
+        """Update only; sets ``is_paused = 1`` in both directions (spec 01 §4.17)."""
+        cursor.execute(SET_QUEUE_ACTIVE_SQL, [bool(active), queue])
+        return bool(_rows(cursor))
+
+    def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None:
+        """Register or refresh a worker row; ``started_at`` is set on first insert only."""
+        cursor.execute(
+            UPSERT_WORKER_SQL,
+            [
+                info.worker_id,
+                info.hostname,
+                info.pid,
+                info.queues,
+                bool(info.is_running),
+                info.capacity,
+                info.active_count,
+                info.runtime_json,
+                info.circuits_json,
+            ],
+        )
+
+    def stop_worker(self, cursor: Cursor, worker_id: str) -> None:
+        """Mark a worker stopped (not running, no active executions)."""
+        cursor.execute(STOP_WORKER_SQL, [worker_id])
+
+    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
+        """Nothing to do: SQL Server's ghost cleanup removes deleted rows and statistics update automatically."""
+        return False
+
+    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
+        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
+        cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
+        return _count(cursor) > 0
+
+    def change_marker(self, cursor: Cursor) -> int | None:
+        """None: no cheap commit marker on SQL Server; workers poll every ``WORKER.POLLING_INTERVAL``."""
+        return None
+
+    def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Where each id is now (primary-key lookups in the three pillars)."""
+        if not job_ids:
+            return {}
+        cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
+        return located(_rows(cursor))
+
+    def _picked_dlq(self, filters: JobFilter) -> tuple[str, list[Any]]:
+        """``Picked``: the first ``max_jobs`` filter matches, newest failure first, locked rows skipped."""
+        where, params = self.dlq_where(filters, "p.")
+        return (
+            "WITH Picked AS (\n"
+            "    SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)"
+            f"{where}\n"
+            "    ORDER BY p.failed_at DESC, p.id ASC)\n",
+            params,
+        )
+
+    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+        """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
+        if max_jobs <= 0:
+            return []
+        picked, params = self._picked_dlq(filters)
+        cursor.execute(
+            _batch(
+                _NOW,
+                _moved_table(("id", "queue")),
+                picked
+                + "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
+                "FROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
+                _stats_sub("failed_total"),
+                "SELECT id, queue FROM @Moved;",
+            ),
+            [int(max_jobs), *params],
+        )
+        return _moved(cursor)
+
+    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+        """Move the first ``max_jobs`` matches (skip locked) to Hot exactly as ``resurrect_batch``."""
+        if max_jobs <= 0:
+            return []
+        picked, params = self._picked_dlq(filters)
+        cursor.execute(
+            _resurrect_sql(
+                [],
+                picked
+                + "DELETE d\n"
+                + _output_into(_RESURRECTED, {})
+                + "\nFROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
+            ),
+            [None, None, None, actor, int(max_jobs), *params],
+        )
+        return _moved(cursor)
+
+    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+        """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
+        ids = _unique_ids(request.locate_ids)
+        since = request.throughput_since
+        errors_limit = max(0, int(request.errors_limit))
+        cursor.execute(DECK_SNAPSHOT_SQL, [
+            int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
+            bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
+        ])
+        totals, active, found, points, states, stats, lags, workers, errors = _rows(cursor)[0]
+        return DeckSnapshot(
+            summary=summary(json_rows(totals, datetime_at=[6])[0]),
+            active=[active_row(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
+            located=located(json_rows(found)),
+            throughput=None if since is None else [metric(r) for r in json_rows(points, datetime_at=[0])],
+            queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
+            queue_stats=[queue_stats_row(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
+            queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
+            workers=[worker_info(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
+            errors=[error_group(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
+        )
+
+    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+        """One INSERT … SELECT over the batch as a JSON array."""
+        if not attempts:
+            return
+        cursor.execute(RECORD_ATTEMPTS_SQL, [worker_id, _json(
+            {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
+             "error_message": a.error.message, "traceback": a.error.traceback,
+             "started_at": _naive_utc(a.started_at)} for n, a in enumerate(attempts)
+        )])
+
+    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
+        cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
+        return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], as_utc(row[6]), as_utc(row[7]))
+                for row in _rows(cursor)]
+
+
+DIALECT: Dialect = SQLServerDialect()

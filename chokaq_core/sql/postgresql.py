@@ -32,19 +32,17 @@ from chokaq_core.domain import (
     StorageError,
     Success,
 )
-from chokaq_core.sql import Cursor, Moved, json_rows
+from chokaq_core.sql import Cursor, Dialect, Moved, json_rows
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
     ARCHIVE_FIELDS,
     CARRIED_REVISION,
-    COMMANDS,
     DLQ_FIELDS,
     EMPTY_ERROR,
     HOT_FIELDS,
     LIST_WORKERS_SQL,
     QUEUE_STATES_SQL,
     QUEUE_STATS_SQL,
-    READS,
     REVISION_BUMP,
     SUMMARY_STATS_SQL,
     THROUGHPUT_SQL,
@@ -57,6 +55,7 @@ from chokaq_core.sql.base import (
     escaped_like,
     hot_job,
     lag,
+    locate_statement,
     located,
     metric,
     queue_state,
@@ -93,6 +92,7 @@ AUTOCOMMIT_SAFE = frozenset({
 
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
+ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
 
 
 # ---------------------------------------------------------------- SQL builders
@@ -209,7 +209,6 @@ SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
 
 IDS_BY_KEY_SQL = "SELECT idempotency_key, id FROM chokaq_jobs_hot WHERE idempotency_key = ANY(%s::text[])"
-
 
 
 def _fetch_sql(queue_filter: bool) -> str:
@@ -478,110 +477,7 @@ def _insert_jobs(cursor: Cursor, jobs: Sequence[NewJob]) -> dict[str, str]:
     return dict(cursor.fetchall())
 
 
-def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-    """Insert Pending rows; a taken idempotency key yields the holder's id. NOTIFY per queue."""
-    if not jobs:
-        return []
-    stored: dict[str, str] = {}
-    todo = list(jobs)
-    for _ in range(2):  # the second pass re-inserts jobs whose key holder left Hot meanwhile
-        inserted = _insert_jobs(cursor, todo)
-        stored.update((j.id, j.id) for j in todo if j.id in inserted)
-        keys = sorted({j.idempotency_key for j in todo if j.id not in inserted and j.idempotency_key})
-        holders: dict[str, str] = {}
-        if keys:
-            cursor.execute(IDS_BY_KEY_SQL, [keys])
-            holders = dict(cursor.fetchall())
-        stored.update(
-            (j.id, holders[j.idempotency_key])
-            for j in todo
-            if j.id not in inserted and j.idempotency_key is not None and j.idempotency_key in holders
-        )
-        todo = [j for j in todo if j.id not in stored]
-        if not todo:
-            break
-    else:
-        raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
-    return [stored[j.id] for j in jobs]
-
-
-def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-    """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
-    if limit <= 0 or (queues is not None and not queues):
-        return []
-    params: dict[str, Any] = {"limit": limit, "worker": worker_id}
-    if queues is not None:
-        params["queues"] = list(queues)
-    if queues is None:
-        cursor.execute(LOCK_CAPPED_ALL_SQL)
-    else:
-        cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": params["queues"]})
-    if cursor.fetchall():
-        # A capped queue is in reach: lock the spec's window of 10 x limit so the bulkhead ranking has rows of
-        # every queue to choose from; twice as many candidates leave room for rows other claimers hold.
-        params.update(scan=limit * 10, candidates=limit * 20)
-    else:
-        # No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those (every
-        # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
-        params.update(scan=limit, candidates=limit * 4)
-    cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
-    return [hot_job(row) for row in cursor.fetchall()]
-
-
-
-
-
-
 # ---------------------------------------------------------------- completion (batched)
-
-
-def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-    """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
-    by_id = {item.job_id: item for item in items}
-    if not by_id:
-        return []
-    cursor.execute(
-        ARCHIVE_SUCCEEDED_SQL,
-        [list(by_id), _floats(i.duration_ms for i in by_id.values()), [i.result for i in by_id.values()], worker_id,
-         worker_id],
-    )
-    return _moved(cursor)
-
-
-def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-    """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
-    by_id = {item.job_id: item for item in items}
-    if not by_id:
-        return []
-    cursor.execute(
-        MOVE_TO_DLQ_SQL,
-        [
-            list(by_id),
-            [int(i.reason) for i in by_id.values()],
-            [error_details(i.error_details) for i in by_id.values()],
-            worker_id,
-            worker_id,
-        ],
-    )
-    return _moved(cursor)
-
-
-def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
-    """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
-    by_id = {item.job_id: item for item in items}
-    if not by_id:
-        return []
-    cursor.execute(
-        RESCHEDULE_SQL,
-        [
-            list(by_id),
-            [int(i.attempt_count) for i in by_id.values()],
-            _floats(i.delay_seconds for i in by_id.values()),
-            worker_id,
-            worker_id,
-        ],
-    )
-    return _moved(cursor)
 
 
 # ---------------------------------------------------------------- operator commands
@@ -624,37 +520,6 @@ UNLOCK_SQL = "SELECT pg_advisory_unlock(%s)"
 VACUUM_HOT_SQL = "VACUUM (ANALYZE) chokaq_jobs_hot"
 
 
-def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
-    """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
-    cursor.execute(HOT_DEAD_ROWS_SQL)
-    row = cursor.fetchone()
-    live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
-    if dead < min_dead_rows + 0.2 * live:
-        return False
-    cursor.execute(TRY_LOCK_SQL, [TIDY_LOCK_KEY])
-    if not cursor.fetchone()[0]:
-        return False  # another worker is at it
-    try:
-        cursor.execute(VACUUM_HOT_SQL)
-    finally:
-        cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
-    return True
-
-
-def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
-    """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
-    cursor.execute(INSERT_SCHEDULE_SQL, [name, tick])
-    if cursor.fetchone() is not None:
-        return False
-    cursor.execute(ADVANCE_SCHEDULE_SQL, [tick, name, tick])
-    return cursor.fetchone() is not None
-
-
-def change_marker(cursor: Cursor) -> int | None:
-    """None: workers LISTEN for the NOTIFY of every enqueue instead."""
-    return None
-
-
 QUEUE_HEALTH_SQL = """
 SELECT q.name, h.n, coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
 FROM chokaq_queues q CROSS JOIN LATERAL (
@@ -687,50 +552,7 @@ DELETE FROM chokaq_job_attempts WHERE id IN (
 """
 
 
-class PostgreSQLDialect(StatementDialect, statements=globals()):
-    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
-
-    def search_clause(self, column: str) -> str:
-        return f"lower({column}) LIKE %s ESCAPE '\\'"
-
-    def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower())
-
-    def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
-        return "= ANY(%s::text[])", [list(ids)]
-
-
-_dialect = PostgreSQLDialect()
-globals().update(_dialect.protocol_functions((*READS, *COMMANDS)))  # the module-level names of the Dialect protocol
-_dlq_where = _dialect.dlq_where
-
-
 # ---------------------------------------------------------------- Deck bulk commands
-
-
-def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-    """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
-    where, params = _dlq_where(filters)
-    cursor.execute(
-        f"WITH picked AS (SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s"
-        " FOR UPDATE SKIP LOCKED),\n"
-        "del AS (DELETE FROM chokaq_jobs_dlq d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-        f"{_stats_sub('failed_total', 'del')}\nSELECT id, queue FROM del",
-        [*params, max_jobs],
-    )
-    return _moved(cursor)
-
-
-def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-    """Lock the first ``max_jobs`` matches (skip locked), then move them to Hot as ``resurrect_batch``."""
-    where, params = _dlq_where(filters)
-    cursor.execute(
-        f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s FOR UPDATE SKIP LOCKED",
-        [*params, max_jobs],
-    )
-    ids = [row[0] for row in cursor.fetchall()]
-    return _dialect._resurrect(cursor, ids, actor=actor) if ids else []
-
 
 
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
@@ -747,37 +569,13 @@ DECK_SNAPSHOT_SQL = f"""
 SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
         FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6)),
        {_packed(ACTIVE_SQL.format(where=""), 12, "c5 DESC, c0 DESC")},
-       {_packed(_dialect.locate_sql(())[0], 2, "c0")},
+       {_packed(locate_statement(ID_ARRAY), 2, "c0")},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,
        CASE WHEN %s THEN json_build_array({_packed(QUEUE_STATES_SQL, 5, "c0")}, {_packed(QUEUE_STATS_SQL, 8, "c0")},
                                           {_packed(QUEUE_HEALTH_SQL, 4, "c0")}) END,
        CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0")} END,
        CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC")} END
 """
-
-
-def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-    """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-    ids = _unique_ids(request.locate_ids)
-    since = request.throughput_since
-    cursor.execute(DECK_SNAPSHOT_SQL, [
-        int(request.active_limit), ids, ids, ids,
-        since is not None, since or datetime.fromtimestamp(0, UTC),
-        request.queues, request.workers,
-        request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
-    ])
-    totals, active, found, points, queues, workers, errors = cursor.fetchone()
-    return DeckSnapshot(
-        summary=summary(json_rows([totals])[0]),
-        active=[active_row(r) for r in json_rows(active)],
-        located=located(json_rows(found)),
-        throughput=None if since is None else [metric(r) for r in json_rows(points)],
-        queue_states=None if queues is None else [queue_state(r) for r in json_rows(queues[0])],
-        queue_stats=None if queues is None else [queue_stats_row(r) for r in json_rows(queues[1])],
-        queue_lags=None if queues is None else [lag(r) for r in json_rows(queues[2])],
-        workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
-        errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
-    )
 
 
 # ---------------------------------------------------------------- attempts history
@@ -796,17 +594,202 @@ ORDER BY a.n
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
 
 
-def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-    """One INSERT … SELECT over unnest() arrays for the whole batch, in order."""
-    if not attempts:
-        return
-    cursor.execute(RECORD_ATTEMPTS_SQL, [
-        worker_id, [a.job_id for a in attempts], [a.attempt for a in attempts],
-        [a.error.error_class for a in attempts], [a.error.message for a in attempts],
-        [a.error.traceback for a in attempts], [a.started_at for a in attempts],
-    ])
+class PostgreSQLDialect(StatementDialect, statements=globals()):
+    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
+
+    PREPARED = PREPARED
+    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
+    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+
+    def search_clause(self, column: str) -> str:
+        return f"lower({column}) LIKE %s ESCAPE '\\'"
+
+    def search_pattern(self, term: str) -> str:
+        return escaped_like(term.lower())
+
+    def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        return ID_ARRAY, [list(ids)]
+
+    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+        """Insert Pending rows; a taken idempotency key yields the holder's id. NOTIFY per queue."""
+        if not jobs:
+            return []
+        stored: dict[str, str] = {}
+        todo = list(jobs)
+        for _ in range(2):  # the second pass re-inserts jobs whose key holder left Hot meanwhile
+            inserted = _insert_jobs(cursor, todo)
+            stored.update((j.id, j.id) for j in todo if j.id in inserted)
+            keys = sorted({j.idempotency_key for j in todo if j.id not in inserted and j.idempotency_key})
+            holders: dict[str, str] = {}
+            if keys:
+                cursor.execute(IDS_BY_KEY_SQL, [keys])
+                holders = dict(cursor.fetchall())
+            stored.update(
+                (j.id, holders[j.idempotency_key])
+                for j in todo
+                if j.id not in inserted and j.idempotency_key is not None and j.idempotency_key in holders
+            )
+            todo = [j for j in todo if j.id not in stored]
+            if not todo:
+                break
+        else:
+            raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
+        return [stored[j.id] for j in jobs]
+
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
+        if limit <= 0 or (queues is not None and not queues):
+            return []
+        params: dict[str, Any] = {"limit": limit, "worker": worker_id}
+        if queues is not None:
+            params["queues"] = list(queues)
+        if queues is None:
+            cursor.execute(LOCK_CAPPED_ALL_SQL)
+        else:
+            cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": params["queues"]})
+        if cursor.fetchall():
+            # A capped queue is in reach: lock the spec's window of 10 x limit so the bulkhead ranking has rows of
+            # every queue to choose from; twice as many candidates leave room for rows other claimers hold.
+            params.update(scan=limit * 10, candidates=limit * 20)
+        else:
+            # No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those (every
+            # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
+            params.update(scan=limit, candidates=limit * 4)
+        cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
+        return [hot_job(row) for row in cursor.fetchall()]
+
+    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
+        """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
+        by_id = {item.job_id: item for item in items}
+        if not by_id:
+            return []
+        cursor.execute(
+            ARCHIVE_SUCCEEDED_SQL,
+            [list(by_id), _floats(i.duration_ms for i in by_id.values()), [i.result for i in by_id.values()], worker_id,
+             worker_id],
+        )
+        return _moved(cursor)
+
+    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
+        """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
+        by_id = {item.job_id: item for item in items}
+        if not by_id:
+            return []
+        cursor.execute(
+            MOVE_TO_DLQ_SQL,
+            [
+                list(by_id),
+                [int(i.reason) for i in by_id.values()],
+                [error_details(i.error_details) for i in by_id.values()],
+                worker_id,
+                worker_id,
+            ],
+        )
+        return _moved(cursor)
+
+    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
+        """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
+        by_id = {item.job_id: item for item in items}
+        if not by_id:
+            return []
+        cursor.execute(
+            RESCHEDULE_SQL,
+            [
+                list(by_id),
+                [int(i.attempt_count) for i in by_id.values()],
+                _floats(i.delay_seconds for i in by_id.values()),
+                worker_id,
+                worker_id,
+            ],
+        )
+        return _moved(cursor)
+
+    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
+        """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
+        cursor.execute(HOT_DEAD_ROWS_SQL)
+        row = cursor.fetchone()
+        live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+        if dead < min_dead_rows + 0.2 * live:
+            return False
+        cursor.execute(TRY_LOCK_SQL, [TIDY_LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            return False  # another worker is at it
+        try:
+            cursor.execute(VACUUM_HOT_SQL)
+        finally:
+            cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
+        return True
+
+    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
+        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
+        cursor.execute(INSERT_SCHEDULE_SQL, [name, tick])
+        if cursor.fetchone() is not None:
+            return False
+        cursor.execute(ADVANCE_SCHEDULE_SQL, [tick, name, tick])
+        return cursor.fetchone() is not None
+
+    def change_marker(self, cursor: Cursor) -> int | None:
+        """None: workers LISTEN for the NOTIFY of every enqueue instead."""
+        return None
+
+    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+        """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
+        where, params = self.dlq_where(filters)
+        cursor.execute(
+            f"WITH picked AS (SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s"
+            " FOR UPDATE SKIP LOCKED),\n"
+            "del AS (DELETE FROM chokaq_jobs_dlq d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
+            f"{_stats_sub('failed_total', 'del')}\nSELECT id, queue FROM del",
+            [*params, max_jobs],
+        )
+        return _moved(cursor)
+
+    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+        """Lock the first ``max_jobs`` matches (skip locked), then move them to Hot as ``resurrect_batch``."""
+        where, params = self.dlq_where(filters)
+        cursor.execute(
+            f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s FOR UPDATE SKIP LOCKED",
+            [*params, max_jobs],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        return self._resurrect(cursor, ids, actor=actor) if ids else []
+
+    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+        """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
+        ids = _unique_ids(request.locate_ids)
+        since = request.throughput_since
+        cursor.execute(DECK_SNAPSHOT_SQL, [
+            int(request.active_limit), ids, ids, ids,
+            since is not None, since or datetime.fromtimestamp(0, UTC),
+            request.queues, request.workers,
+            request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
+        ])
+        totals, active, found, points, queues, workers, errors = cursor.fetchone()
+        return DeckSnapshot(
+            summary=summary(json_rows([totals])[0]),
+            active=[active_row(r) for r in json_rows(active)],
+            located=located(json_rows(found)),
+            throughput=None if since is None else [metric(r) for r in json_rows(points)],
+            queue_states=None if queues is None else [queue_state(r) for r in json_rows(queues[0])],
+            queue_stats=None if queues is None else [queue_stats_row(r) for r in json_rows(queues[1])],
+            queue_lags=None if queues is None else [lag(r) for r in json_rows(queues[2])],
+            workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
+            errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
+        )
+
+    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+        """One INSERT … SELECT over unnest() arrays for the whole batch, in order."""
+        if not attempts:
+            return
+        cursor.execute(RECORD_ATTEMPTS_SQL, [
+            worker_id, [a.job_id for a in attempts], [a.attempt for a in attempts],
+            [a.error.error_class for a in attempts], [a.error.message for a in attempts],
+            [a.error.traceback for a in attempts], [a.started_at for a in attempts],
+        ])
+
+    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
+        cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
+        return [Attempt(*row) for row in cursor.fetchall()]
 
 
-def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
-    cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
-    return [Attempt(*row) for row in cursor.fetchall()]
+DIALECT: Dialect = PostgreSQLDialect()

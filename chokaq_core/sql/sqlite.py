@@ -31,7 +31,7 @@ from chokaq_core.domain import (
     SnapshotRequest,
     Success,
 )
-from chokaq_core.sql import json_rows
+from chokaq_core.sql import Dialect, json_rows
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
     ARCHIVE,
@@ -204,47 +204,6 @@ def _insert_dlq(
 # ---------------------------------------------------------------- enqueue / claim
 
 
-def enqueue(cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-    now = _now()
-    stamp = _ts(now)
-    inserted: set[str] = set()
-    for chunk in _chunks(jobs, MAX_ROWS_PER_INSERT):
-        params: list[Any] = []
-        for job in chunk:
-            scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
-            params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
-                       scheduled, stamp, stamp, job.created_by]
-        cursor.execute(
-            f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
-            f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
-            + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
-            + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
-            params,
-        )
-        inserted.update(row[0] for row in cursor.fetchall())
-    result: list[str] = []
-    for job in jobs:
-        if job.id in inserted:
-            result.append(job.id)
-            continue
-        cursor.execute(f"SELECT id FROM {HOT} WHERE idempotency_key = %s", [job.idempotency_key])
-        row = cursor.fetchone()
-        # Under BEGIN IMMEDIATE nobody can have removed the holder meanwhile.
-        result.append(row[0] if row else job.id)
-    for queue in sorted({job.queue for job in jobs}):
-        cursor.execute(
-            f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
-            " ON CONFLICT (name) DO NOTHING",
-            [queue, stamp],
-        )
-        cursor.execute(
-            f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total, last_activity_at)"
-            " VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING",
-            [queue, stamp],
-        )
-    return result
-
-
 _OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
 # Queues with due-or-not Pending rows, found by a loose scan of hot_fetch_pending (one index probe per queue).
 PENDING_QUEUES_SQL = f"""
@@ -293,144 +252,7 @@ def _claim_sql(window: str) -> str:
         """
 
 
-def fetch_batch(cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-    """Claim up to ``limit`` due rows; runs under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
-
-    The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
-    index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
-    rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
-    if limit <= 0 or (queues is not None and not queues):
-        return []
-    now = _ts(_now())
-    if queues is None:
-        cursor.execute(PENDING_QUEUES_SQL)
-    else:
-        cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
-    open_queues = sorted(row[0] for row in cursor.fetchall())
-    if not open_queues:
-        return []
-    scan = limit * 10
-    if len(open_queues) <= MAX_STREAMED_QUEUES:
-        streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
-        window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
-        params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
-    else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
-        window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
-            FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
-              AND h.queue IN (SELECT value FROM json_each(%s))
-            ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
-        params = [now, json.dumps(open_queues), scan]
-    cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
-    return sorted((hot_job(row) for row in cursor.fetchall()), key=_sort_key)
-
-
-def mark_processing(cursor: Cursor, job_id: str, worker_id: str) -> int | None:
-    now = _ts(_now())
-    cursor.execute(
-        f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-        f" last_updated_at = %s WHERE id = %s AND worker_id = %s AND +status = 1 RETURNING attempt_count",
-        [now, now, now, job_id, worker_id],
-    )
-    row = cursor.fetchone()
-    return int(row[0]) if row else None
-
-
-def mark_processing_batch(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
-    ids = list(dict.fromkeys(job_ids))
-    if not ids:
-        return {}
-    now = _ts(_now())
-    cursor.execute(
-        f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-        f" last_updated_at = %s WHERE id IN ({_marks(len(ids))}) AND worker_id = %s AND +status = 1"
-        " RETURNING id, attempt_count",
-        [now, now, now, *ids, worker_id],
-    )
-    return {row[0]: int(row[1]) for row in cursor.fetchall()}
-
-
-def keep_alive(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
-    if not job_ids:
-        return []
-    now = _ts(_now())
-    cursor.execute(
-        f"UPDATE {HOT} SET heartbeat_at = %s, last_updated_at = %s"
-        f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 2 AND worker_id = %s RETURNING id",
-        [now, now, *job_ids, worker_id],
-    )
-    return [row[0] for row in cursor.fetchall()]
-
-
-def cancel_requests(cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
-    cursor.execute(
-        f"SELECT id, cancel_requested_by FROM {HOT}"
-        " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL",
-        [worker_id],
-    )
-    return [(row[0], row[1]) for row in cursor.fetchall()]
-
-
 # ---------------------------------------------------------------- completion
-
-
-def archive_succeeded(cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-    if not items:
-        return []
-    now = _now()
-    stamp = _ts(now)
-    durations = {item.job_id: item.duration_ms for item in items}
-    results = {item.job_id: item.result for item in items}
-    guard, params = _worker_guard(worker_id)
-    rows = _delete_hot(cursor, list(durations), guard, params)
-    if not rows:
-        return []
-    cursor.executemany(
-        f"INSERT INTO {ARCHIVE} ({ARCHIVE_COLUMNS}) VALUES ({_marks(14)})",
-        [(r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], r[_ATTEMPTS], r[_WORKER], r[_CREATED_BY],
-          r[_MODIFIED_BY], r[_CREATED], r[_STARTED], stamp, durations[r[_ID]], results[r[_ID]]) for r in rows],
-    )
-    _bump_stats(cursor, "succeeded_total", Counter(r[_QUEUE] for r in rows), stamp)
-    _bump_buckets(cursor, now, ((r[_QUEUE], 0, -1, durations[r[_ID]]) for r in rows))
-    return [(r[_ID], r[_QUEUE]) for r in rows]
-
-
-def move_to_dlq(cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-    if not items:
-        return []
-    details = {
-        item.job_id: (int(item.reason), error_details(item.error_details)) for item in items
-    }
-    guard, params = _worker_guard(worker_id)
-    rows = _delete_hot(cursor, list(details), guard, params)
-    return _insert_dlq(cursor, rows, details, _now()) if rows else []
-
-
-def reschedule_for_retry(cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
-    now = _now()
-    stamp = _ts(now)
-    guard, params = _worker_guard(worker_id)
-    moved: Moved = []
-    for item in items:
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 0, attempt_count = %s, scheduled_at = %s, worker_id = NULL,"
-            f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = %s WHERE id = %s {guard}"
-            " RETURNING id, queue",
-            [item.attempt_count, _ts(now + timedelta(seconds=item.delay_seconds)), stamp, item.job_id, *params],
-        )
-        moved.extend((row[0], row[1]) for row in cursor.fetchall())
-    _bump_stats(cursor, "retried_total", Counter(queue for _, queue in moved), stamp)
-    return moved
-
-
-def release_jobs(cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-    if not job_ids:
-        return 0
-    cursor.execute(
-        f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-        f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 1 AND worker_id = %s",
-        [_ts(_now()), *job_ids, worker_id],
-    )
-    return int(cursor.rowcount)
 
 
 # ---------------------------------------------------------------- operator commands
@@ -461,190 +283,13 @@ def _resurrect_rows(
     return [(r[0], r[1]) for r in rows]
 
 
-def resurrect(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-    revision: int | None = None,
-) -> bool:
-    return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor, revision))
-
-
-def resurrect_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    return _resurrect_rows(cursor, list(dict.fromkeys(job_ids)), None, None, None, actor)
-
-
-def cancel_batch(cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-    ids = list(dict.fromkeys(job_ids))
-    if not ids:
-        return []
-    rows = _delete_hot(cursor, ids, "AND status IN (0, 1)", [])
-    if not rows:
-        return []
-    details = {r[_ID]: (int(FailureReason.CANCELLED), cancel_details(actor)) for r in rows}
-    return _insert_dlq(cursor, rows, details, _now(), modified_by=actor, keep_modifier=False)
-
-
-def request_cancel(cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
-    if not job_ids:
-        return []
-    cursor.execute(
-        f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN ({_marks(len(job_ids))}) AND +status = 2"
-        " RETURNING id",
-        [actor, *job_ids],
-    )
-    return [row[0] for row in cursor.fetchall()]
-
-
-def update_hot_data(
-    cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-    revision: int | None = None,
-) -> bool:
-    if payload is None and tags is None and priority is None:
-        return False
-    cursor.execute(
-        f"UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
-        f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s, {REVISION_BUMP}"
-        f" WHERE id = %s AND status = 0 AND {revision_guard()}",
-        [payload, tags, priority, actor, _ts(_now()), job_id, revision],
-    )
-    return bool(cursor.rowcount)
-
-
-def update_dlq_data(cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
-                    revision: int | None = None) -> bool:
-    if payload is None and tags is None:
-        return False
-    cursor.execute(
-        f"UPDATE {DLQ} SET previous_payload = CASE WHEN %s IS NOT NULL AND %s IS NOT payload"
-        " THEN payload ELSE previous_payload END,"
-        f" payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s, {REVISION_BUMP}"
-        f" WHERE id = %s AND {revision_guard()}",
-        [payload, payload, payload, tags, actor, job_id, revision],
-    )
-    return bool(cursor.rowcount)
-
-
-def purge_dlq_ids(cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-    ids = list(dict.fromkeys(job_ids))
-    if not ids:
-        return []
-    cursor.execute(
-        f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN ({_marks(len(ids))})"
-        " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue",
-        [*ids, batch_size],
-    )
-    moved = [(row[0], row[1]) for row in cursor.fetchall()]
-    _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
-    return moved
-
-
-def purge_dlq_older_than(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    cursor.execute(
-        f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
-        " ORDER BY created_at, id LIMIT %s) RETURNING queue",
-        [_ts(cutoff), batch_size],
-    )
-    counts = Counter(row[0] for row in cursor.fetchall())
-    _drop_stats(cursor, "failed_total", counts, _ts(_now()))
-    return sum(counts.values())
-
-
-def purge_archive(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    cursor.execute(
-        f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
-        " ORDER BY finished_at, id LIMIT %s) RETURNING queue",
-        [_ts(cutoff), batch_size],
-    )
-    counts = Counter(row[0] for row in cursor.fetchall())
-    _drop_stats(cursor, "succeeded_total", counts, _ts(_now()))
-    return sum(counts.values())
-
-
 # ---------------------------------------------------------------- maintenance
-
-
-def recover_abandoned(cursor: Cursor, fetched_timeout_s: float) -> int:
-    now = _now()
-    cursor.execute(
-        f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-        " WHERE status = 1 AND last_updated_at < %s",
-        [_ts(now), _ts(now - timedelta(seconds=fetched_timeout_s))],
-    )
-    return int(cursor.rowcount)
-
-
-def archive_zombies(cursor: Cursor, global_timeout_s: float) -> Moved:
-    now = _now()
-    # Per-queue cutoffs computed in Python: Django's text format allows no date arithmetic in SQL.
-    cursor.execute(f"SELECT name, zombie_timeout_seconds FROM {QUEUES} WHERE zombie_timeout_seconds IS NOT NULL")
-    overrides = {name: seconds for name, seconds in cursor.fetchall()}
-    default_cutoff = _ts(now - timedelta(seconds=global_timeout_s))
-    clauses = [f"queue NOT IN ({_marks(len(overrides))}) AND coalesce(heartbeat_at, last_updated_at) < %s"
-               if overrides else "coalesce(heartbeat_at, last_updated_at) < %s"]
-    params: list[Any] = [*overrides, default_cutoff]
-    for name, timeout in overrides.items():
-        clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
-        params += [name, _ts(now - timedelta(seconds=timeout))]
-    cursor.execute(
-        f"DELETE FROM {HOT} WHERE status = 2 AND ({' OR '.join(f'({c})' for c in clauses)})"
-        f" RETURNING {HOT_COLUMNS}",
-        params,
-    )
-    rows = cursor.fetchall()
-    if not rows:
-        return []
-    details = {r[_ID]: (int(FailureReason.ZOMBIE), ZOMBIE_DETAILS) for r in rows}
-    return _insert_dlq(cursor, rows, details, now)
 
 
 # ---------------------------------------------------------------- operations: retention, schedule, reads
 
 AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
                                      "change_marker"}
-
-
-def purge_workers(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    cursor.execute(
-        f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS} WHERE last_heartbeat_at < %s"
-        " ORDER BY last_heartbeat_at LIMIT %s)",
-        [_ts(cutoff), batch_size],
-    )
-    return int(cursor.rowcount)
-
-
-def purge_metric_buckets(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    cursor.execute(
-        f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
-        " ORDER BY bucket_start LIMIT %s)",
-        [_ts(cutoff), batch_size],
-    )
-    return int(cursor.rowcount)
-
-
-def tidy_hot_table(cursor: Cursor, min_dead_rows: int) -> bool:
-    """Nothing to do: SQLite reuses freed pages and keeps no dead row versions."""
-    return False
-
-
-def claim_schedule_tick(cursor: Cursor, name: str, tick: datetime) -> bool:
-    # BEGIN IMMEDIATE serializes the callers: the first to move the tick forward wins.
-    stamp, at = _ts(_now()), _ts(tick)
-    cursor.execute(
-        f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
-        [name, at, stamp],
-    )
-    if cursor.rowcount:
-        return False
-    cursor.execute(
-        f"UPDATE {SCHEDULES} SET last_tick_at = %s, updated_at = %s WHERE name = %s AND last_tick_at < %s",
-        [at, stamp, name, at],
-    )
-    return bool(cursor.rowcount)
-
-
-def change_marker(cursor: Cursor) -> int | None:
-    """Changes whenever another connection commits; read without a lock (the WAL index)."""
-    cursor.execute("PRAGMA data_version")
-    return int(cursor.fetchone()[0])
 
 
 QUEUE_HEALTH_SQL = f"""
@@ -672,31 +317,7 @@ TOP_ERRORS_SQL = f"""
 """
 
 
-class SQLiteDialect(BaseDialect, statements=globals()):
-    """The shared reads over SQLite's text timestamps (the clock is Python's, spec 01 §1.2)."""
-
-    def param_ts(self, value: datetime | None) -> Any:
-        return _ts(value)
-
-    def queue_health_params(self) -> list[Any]:
-        now = _ts(_now())
-        return [now, now]
-
-    def now(self) -> tuple[str, list[Any]]:
-        return "%s", [_ts(_now())]
-
-
-_dialect = SQLiteDialect()
-globals().update(_dialect.protocol_functions())  # the module-level names of the Dialect protocol
-
-
 # ---------------------------------------------------------------- Deck bulk commands
-
-
-def _dlq_pick(cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
-    where, params = _dialect.dlq_where(filters)
-    cursor.execute(f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC LIMIT %s", [*params, max_jobs])
-    return [r[0] for r in cursor.fetchall()]
 
 
 def _delete_dlq(cursor: Cursor, ids: Sequence[str]) -> Moved:
@@ -705,24 +326,6 @@ def _delete_dlq(cursor: Cursor, ids: Sequence[str]) -> Moved:
     cursor.execute(f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", list(ids))
     moved = [(row[0], row[1]) for row in cursor.fetchall()]
     _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
-    return moved
-
-
-def purge_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-    return _delete_dlq(cursor, _dlq_pick(cursor, filters, max_jobs))
-
-
-def resurrect_dlq_by_filter(cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-    return _resurrect_rows(cursor, _dlq_pick(cursor, filters, max_jobs), None, None, None, actor)
-
-
-def purge_archive_ids(cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-    ids = list(dict.fromkeys(job_ids))
-    if not ids:
-        return []
-    cursor.execute(f"DELETE FROM {ARCHIVE} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", ids)
-    moved = [(row[0], row[1]) for row in cursor.fetchall()]
-    _drop_stats(cursor, "succeeded_total", Counter(q for _, q in moved), _ts(_now()))
     return moved
 
 
@@ -746,33 +349,6 @@ SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12
 """
 
 
-def deck_snapshot(cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-    """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-    locate, ids = _dialect.locate_sql(list(dict.fromkeys(request.locate_ids)))
-    since = request.throughput_since
-    now = _ts(_now())
-    cursor.execute(_snapshot_sql(locate), [
-        int(request.active_limit), *ids,
-        since is not None, _ts(since or _now()),
-        request.queues, now, now,
-        request.workers,
-        request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
-    ])
-    totals, active, found, points, queues, workers, errors = cursor.fetchone()
-    parts = json.loads(queues) if queues is not None else None
-    return DeckSnapshot(
-        summary=summary(json_rows(totals)[0]),
-        active=[active_row(r) for r in json_rows(active)],
-        located=located(json_rows(found)),
-        throughput=None if points is None else [metric(r) for r in json_rows(points)],
-        queue_states=None if parts is None else [queue_state(r) for r in parts[0]],
-        queue_stats=None if parts is None else [queue_stats_row(r) for r in parts[1]],
-        queue_lags=None if parts is None else [lag(r) for r in parts[2]],
-        workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
-        errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
-    )
-
-
 # ---------------------------------------------------------------- attempts history
 
 ATTEMPTS = "chokaq_job_attempts"
@@ -781,25 +357,416 @@ ATTEMPT_COLUMNS = "job_id, attempt, worker_id, error_class, error_message, trace
 ATTEMPT_ROWS_PER_INSERT = 100  # 8 parameters a row, within SQLite's host-parameter limit
 
 
-def record_attempts(cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-    now = _ts(_now())
-    for chunk in _chunks(attempts, ATTEMPT_ROWS_PER_INSERT):
+class SQLiteDialect(BaseDialect, statements=globals()):
+    """The shared reads over SQLite's text timestamps (the clock is Python's, spec 01 §1.2)."""
+
+    PREPARED = PREPARED
+    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
+    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+
+    def param_ts(self, value: datetime | None) -> Any:
+        return _ts(value)
+
+    def queue_health_params(self) -> list[Any]:
+        now = _ts(_now())
+        return [now, now]
+
+    def now(self) -> tuple[str, list[Any]]:
+        return "%s", [_ts(_now())]
+
+    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+        now = _now()
+        stamp = _ts(now)
+        inserted: set[str] = set()
+        for chunk in _chunks(jobs, MAX_ROWS_PER_INSERT):
+            params: list[Any] = []
+            for job in chunk:
+                scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
+                params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
+                           scheduled, stamp, stamp, job.created_by]
+            cursor.execute(
+                f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
+                f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
+                + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
+                params,
+            )
+            inserted.update(row[0] for row in cursor.fetchall())
+        result: list[str] = []
+        for job in jobs:
+            if job.id in inserted:
+                result.append(job.id)
+                continue
+            cursor.execute(f"SELECT id FROM {HOT} WHERE idempotency_key = %s", [job.idempotency_key])
+            row = cursor.fetchone()
+            # Under BEGIN IMMEDIATE nobody can have removed the holder meanwhile.
+            result.append(row[0] if row else job.id)
+        for queue in sorted({job.queue for job in jobs}):
+            cursor.execute(
+                f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
+                " ON CONFLICT (name) DO NOTHING",
+                [queue, stamp],
+            )
+            cursor.execute(
+                f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total, last_activity_at)"
+                " VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING",
+                [queue, stamp],
+            )
+        return result
+
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+        """Claim up to ``limit`` due rows; runs under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
+
+        The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
+        index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
+        rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
+        if limit <= 0 or (queues is not None and not queues):
+            return []
+        now = _ts(_now())
+        if queues is None:
+            cursor.execute(PENDING_QUEUES_SQL)
+        else:
+            cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
+        open_queues = sorted(row[0] for row in cursor.fetchall())
+        if not open_queues:
+            return []
+        scan = limit * 10
+        if len(open_queues) <= MAX_STREAMED_QUEUES:
+            streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
+            window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
+            params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
+        else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
+            window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
+                FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
+                  AND h.queue IN (SELECT value FROM json_each(%s))
+                ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
+            params = [now, json.dumps(open_queues), scan]
+        cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
+        return sorted((hot_job(row) for row in cursor.fetchall()), key=_sort_key)
+
+    def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
+        now = _ts(_now())
         cursor.execute(
-            f"INSERT INTO {ATTEMPTS} ({ATTEMPT_COLUMNS}) VALUES {', '.join(['(%s, %s, %s, %s, %s, %s, %s, %s)'] * len(chunk))}",
-            [value for a in chunk for value in (a.job_id, a.attempt, worker_id, a.error.error_class,
-                                                a.error.message, a.error.traceback, now, _ts(a.started_at))],
+            f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
+            f" last_updated_at = %s WHERE id = %s AND worker_id = %s AND +status = 1 RETURNING attempt_count",
+            [now, now, now, job_id, worker_id],
+        )
+        row = cursor.fetchone()
+        return int(row[0]) if row else None
+
+    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        now = _ts(_now())
+        cursor.execute(
+            f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
+            f" last_updated_at = %s WHERE id IN ({_marks(len(ids))}) AND worker_id = %s AND +status = 1"
+            " RETURNING id, attempt_count",
+            [now, now, now, *ids, worker_id],
+        )
+        return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+    def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+        if not job_ids:
+            return []
+        now = _ts(_now())
+        cursor.execute(
+            f"UPDATE {HOT} SET heartbeat_at = %s, last_updated_at = %s"
+            f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 2 AND worker_id = %s RETURNING id",
+            [now, now, *job_ids, worker_id],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+    def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+        cursor.execute(
+            f"SELECT id, cancel_requested_by FROM {HOT}"
+            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL",
+            [worker_id],
+        )
+        return [(row[0], row[1]) for row in cursor.fetchall()]
+
+    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
+        if not items:
+            return []
+        now = _now()
+        stamp = _ts(now)
+        durations = {item.job_id: item.duration_ms for item in items}
+        results = {item.job_id: item.result for item in items}
+        guard, params = _worker_guard(worker_id)
+        rows = _delete_hot(cursor, list(durations), guard, params)
+        if not rows:
+            return []
+        cursor.executemany(
+            f"INSERT INTO {ARCHIVE} ({ARCHIVE_COLUMNS}) VALUES ({_marks(14)})",
+            [(r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], r[_ATTEMPTS], r[_WORKER], r[_CREATED_BY],
+              r[_MODIFIED_BY], r[_CREATED], r[_STARTED], stamp, durations[r[_ID]], results[r[_ID]]) for r in rows],
+        )
+        _bump_stats(cursor, "succeeded_total", Counter(r[_QUEUE] for r in rows), stamp)
+        _bump_buckets(cursor, now, ((r[_QUEUE], 0, -1, durations[r[_ID]]) for r in rows))
+        return [(r[_ID], r[_QUEUE]) for r in rows]
+
+    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
+        if not items:
+            return []
+        details = {
+            item.job_id: (int(item.reason), error_details(item.error_details)) for item in items
+        }
+        guard, params = _worker_guard(worker_id)
+        rows = _delete_hot(cursor, list(details), guard, params)
+        return _insert_dlq(cursor, rows, details, _now()) if rows else []
+
+    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
+        now = _now()
+        stamp = _ts(now)
+        guard, params = _worker_guard(worker_id)
+        moved: Moved = []
+        for item in items:
+            cursor.execute(
+                f"UPDATE {HOT} SET status = 0, attempt_count = %s, scheduled_at = %s, worker_id = NULL,"
+                f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = %s WHERE id = %s {guard}"
+                " RETURNING id, queue",
+                [item.attempt_count, _ts(now + timedelta(seconds=item.delay_seconds)), stamp, item.job_id, *params],
+            )
+            moved.extend((row[0], row[1]) for row in cursor.fetchall())
+        _bump_stats(cursor, "retried_total", Counter(queue for _, queue in moved), stamp)
+        return moved
+
+    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
+        if not job_ids:
+            return 0
+        cursor.execute(
+            f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
+            f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 1 AND worker_id = %s",
+            [_ts(_now()), *job_ids, worker_id],
+        )
+        return int(cursor.rowcount)
+
+    def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+        revision: int | None = None,
+    ) -> bool:
+        return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor, revision))
+
+    def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+        return _resurrect_rows(cursor, list(dict.fromkeys(job_ids)), None, None, None, actor)
+
+    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        rows = _delete_hot(cursor, ids, "AND status IN (0, 1)", [])
+        if not rows:
+            return []
+        details = {r[_ID]: (int(FailureReason.CANCELLED), cancel_details(actor)) for r in rows}
+        return _insert_dlq(cursor, rows, details, _now(), modified_by=actor, keep_modifier=False)
+
+    def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+        if not job_ids:
+            return []
+        cursor.execute(
+            f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN ({_marks(len(job_ids))}) AND +status = 2"
+            " RETURNING id",
+            [actor, *job_ids],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+    def update_hot_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
+        revision: int | None = None,
+    ) -> bool:
+        if payload is None and tags is None and priority is None:
+            return False
+        cursor.execute(
+            f"UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
+            f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s, {REVISION_BUMP}"
+            f" WHERE id = %s AND status = 0 AND {revision_guard()}",
+            [payload, tags, priority, actor, _ts(_now()), job_id, revision],
+        )
+        return bool(cursor.rowcount)
+
+    def update_dlq_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
+                        revision: int | None = None) -> bool:
+        if payload is None and tags is None:
+            return False
+        cursor.execute(
+            f"UPDATE {DLQ} SET previous_payload = CASE WHEN %s IS NOT NULL AND %s IS NOT payload"
+            " THEN payload ELSE previous_payload END,"
+            f" payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s, {REVISION_BUMP}"
+            f" WHERE id = %s AND {revision_guard()}",
+            [payload, payload, payload, tags, actor, job_id, revision],
+        )
+        return bool(cursor.rowcount)
+
+    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        cursor.execute(
+            f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN ({_marks(len(ids))})"
+            " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue",
+            [*ids, batch_size],
+        )
+        moved = [(row[0], row[1]) for row in cursor.fetchall()]
+        _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
+        return moved
+
+    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        cursor.execute(
+            f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
+            " ORDER BY created_at, id LIMIT %s) RETURNING queue",
+            [_ts(cutoff), batch_size],
+        )
+        counts = Counter(row[0] for row in cursor.fetchall())
+        _drop_stats(cursor, "failed_total", counts, _ts(_now()))
+        return sum(counts.values())
+
+    def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        cursor.execute(
+            f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
+            " ORDER BY finished_at, id LIMIT %s) RETURNING queue",
+            [_ts(cutoff), batch_size],
+        )
+        counts = Counter(row[0] for row in cursor.fetchall())
+        _drop_stats(cursor, "succeeded_total", counts, _ts(_now()))
+        return sum(counts.values())
+
+    def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
+        now = _now()
+        cursor.execute(
+            f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
+            " WHERE status = 1 AND last_updated_at < %s",
+            [_ts(now), _ts(now - timedelta(seconds=fetched_timeout_s))],
+        )
+        return int(cursor.rowcount)
+
+    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
+        now = _now()
+        # Per-queue cutoffs computed in Python: Django's text format allows no date arithmetic in SQL.
+        cursor.execute(f"SELECT name, zombie_timeout_seconds FROM {QUEUES} WHERE zombie_timeout_seconds IS NOT NULL")
+        overrides = {name: seconds for name, seconds in cursor.fetchall()}
+        default_cutoff = _ts(now - timedelta(seconds=global_timeout_s))
+        clauses = [f"queue NOT IN ({_marks(len(overrides))}) AND coalesce(heartbeat_at, last_updated_at) < %s"
+                   if overrides else "coalesce(heartbeat_at, last_updated_at) < %s"]
+        params: list[Any] = [*overrides, default_cutoff]
+        for name, timeout in overrides.items():
+            clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
+            params += [name, _ts(now - timedelta(seconds=timeout))]
+        cursor.execute(
+            f"DELETE FROM {HOT} WHERE status = 2 AND ({' OR '.join(f'({c})' for c in clauses)})"
+            f" RETURNING {HOT_COLUMNS}",
+            params,
+        )
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        details = {r[_ID]: (int(FailureReason.ZOMBIE), ZOMBIE_DETAILS) for r in rows}
+        return _insert_dlq(cursor, rows, details, now)
+
+    def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        cursor.execute(
+            f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS} WHERE last_heartbeat_at < %s"
+            " ORDER BY last_heartbeat_at LIMIT %s)",
+            [_ts(cutoff), batch_size],
+        )
+        return int(cursor.rowcount)
+
+    def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        cursor.execute(
+            f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
+            " ORDER BY bucket_start LIMIT %s)",
+            [_ts(cutoff), batch_size],
+        )
+        return int(cursor.rowcount)
+
+    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
+        """Nothing to do: SQLite reuses freed pages and keeps no dead row versions."""
+        return False
+
+    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
+        # BEGIN IMMEDIATE serializes the callers: the first to move the tick forward wins.
+        stamp, at = _ts(_now()), _ts(tick)
+        cursor.execute(
+            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
+            [name, at, stamp],
+        )
+        if cursor.rowcount:
+            return False
+        cursor.execute(
+            f"UPDATE {SCHEDULES} SET last_tick_at = %s, updated_at = %s WHERE name = %s AND last_tick_at < %s",
+            [at, stamp, name, at],
+        )
+        return bool(cursor.rowcount)
+
+    def change_marker(self, cursor: Cursor) -> int | None:
+        """Changes whenever another connection commits; read without a lock (the WAL index)."""
+        cursor.execute("PRAGMA data_version")
+        return int(cursor.fetchone()[0])
+
+    def _dlq_pick(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
+        where, params = self.dlq_where(filters)
+        cursor.execute(f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC LIMIT %s", [*params, max_jobs])
+        return [r[0] for r in cursor.fetchall()]
+
+    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+        return _delete_dlq(cursor, self._dlq_pick(cursor, filters, max_jobs))
+
+    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+        return _resurrect_rows(cursor, self._dlq_pick(cursor, filters, max_jobs), None, None, None, actor)
+
+    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        cursor.execute(f"DELETE FROM {ARCHIVE} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", ids)
+        moved = [(row[0], row[1]) for row in cursor.fetchall()]
+        _drop_stats(cursor, "succeeded_total", Counter(q for _, q in moved), _ts(_now()))
+        return moved
+
+    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+        """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
+        locate, ids = self.locate_sql(list(dict.fromkeys(request.locate_ids)))
+        since = request.throughput_since
+        now = _ts(_now())
+        cursor.execute(_snapshot_sql(locate), [
+            int(request.active_limit), *ids,
+            since is not None, _ts(since or _now()),
+            request.queues, now, now,
+            request.workers,
+            request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
+        ])
+        totals, active, found, points, queues, workers, errors = cursor.fetchone()
+        parts = json.loads(queues) if queues is not None else None
+        return DeckSnapshot(
+            summary=summary(json_rows(totals)[0]),
+            active=[active_row(r) for r in json_rows(active)],
+            located=located(json_rows(found)),
+            throughput=None if points is None else [metric(r) for r in json_rows(points)],
+            queue_states=None if parts is None else [queue_state(r) for r in parts[0]],
+            queue_stats=None if parts is None else [queue_stats_row(r) for r in parts[1]],
+            queue_lags=None if parts is None else [lag(r) for r in parts[2]],
+            workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
+            errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
         )
 
+    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+        now = _ts(_now())
+        for chunk in _chunks(attempts, ATTEMPT_ROWS_PER_INSERT):
+            cursor.execute(
+                f"INSERT INTO {ATTEMPTS} ({ATTEMPT_COLUMNS}) VALUES {', '.join(['(%s, %s, %s, %s, %s, %s, %s, %s)'] * len(chunk))}",
+                [value for a in chunk for value in (a.job_id, a.attempt, worker_id, a.error.error_class,
+                                                    a.error.message, a.error.traceback, now, _ts(a.started_at))],
+            )
 
-def job_attempts(cursor: Cursor, job_id: str) -> list[Attempt]:
-    cursor.execute(f"SELECT {ATTEMPT_COLUMNS} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id", [job_id])
-    return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], as_utc(r[6]), as_utc(r[7]))
-            for r in cursor.fetchall()]
+    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
+        cursor.execute(f"SELECT {ATTEMPT_COLUMNS} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id", [job_id])
+        return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], as_utc(r[6]), as_utc(r[7]))
+                for r in cursor.fetchall()]
+
+    def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        cursor.execute(
+            f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s ORDER BY failed_at LIMIT %s)",
+            [_ts(cutoff), batch_size],
+        )
+        return int(cursor.rowcount)
 
 
-def purge_attempts(cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-    cursor.execute(
-        f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s ORDER BY failed_at LIMIT %s)",
-        [_ts(cutoff), batch_size],
-    )
-    return int(cursor.rowcount)
+DIALECT: Dialect = SQLiteDialect()

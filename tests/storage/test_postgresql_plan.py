@@ -82,7 +82,7 @@ def _captured_fetch_sql(queues: list[str] | None) -> tuple[str, Sequence[Any] | 
     try:
         with transaction.atomic(), connection.cursor() as wrapper:
             recorder = RecordingCursor(wrapper.cursor)
-            claimed = postgresql.fetch_batch(recorder, "w-plan", 20, queues)
+            claimed = postgresql.DIALECT.fetch_batch(recorder, "w-plan", 20, queues)
             assert len(claimed) == 20, "the realistic table has due Pending rows to claim"
             raise Rollback
     except Rollback:

@@ -185,13 +185,13 @@ def test_deck_reaches_the_engine_only_through_service_events_domain() -> None:
 
 @pytest.mark.parametrize("vendor", VENDORS)
 def test_every_vendor_defines_every_dialect_function_with_the_same_parameters(vendor: str) -> None:
-    module = importlib.import_module(f"chokaq_core.sql.{vendor}")
+    dialect = importlib.import_module(f"chokaq_core.sql.{vendor}").DIALECT
     for name in DIALECT_FUNCTIONS:
-        function = getattr(module, name, None)
+        function = getattr(dialect, name, None)
         assert callable(function), f"{vendor}.{name} is missing"
         expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]  # drop self
         assert list(inspect.signature(function).parameters) == expected, f"{vendor}.{name}"
-    assert set(module.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
+    assert set(dialect.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
 
 
 def test_sql_text_lives_only_in_sql_modules() -> None:

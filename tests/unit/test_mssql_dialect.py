@@ -735,7 +735,7 @@ CASES = [
 
 def _run(case: Case) -> tuple[Any, Recorder]:
     cursor = Recorder(case.script)
-    return getattr(sql, case.function)(cursor, *case.args), cursor
+    return getattr(sql.DIALECT, case.function)(cursor, *case.args), cursor
 
 
 def test_every_protocol_function_has_a_render_case() -> None:
@@ -745,7 +745,7 @@ def test_every_protocol_function_has_a_render_case() -> None:
 def test_return_annotations_mirror_the_protocol() -> None:
     for name in DIALECT_FUNCTIONS:
         expected = typing.get_type_hints(getattr(Dialect, name))
-        actual = typing.get_type_hints(getattr(sql, name))
+        actual = typing.get_type_hints(getattr(sql.DIALECT, name))
         assert actual == expected, name
 
 
@@ -761,7 +761,7 @@ def test_every_function_runs_and_returns_what_the_protocol_says(case: Case) -> N
         assert case.check(result), result
     else:
         assert result == case.expected
-    hint = typing.get_type_hints(getattr(sql, case.function))["return"]
+    hint = typing.get_type_hints(getattr(sql.DIALECT, case.function))["return"]
     origin = typing.get_origin(hint)
     if origin is list:
         assert isinstance(result, list)
@@ -800,9 +800,9 @@ def test_mssql_django_formats_every_statement(case: Case) -> None:
 
 
 def test_autocommit_safe_functions_change_one_table_at_most() -> None:
-    assert set(sql.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
+    assert set(sql.DIALECT.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
     for function, text, _ in _statements():
-        if function not in sql.AUTOCOMMIT_SAFE:
+        if function not in sql.DIALECT.AUTOCOMMIT_SAFE:
             continue
         statements = [s for s in _strip_literals(text).split(";") if s.strip()]
         changing = [s for s in statements if DML.match(s) and re.search(r"\bchokaq_\w+", s)]
@@ -847,7 +847,7 @@ def test_claims_lock_skip_and_rank_inside_the_claim() -> None:
         assert "h.status = 0" in text, "the literal predicate lets the filtered index hot_fetch_pending serve"
         lock = text.index("FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\nWHERE c.max_workers IS NOT NULL")
         assert lock < text.index("WITH Eligible AS"), "capped queues' rows are locked before the claim statement"
-        assert "fetch_batch" not in sql.AUTOCOMMIT_SAFE, "those locks must last until the claim commits"
+        assert "fetch_batch" not in sql.DIALECT.AUTOCOMMIT_SAFE, "those locks must last until the claim commits"
         assert params[:3] == ["w1", 100, 10], "worker, scan window (10 x limit), limit"
 
 
@@ -1101,4 +1101,4 @@ def test_the_parity_test_covers_mssql() -> None:
     assert "mssql" in parity.VENDORS
     for name in DIALECT_FUNCTIONS:
         expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]
-        assert list(inspect.signature(getattr(sql, name)).parameters) == expected, name
+        assert list(inspect.signature(getattr(sql.DIALECT, name)).parameters) == expected, name
