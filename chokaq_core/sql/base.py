@@ -10,6 +10,7 @@ the edit was stale and nothing changed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from chokaq_core.domain import (
     BulkPreview,
     DeadJob,
     ErrorGroup,
+    Failure,
     FailureReason,
     HistorySort,
     HotJob,
@@ -31,6 +33,8 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Retry,
+    Success,
     SummaryStats,
     WorkerInfo,
 )
@@ -49,6 +53,11 @@ def revision_guard(expected: str = "%s") -> str:
     """The predicate of a versioned edit: ``expected`` (a placeholder or variable holding the revision the
     edit was made against, NULL for an unversioned command) must equal the row's revision."""
     return f"revision = coalesce({expected}, revision)"
+
+
+def finite(value: float | None) -> float | None:
+    """A measured number as stored: a float, or NULL when missing or not finite."""
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def error_details(text: str | None) -> str:
@@ -503,6 +512,9 @@ class StatementDialect(BaseDialect):
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → (id, queue)
+    MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details), guard_params → (id, queue)
+    RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields), guard_params → (id, queue)
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         """A list of job ids (duplicates dropped) as one statement parameter."""
@@ -645,3 +657,46 @@ class StatementDialect(BaseDialect):
         """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
         cursor.execute(self.ARCHIVE_ZOMBIES_SQL, [*self.seconds_params(global_timeout_s), ZOMBIE_DETAILS])
         return self.moved(cursor)
+
+    # ------------------------------------------------------------ completion (batched moves)
+
+    def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """Per-item rows of a batch as statement parameters: one array per key by default."""
+        return [list(column) for column in zip(*(row.values() for row in rows), strict=True)]
+
+    def guard_params(self, worker_id: str | None) -> list[Any]:
+        """The owner guard's parameters (None: no guard)."""
+        return [worker_id, worker_id]
+
+    def delay_fields(self, seconds: float) -> dict[str, Any]:
+        """A retry delay as the reschedule statement reads it."""
+        return {"delay_seconds": float(seconds)}
+
+    def _move(self, cursor: Cursor, sql: str, worker_id: str | None,
+              rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+        if not rows:
+            return []
+        cursor.execute(sql, [*self.items_params(rows), *self.guard_params(worker_id)])
+        return self.moved(cursor)
+
+    def archive_succeeded(self, cursor: Cursor, worker_id: str | None,
+                          items: Sequence[Success]) -> list[tuple[str, str]]:
+        """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
+        by_id = {item.job_id: item for item in items}
+        return self._move(cursor, self.ARCHIVE_SUCCEEDED_SQL, worker_id, [
+            {"id": i.job_id, "duration_ms": finite(i.duration_ms), "result": i.result} for i in by_id.values()])
+
+    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> list[tuple[str, str]]:
+        """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
+        by_id = {item.job_id: item for item in items}
+        return self._move(cursor, self.MOVE_TO_DLQ_SQL, worker_id, [
+            {"id": i.job_id, "failure_reason": int(i.reason), "error_details": error_details(i.error_details)}
+            for i in by_id.values()])
+
+    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None,
+                             items: Sequence[Retry]) -> list[tuple[str, str]]:
+        """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
+        by_id = {item.job_id: item for item in items}
+        return self._move(cursor, self.RESCHEDULE_SQL, worker_id, [
+            {"id": i.job_id, "attempt_count": int(i.attempt_count), **self.delay_fields(i.delay_seconds)}
+            for i in by_id.values()])

@@ -42,7 +42,6 @@ Requires SQL Server 2016+ with database compatibility level ≥ 130 (``OPENJSON`
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -54,16 +53,13 @@ from chokaq_core.domain import (
     DeadJob,
     DeckSnapshot,
     FailedAttempt,
-    Failure,
     FailureReason,
     HotJob,
     JobFilter,
     JobStatus,
     NewJob,
-    Retry,
     SnapshotRequest,
     StorageError,
-    Success,
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Dialect, Moved, json_rows
@@ -75,7 +71,6 @@ from chokaq_core.sql.base import (
     StatementDialect,
     active_row,
     as_utc,
-    error_details,
     error_group,
     escaped_like,
     hot_job,
@@ -742,10 +737,6 @@ def _split_seconds(seconds: float) -> tuple[int, int]:
     return max(-_INT_MAX, min(_INT_MAX, int(whole))), int(ms)
 
 
-def _duration(value: float | None) -> float | None:
-    return float(value) if value is not None and math.isfinite(value) else None
-
-
 def _error_text(exc: BaseException) -> str:
     """Every message of an exception chain (pyodbc puts the native error number in the text)."""
     parts: list[str] = []
@@ -1011,6 +1002,16 @@ class SQLServerDialect(StatementDialect, statements=globals()):
     def ids_param(self, ids: Sequence[str]) -> Any:
         return _ids_json(ids)
 
+    def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        return [_json(rows)]  # one JSON array read by OPENJSON
+
+    def guard_params(self, worker_id: str | None) -> list[Any]:
+        return [worker_id]
+
+    def delay_fields(self, seconds: float) -> dict[str, Any]:
+        delay_s, delay_ms = _split_seconds(seconds)
+        return {"delay_s": delay_s, "delay_ms": delay_ms}
+
     def seconds_params(self, seconds: float) -> list[Any]:
         return list(_split_seconds(seconds))  # DATEADD takes whole numbers
 
@@ -1071,44 +1072,6 @@ class SQLServerDialect(StatementDialect, statements=globals()):
         jobs = [hot_job(row) for row in _rows(cursor)]
         # OUTPUT order is unspecified: priority desc, due time asc, id.
         return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
-
-    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-        """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
-        by_id = {item.job_id: item for item in items}
-        if not by_id:
-            return []
-        payload = _json(
-            {"id": i.job_id, "duration_ms": _duration(i.duration_ms), "result": getattr(i, "result", None)}
-            for i in by_id.values()
-        )
-        cursor.execute(ARCHIVE_SUCCEEDED_SQL, [payload, worker_id])
-        return _moved(cursor)
-
-    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-        """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
-        by_id = {item.job_id: item for item in items}
-        if not by_id:
-            return []
-        payload = _json(
-            {"id": i.job_id, "failure_reason": int(i.reason),
-             "error_details": error_details(i.error_details)}
-            for i in by_id.values()
-        )
-        cursor.execute(MOVE_TO_DLQ_SQL, [payload, worker_id])
-        return _moved(cursor)
-
-    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
-        """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
-        by_id = {item.job_id: item for item in items}
-        if not by_id:
-            return []
-        rows = []
-        for item in by_id.values():
-            delay_s, delay_ms = _split_seconds(item.delay_seconds)
-            rows.append({"id": item.job_id, "attempt_count": int(item.attempt_count), "delay_s": delay_s,
-                         "delay_ms": delay_ms})
-        cursor.execute(RESCHEDULE_SQL, [_json(rows), worker_id])
-        return _moved(cursor)
 
     def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
         """Upsert ``is_paused``."""

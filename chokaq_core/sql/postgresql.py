@@ -22,15 +22,12 @@ from chokaq_core.domain import (
     Attempt,
     DeckSnapshot,
     FailedAttempt,
-    Failure,
     FailureReason,
     HotJob,
     JobFilter,
     NewJob,
-    Retry,
     SnapshotRequest,
     StorageError,
-    Success,
 )
 from chokaq_core.sql import Cursor, Dialect, Moved, json_rows
 from chokaq_core.sql.base import (
@@ -50,7 +47,6 @@ from chokaq_core.sql.base import (
     WORKER_FIELDS,
     StatementDialect,
     active_row,
-    error_details,
     error_group,
     escaped_like,
     hot_job,
@@ -657,52 +653,6 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             params.update(scan=limit, candidates=limit * 4)
         cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
         return [hot_job(row) for row in cursor.fetchall()]
-
-    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-        """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
-        by_id = {item.job_id: item for item in items}
-        if not by_id:
-            return []
-        cursor.execute(
-            ARCHIVE_SUCCEEDED_SQL,
-            [list(by_id), _floats(i.duration_ms for i in by_id.values()), [i.result for i in by_id.values()], worker_id,
-             worker_id],
-        )
-        return _moved(cursor)
-
-    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-        """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
-        by_id = {item.job_id: item for item in items}
-        if not by_id:
-            return []
-        cursor.execute(
-            MOVE_TO_DLQ_SQL,
-            [
-                list(by_id),
-                [int(i.reason) for i in by_id.values()],
-                [error_details(i.error_details) for i in by_id.values()],
-                worker_id,
-                worker_id,
-            ],
-        )
-        return _moved(cursor)
-
-    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
-        """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
-        by_id = {item.job_id: item for item in items}
-        if not by_id:
-            return []
-        cursor.execute(
-            RESCHEDULE_SQL,
-            [
-                list(by_id),
-                [int(i.attempt_count) for i in by_id.values()],
-                _floats(i.delay_seconds for i in by_id.values()),
-                worker_id,
-                worker_id,
-            ],
-        )
-        return _moved(cursor)
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
