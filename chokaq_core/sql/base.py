@@ -21,6 +21,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     BulkPreview,
     DeadJob,
+    DeckSnapshot,
     ErrorGroup,
     Failure,
     FailureReason,
@@ -34,11 +35,12 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, json_datetime
+from chokaq_core.sql import Cursor, json_datetime, json_rows
 
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
@@ -219,6 +221,23 @@ def escaped_like(term: str) -> str:
     """A LIKE pattern matching ``term`` anywhere, its wildcards escaped (with ``ESCAPE '\\'``)."""
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def snapshot_of(request: SnapshotRequest, totals: Any, active: Any, found: Any, points: Any, states: Any,
+                stats: Any, lags: Any, workers: Any, errors: Any) -> DeckSnapshot:
+    """A ``deck_snapshot`` row's parts (rows packed as JSON, see ``json_rows``; the mappers parse JSON timestamps) as
+    each read returns them; a part the request did not ask for is None."""
+    return DeckSnapshot(
+        summary=summary(json_rows(totals)[0]),
+        active=[active_row(r) for r in json_rows(active)],
+        located=located(json_rows(found)),
+        throughput=None if request.throughput_since is None else [metric(r) for r in json_rows(points)],
+        queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
+        queue_stats=[queue_stats_row(r) for r in json_rows(stats)] if request.queues else None,
+        queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
+        workers=[worker_info(r) for r in json_rows(workers)] if request.workers else None,
+        errors=[error_group(r) for r in json_rows(errors)] if request.errors_limit > 0 else None,
+    )
 
 
 def locate_statement(tail: str) -> str:

@@ -62,26 +62,19 @@ from chokaq_core.domain import (
     StorageError,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Dialect, Moved, json_rows
+from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
     EMPTY_ERROR,
     REVISION_BUMP,
     TOP_ERRORS_SAMPLE,
     StatementDialect,
-    active_row,
     as_utc,
-    error_group,
     escaped_like,
     hot_job,
-    lag,
     located,
-    metric,
-    queue_state,
-    queue_stats_row,
     revision_guard,
-    summary,
-    worker_info,
+    snapshot_of,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
@@ -1187,18 +1180,7 @@ class SQLServerDialect(StatementDialect, statements=globals()):
             int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
             bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
         ])
-        totals, active, found, points, states, stats, lags, workers, errors = _rows(cursor)[0]
-        return DeckSnapshot(
-            summary=summary(json_rows(totals, datetime_at=[6])[0]),
-            active=[active_row(r) for r in json_rows(active, datetime_at=[5, 10, 11])],
-            located=located(json_rows(found)),
-            throughput=None if since is None else [metric(r) for r in json_rows(points, datetime_at=[0])],
-            queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
-            queue_stats=[queue_stats_row(r) for r in json_rows(stats, datetime_at=[7])] if request.queues else None,
-            queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
-            workers=[worker_info(r) for r in json_rows(workers, datetime_at=[9, 10, 11])] if request.workers else None,
-            errors=[error_group(r) for r in json_rows(errors, datetime_at=[3])] if errors_limit > 0 else None,
-        )
+        return snapshot_of(request, *_rows(cursor)[0])
 
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
         """One INSERT … SELECT over the batch as a JSON array."""

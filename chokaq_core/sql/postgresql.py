@@ -29,7 +29,7 @@ from chokaq_core.domain import (
     SnapshotRequest,
     StorageError,
 )
-from chokaq_core.sql import Cursor, Dialect, Moved, json_rows
+from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
     ARCHIVE_FIELDS,
@@ -46,19 +46,11 @@ from chokaq_core.sql.base import (
     TOP_ERRORS_SAMPLE,
     WORKER_FIELDS,
     StatementDialect,
-    active_row,
-    error_group,
     escaped_like,
     hot_job,
-    lag,
     locate_statement,
-    located,
-    metric,
-    queue_state,
-    queue_stats_row,
     revision_guard,
-    summary,
-    worker_info,
+    snapshot_of,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
@@ -715,17 +707,8 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
         ])
         totals, active, found, points, queues, workers, errors = cursor.fetchone()
-        return DeckSnapshot(
-            summary=summary(json_rows([totals])[0]),
-            active=[active_row(r) for r in json_rows(active)],
-            located=located(json_rows(found)),
-            throughput=None if since is None else [metric(r) for r in json_rows(points)],
-            queue_states=None if queues is None else [queue_state(r) for r in json_rows(queues[0])],
-            queue_stats=None if queues is None else [queue_stats_row(r) for r in json_rows(queues[1])],
-            queue_lags=None if queues is None else [lag(r) for r in json_rows(queues[2])],
-            workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
-            errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
-        )
+        states, stats, lags = queues or (None, None, None)
+        return snapshot_of(request, [totals], active, found, points, states, stats, lags, workers, errors)
 
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
         """One INSERT … SELECT over unnest() arrays for the whole batch, in order."""

@@ -31,7 +31,7 @@ from chokaq_core.domain import (
     SnapshotRequest,
     Success,
 )
-from chokaq_core.sql import Dialect, json_rows
+from chokaq_core.sql import Dialect
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
     ARCHIVE,
@@ -56,20 +56,12 @@ from chokaq_core.sql.base import (
     WORKERS,
     ZOMBIE_DETAILS,
     BaseDialect,
-    active_row,
     as_utc,
     cancel_details,
     error_details,
-    error_group,
     hot_job,
-    lag,
-    located,
-    metric,
-    queue_state,
-    queue_stats_row,
     revision_guard,
-    summary,
-    worker_info,
+    snapshot_of,
 )
 
 Cursor = Any
@@ -734,18 +726,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
         ])
         totals, active, found, points, queues, workers, errors = cursor.fetchone()
-        parts = json.loads(queues) if queues is not None else None
-        return DeckSnapshot(
-            summary=summary(json_rows(totals)[0]),
-            active=[active_row(r) for r in json_rows(active)],
-            located=located(json_rows(found)),
-            throughput=None if points is None else [metric(r) for r in json_rows(points)],
-            queue_states=None if parts is None else [queue_state(r) for r in parts[0]],
-            queue_stats=None if parts is None else [queue_stats_row(r) for r in parts[1]],
-            queue_lags=None if parts is None else [lag(r) for r in parts[2]],
-            workers=None if workers is None else [worker_info(r) for r in json_rows(workers)],
-            errors=None if errors is None else [error_group(r) for r in json_rows(errors)],
-        )
+        states, stats, lags = json.loads(queues) if queues is not None else (None, None, None)
+        return snapshot_of(request, totals, active, found, points, states, stats, lags, workers, errors)
 
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
         now = _ts(_now())
