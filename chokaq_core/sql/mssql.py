@@ -67,6 +67,7 @@ from chokaq_core.sql.base import (
     CARRIED_REVISION,
     EMPTY_ERROR,
     REVISION_BUMP,
+    SINGLE_STATEMENTS,
     TOP_ERRORS_SAMPLE,
     StatementDialect,
     as_utc,
@@ -85,14 +86,7 @@ ENQUEUE_PASSES = 3
 # (not fetch_batch: its capped-queue locks must last until the claim commits).
 PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
 ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
-AUTOCOMMIT_SAFE = frozenset({
-    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
-    "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
-    "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
-    "queue_stats", "get_hot", "get_archived", "get_dead",
-    "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
-    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
-})
+AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"record_attempts"}
 
 # Column lists follow the row dataclasses field for field, so a row maps by position.
 HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
@@ -780,7 +774,6 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
 
 # ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
 
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "schedule_ticks"}
 
 WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
                  "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
@@ -944,7 +937,6 @@ DECK_SNAPSHOT_SQL = _batch(
 
 # ---------------------------------------------------------------- attempts history
 
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"record_attempts", "job_attempts"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 # One statement for the whole batch, its rows read from a JSON array in order (no 2,100-parameter limit).

@@ -41,6 +41,7 @@ from chokaq_core.sql.base import (
     QUEUE_STATES_SQL,
     QUEUE_STATS_SQL,
     REVISION_BUMP,
+    SINGLE_STATEMENTS,
     SUMMARY_STATS_SQL,
     THROUGHPUT_SQL,
     TOP_ERRORS_SAMPLE,
@@ -67,16 +68,11 @@ PREPARED = frozenset({
 
 # Every function but enqueue is one statement (a move is one CTE statement) or a read,
 # so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
-AUTOCOMMIT_SAFE = frozenset({
-    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded", "move_to_dlq",
-    "reschedule_for_retry", "release_jobs", "resurrect", "resurrect_batch", "cancel_batch", "request_cancel",
-    "update_hot_data", "update_dlq_data", "purge_dlq_ids", "purge_dlq_older_than", "purge_archive",
-    "recover_abandoned", "archive_zombies", "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers",
-    "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats", "queue_stats", "get_hot",
-    "get_archived", "get_dead", "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health",
-    "top_errors", "preview_dlq_bulk", "purge_dlq_by_filter", "purge_archive_ids", "count_archive_older_than",
-    "count_dlq_older_than", "deck_snapshot",
-})  # fmt: skip
+AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {
+    "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "resurrect", "resurrect_batch", "cancel_batch",
+    "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "archive_zombies", "purge_dlq_by_filter",
+    "purge_archive_ids", "purge_workers", "purge_metric_buckets", "tidy_hot_table", "record_attempts", "purge_attempts",
+}
 
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
@@ -476,8 +472,6 @@ def _insert_jobs(cursor: Cursor, jobs: Sequence[NewJob]) -> dict[str, str]:
 
 # ---------------------------------------------------------------- operations: retention, schedule, reads
 
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
-                                     "tidy_hot_table"}
 
 PURGE_WORKERS_SQL = """
 DELETE FROM chokaq_workers WHERE worker_id IN (
@@ -568,7 +562,6 @@ SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
 
 # ---------------------------------------------------------------- attempts history
 
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"record_attempts", "job_attempts", "purge_attempts"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 RECORD_ATTEMPTS_SQL = """

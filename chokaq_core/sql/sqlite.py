@@ -49,6 +49,7 @@ from chokaq_core.sql.base import (
     QUEUES,
     REVISION_BUMP,
     SCHEDULES,
+    SINGLE_STATEMENTS,
     STATS,
     SUMMARY_STATS_SQL,
     THROUGHPUT_SQL,
@@ -79,14 +80,7 @@ _ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CR
 # Functions storage may run without an explicit transaction: one statement, or reads.
 PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
 ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
-AUTOCOMMIT_SAFE = frozenset({
-    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
-    "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
-    "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
-    "queue_stats", "get_hot", "get_archived", "get_dead",
-    "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
-    "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
-})
+AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"purge_workers", "purge_metric_buckets", "change_marker", "purge_attempts"}
 MAX_ROWS_PER_INSERT = 500
 
 
@@ -280,8 +274,6 @@ def _resurrect_rows(
 
 # ---------------------------------------------------------------- operations: retention, schedule, reads
 
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"list_workers", "purge_workers", "purge_metric_buckets", "schedule_ticks",
-                                     "change_marker"}
 
 
 QUEUE_HEALTH_SQL = f"""
@@ -344,7 +336,6 @@ SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12
 # ---------------------------------------------------------------- attempts history
 
 ATTEMPTS = "chokaq_job_attempts"
-AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE | {"job_attempts", "purge_attempts"}
 ATTEMPT_COLUMNS = "job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at"
 ATTEMPT_ROWS_PER_INSERT = 100  # 8 parameters a row, within SQLite's host-parameter limit
 
@@ -601,25 +592,21 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
         return moved
 
-    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        cursor.execute(
-            f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
-            " ORDER BY created_at, id LIMIT %s) RETURNING queue",
-            [_ts(cutoff), batch_size],
-        )
+    def _purge_by_age(self, cursor: Cursor, table: str, older: str, order: str, counter: str, cutoff: datetime,
+                      batch_size: int) -> int:
+        """One batch of ``table`` rows matching ``older`` (a predicate on the cutoff); ``counter`` −n."""
+        cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {older}"
+                       f" ORDER BY {order}, id LIMIT %s) RETURNING queue", [_ts(cutoff), batch_size])
         counts = Counter(row[0] for row in cursor.fetchall())
-        _drop_stats(cursor, "failed_total", counts, _ts(_now()))
+        _drop_stats(cursor, counter, counts, _ts(_now()))
         return sum(counts.values())
 
+    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        return self._purge_by_age(cursor, DLQ, "created_at <= %s", "created_at", "failed_total", cutoff, batch_size)
+
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        cursor.execute(
-            f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
-            " ORDER BY finished_at, id LIMIT %s) RETURNING queue",
-            [_ts(cutoff), batch_size],
-        )
-        counts = Counter(row[0] for row in cursor.fetchall())
-        _drop_stats(cursor, "succeeded_total", counts, _ts(_now()))
-        return sum(counts.values())
+        return self._purge_by_age(cursor, ARCHIVE, "finished_at < %s", "finished_at", "succeeded_total", cutoff,
+                                  batch_size)
 
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
         now = _now()
