@@ -699,12 +699,13 @@ def count_dlq_older_than(cutoff: datetime) -> int:
 
 
 def wake_source() -> WakeSource:
-    """How an idle worker learns of new jobs: LISTEN on PostgreSQL, the commit marker where the vendor has
-    one (SQLite's ``data_version``), else polling (SQL Server, memory mode)."""
+    """How an idle worker learns of new jobs: LISTEN where the dialect has a notify channel (PostgreSQL), the
+    commit marker where it has one (SQLite's ``data_version``), else polling (SQL Server, memory mode)."""
     if memory_mode():
         return wakeup.Polling()
-    if vendor() == "postgresql":
-        return wakeup.Listen(connections[alias()].get_connection_params())
+    channel = dialect().NOTIFY_CHANNEL
+    if channel is not None:
+        return wakeup.Listen(connections[alias()].get_connection_params(), channel)
     try:
         marker = change_marker()
     except Exception:

@@ -65,6 +65,7 @@ class Dialect(Protocol):
     AUTOCOMMIT_SAFE: frozenset[str]  # functions that are one statement (or only read): no BEGIN/COMMIT needed
     PREPARED: frozenset[str]  # statements storage runs through a preparing cursor (PostgreSQL's hot path)
     ONE_STATEMENT_WITHOUT_KEYS: frozenset[str]  # functions that are one statement when no idempotency key is given
+    NOTIFY_CHANNEL: str | None  # the channel enqueue NOTIFYs, for an idle worker to LISTEN on; None: no push channel
 
     # ------------------------------------------------------------ enqueue / claim
     def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:

@@ -268,6 +268,7 @@ class BaseDialect:
     QUEUE_STATS_SQL = QUEUE_STATS_SQL
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
+    NOTIFY_CHANNEL: str | None = None
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the start of the details

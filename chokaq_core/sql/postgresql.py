@@ -581,6 +581,7 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
     PREPARED = PREPARED
     AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
     ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+    NOTIFY_CHANNEL: str | None = NOTIFY_CHANNEL
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"

@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from chokaq_core.sql.postgresql import NOTIFY_CHANNEL
-
 logger = logging.getLogger("chokaq.worker")
 
 WakeKind = Literal["listen", "commit_marker", "poll"]
@@ -97,13 +95,14 @@ class CommitMarkerProbe:
 
 
 class Listen:
-    """PostgreSQL ``LISTEN`` for the enqueue ``NOTIFY`` on an autocommit psycopg connection opened with
-    ``params`` (a Django connection's ``get_connection_params()``). A lost connection is logged and
+    """PostgreSQL ``LISTEN`` on ``channel`` (the dialect's ``NOTIFY_CHANNEL``, which enqueue notifies) over an
+    autocommit psycopg connection opened with ``params`` (a Django connection's ``get_connection_params()``). A lost connection is logged and
     reopened after :data:`RECONNECT_DELAY`."""
 
     kind: WakeKind = "listen"
 
-    def __init__(self, params: dict[str, Any]) -> None:
+    def __init__(self, params: dict[str, Any], channel: str) -> None:
+        self.channel = channel
         self.params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context")}
         self._closed = threading.Event()
         self._conn: Any = None
@@ -144,7 +143,7 @@ class Listen:
         import psycopg  # the [postgres] extra: only a PostgreSQL database gets here
 
         conn = psycopg.connect(**self.params, autocommit=True)
-        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        conn.execute(f"LISTEN {self.channel}")
         return conn
 
     def _disconnect(self) -> None:

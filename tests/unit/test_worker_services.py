@@ -420,7 +420,7 @@ def test_closing_a_commit_marker_probe_from_another_thread_ends_its_wait() -> No
 
 def test_listen_closed_while_waiting_leaves_its_connection_to_the_waiting_thread(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    source = Listen({})
+    source = Listen({}, "chokaq_jobs")
     entered, release = threading.Event(), threading.Event()
     events_seen: list[str] = []
 
@@ -453,7 +453,7 @@ def test_memory_mode_polls(chokaq_settings: Any) -> None:
 
 
 def test_listen_backs_off_after_a_lost_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    source = Listen({"dbname": "x", "cursor_factory": object(), "context": object()})
+    source = Listen({"dbname": "x", "cursor_factory": object(), "context": object()}, "chokaq_jobs")
     assert set(source.params) == {"dbname"}
     attempts: list[int] = []
 
