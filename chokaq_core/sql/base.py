@@ -19,6 +19,7 @@ from typing import Any
 from chokaq_core.domain import (
     INDEXED_SORTS,
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     DeckSnapshot,
@@ -226,6 +227,9 @@ _COMMON_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "create
 ARCHIVE_SORT = {**_COMMON_SORT, "duration": "coalesce(duration_ms, -1.0)", "date": "finished_at"}
 DLQ_SORT = {**_COMMON_SORT, "reason": "failure_reason", "date": "failed_at"}
 _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
+ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
+                  "started_at")
+JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
 
 
 def escaped_like(term: str) -> str:
@@ -272,6 +276,10 @@ class BaseDialect:
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the start of the details
+    JOB_ATTEMPTS_SQL = JOB_ATTEMPTS_SQL
+    PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
@@ -430,7 +438,40 @@ class BaseDialect:
         rows = self._all(cursor, sql, params)
         return rows[0] if rows else None
 
+    # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
+
+    def changed(self, cursor: Cursor) -> int:
+        """How many rows the UPDATE/DELETE just executed changed."""
+        return int(cursor.rowcount)
+
+    def counted(self, cursor: Cursor) -> int:
+        """The count the statement just executed selected."""
+        rows = self.rows(cursor)
+        return int(rows[0][0] or 0) if rows else 0
+
+    def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int) -> None:
+        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
+
+    def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
+        self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
+        return self.changed(cursor)
+
+    def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
+        self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
+        return self.changed(cursor)
+
+    def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of attempts-history rows that failed before ``cutoff``."""
+        self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
+        return self.changed(cursor)
+
     # ------------------------------------------------------------ reads
+
+    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
+        return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], as_utc(r[6]), as_utc(r[7]))
+                for r in self._all(cursor, self.JOB_ATTEMPTS_SQL, [job_id])]
 
     def queue_states(self, cursor: Cursor) -> list[QueueState]:
         return [queue_state(r) for r in self._all(cursor, self.QUEUE_STATES_SQL)]
@@ -540,9 +581,6 @@ class StatementDialect(BaseDialect):
     PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (count)
     RECOVER_ABANDONED_SQL: str  # params: seconds_params(timeout) → changed
     ARCHIVE_ZOMBIES_SQL: str  # params: seconds_params(global timeout), details → (id, queue)
-    PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
-    PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
-    PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
     ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → (id, queue)
     MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details), guard_params → (id, queue)
     RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields), guard_params → (id, queue)
@@ -557,15 +595,6 @@ class StatementDialect(BaseDialect):
 
     def moved(self, cursor: Cursor) -> list[tuple[str, str]]:
         return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
-
-    def changed(self, cursor: Cursor) -> int:
-        """How many rows the UPDATE/DELETE just executed changed."""
-        return int(cursor.rowcount)
-
-    def counted(self, cursor: Cursor) -> int:
-        """The count the statement just executed selected."""
-        rows = self.rows(cursor)
-        return int(rows[0][0] or 0) if rows else 0
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
@@ -647,9 +676,6 @@ class StatementDialect(BaseDialect):
             return False
         return bool(self._all(cursor, self.UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision]))
 
-    def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int) -> None:
-        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
-
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
         if batch_size <= 0:
@@ -663,21 +689,6 @@ class StatementDialect(BaseDialect):
             return 0
         self._batch_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size)
         return self.counted(cursor)
-
-    def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
-        self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
-
-    def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
-        self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
-
-    def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of attempts-history rows that failed before ``cutoff``."""
-        self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
 
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
         """Fetched rows untouched for the timeout → Pending."""

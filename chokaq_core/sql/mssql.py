@@ -49,7 +49,6 @@ from typing import Any
 
 from chokaq_core.domain import (
     ArchivedJob,
-    Attempt,
     DeadJob,
     DeckSnapshot,
     FailedAttempt,
@@ -70,7 +69,6 @@ from chokaq_core.sql.base import (
     SINGLE_STATEMENTS,
     TOP_ERRORS_SAMPLE,
     StatementDialect,
-    as_utc,
     escaped_like,
     hot_job,
     located,
@@ -937,8 +935,6 @@ DECK_SNAPSHOT_SQL = _batch(
 
 # ---------------------------------------------------------------- attempts history
 
-ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
-                  "started_at")
 # One statement for the whole batch, its rows read from a JSON array in order (no 2,100-parameter limit).
 RECORD_ATTEMPTS_SQL = (
     "DECLARE @Worker nvarchar(100) = %s;\n"
@@ -952,7 +948,6 @@ RECORD_ATTEMPTS_SQL = (
     "    traceback nvarchar(max) '$.traceback', started_at datetime2(7) '$.started_at') AS a\n"
     "ORDER BY a.n"
 )
-JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
 
 
 def _naive_utc(value: datetime | None) -> str | None:
@@ -1183,11 +1178,6 @@ class SQLServerDialect(StatementDialect, statements=globals()):
              "error_message": a.error.message, "traceback": a.error.traceback,
              "started_at": _naive_utc(a.started_at)} for n, a in enumerate(attempts)
         )])
-
-    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
-        cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
-        return [Attempt(row[0], int(row[1]), row[2], row[3], row[4], row[5], as_utc(row[6]), as_utc(row[7]))
-                for row in _rows(cursor)]
 
 
 DIALECT: Dialect = SQLServerDialect()

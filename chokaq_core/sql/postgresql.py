@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
-    Attempt,
     DeckSnapshot,
     FailedAttempt,
     FailureReason,
@@ -562,8 +561,6 @@ SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
 
 # ---------------------------------------------------------------- attempts history
 
-ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
-                  "started_at")
 RECORD_ATTEMPTS_SQL = """
 INSERT INTO chokaq_job_attempts
     (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)
@@ -572,7 +569,6 @@ FROM unnest(%s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s:
      WITH ORDINALITY AS a(job_id, attempt, error_class, error_message, traceback, started_at, n)
 ORDER BY a.n
 """
-JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
 
 
 class PostgreSQLDialect(StatementDialect, statements=globals()):
@@ -713,10 +709,6 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             [a.error.error_class for a in attempts], [a.error.message for a in attempts],
             [a.error.traceback for a in attempts], [a.started_at for a in attempts],
         ])
-
-    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
-        cursor.execute(JOB_ATTEMPTS_SQL, [job_id])
-        return [Attempt(*row) for row in cursor.fetchall()]
 
 
 DIALECT: Dialect = PostgreSQLDialect()

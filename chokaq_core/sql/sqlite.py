@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core.domain import (
-    Attempt,
     DeckSnapshot,
     FailedAttempt,
     Failure,
@@ -57,7 +56,6 @@ from chokaq_core.sql.base import (
     WORKERS,
     ZOMBIE_DETAILS,
     BaseDialect,
-    as_utc,
     cancel_details,
     error_details,
     hot_job,
@@ -338,6 +336,14 @@ SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12
 ATTEMPTS = "chokaq_job_attempts"
 ATTEMPT_COLUMNS = "job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at"
 ATTEMPT_ROWS_PER_INSERT = 100  # 8 parameters a row, within SQLite's host-parameter limit
+
+
+PURGE_WORKERS_SQL = (f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS}"
+                     " WHERE last_heartbeat_at < %s ORDER BY last_heartbeat_at LIMIT %s)")
+PURGE_METRIC_BUCKETS_SQL = (f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
+                            " ORDER BY bucket_start LIMIT %s)")
+PURGE_ATTEMPTS_SQL = (f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s"
+                      " ORDER BY failed_at LIMIT %s)")
 
 
 class SQLiteDialect(BaseDialect, statements=globals()):
@@ -640,22 +646,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         details = {r[_ID]: (int(FailureReason.ZOMBIE), ZOMBIE_DETAILS) for r in rows}
         return _insert_dlq(cursor, rows, details, now)
 
-    def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        cursor.execute(
-            f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS} WHERE last_heartbeat_at < %s"
-            " ORDER BY last_heartbeat_at LIMIT %s)",
-            [_ts(cutoff), batch_size],
-        )
-        return int(cursor.rowcount)
-
-    def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        cursor.execute(
-            f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
-            " ORDER BY bucket_start LIMIT %s)",
-            [_ts(cutoff), batch_size],
-        )
-        return int(cursor.rowcount)
-
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """Nothing to do: SQLite reuses freed pages and keeps no dead row versions."""
         return False
@@ -724,18 +714,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                 [value for a in chunk for value in (a.job_id, a.attempt, worker_id, a.error.error_class,
                                                     a.error.message, a.error.traceback, now, _ts(a.started_at))],
             )
-
-    def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
-        cursor.execute(f"SELECT {ATTEMPT_COLUMNS} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id", [job_id])
-        return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], as_utc(r[6]), as_utc(r[7]))
-                for r in cursor.fetchall()]
-
-    def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        cursor.execute(
-            f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s ORDER BY failed_at LIMIT %s)",
-            [_ts(cutoff), batch_size],
-        )
-        return int(cursor.rowcount)
 
 
 DIALECT: Dialect = SQLiteDialect()
