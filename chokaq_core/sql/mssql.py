@@ -370,37 +370,29 @@ CANCEL_REQUESTS_SQL = (
 
 _WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
 
-ARCHIVE_SUCCEEDED_SQL = _completion(
-    ["DECLARE @Items nvarchar(max) = %s;", "DECLARE @WorkerId nvarchar(4000) = %s;"],
-    ARCHIVE_MOVED,
-    "DELETE h\n"
-    + _output_into(ARCHIVE_MOVED, {"duration_ms": "i.duration_ms", "result": "i.result"})
-    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', duration_ms float '$.duration_ms',"
-    " result nvarchar(max) '$.result') AS i ON i.id = h.id\n"
-    f"WHERE {_WORKER_GUARD};",
-    "chokaq_jobs_archive",
-    "finished_at",
-    "succeeded_total",
-    0,
-    _SUCCESS_BUCKETS,
-)
 
-MOVE_TO_DLQ_SQL = _completion(
-    ["DECLARE @Items nvarchar(max) = %s;", "DECLARE @WorkerId nvarchar(4000) = %s;"],
-    DLQ_MOVED,
-    "DELETE h\n"
-    + _output_into(DLQ_MOVED, {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})
-    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', failure_reason int '$.failure_reason',"
-    " error_details nvarchar(max) '$.error_details') AS i ON i.id = h.id\n"
-    f"WHERE {_WORKER_GUARD};",
-    "chokaq_jobs_dlq",
-    "failed_at",
-    "failed_total",
-    1,
-    _FAILURE_BUCKETS,
-)
+def _owned_move(moved: Sequence[str], items: Mapping[str, str], table: str, stamp: str, counter: str, outcome: int,
+                buckets: str) -> str:
+    """A completion batch: the owned Hot rows named in ``@Items`` (JSON; ``items`` = column: type besides the id,
+    each copied into the moved row) move to ``table``."""
+    schema = ", ".join(f"{column} {sql_type} '$.{column}'" for column, sql_type in items.items())
+    return _completion(
+        ["DECLARE @Items nvarchar(max) = %s;", "DECLARE @WorkerId nvarchar(4000) = %s;"],
+        moved,
+        "DELETE h\n"
+        + _output_into(moved, {column: f"i.{column}" for column in items})
+        + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
+        f"INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', {schema}) AS i ON i.id = h.id\n"
+        f"WHERE {_WORKER_GUARD};",
+        table, stamp, counter, outcome, buckets,
+    )
+
+
+ARCHIVE_SUCCEEDED_SQL = _owned_move(ARCHIVE_MOVED, {"duration_ms": "float", "result": "nvarchar(max)"},
+                                    "chokaq_jobs_archive", "finished_at", "succeeded_total", 0, _SUCCESS_BUCKETS)
+MOVE_TO_DLQ_SQL = _owned_move(DLQ_MOVED, {"failure_reason": "int", "error_details": "nvarchar(max)"},
+                              "chokaq_jobs_dlq", "failed_at", "failed_total", 1, _FAILURE_BUCKETS)
+
 
 CANCEL_BATCH_SQL = _completion(
     ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Details nvarchar(max) = %s;",
