@@ -42,6 +42,12 @@ class Completer:
         with self._unflushed_lock:
             return self._unflushed > 0
 
+    def awaiting(self) -> list[str]:
+        """Ids of finished jobs queued behind the batch being committed: still Processing and ours, so the
+        supervisor keeps them alive while a slow or retried commit holds the queue (the batch in flight is
+        left out: its rows are locked by the completion, and a heartbeat on them would deadlock with it)."""
+        return [o.job_id for o in self._outcomes.copy()]
+
     def run(self) -> None:
         while not self.stopped.is_set():
             if not self._ready.wait(timeout=0.5):

@@ -92,7 +92,8 @@ class Worker:
                                      self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit,
                                      self.completer.submit)
         self.registry = Registry(self.worker_id, self._describe)
-        self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped)
+        self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
+                                     self.completer.awaiting)
         self.control = Control(self.worker_id, self.limiter, self.pool.grow, self.executor, self.executions,
                                self.registry.write)
         self.wake_source: storage.WakeSource | None = None

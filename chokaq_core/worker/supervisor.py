@@ -54,8 +54,9 @@ class Registry:
 
 class Supervisor:
     def __init__(self, worker_id: str, cfg: Config, executions: Executions, registry: Registry,
-                 stopped: threading.Event) -> None:
+                 stopped: threading.Event, awaiting: Callable[[], list[str]] = list) -> None:
         self.worker_id = worker_id
+        self.awaiting = awaiting  # finished jobs whose completion is not committed yet (the completer's)
         self.cfg = cfg
         self.executions = executions
         self.registry = registry
@@ -89,11 +90,12 @@ class Supervisor:
                 execution.token.cancel(CancellationReason.TIMEOUT)
 
     def keep_alive(self, beating: list[Execution]) -> None:
-        if not beating:
+        awaiting = self.awaiting()
+        if not beating and not awaiting:
             return
         ex = self.cfg.EXECUTION
         try:
-            owned = set(storage.keep_alive([e.job.id for e in beating], self.worker_id))
+            owned = set(storage.keep_alive([*(e.job.id for e in beating), *awaiting], self.worker_id))
         except Exception:
             self._failures += 1
             logger.warning("heartbeat failed (2006), %s in a row", self._failures, exc_info=True)

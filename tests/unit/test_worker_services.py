@@ -124,6 +124,42 @@ def test_completer_keeps_a_batch_while_the_database_is_away(monkeypatch: pytest.
     assert attempts == [1, 1] and not completer.pending()
 
 
+def test_finished_jobs_stay_alive_until_their_outcome_commits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler that finished is no longer an execution, but its row is still Processing and ours until the
+    completer commits: the supervisor keeps beating the outcomes queued behind a slow or retried commit (not the
+    batch in flight, whose rows the completion has locked)."""
+    beaten: list[list[str]] = []
+
+    def keep_alive(ids: list[str], worker_id: str) -> list[str]:
+        beaten.append(sorted(ids))
+        return list(ids)
+
+    committing: list[list[str]] = []
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        supervisor.keep_alive([])  # a heartbeat while the batch is being committed
+        committing.append(sorted(completer.awaiting()))
+        return completion([o.job_id for o in successes], [o.job_id for o in retries], [])
+
+    monkeypatch.setattr(storage, "keep_alive", keep_alive)
+    monkeypatch.setattr(storage, "complete", complete)
+    completer = Completer("w", batch_size=1, flush_interval=0, stopped=threading.Event())
+    executions = Executions(60)
+    supervisor = Supervisor("w", supervision(), executions, Registry("w", lambda: None), threading.Event(),  # type: ignore[arg-type]
+                            completer.awaiting)
+    running = executions.begin(hot(3), 1, 30)
+    completer.submit(Success("a", 1.0))
+    completer.submit(Retry("b", 1, 0.5))
+    supervisor.keep_alive([running])
+    assert beaten == [["a", "b", running.job.id]]
+    completer.flush()
+    assert committing == [["b"], []]  # what still waits behind the batch in flight
+    assert beaten[1:] == [["b"]]  # a heartbeat during the last commit had nothing to beat
+    assert completer.awaiting() == []
+    supervisor.keep_alive([])
+    assert len(beaten) == 2  # nothing running and nothing awaiting: no statement at all
+
+
 # ---------------------------------------------------------------- fetcher
 
 
