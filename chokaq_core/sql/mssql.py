@@ -54,23 +54,20 @@ from chokaq_core.domain import (
     FailedAttempt,
     FailureReason,
     HotJob,
-    JobFilter,
     JobStatus,
     NewJob,
     SnapshotRequest,
-    StorageError,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Dialect, Moved
+from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
     EMPTY_ERROR,
     REVISION_BUMP,
     SINGLE_STATEMENTS,
     TOP_ERRORS_SAMPLE,
-    StatementDialect,
+    BaseDialect,
     escaped_like,
-    hot_job,
     located,
     revision_guard,
     snapshot_of,
@@ -78,7 +75,6 @@ from chokaq_core.sql.base import (
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
-ENQUEUE_PASSES = 3
 
 # Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads
 # (not fetch_batch: its capped-queue locks must last until the claim commits).
@@ -363,11 +359,6 @@ KEEP_ALIVE_SQL = _batch(
     f"WHERE id IN {_IDS} AND status = 2 AND worker_id = @WorkerId;",
 )
 
-CANCEL_REQUESTS_SQL = (
-    "SELECT id, cancel_requested_by FROM chokaq_jobs_hot\n"
-    "WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL"
-)
-
 _WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
 
 
@@ -550,22 +541,23 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
         "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
         f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
         _stats_sub(counter),
-        f"SELECT {result} FROM @Moved;",
+        f"SELECT {result};",
     )
 
 
 PURGE_DLQ_IDS_SQL = _purge(
     "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
     "p.id IN (SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)",
-    "p.failed_at, p.id", "failed_total", "id, queue",
+    "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
 )
+_BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
 PURGE_DLQ_OLDER_SQL = _purge(
     "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
-    "failed_total", "COUNT(*)",
+    "failed_total", _BY_QUEUE,
 )
 PURGE_ARCHIVE_SQL = _purge(
     "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
-    "succeeded_total", "COUNT(*)",
+    "succeeded_total", _BY_QUEUE,
 )
 
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
@@ -687,25 +679,12 @@ def _ts(value: datetime) -> str:
     return aware.isoformat(timespec="microseconds")
 
 
-def _moved(cursor: Cursor) -> Moved:
-    return [(str(job_id), str(queue)) for job_id, queue in _rows(cursor)]
-
-
-def _count(cursor: Cursor) -> int:
-    rows = _rows(cursor)
-    return int(rows[0][0] or 0) if rows else 0
-
-
 def _json(items: Iterable[Mapping[str, Any]]) -> str:
     return json.dumps(list(items), separators=(",", ":"))
 
 
-def _unique_ids(job_ids: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(job_ids))
-
-
 def _ids_json(job_ids: Iterable[str]) -> str:
-    return _json({"id": job_id} for job_id in _unique_ids(job_ids))
+    return _json({"id": job_id} for job_id in dict.fromkeys(job_ids))
 
 
 def _split_seconds(seconds: float) -> tuple[int, int]:
@@ -947,7 +926,7 @@ def _naive_utc(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
 
 
-class SQLServerDialect(StatementDialect, statements=globals()):
+class SQLServerDialect(BaseDialect, statements=globals()):
     """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
     ISO text datetimes and batches whose first results carry no rows."""
 
@@ -957,6 +936,7 @@ class SQLServerDialect(StatementDialect, statements=globals()):
 
     TS = "CAST(%s AS datetimeoffset(7))"
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
+    PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     DLQ_ROW = f"{DLQ_ROW}  AS error_head"
 
     def search_clause(self, column: str) -> str:
@@ -990,60 +970,31 @@ class SQLServerDialect(StatementDialect, statements=globals()):
     def changed(self, cursor: Cursor) -> int:
         return self.counted(cursor)  # each batch selects its @@ROWCOUNT
 
-    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-        """Insert Pending rows; a taken idempotency key yields the holder's id (spec 01 §4.1).
+    def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
+        """One batch inserts the jobs whose key is free (the first job of a key repeated in the batch stands for
+        the others), creates missing Queues/StatsSummary rows and returns the ids inserted plus the holder of
+        every key (spec 01 §4.1). A producer racing on the same key makes the filtered unique index refuse the
+        insert (2601): the statement alone is rolled back and the next pass reads the winner."""
+        first_of_key: dict[str | None, NewJob] = {}
+        batch = [job for job in jobs if job.idempotency_key is None
+                 or first_of_key.setdefault(job.idempotency_key, job) is job]
+        try:
+            cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
+            rows = _rows(cursor)
+        except Exception as exc:
+            if retry and _is_idempotency_race(exc):
+                return set(), {}
+            raise
+        return ({str(job_id) for job_id, key in rows if key is None},
+                {str(key): str(job_id) for job_id, key in rows if key is not None})
 
-        One batch inserts the jobs whose key is free (the first job of a key repeated in the batch
-        stands for the others), creates missing Queues/StatsSummary rows and returns the ids inserted
-        plus the holder of every key. A producer racing on the same key makes the filtered unique index
-        refuse the insert (2601): the statement alone is rolled back and the next pass reads the winner.
-        """
-        if not jobs:
-            return []
-        stored: dict[str, str] = {}
-        todo = list(jobs)
-        for attempt in range(ENQUEUE_PASSES):
-            first_of_key: set[str] = set()
-            batch: list[NewJob] = []
-            for job in todo:
-                if job.idempotency_key is None:
-                    batch.append(job)
-                elif job.idempotency_key not in first_of_key:
-                    first_of_key.add(job.idempotency_key)
-                    batch.append(job)
-            try:
-                cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
-                rows = _rows(cursor)
-            except Exception as exc:
-                if attempt + 1 < ENQUEUE_PASSES and _is_idempotency_race(exc):
-                    continue
-                raise
-            inserted = {str(job_id) for job_id, key in rows if key is None}
-            holders = {str(key): str(job_id) for job_id, key in rows if key is not None}
-            for job in todo:
-                if job.id in inserted:
-                    stored[job.id] = job.id
-                elif job.idempotency_key is not None and job.idempotency_key in holders:
-                    stored[job.id] = holders[job.idempotency_key]
-            todo = [job for job in todo if job.id not in stored]
-            if not todo:
-                break
-        if todo:
-            raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
-        return [stored[job.id] for job in jobs]
-
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
-        if limit <= 0 or (queues is not None and not queues):
-            return []
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified)."""
         if queues is None:
             cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
         else:
-            names = _json({"name": name} for name in dict.fromkeys(queues))
-            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
-        jobs = [hot_job(row) for row in _rows(cursor)]
-        # OUTPUT order is unspecified: priority desc, due time asc, id.
-        return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, _json({"name": name} for name in queues)])
+        return _rows(cursor)
 
     def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
         """Upsert ``is_paused``."""
@@ -1090,7 +1041,7 @@ class SQLServerDialect(StatementDialect, statements=globals()):
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
-        return _count(cursor) > 0
+        return self.counted(cursor) > 0
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """None: no cheap commit marker on SQL Server; workers poll every ``WORKER.POLLING_INTERVAL``."""
@@ -1103,56 +1054,9 @@ class SQLServerDialect(StatementDialect, statements=globals()):
         cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
         return located(_rows(cursor))
 
-    def _picked_dlq(self, filters: JobFilter) -> tuple[str, list[Any]]:
-        """``Picked``: the first ``max_jobs`` filter matches, newest failure first, locked rows skipped."""
-        where, params = self.dlq_where(filters, "p.")
-        return (
-            "WITH Picked AS (\n"
-            "    SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)"
-            f"{where}\n"
-            "    ORDER BY p.failed_at DESC, p.id ASC)\n",
-            params,
-        )
-
-    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-        """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
-        if max_jobs <= 0:
-            return []
-        picked, params = self._picked_dlq(filters)
-        cursor.execute(
-            _batch(
-                _NOW,
-                _moved_table(("id", "queue")),
-                picked
-                + "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-                "FROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
-                _stats_sub("failed_total"),
-                "SELECT id, queue FROM @Moved;",
-            ),
-            [int(max_jobs), *params],
-        )
-        return _moved(cursor)
-
-    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-        """Move the first ``max_jobs`` matches (skip locked) to Hot exactly as ``resurrect_batch``."""
-        if max_jobs <= 0:
-            return []
-        picked, params = self._picked_dlq(filters)
-        cursor.execute(
-            _resurrect_sql(
-                [],
-                picked
-                + "DELETE d\n"
-                + _output_into(_RESURRECTED, {})
-                + "\nFROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
-            ),
-            [None, None, None, actor, int(max_jobs), *params],
-        )
-        return _moved(cursor)
-
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
-        ids = _unique_ids(request.locate_ids)
+        ids = list(dict.fromkeys(request.locate_ids))
         since = request.throughput_since
         errors_limit = max(0, int(request.errors_limit))
         cursor.execute(DECK_SNAPSHOT_SQL, [

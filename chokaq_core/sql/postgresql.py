@@ -22,13 +22,10 @@ from chokaq_core.domain import (
     DeckSnapshot,
     FailedAttempt,
     FailureReason,
-    HotJob,
-    JobFilter,
     NewJob,
     SnapshotRequest,
-    StorageError,
 )
-from chokaq_core.sql import Cursor, Dialect, Moved
+from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
     ARCHIVE_FIELDS,
@@ -45,9 +42,8 @@ from chokaq_core.sql.base import (
     THROUGHPUT_SQL,
     TOP_ERRORS_SAMPLE,
     WORKER_FIELDS,
-    StatementDialect,
+    BaseDialect,
     escaped_like,
-    hot_job,
     locate_statement,
     revision_guard,
     snapshot_of,
@@ -69,7 +65,7 @@ PREPARED = frozenset({
 # so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
 AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {
     "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "resurrect", "resurrect_batch", "cancel_batch",
-    "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "archive_zombies", "purge_dlq_by_filter",
+    "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "archive_zombies",
     "purge_archive_ids", "purge_workers", "purge_metric_buckets", "tidy_hot_table", "record_attempts", "purge_attempts",
 }
 
@@ -156,7 +152,7 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
         f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
         f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
         f"{_stats_sub(counter, 'del')}\n"
-        f"SELECT {result} FROM del"
+        f"SELECT {result}"
     )
 
 
@@ -190,8 +186,6 @@ stats AS (
 notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM ins ORDER BY queue) q)
 SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
-
-IDS_BY_KEY_SQL = "SELECT idempotency_key, id FROM chokaq_jobs_hot WHERE idempotency_key = ANY(%s::text[])"
 
 
 def _fetch_sql(queue_filter: bool) -> str:
@@ -292,11 +286,6 @@ KEEP_ALIVE_SQL = """
 UPDATE chokaq_jobs_hot SET heartbeat_at = now(), last_updated_at = now()
 WHERE id = ANY(%s::text[]) AND status = 2 AND worker_id = %s
 RETURNING id
-"""
-
-CANCEL_REQUESTS_SQL = """
-SELECT id, cancel_requested_by FROM chokaq_jobs_hot
-WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL
 """
 
 ARCHIVE_SUCCEEDED_SQL = _completion(
@@ -412,9 +401,10 @@ FROM edit WHERE id = %s AND {revision_guard("%s::int")}
 RETURNING id
 """
 
-PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue")
-PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", "count(*)")
-PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", "count(*)")
+_BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
+PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
+PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
+PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", _BY_QUEUE)
 
 RECOVER_ABANDONED_SQL = """
 UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
@@ -422,55 +412,7 @@ WHERE status = 1 AND last_updated_at < now() - make_interval(secs => %s::float8)
 """
 
 
-# ---------------------------------------------------------------- helpers
-
-
-def _moved(cursor: Cursor) -> Moved:
-    return [(job_id, queue) for job_id, queue in cursor.fetchall()]
-
-
-def _floats(values: Iterable[float | None]) -> list[float | None]:
-    """psycopg picks an array's type from its items: keep them all floats."""
-    return [None if v is None else float(v) for v in values]
-
-
-def _unique_ids(job_ids: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(job_ids))
-
-
-# ---------------------------------------------------------------- enqueue / claim
-
-
-def _insert_jobs(cursor: Cursor, jobs: Sequence[NewJob]) -> dict[str, str]:
-    """One multi-row insert (duplicate keys skipped); ``{id: queue}`` of the rows inserted."""
-    cursor.execute(
-        ENQUEUE_SQL,
-        [
-            [j.id for j in jobs],
-            [j.queue for j in jobs],
-            [j.type for j in jobs],
-            [j.payload for j in jobs],
-            [j.tags for j in jobs],
-            [j.idempotency_key for j in jobs],
-            [int(j.priority) for j in jobs],
-            _floats(j.delay_seconds for j in jobs),
-            [j.created_by for j in jobs],
-        ],
-    )
-    return dict(cursor.fetchall())
-
-
-# ---------------------------------------------------------------- completion (batched)
-
-
-# ---------------------------------------------------------------- operator commands
-
-
-# ---------------------------------------------------------------- maintenance
-
-
-# ---------------------------------------------------------------- operations: retention, schedule, reads
-
+# ---------------------------------------------------------------- retention, schedules, reads
 
 PURGE_WORKERS_SQL = """
 DELETE FROM chokaq_workers WHERE worker_id IN (
@@ -571,13 +513,14 @@ ORDER BY a.n
 """
 
 
-class PostgreSQLDialect(StatementDialect, statements=globals()):
+class PostgreSQLDialect(BaseDialect, statements=globals()):
     """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
 
     PREPARED = PREPARED
     AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
     ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
     NOTIFY_CHANNEL: str | None = NOTIFY_CHANNEL
+    PICK_LOCK = " FOR UPDATE SKIP LOCKED"
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"
@@ -588,43 +531,25 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
 
-    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-        """Insert Pending rows; a taken idempotency key yields the holder's id. NOTIFY per queue."""
-        if not jobs:
-            return []
-        stored: dict[str, str] = {}
-        todo = list(jobs)
-        for _ in range(2):  # the second pass re-inserts jobs whose key holder left Hot meanwhile
-            inserted = _insert_jobs(cursor, todo)
-            stored.update((j.id, j.id) for j in todo if j.id in inserted)
-            keys = sorted({j.idempotency_key for j in todo if j.id not in inserted and j.idempotency_key})
-            holders: dict[str, str] = {}
-            if keys:
-                cursor.execute(IDS_BY_KEY_SQL, [keys])
-                holders = dict(cursor.fetchall())
-            stored.update(
-                (j.id, holders[j.idempotency_key])
-                for j in todo
-                if j.id not in inserted and j.idempotency_key is not None and j.idempotency_key in holders
-            )
-            todo = [j for j in todo if j.id not in stored]
-            if not todo:
-                break
-        else:
-            raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
-        return [stored[j.id] for j in jobs]
+    def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
+        """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs."""
+        cursor.execute(ENQUEUE_SQL, [
+            [j.id for j in jobs], [j.queue for j in jobs], [j.type for j in jobs], [j.payload for j in jobs],
+            [j.tags for j in jobs], [j.idempotency_key for j in jobs], [int(j.priority) for j in jobs],
+            [None if j.delay_seconds is None else float(j.delay_seconds) for j in jobs],  # all floats: a float8[]
+            [j.created_by for j in jobs],
+        ])
+        inserted = {str(row[0]) for row in cursor.fetchall()}
+        return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
-        if limit <= 0 or (queues is not None and not queues):
-            return []
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+        """Lock the capped queues in reach, then claim (spec 01 §4.2)."""
         params: dict[str, Any] = {"limit": limit, "worker": worker_id}
-        if queues is not None:
-            params["queues"] = list(queues)
         if queues is None:
             cursor.execute(LOCK_CAPPED_ALL_SQL)
         else:
-            cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": params["queues"]})
+            params["queues"] = queues
+            cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": queues})
         if cursor.fetchall():
             # A capped queue is in reach: lock the spec's window of 10 x limit so the bulkhead ranking has rows of
             # every queue to choose from; twice as many candidates leave room for rows other claimers hold.
@@ -634,7 +559,7 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
             params.update(scan=limit, candidates=limit * 4)
         cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
-        return [hot_job(row) for row in cursor.fetchall()]
+        return list(cursor.fetchall())
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
@@ -664,31 +589,9 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
         """None: workers LISTEN for the NOTIFY of every enqueue instead."""
         return None
 
-    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-        """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
-        where, params = self.dlq_where(filters)
-        cursor.execute(
-            f"WITH picked AS (SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s"
-            " FOR UPDATE SKIP LOCKED),\n"
-            "del AS (DELETE FROM chokaq_jobs_dlq d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-            f"{_stats_sub('failed_total', 'del')}\nSELECT id, queue FROM del",
-            [*params, max_jobs],
-        )
-        return _moved(cursor)
-
-    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-        """Lock the first ``max_jobs`` matches (skip locked), then move them to Hot as ``resurrect_batch``."""
-        where, params = self.dlq_where(filters)
-        cursor.execute(
-            f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s FOR UPDATE SKIP LOCKED",
-            [*params, max_jobs],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-        return self._resurrect(cursor, ids, actor=actor) if ids else []
-
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-        ids = _unique_ids(request.locate_ids)
+        ids = list(dict.fromkeys(request.locate_ids))
         since = request.throughput_since
         cursor.execute(DECK_SNAPSHOT_SQL, [
             int(request.active_limit), ids, ids, ids,

@@ -1,44 +1,32 @@
-"""SQLite transitions (the embedded default).
+"""SQLite transitions (the embedded default): the SQL forms and hooks of ``BaseDialect`` that differ here.
 
 Every transition runs inside ``transaction.atomic()``, which the project's
 ``transaction_mode = "IMMEDIATE"`` turns into ``BEGIN IMMEDIATE``: the write
 lock is taken up front, so the read-then-write sequences below are
 serialized without row locks. SQLite's clock is not usable (spec 01 §1.2):
 ``now`` is taken in Python and written in Django's text format, with
-microseconds always present so text comparison orders correctly.
+microseconds always present so text comparison orders correctly (a statement
+that stamps rows reads it from its ``clock`` CTE, the ``clock()`` parameter).
 RETURNING cannot feed an INSERT in SQLite, hence the Python hand-off of the
-deleted rows inside one transaction (spec 01 §3).
+deleted rows inside one transaction (spec 01 §3): ``_move`` lands them.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core.domain import (
-    DeckSnapshot,
-    FailedAttempt,
-    Failure,
-    FailureReason,
-    HotJob,
-    JobFilter,
-    NewJob,
-    Retry,
-    SnapshotRequest,
-    Success,
-)
-from chokaq_core.sql import Dialect
+from chokaq_core.domain import DeckSnapshot, FailedAttempt, FailureReason, NewJob, SnapshotRequest
+from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
     ARCHIVE,
-    ARCHIVE_FIELDS,
     BUCKETS,
     CARRIED_REVISION,
     DLQ,
-    DLQ_FIELDS,
     EMPTY_ERROR,
     HOT,
     HOT_FIELDS,
@@ -52,30 +40,17 @@ from chokaq_core.sql.base import (
     STATS,
     SUMMARY_STATS_SQL,
     THROUGHPUT_SQL,
+    TO_DLQ,
     TOP_ERRORS_SAMPLE,
     WORKERS,
     ZOMBIE_DETAILS,
     BaseDialect,
-    cancel_details,
-    error_details,
-    hot_job,
+    Move,
     revision_guard,
     snapshot_of,
 )
 
-Cursor = Any
-Moved = list[tuple[str, str]]
-
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
-ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
-DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
-# Columns a move carries out of Hot (indexes into a HOT_COLUMNS row).
-_ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY, _REVISION = (
-    0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16, 17,
-)
-# "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
-# without statistics it would otherwise walk every row of that status through hot_status_created.
-# Functions storage may run without an explicit transaction: one statement, or reads.
 PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
 ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
 AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"purge_workers", "purge_metric_buckets", "change_marker", "purge_attempts"}
@@ -100,10 +75,6 @@ def _marks(count: int) -> str:
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _sort_key(job: HotJob) -> tuple[int, datetime]:
-    return (-job.priority, job.scheduled_at or job.created_at)
 
 
 # ---------------------------------------------------------------- counters
@@ -155,37 +126,58 @@ def _bump_buckets(cursor: Cursor, now: datetime, outcomes: Iterable[tuple[str, i
         )
 
 
-def _delete_hot(cursor: Cursor, ids: Sequence[str], guard: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    cursor.execute(
-        f"DELETE FROM {HOT} WHERE id IN ({_marks(len(ids))}) {guard} RETURNING {HOT_COLUMNS}", [*ids, *params]
-    )
-    return list(cursor.fetchall())
+
+# ---------------------------------------------------------------- statements
+
+# "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
+# without statistics it would otherwise walk every row of that status through hot_status_created.
+_CLOCK = "WITH clock(now) AS (SELECT %s) "  # the clock() parameter, read as _NOW
+_NOW = "(SELECT now FROM clock)"
+_IDS = "(SELECT value FROM json_each(%s))"  # the ids_param JSON array
+_ITEM_IDS = "(SELECT json_extract(value, '$.id') FROM json_each(%s))"  # the items_params JSON array's ids
+_OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
+
+_LEASE = f"{_CLOCK}UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = {_NOW}, heartbeat_at = {_NOW}, last_updated_at = {_NOW}"
+MARK_PROCESSING_SQL = f"{_LEASE} WHERE id = %s AND worker_id = %s AND +status = 1 RETURNING attempt_count"
+MARK_PROCESSING_BATCH_SQL = f"{_LEASE} WHERE id IN {_IDS} AND worker_id = %s AND +status = 1 RETURNING id, attempt_count"
+KEEP_ALIVE_SQL = (f"{_CLOCK}UPDATE {HOT} SET heartbeat_at = {_NOW}, last_updated_at = {_NOW}"
+                  f" WHERE id IN {_IDS} AND +status = 2 AND worker_id = %s RETURNING id")
+REQUEST_CANCEL_SQL = f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN {_IDS} AND +status = 2 RETURNING id"
+UPDATE_HOT_SQL = (f"{_CLOCK}UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
+                  f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = {_NOW}, {REVISION_BUMP}"
+                  f" WHERE id = %s AND status = 0 AND {revision_guard()} RETURNING id")
+UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %s) UPDATE {DLQ}"
+                  " SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload IS NOT payload"
+                  " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
+                  f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
+                  f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
+# the clock() parameter first, no CTE: the driver counts changed rows only of a statement that starts with UPDATE
+_TO_PENDING = f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
+RELEASE_SQL = f"{_TO_PENDING} WHERE id IN {_IDS} AND +status = 1 AND worker_id = %s"
+RECOVER_ABANDONED_SQL = f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < %s"
+# Moves out of Hot return the Hot row (plus any columns the move sets) for _move to land.
+ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
+CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
+                    f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by")
+RESCHEDULE_SQL = (
+    "WITH items AS (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt_count') AS attempts,"
+    " json_extract(value, '$.scheduled_at') AS due, json_extract(value, '$.stamp') AS stamp FROM json_each(%s))"
+    f" UPDATE {HOT} SET status = 0, attempt_count = items.attempts, scheduled_at = items.due, worker_id = NULL,"
+    " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp"
+    f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
+)
+RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()}"
+                 f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}")
+PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
+                     " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
+PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
+PURGE_DLQ_OLDER_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
+                       " ORDER BY created_at, id LIMIT %s) RETURNING queue, 1")
+PURGE_ARCHIVE_SQL = (f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
+                     " ORDER BY finished_at, id LIMIT %s) RETURNING queue, 1")
 
 
-def _worker_guard(worker_id: str | None) -> tuple[str, list[Any]]:
-    if worker_id is None:
-        return "", []
-    return "AND worker_id = %s", [worker_id]
-
-
-def _insert_dlq(
-    cursor: Cursor, rows: Sequence[tuple[Any, ...]], details: dict[str, tuple[int, str]], now: datetime,
-    modified_by: str | None = None, keep_modifier: bool = True,
-) -> Moved:
-    stamp = _ts(now)
-    values = [
-        (r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], details[r[_ID]][0], details[r[_ID]][1], r[_ATTEMPTS],
-         r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp,
-         r[_REVISION] + 1)  # the row carries its revision, one up
-        for r in rows
-    ]
-    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(14)})", values)
-    _bump_stats(cursor, "failed_total", Counter(r[_QUEUE] for r in rows), stamp)
-    _bump_buckets(cursor, now, ((r[_QUEUE], 1, details[r[_ID]][0], None) for r in rows))
-    return [(r[_ID], r[_QUEUE]) for r in rows]
-
-
-# ---------------------------------------------------------------- enqueue / claim
+# ---------------------------------------------------------------- the claim
 
 
 _OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
@@ -236,44 +228,6 @@ def _claim_sql(window: str) -> str:
         """
 
 
-# ---------------------------------------------------------------- completion
-
-
-# ---------------------------------------------------------------- operator commands
-
-
-def _resurrect_rows(
-    cursor: Cursor, job_ids: Sequence[str], payload: str | None, tags: str | None, priority: int | None,
-    actor: str | None, revision: int | None = None,
-) -> Moved:
-    if not job_ids:
-        return []
-    now = _ts(_now())
-    cursor.execute(
-        f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(job_ids))}) AND {revision_guard()}"
-        f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}",
-        [*job_ids, revision],
-    )
-    rows = cursor.fetchall()
-    if not rows:
-        return []
-    cursor.executemany(
-        f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
-        [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
-          priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
-    )
-    _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
-    return [(r[0], r[1]) for r in rows]
-
-
-# ---------------------------------------------------------------- maintenance
-
-
-# ---------------------------------------------------------------- operations: retention, schedule, reads
-
-
-
 QUEUE_HEALTH_SQL = f"""
         SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
         FROM {QUEUES} q LEFT JOIN (
@@ -299,17 +253,6 @@ TOP_ERRORS_SQL = f"""
 """
 
 
-# ---------------------------------------------------------------- Deck bulk commands
-
-
-def _delete_dlq(cursor: Cursor, ids: Sequence[str]) -> Moved:
-    if not ids:
-        return []
-    cursor.execute(f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", list(ids))
-    moved = [(row[0], row[1]) for row in cursor.fetchall()]
-    _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
-    return moved
-
 
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
@@ -331,7 +274,8 @@ SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12
 """
 
 
-# ---------------------------------------------------------------- attempts history
+
+# ---------------------------------------------------------------- attempts history and retention
 
 ATTEMPTS = "chokaq_job_attempts"
 ATTEMPT_COLUMNS = "job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at"
@@ -347,11 +291,31 @@ PURGE_ATTEMPTS_SQL = (f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTE
 
 
 class SQLiteDialect(BaseDialect, statements=globals()):
-    """The shared reads over SQLite's text timestamps (the clock is Python's, spec 01 §1.2)."""
+    """The base over SQLite's text timestamps (the clock is Python's, spec 01 §1.2), JSON id lists and the
+    Python hand-off of moved rows."""
 
     PREPARED = PREPARED
     AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
     ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+
+    def clock(self) -> list[Any]:
+        return [_ts(_now())]
+
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        return json.dumps(list(dict.fromkeys(ids)))
+
+    def ago_params(self, seconds: float) -> list[Any]:
+        return [_ts(_now() - timedelta(seconds=seconds))]  # Django's text format allows no date arithmetic in SQL
+
+    def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        return [json.dumps(list(rows))]
+
+    def delay_fields(self, seconds: float) -> dict[str, Any]:
+        now = _now()
+        return {"scheduled_at": _ts(now + timedelta(seconds=seconds)), "stamp": _ts(now)}
+
+    def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
+        _drop_stats(cursor, counter, Counter(queues), _ts(_now()))
 
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)
@@ -362,289 +326,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def now(self) -> tuple[str, list[Any]]:
         return "%s", [_ts(_now())]
-
-    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-        now = _now()
-        stamp = _ts(now)
-        inserted: set[str] = set()
-        for chunk in _chunks(jobs, MAX_ROWS_PER_INSERT):
-            params: list[Any] = []
-            for job in chunk:
-                scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
-                params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
-                           scheduled, stamp, stamp, job.created_by]
-            cursor.execute(
-                f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
-                f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
-                + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
-                params,
-            )
-            inserted.update(row[0] for row in cursor.fetchall())
-        result: list[str] = []
-        for job in jobs:
-            if job.id in inserted:
-                result.append(job.id)
-                continue
-            cursor.execute(f"SELECT id FROM {HOT} WHERE idempotency_key = %s", [job.idempotency_key])
-            row = cursor.fetchone()
-            # Under BEGIN IMMEDIATE nobody can have removed the holder meanwhile.
-            result.append(row[0] if row else job.id)
-        for queue in sorted({job.queue for job in jobs}):
-            cursor.execute(
-                f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
-                " ON CONFLICT (name) DO NOTHING",
-                [queue, stamp],
-            )
-            cursor.execute(
-                f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total, last_activity_at)"
-                " VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING",
-                [queue, stamp],
-            )
-        return result
-
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due rows; runs under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
-
-        The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
-        index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
-        rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
-        if limit <= 0 or (queues is not None and not queues):
-            return []
-        now = _ts(_now())
-        if queues is None:
-            cursor.execute(PENDING_QUEUES_SQL)
-        else:
-            cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
-        open_queues = sorted(row[0] for row in cursor.fetchall())
-        if not open_queues:
-            return []
-        scan = limit * 10
-        if len(open_queues) <= MAX_STREAMED_QUEUES:
-            streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
-            window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
-            params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
-        else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
-            window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
-                FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
-                  AND h.queue IN (SELECT value FROM json_each(%s))
-                ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
-            params = [now, json.dumps(open_queues), scan]
-        cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
-        return sorted((hot_job(row) for row in cursor.fetchall()), key=_sort_key)
-
-    def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
-        now = _ts(_now())
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-            f" last_updated_at = %s WHERE id = %s AND worker_id = %s AND +status = 1 RETURNING attempt_count",
-            [now, now, now, job_id, worker_id],
-        )
-        row = cursor.fetchone()
-        return int(row[0]) if row else None
-
-    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return {}
-        now = _ts(_now())
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-            f" last_updated_at = %s WHERE id IN ({_marks(len(ids))}) AND worker_id = %s AND +status = 1"
-            " RETURNING id, attempt_count",
-            [now, now, now, *ids, worker_id],
-        )
-        return {row[0]: int(row[1]) for row in cursor.fetchall()}
-
-    def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
-        if not job_ids:
-            return []
-        now = _ts(_now())
-        cursor.execute(
-            f"UPDATE {HOT} SET heartbeat_at = %s, last_updated_at = %s"
-            f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 2 AND worker_id = %s RETURNING id",
-            [now, now, *job_ids, worker_id],
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-    def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
-        cursor.execute(
-            f"SELECT id, cancel_requested_by FROM {HOT}"
-            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL",
-            [worker_id],
-        )
-        return [(row[0], row[1]) for row in cursor.fetchall()]
-
-    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-        if not items:
-            return []
-        now = _now()
-        stamp = _ts(now)
-        durations = {item.job_id: item.duration_ms for item in items}
-        results = {item.job_id: item.result for item in items}
-        guard, params = _worker_guard(worker_id)
-        rows = _delete_hot(cursor, list(durations), guard, params)
-        if not rows:
-            return []
-        cursor.executemany(
-            f"INSERT INTO {ARCHIVE} ({ARCHIVE_COLUMNS}) VALUES ({_marks(14)})",
-            [(r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], r[_ATTEMPTS], r[_WORKER], r[_CREATED_BY],
-              r[_MODIFIED_BY], r[_CREATED], r[_STARTED], stamp, durations[r[_ID]], results[r[_ID]]) for r in rows],
-        )
-        _bump_stats(cursor, "succeeded_total", Counter(r[_QUEUE] for r in rows), stamp)
-        _bump_buckets(cursor, now, ((r[_QUEUE], 0, -1, durations[r[_ID]]) for r in rows))
-        return [(r[_ID], r[_QUEUE]) for r in rows]
-
-    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-        if not items:
-            return []
-        details = {
-            item.job_id: (int(item.reason), error_details(item.error_details)) for item in items
-        }
-        guard, params = _worker_guard(worker_id)
-        rows = _delete_hot(cursor, list(details), guard, params)
-        return _insert_dlq(cursor, rows, details, _now()) if rows else []
-
-    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
-        now = _now()
-        stamp = _ts(now)
-        guard, params = _worker_guard(worker_id)
-        moved: Moved = []
-        for item in items:
-            cursor.execute(
-                f"UPDATE {HOT} SET status = 0, attempt_count = %s, scheduled_at = %s, worker_id = NULL,"
-                f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = %s WHERE id = %s {guard}"
-                " RETURNING id, queue",
-                [item.attempt_count, _ts(now + timedelta(seconds=item.delay_seconds)), stamp, item.job_id, *params],
-            )
-            moved.extend((row[0], row[1]) for row in cursor.fetchall())
-        _bump_stats(cursor, "retried_total", Counter(queue for _, queue in moved), stamp)
-        return moved
-
-    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-        if not job_ids:
-            return 0
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-            f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 1 AND worker_id = %s",
-            [_ts(_now()), *job_ids, worker_id],
-        )
-        return int(cursor.rowcount)
-
-    def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-        revision: int | None = None,
-    ) -> bool:
-        return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor, revision))
-
-    def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-        return _resurrect_rows(cursor, list(dict.fromkeys(job_ids)), None, None, None, actor)
-
-    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return []
-        rows = _delete_hot(cursor, ids, "AND status IN (0, 1)", [])
-        if not rows:
-            return []
-        details = {r[_ID]: (int(FailureReason.CANCELLED), cancel_details(actor)) for r in rows}
-        return _insert_dlq(cursor, rows, details, _now(), modified_by=actor, keep_modifier=False)
-
-    def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
-        if not job_ids:
-            return []
-        cursor.execute(
-            f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN ({_marks(len(job_ids))}) AND +status = 2"
-            " RETURNING id",
-            [actor, *job_ids],
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-    def update_hot_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-        revision: int | None = None,
-    ) -> bool:
-        if payload is None and tags is None and priority is None:
-            return False
-        cursor.execute(
-            f"UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
-            f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s, {REVISION_BUMP}"
-            f" WHERE id = %s AND status = 0 AND {revision_guard()}",
-            [payload, tags, priority, actor, _ts(_now()), job_id, revision],
-        )
-        return bool(cursor.rowcount)
-
-    def update_dlq_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
-                        revision: int | None = None) -> bool:
-        if payload is None and tags is None:
-            return False
-        cursor.execute(
-            f"UPDATE {DLQ} SET previous_payload = CASE WHEN %s IS NOT NULL AND %s IS NOT payload"
-            " THEN payload ELSE previous_payload END,"
-            f" payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s, {REVISION_BUMP}"
-            f" WHERE id = %s AND {revision_guard()}",
-            [payload, payload, payload, tags, actor, job_id, revision],
-        )
-        return bool(cursor.rowcount)
-
-    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return []
-        cursor.execute(
-            f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN ({_marks(len(ids))})"
-            " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue",
-            [*ids, batch_size],
-        )
-        moved = [(row[0], row[1]) for row in cursor.fetchall()]
-        _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
-        return moved
-
-    def _purge_by_age(self, cursor: Cursor, table: str, older: str, order: str, counter: str, cutoff: datetime,
-                      batch_size: int) -> int:
-        """One batch of ``table`` rows matching ``older`` (a predicate on the cutoff); ``counter`` −n."""
-        cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {older}"
-                       f" ORDER BY {order}, id LIMIT %s) RETURNING queue", [_ts(cutoff), batch_size])
-        counts = Counter(row[0] for row in cursor.fetchall())
-        _drop_stats(cursor, counter, counts, _ts(_now()))
-        return sum(counts.values())
-
-    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        return self._purge_by_age(cursor, DLQ, "created_at <= %s", "created_at", "failed_total", cutoff, batch_size)
-
-    def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        return self._purge_by_age(cursor, ARCHIVE, "finished_at < %s", "finished_at", "succeeded_total", cutoff,
-                                  batch_size)
-
-    def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
-        now = _now()
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-            " WHERE status = 1 AND last_updated_at < %s",
-            [_ts(now), _ts(now - timedelta(seconds=fetched_timeout_s))],
-        )
-        return int(cursor.rowcount)
-
-    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
-        now = _now()
-        # Per-queue cutoffs computed in Python: Django's text format allows no date arithmetic in SQL.
-        cursor.execute(f"SELECT name, zombie_timeout_seconds FROM {QUEUES} WHERE zombie_timeout_seconds IS NOT NULL")
-        overrides = {name: seconds for name, seconds in cursor.fetchall()}
-        default_cutoff = _ts(now - timedelta(seconds=global_timeout_s))
-        clauses = [f"queue NOT IN ({_marks(len(overrides))}) AND coalesce(heartbeat_at, last_updated_at) < %s"
-                   if overrides else "coalesce(heartbeat_at, last_updated_at) < %s"]
-        params: list[Any] = [*overrides, default_cutoff]
-        for name, timeout in overrides.items():
-            clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
-            params += [name, _ts(now - timedelta(seconds=timeout))]
-        cursor.execute(
-            f"DELETE FROM {HOT} WHERE status = 2 AND ({' OR '.join(f'({c})' for c in clauses)})"
-            f" RETURNING {HOT_COLUMNS}",
-            params,
-        )
-        rows = cursor.fetchall()
-        if not rows:
-            return []
-        details = {r[_ID]: (int(FailureReason.ZOMBIE), ZOMBIE_DETAILS) for r in rows}
-        return _insert_dlq(cursor, rows, details, now)
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """Nothing to do: SQLite reuses freed pages and keeps no dead row versions."""
@@ -669,26 +350,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         """Changes whenever another connection commits; read without a lock (the WAL index)."""
         cursor.execute("PRAGMA data_version")
         return int(cursor.fetchone()[0])
-
-    def _dlq_pick(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
-        where, params = self.dlq_where(filters)
-        cursor.execute(f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC LIMIT %s", [*params, max_jobs])
-        return [r[0] for r in cursor.fetchall()]
-
-    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-        return _delete_dlq(cursor, self._dlq_pick(cursor, filters, max_jobs))
-
-    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-        return _resurrect_rows(cursor, self._dlq_pick(cursor, filters, max_jobs), None, None, None, actor)
-
-    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return []
-        cursor.execute(f"DELETE FROM {ARCHIVE} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", ids)
-        moved = [(row[0], row[1]) for row in cursor.fetchall()]
-        _drop_stats(cursor, "succeeded_total", Counter(q for _, q in moved), _ts(_now()))
-        return moved
 
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
@@ -715,5 +376,120 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                                                     a.error.message, a.error.traceback, now, _ts(a.started_at))],
             )
 
+    def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
+        """Multi-row inserts (taken keys skipped), then the queues' Queues and StatsSummary rows."""
+        now = _now()
+        stamp = _ts(now)
+        inserted: set[str] = set()
+        for chunk in _chunks(jobs, MAX_ROWS_PER_INSERT):
+            params: list[Any] = []
+            for job in chunk:
+                scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
+                params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
+                           scheduled, stamp, stamp, job.created_by]
+            cursor.execute(
+                f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
+                f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
+                + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
+                params,
+            )
+            inserted.update(str(row[0]) for row in cursor.fetchall())
+        for queue in sorted({job.queue for job in jobs}):
+            cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
+                           " ON CONFLICT (name) DO NOTHING", [queue, stamp])
+            cursor.execute(f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total,"
+                           " last_activity_at) VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING", [queue, stamp])
+        return inserted, self.key_holders(cursor, jobs, inserted)
+
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+        """The claim under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
+
+        The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
+        index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
+        rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
+        if limit <= 0 or (queues is not None and not queues):
+            return []
+        now = _ts(_now())
+        if queues is None:
+            cursor.execute(PENDING_QUEUES_SQL)
+        else:
+            cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
+        open_queues = sorted(row[0] for row in cursor.fetchall())
+        if not open_queues:
+            return []
+        scan = limit * 10
+        if len(open_queues) <= MAX_STREAMED_QUEUES:
+            streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
+            window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
+            params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
+        else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
+            window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
+                FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
+                  AND h.queue IN (SELECT value FROM json_each(%s))
+                ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
+            params = [now, json.dumps(open_queues), scan]
+        cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
+        return list(cursor.fetchall())
+
+    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
+              landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
+        """The statement changes Hot (a delete returning each row, or the retry's update); the rows it deleted,
+        with the columns it or ``landing`` set, are inserted into the move's pillar, then counted."""
+        cursor.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        rows = [{**dict(zip(names, row, strict=True)), **(landing or {}).get(str(row[0]), {})}
+                for row in cursor.fetchall()]
+        if not rows:
+            return []
+        now = _now()
+        stamp = _ts(now)
+        if move.table is not None:
+            for row in rows:
+                row[move.stamp] = stamp
+                if "revision" in move.fields:
+                    row["revision"] += 1  # the row carries its revision, one up
+            cursor.executemany(f"INSERT INTO {move.table} ({', '.join(move.fields)}) VALUES ({_marks(len(move.fields))})",
+                               [tuple(row[c] for c in move.fields) for row in rows])
+        _bump_stats(cursor, move.counter, Counter(row["queue"] for row in rows), stamp)
+        if move.outcome is not None:
+            _bump_buckets(cursor, now, ((row["queue"], move.outcome, row.get("failure_reason", -1),
+                                         row.get("duration_ms")) for row in rows))
+        return [(str(row["id"]), str(row["queue"])) for row in rows]
+
+    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
+                   priority: int | None = None, actor: str | None = None, revision: int | None = None) -> Moved:
+        if not job_ids:
+            return []
+        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision])
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        now = _ts(_now())
+        cursor.executemany(
+            f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
+            f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
+            [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
+              priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
+        )
+        _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
+        return [(r[0], r[1]) for r in rows]
+
+    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
+        now = _now()
+        # Per-queue cutoffs computed in Python: Django's text format allows no date arithmetic in SQL.
+        cursor.execute(f"SELECT name, zombie_timeout_seconds FROM {QUEUES} WHERE zombie_timeout_seconds IS NOT NULL")
+        overrides = {name: seconds for name, seconds in cursor.fetchall()}
+        default_cutoff = _ts(now - timedelta(seconds=global_timeout_s))
+        clauses = [f"queue NOT IN ({_marks(len(overrides))}) AND coalesce(heartbeat_at, last_updated_at) < %s"
+                   if overrides else "coalesce(heartbeat_at, last_updated_at) < %s"]
+        params: list[Any] = [*overrides, default_cutoff]
+        for name, timeout in overrides.items():
+            clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
+            params += [name, _ts(now - timedelta(seconds=timeout))]
+        return self._move(cursor, TO_DLQ, f"DELETE FROM {HOT} WHERE status = 2 AND"
+                          f" ({' OR '.join(f'({c})' for c in clauses)}) RETURNING {HOT_COLUMNS},"
+                          f" {int(FailureReason.ZOMBIE)} AS failure_reason, %s AS error_details",
+                          [*params, ZOMBIE_DETAILS])
 
 DIALECT: Dialect = SQLiteDialect()
