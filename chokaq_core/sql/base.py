@@ -25,6 +25,7 @@ from chokaq_core.domain import (
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     FailureReason,
     HistorySort,
@@ -325,6 +326,7 @@ class BaseDialect:
     ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
     MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details), guard_params → moved
     RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields), guard_params → (id, queue)
+    RECORD_ATTEMPTS_SQL: str  # params: clock, worker, items_params(n, job id, attempt, error…, started_at)
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
@@ -333,6 +335,9 @@ class BaseDialect:
         names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {})) if n.endswith("_SQL")}
         for name in names & set(statements or ()):
             setattr(cls, name, statements[name])  # type: ignore[index]
+
+    def __init__(self) -> None:
+        self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
@@ -362,6 +367,10 @@ class BaseDialect:
         """The current time as the leading parameter of a statement that stamps rows: none where the
         statement reads the database clock."""
         return []
+
+    def item_ts(self, value: datetime | None) -> Any:
+        """A datetime inside a batch item (``items_params``)."""
+        return value
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         """A list of job ids (duplicates dropped) as one statement parameter."""
@@ -641,6 +650,64 @@ class BaseDialect:
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
                              [self.param_ts(cutoff)])[0] or 0)
+
+    # ------------------------------------------------------------ the live Deck's one read, schedules, attempts
+
+    def pack(self, sql: str, width: int, order: str) -> str:
+        """A read as one JSON value: the array of its rows as positional arrays (``json_rows`` decodes it), in
+        ``order`` over its columns ``c0``, ``c1``, …"""
+        raise NotImplementedError
+
+    def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
+        """The ``deck_snapshot`` statement and its parameters: one SELECT of every part, each packed by ``pack``
+        from its own read's statement, a part not asked for skipped by its CASE."""
+        ids = list(dict.fromkeys(request.locate_ids))
+        locate, located_params = self.locate_sql(ids)
+        sql = self._snapshots.get(locate)
+        if sql is None:
+            sql = self._snapshots[locate] = (
+                f"SELECT {self.pack(self.SUMMARY_STATS_SQL, 7, 'c0')},"
+                f" {self.pack(ACTIVE_SQL.format(where=''), 12, 'c5 DESC, c0 DESC')}, {self.pack(locate, 2, 'c0')},\n"
+                + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
+                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 8, "c0"),
+                    (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
+                    (self.TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC"))))
+        since = request.throughput_since
+        return sql, [int(request.active_limit), *located_params,
+                     since is not None, self.param_ts(since or datetime.fromtimestamp(0, UTC)),
+                     request.queues, request.queues, request.queues, *self.queue_health_params(), request.workers,
+                     request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit))]
+
+    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+        """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
+        return snapshot_of(request, *self._one(cursor, *self.snapshot(request)))
+
+    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
+        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did (a concurrent
+        claimer waits for the row lock, then finds the tick taken)."""
+        now, at = self.now()
+        if self._all(cursor, f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, {self.TS}, {now})"
+                     " ON CONFLICT (name) DO NOTHING RETURNING name", [name, self.param_ts(tick), *at]):
+            return False
+        return bool(self._all(cursor, f"UPDATE {SCHEDULES} SET last_tick_at = {self.TS}, updated_at = {now}"
+                              f" WHERE name = %s AND last_tick_at < {self.TS} RETURNING name",
+                              [self.param_ts(tick), *at, name, self.param_ts(tick)]))
+
+    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+        """One INSERT … SELECT over the batch as items, stamped with the database clock, in order."""
+        if attempts:
+            cursor.execute(self.RECORD_ATTEMPTS_SQL, [*self.clock(), worker_id, *self.items_params([
+                {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
+                 "error_message": a.error.message, "traceback": a.error.traceback,
+                 "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])
+
+    def change_marker(self, cursor: Cursor) -> int | None:
+        """None: no cheap commit marker (or a push channel instead); workers poll."""
+        return None
+
+    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
+        """Nothing to do by default: the vendor's own housekeeping keeps the Hot table healthy."""
+        return False
 
     # ------------------------------------------------------------ enqueue and the claim
 

@@ -50,8 +50,6 @@ from typing import Any
 from chokaq_core.domain import (
     ArchivedJob,
     DeadJob,
-    DeckSnapshot,
-    FailedAttempt,
     FailureReason,
     HotJob,
     JobStatus,
@@ -70,7 +68,6 @@ from chokaq_core.sql.base import (
     escaped_like,
     located,
     revision_guard,
-    snapshot_of,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
@@ -921,11 +918,6 @@ RECORD_ATTEMPTS_SQL = (
 )
 
 
-def _naive_utc(value: datetime | None) -> str | None:
-    """A datetime as JSON text ``datetime2`` reads: naive UTC ISO 8601."""
-    return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
-
-
 class SQLServerDialect(BaseDialect, statements=globals()):
     """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
     ISO text datetimes and batches whose first results carry no rows."""
@@ -1034,18 +1026,10 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         """Mark a worker stopped (not running, no active executions)."""
         cursor.execute(STOP_WORKER_SQL, [worker_id])
 
-    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
-        """Nothing to do: SQL Server's ghost cleanup removes deleted rows and statistics update automatically."""
-        return False
-
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
         return self.counted(cursor) > 0
-
-    def change_marker(self, cursor: Cursor) -> int | None:
-        """None: no cheap commit marker on SQL Server; workers poll every ``WORKER.POLLING_INTERVAL``."""
-        return None
 
     def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Where each id is now (primary-key lookups in the three pillars)."""
@@ -1054,26 +1038,19 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
         return located(_rows(cursor))
 
-    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
+    def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
+        """One batch whose parameters land in typed variables the CASEs test."""
         ids = list(dict.fromkeys(request.locate_ids))
         since = request.throughput_since
-        errors_limit = max(0, int(request.errors_limit))
-        cursor.execute(DECK_SNAPSHOT_SQL, [
+        return DECK_SNAPSHOT_SQL, [
             int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
-            bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
-        ])
-        return snapshot_of(request, *_rows(cursor)[0])
+            bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
+        ]
 
-    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        """One INSERT … SELECT over the batch as a JSON array."""
-        if not attempts:
-            return
-        cursor.execute(RECORD_ATTEMPTS_SQL, [worker_id, _json(
-            {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
-             "error_message": a.error.message, "traceback": a.error.traceback,
-             "started_at": _naive_utc(a.started_at)} for n, a in enumerate(attempts)
-        )])
+    def item_ts(self, value: datetime | None) -> Any:
+        """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""
+        return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
+
 
 
 DIALECT: Dialect = SQLServerDialect()

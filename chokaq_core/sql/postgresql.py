@@ -15,38 +15,23 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
-    DeckSnapshot,
-    FailedAttempt,
     FailureReason,
     NewJob,
-    SnapshotRequest,
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    ACTIVE_SQL,
     ARCHIVE_FIELDS,
     CARRIED_REVISION,
     DLQ_FIELDS,
-    EMPTY_ERROR,
     HOT_FIELDS,
-    LIST_WORKERS_SQL,
-    QUEUE_STATES_SQL,
-    QUEUE_STATS_SQL,
     REVISION_BUMP,
     SINGLE_STATEMENTS,
-    SUMMARY_STATS_SQL,
-    THROUGHPUT_SQL,
-    TOP_ERRORS_SAMPLE,
-    WORKER_FIELDS,
     BaseDialect,
     escaped_like,
-    locate_statement,
     revision_guard,
-    snapshot_of,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
@@ -424,18 +409,6 @@ DELETE FROM chokaq_metric_buckets WHERE (bucket_start, queue, outcome, failure_r
     SELECT bucket_start, queue, outcome, failure_reason FROM chokaq_metric_buckets WHERE bucket_start < %s
     ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
 """
-INSERT_SCHEDULE_SQL = """
-INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (%s, %s, now())
-ON CONFLICT (name) DO NOTHING RETURNING name
-"""
-# A concurrent claimer blocks on the row lock, then re-reads last_tick_at and finds the tick taken.
-ADVANCE_SCHEDULE_SQL = """
-UPDATE chokaq_schedules SET last_tick_at = %s, updated_at = now() WHERE name = %s AND last_tick_at < %s
-RETURNING name
-"""
-SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
-
-
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
 TIDY_LOCK_KEY = 0x43484F4B  # "CHOK": one vacuum of the Hot table at a time, fleet-wide
 TRY_LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
@@ -481,34 +454,14 @@ DELETE FROM chokaq_job_attempts WHERE id IN (
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
 
-def _packed(sql: str, width: int, order: str) -> str:
-    """A read as one JSON value: an array of positional rows (``sql.json_rows`` decodes it)."""
-    cols = ", ".join(f"c{i}" for i in range(width))
-    return (f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]'::json)"
-            f" FROM ({sql}) AS t({cols}))")
-
-
-DECK_SNAPSHOT_SQL = f"""
-SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
-        FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6)),
-       {_packed(ACTIVE_SQL.format(where=""), 12, "c5 DESC, c0 DESC")},
-       {_packed(locate_statement(ID_ARRAY), 2, "c0")},
-       CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,
-       CASE WHEN %s THEN json_build_array({_packed(QUEUE_STATES_SQL, 5, "c0")}, {_packed(QUEUE_STATS_SQL, 8, "c0")},
-                                          {_packed(QUEUE_HEALTH_SQL, 4, "c0")}) END,
-       CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0")} END,
-       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC")} END
-"""
-
-
 # ---------------------------------------------------------------- attempts history
 
 RECORD_ATTEMPTS_SQL = """
 INSERT INTO chokaq_job_attempts
     (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)
 SELECT a.job_id, a.attempt, %s::varchar, a.error_class, a.error_message, a.traceback, now(), a.started_at
-FROM unnest(%s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s::timestamptz[])
-     WITH ORDINALITY AS a(job_id, attempt, error_class, error_message, traceback, started_at, n)
+FROM unnest(%s::int[], %s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s::timestamptz[])
+     AS a(n, job_id, attempt, error_class, error_message, traceback, started_at)
 ORDER BY a.n
 """
 
@@ -577,41 +530,9 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
         return True
 
-    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
-        cursor.execute(INSERT_SCHEDULE_SQL, [name, tick])
-        if cursor.fetchone() is not None:
-            return False
-        cursor.execute(ADVANCE_SCHEDULE_SQL, [tick, name, tick])
-        return cursor.fetchone() is not None
-
-    def change_marker(self, cursor: Cursor) -> int | None:
-        """None: workers LISTEN for the NOTIFY of every enqueue instead."""
-        return None
-
-    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-        ids = list(dict.fromkeys(request.locate_ids))
-        since = request.throughput_since
-        cursor.execute(DECK_SNAPSHOT_SQL, [
-            int(request.active_limit), ids, ids, ids,
-            since is not None, since or datetime.fromtimestamp(0, UTC),
-            request.queues, request.workers,
-            request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
-        ])
-        totals, active, found, points, queues, workers, errors = cursor.fetchone()
-        states, stats, lags = queues or (None, None, None)
-        return snapshot_of(request, [totals], active, found, points, states, stats, lags, workers, errors)
-
-    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        """One INSERT … SELECT over unnest() arrays for the whole batch, in order."""
-        if not attempts:
-            return
-        cursor.execute(RECORD_ATTEMPTS_SQL, [
-            worker_id, [a.job_id for a in attempts], [a.attempt for a in attempts],
-            [a.error.error_class for a in attempts], [a.error.message for a in attempts],
-            [a.error.traceback for a in attempts], [a.started_at for a in attempts],
-        ])
-
+    def pack(self, sql: str, width: int, order: str) -> str:
+        cols = ", ".join(f"c{i}" for i in range(width))
+        return (f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]'::json)"
+                f" FROM ({sql}) AS t({cols}))")
 
 DIALECT: Dialect = PostgreSQLDialect()

@@ -19,35 +19,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core.domain import DeckSnapshot, FailedAttempt, FailureReason, NewJob, SnapshotRequest
+from chokaq_core.domain import FailureReason, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
-    ACTIVE_SQL,
     ARCHIVE,
     BUCKETS,
     CARRIED_REVISION,
     DLQ,
-    EMPTY_ERROR,
     HOT,
     HOT_FIELDS,
-    LIST_WORKERS_SQL,
-    QUEUE_STATES_SQL,
-    QUEUE_STATS_SQL,
     QUEUES,
     REVISION_BUMP,
-    SCHEDULES,
     SINGLE_STATEMENTS,
     STATS,
-    SUMMARY_STATS_SQL,
-    THROUGHPUT_SQL,
     TO_DLQ,
-    TOP_ERRORS_SAMPLE,
     WORKERS,
     ZOMBIE_DETAILS,
     BaseDialect,
     Move,
     revision_guard,
-    snapshot_of,
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
@@ -257,29 +247,16 @@ TOP_ERRORS_SQL = f"""
 # ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
 
-def _packed(sql: str, width: int) -> str:
-    """A read as one JSON value: an array of positional rows in the read's own order (``sql.json_rows``)."""
-    cols = ", ".join(f"c{i}" for i in range(width))
-    return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
-
-
-def _snapshot_sql(locate: str) -> str:
-    return f"""
-SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12)}, {_packed(locate, 2)},
-       CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3)} END,
-       CASE WHEN %s THEN json_array(json({_packed(QUEUE_STATES_SQL, 5)}), json({_packed(QUEUE_STATS_SQL, 8)}),
-                                    json({_packed(QUEUE_HEALTH_SQL, 4)})) END,
-       CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, 12)} END,
-       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, 4)} END
-"""
-
-
-
 # ---------------------------------------------------------------- attempts history and retention
 
 ATTEMPTS = "chokaq_job_attempts"
-ATTEMPT_COLUMNS = "job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at"
-ATTEMPT_ROWS_PER_INSERT = 100  # 8 parameters a row, within SQLite's host-parameter limit
+_ITEM = "json_extract(value, '$.{}')"
+RECORD_ATTEMPTS_SQL = (
+    f"{_CLOCK}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at,"
+    f" started_at) SELECT {_ITEM.format('job_id')}, {_ITEM.format('attempt')}, %s, {_ITEM.format('error_class')},"
+    f" {_ITEM.format('error_message')}, {_ITEM.format('traceback')}, {_NOW}, {_ITEM.format('started_at')}"
+    " FROM json_each(%s) ORDER BY key"
+)
 
 
 PURGE_WORKERS_SQL = (f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS}"
@@ -314,6 +291,14 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         now = _now()
         return {"scheduled_at": _ts(now + timedelta(seconds=seconds)), "stamp": _ts(now)}
 
+    def item_ts(self, value: datetime | None) -> Any:
+        return _ts(value)
+
+    def pack(self, sql: str, width: int, order: str) -> str:
+        """In the read's own order (a CTE keeps it)."""
+        cols = ", ".join(f"c{i}" for i in range(width))
+        return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
+
     def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
         _drop_stats(cursor, counter, Counter(queues), _ts(_now()))
 
@@ -327,54 +312,10 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     def now(self) -> tuple[str, list[Any]]:
         return "%s", [_ts(_now())]
 
-    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
-        """Nothing to do: SQLite reuses freed pages and keeps no dead row versions."""
-        return False
-
-    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        # BEGIN IMMEDIATE serializes the callers: the first to move the tick forward wins.
-        stamp, at = _ts(_now()), _ts(tick)
-        cursor.execute(
-            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
-            [name, at, stamp],
-        )
-        if cursor.rowcount:
-            return False
-        cursor.execute(
-            f"UPDATE {SCHEDULES} SET last_tick_at = %s, updated_at = %s WHERE name = %s AND last_tick_at < %s",
-            [at, stamp, name, at],
-        )
-        return bool(cursor.rowcount)
-
     def change_marker(self, cursor: Cursor) -> int | None:
         """Changes whenever another connection commits; read without a lock (the WAL index)."""
         cursor.execute("PRAGMA data_version")
         return int(cursor.fetchone()[0])
-
-    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-        locate, ids = self.locate_sql(list(dict.fromkeys(request.locate_ids)))
-        since = request.throughput_since
-        now = _ts(_now())
-        cursor.execute(_snapshot_sql(locate), [
-            int(request.active_limit), *ids,
-            since is not None, _ts(since or _now()),
-            request.queues, now, now,
-            request.workers,
-            request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
-        ])
-        totals, active, found, points, queues, workers, errors = cursor.fetchone()
-        states, stats, lags = json.loads(queues) if queues is not None else (None, None, None)
-        return snapshot_of(request, totals, active, found, points, states, stats, lags, workers, errors)
-
-    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        now = _ts(_now())
-        for chunk in _chunks(attempts, ATTEMPT_ROWS_PER_INSERT):
-            cursor.execute(
-                f"INSERT INTO {ATTEMPTS} ({ATTEMPT_COLUMNS}) VALUES {', '.join(['(%s, %s, %s, %s, %s, %s, %s, %s)'] * len(chunk))}",
-                [value for a in chunk for value in (a.job_id, a.attempt, worker_id, a.error.error_class,
-                                                    a.error.message, a.error.traceback, now, _ts(a.started_at))],
-            )
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """Multi-row inserts (taken keys skipped), then the queues' Queues and StatsSummary rows."""
