@@ -284,6 +284,30 @@ RETRY = Move(None, (), "last_updated_at", "retried_total", None)
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
+# Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
+# "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
+# "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
+# ago_params' moment.
+_LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
+          " heartbeat_at = {now}, last_updated_at = {now}")
+_TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
+SHARED_STATEMENTS = {
+    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1 RETURNING attempt_count",
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+                                 " RETURNING id, attempt_count",
+    "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
+                      " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
+    "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot SET cancel_requested_by = %s WHERE id {ids} AND {by_id}status = 2"
+                          " RETURNING id",
+    "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot SET payload = coalesce(%s{text}, payload),"
+                      " tags = coalesce(%s{text}, tags), priority = coalesce(%s{int}, priority), last_modified_by = %s,"
+                      f" last_updated_at = {{now}}, {REVISION_BUMP} WHERE id = %s AND status = 0"
+                      f" AND {revision_guard('%s{int}')} RETURNING id",
+    "RELEASE_SQL": f"{_TO_PENDING} WHERE id {{ids}} AND {{by_id}}status = 1 AND worker_id = %s",
+    "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
+}
+
+
 class BaseDialect:
     """Every function of the Dialect protocol written once; a vendor gives its statements and overrides the hooks
     below (timestamps, LIMIT/TOP, id lists, the claim, the move, the counters, the snapshot, case folding)."""
@@ -330,11 +354,15 @@ class BaseDialect:
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
-        defines becomes the vendor's."""
+        defines becomes the vendor's; a vendor with ``TOKENS`` gets the others of ``SHARED_STATEMENTS`` in its words."""
         super().__init_subclass__(**kwargs)
         names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {})) if n.endswith("_SQL")}
         for name in names & set(statements or ()):
             setattr(cls, name, statements[name])  # type: ignore[index]
+        tokens = vars(cls).get("TOKENS")
+        for name, template in SHARED_STATEMENTS.items():
+            if tokens is not None and name not in (statements or ()):
+                setattr(cls, name, template.format_map(tokens))
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part

@@ -253,26 +253,6 @@ LOCK_CAPPED_QUEUES_SQL = (
     "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
 )
 
-MARK_PROCESSING_SQL = """
-UPDATE chokaq_jobs_hot
-SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
-WHERE id = %s AND worker_id = %s AND status = 1
-RETURNING attempt_count
-"""
-
-MARK_PROCESSING_BATCH_SQL = """
-UPDATE chokaq_jobs_hot
-SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
-WHERE id = ANY(%s) AND worker_id = %s AND status = 1
-RETURNING id, attempt_count
-"""
-
-KEEP_ALIVE_SQL = """
-UPDATE chokaq_jobs_hot SET heartbeat_at = now(), last_updated_at = now()
-WHERE id = ANY(%s::text[]) AND status = 2 AND worker_id = %s
-RETURNING id
-"""
-
 ARCHIVE_SUCCEEDED_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
     "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
@@ -341,11 +321,6 @@ upd AS (
 SELECT id, queue FROM upd
 """
 
-RELEASE_SQL = """
-UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
-WHERE id = ANY(%s::text[]) AND status = 1 AND worker_id = %s
-"""
-
 # Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
 RESURRECT_SQL = f"""
 WITH moved AS (
@@ -362,20 +337,6 @@ ins AS (
 SELECT id, queue FROM ins
 """
 
-REQUEST_CANCEL_SQL = """
-UPDATE chokaq_jobs_hot SET cancel_requested_by = %s
-WHERE id = ANY(%s::text[]) AND status = 2
-RETURNING id
-"""
-
-UPDATE_HOT_SQL = f"""
-UPDATE chokaq_jobs_hot
-SET payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), priority = coalesce(%s::int, priority),
-    last_modified_by = %s, last_updated_at = now(), {REVISION_BUMP}
-WHERE id = %s AND status = 0 AND {revision_guard("%s::int")}
-RETURNING id
-"""
-
 UPDATE_DLQ_SQL = f"""
 WITH edit AS (SELECT %s::text AS new_payload, %s::text AS new_tags, %s::text AS actor)
 UPDATE chokaq_jobs_dlq
@@ -390,12 +351,6 @@ _BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
 PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
 PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", _BY_QUEUE)
-
-RECOVER_ABANDONED_SQL = """
-UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
-WHERE status = 1 AND last_updated_at < now() - make_interval(secs => %s::float8)
-"""
-
 
 # ---------------------------------------------------------------- retention, schedules, reads
 
@@ -474,6 +429,8 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
     NOTIFY_CHANNEL: str | None = NOTIFY_CHANNEL
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
+    TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
+              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)"}
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"

@@ -127,24 +127,11 @@ _IDS = "(SELECT value FROM json_each(%s))"  # the ids_param JSON array
 _ITEM_IDS = "(SELECT json_extract(value, '$.id') FROM json_each(%s))"  # the items_params JSON array's ids
 _OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
 
-_LEASE = f"{_CLOCK}UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = {_NOW}, heartbeat_at = {_NOW}, last_updated_at = {_NOW}"
-MARK_PROCESSING_SQL = f"{_LEASE} WHERE id = %s AND worker_id = %s AND +status = 1 RETURNING attempt_count"
-MARK_PROCESSING_BATCH_SQL = f"{_LEASE} WHERE id IN {_IDS} AND worker_id = %s AND +status = 1 RETURNING id, attempt_count"
-KEEP_ALIVE_SQL = (f"{_CLOCK}UPDATE {HOT} SET heartbeat_at = {_NOW}, last_updated_at = {_NOW}"
-                  f" WHERE id IN {_IDS} AND +status = 2 AND worker_id = %s RETURNING id")
-REQUEST_CANCEL_SQL = f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN {_IDS} AND +status = 2 RETURNING id"
-UPDATE_HOT_SQL = (f"{_CLOCK}UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
-                  f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = {_NOW}, {REVISION_BUMP}"
-                  f" WHERE id = %s AND status = 0 AND {revision_guard()} RETURNING id")
 UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %s) UPDATE {DLQ}"
                   " SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload IS NOT payload"
                   " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
                   f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
                   f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
-# the clock() parameter first, no CTE: the driver counts changed rows only of a statement that starts with UPDATE
-_TO_PENDING = f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-RELEASE_SQL = f"{_TO_PENDING} WHERE id IN {_IDS} AND +status = 1 AND worker_id = %s"
-RECOVER_ABANDONED_SQL = f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < %s"
 # Moves out of Hot return the Hot row (plus any columns the move sets) for _move to land.
 ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
 CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
@@ -274,6 +261,10 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     PREPARED = PREPARED
     AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
     ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+    # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
+    # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
+    TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
+              "ago": "%s"}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]
