@@ -15,9 +15,9 @@ below and exports its instance as ``DIALECT``; ``storage`` is their only caller.
   deleted rows and bumps ``chokaq_stats_summary`` / ``chokaq_metric_buckets``
   in the same transaction (spec 01 §3). Mutations report what they actually
   changed, never the requested count.
-* Each dialect also has ``AUTOCOMMIT_SAFE``: the names of its functions
-  that are a single statement (or only read), which storage may then run
-  without ``BEGIN``/``COMMIT`` round trips when no transaction is open.
+* Reads and the single-row commands are one statement on every vendor;
+  the capabilities below say what else is, so storage may run it without
+  ``BEGIN``/``COMMIT`` round trips when no transaction is open.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ Moved = list[tuple[str, str]]  # (job id, queue) of each row a transition change
 
 class Dialect(Protocol):
     # ------------------------------------------------------------ capabilities
-    AUTOCOMMIT_SAFE: frozenset[str]  # functions that are one statement (or only read): no BEGIN/COMMIT needed
-    PREPARED: frozenset[str]  # statements storage runs through a preparing cursor (PostgreSQL's hot path)
-    ONE_STATEMENT_WITHOUT_KEYS: frozenset[str]  # functions that are one statement when no idempotency key is given
+    MOVES_IN_ONE_STATEMENT: bool  # each move between pillars (resurrect, purges, zombies) is one statement
+    ENQUEUE_IN_ONE_STATEMENT: bool  # an enqueue of jobs without idempotency keys is one statement
+    PREPARES: bool  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     NOTIFY_CHANNEL: str | None  # the channel enqueue NOTIFYs, for an idle worker to LISTEN on; None: no push channel
 
     # ------------------------------------------------------------ enqueue / claim

@@ -77,17 +77,6 @@ def cancel_details(actor: str | None) -> str:
     return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
 
 
-# Functions that are one statement on every vendor, or only read: storage may run them without BEGIN/COMMIT.
-SINGLE_STATEMENTS = frozenset({
-    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
-    "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
-    "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
-    "queue_stats", "get_hot", "get_archived", "get_dead", "list_active", "list_archive", "list_dlq", "locate_jobs",
-    "throughput", "queue_health", "top_errors", "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than",
-    "deck_snapshot", "list_workers", "schedule_ticks", "job_attempts",
-})
-
-
 # ---------------------------------------------------------------- tables and column lists
 
 HOT = "chokaq_jobs_hot"
@@ -320,6 +309,10 @@ class BaseDialect:
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
     NOTIFY_CHANNEL: str | None = None
+    MOVES_IN_ONE_STATEMENT = False
+    ENQUEUE_IN_ONE_STATEMENT = False
+    PREPARES = False
+    TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)

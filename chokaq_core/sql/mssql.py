@@ -62,7 +62,6 @@ from chokaq_core.sql.base import (
     CARRIED_REVISION,
     EMPTY_ERROR,
     REVISION_BUMP,
-    SINGLE_STATEMENTS,
     TOP_ERRORS_SAMPLE,
     BaseDialect,
     escaped_like,
@@ -73,11 +72,6 @@ from chokaq_core.sql.base import (
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
 
-# Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads
-# (not fetch_batch: its capped-queue locks must last until the claim commits).
-PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
-ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
-AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"record_attempts"}
 
 # Column lists follow the row dataclasses field for field, so a row maps by position.
 HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
@@ -922,9 +916,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
     ISO text datetimes and batches whose first results carry no rows."""
 
-    PREPARED = PREPARED
-    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
-    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
 
     TS = "CAST(%s AS datetimeoffset(7))"
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"

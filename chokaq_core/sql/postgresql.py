@@ -28,32 +28,12 @@ from chokaq_core.sql.base import (
     DLQ_FIELDS,
     HOT_FIELDS,
     REVISION_BUMP,
-    SINGLE_STATEMENTS,
     BaseDialect,
     escaped_like,
     revision_guard,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
-
-# The hot path's statements: fixed texts (arrays, never a growing list of placeholders) that storage runs
-# through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
-# ``enqueue`` of jobs without idempotency keys is one statement (see ENQUEUE_SQL): autocommit is enough.
-ONE_STATEMENT_WITHOUT_KEYS = frozenset({"enqueue"})
-
-PREPARED = frozenset({
-    "enqueue", "fetch_batch", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded",
-    "move_to_dlq", "reschedule_for_retry", "deck_snapshot",
-})
-
-# Every function but enqueue is one statement (a move is one CTE statement) or a read,
-# so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
-AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {
-    "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "resurrect", "resurrect_batch", "cancel_batch",
-    "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "archive_zombies",
-    "purge_archive_ids", "purge_workers", "purge_metric_buckets", "tidy_hot_table", "record_attempts", "purge_attempts",
-}
-
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
@@ -424,10 +404,11 @@ ORDER BY a.n
 class PostgreSQLDialect(BaseDialect, statements=globals()):
     """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
 
-    PREPARED = PREPARED
-    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
-    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
     NOTIFY_CHANNEL: str | None = NOTIFY_CHANNEL
+    # A move is one statement of CTEs; enqueue without keys is ENQUEUE_SQL alone (no by-key lookup to follow). The
+    # hot path's statements are fixed texts (arrays, never a growing list of placeholders): storage runs them
+    # through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
+    MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
               "int": "::int", "ago": "now() - make_interval(secs => %s::float8)"}

@@ -30,7 +30,6 @@ from chokaq_core.sql.base import (
     HOT_FIELDS,
     QUEUES,
     REVISION_BUMP,
-    SINGLE_STATEMENTS,
     STATS,
     TO_DLQ,
     WORKERS,
@@ -41,9 +40,6 @@ from chokaq_core.sql.base import (
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
-PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
-ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
-AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"purge_workers", "purge_metric_buckets", "change_marker", "purge_attempts"}
 MAX_ROWS_PER_INSERT = 500
 
 
@@ -258,9 +254,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     """The base over SQLite's text timestamps (the clock is Python's, spec 01 §1.2), JSON id lists and the
     Python hand-off of moved rows."""
 
-    PREPARED = PREPARED
-    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
-    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
     # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",

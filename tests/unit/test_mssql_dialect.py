@@ -800,10 +800,29 @@ def test_mssql_django_formats_every_statement(case: Case) -> None:
             assert len(sent_params) == len(params)
 
 
-def test_autocommit_safe_functions_change_one_table_at_most() -> None:
-    assert set(sql.DIALECT.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
+def run_alone_by_storage() -> set[str]:
+    """The dialect functions ``storage`` runs without a transaction of their own on SQL Server: those it calls
+    ``ALONE`` or on the ``HOT_PATH`` (moves run alone only where the dialect moves in one statement)."""
+    import ast
+
+    from chokaq_core import storage
+
+    assert not sql.DIALECT.MOVES_IN_ONE_STATEMENT and not sql.DIALECT.ENQUEUE_IN_ONE_STATEMENT
+    found = set()
+    for node in ast.walk(ast.parse(inspect.getsource(storage))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("call", "_purge_batches")
+                and len(node.args) > 1 and isinstance(node.args[0], ast.Name)
+                and node.args[0].id in ("ALONE", "HOT_PATH") and isinstance(node.args[1], ast.Attribute)):
+            found.add(node.args[1].attr)
+    return found
+
+
+def test_functions_storage_runs_alone_change_one_table_at_most() -> None:
+    alone = run_alone_by_storage()
+    assert {"get_hot", "keep_alive", "deck_snapshot", "purge_workers"} <= alone <= set(DIALECT_FUNCTIONS)
+    assert "fetch_batch" not in alone, "the claim's capped-queue locks must last until it commits"
     for function, text, _ in _statements():
-        if function not in sql.DIALECT.AUTOCOMMIT_SAFE:
+        if function not in alone:
             continue
         statements = [s for s in _strip_literals(text).split(";") if s.strip()]
         changing = [s for s in statements if DML.match(s) and re.search(r"\bchokaq_\w+", s)]
@@ -849,7 +868,6 @@ def test_claims_lock_skip_and_rank_inside_the_claim() -> None:
         assert "h.status = 0" in text, "the literal predicate lets the filtered index hot_fetch_pending serve"
         lock = text.index("FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\nWHERE c.max_workers IS NOT NULL")
         assert lock < text.index("WITH Eligible AS"), "capped queues' rows are locked before the claim statement"
-        assert "fetch_batch" not in sql.DIALECT.AUTOCOMMIT_SAFE, "those locks must last until the claim commits"
         assert params[:3] == ["w1", 100, 10], "worker, scan window (10 x limit), limit"
 
 
