@@ -267,6 +267,50 @@ class Move:
     outcome: int | None
 
 
+    @property
+    def carried(self) -> tuple[str, ...]:
+        """The columns a moved row carries into its pillar (all but the stamp)."""
+        return tuple(c for c in self.fields if c != self.stamp)
+
+
+def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> list[str]:
+    """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up) unless overridden."""
+    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **overrides}
+    return [overrides.get(c, f"{row}.{c}") for c in columns]
+
+
+def insert_moved(move: Move, source: str, now: str) -> str:
+    """Copy the moved rows in ``source`` into the move's pillar, stamped ``now``."""
+    return (f"INSERT INTO {move.table} ({', '.join(move.fields)})\n"
+            f"    SELECT {', '.join(now if c == move.stamp else c for c in move.fields)} FROM {source}")
+
+
+def stats_add(counter: str, source: str, now: str) -> str:
+    """The counter upsert (spec 01 §4.13): ``counter`` += the rows of ``source`` per queue, a missing row inserted."""
+    return (f"INSERT INTO {STATS} AS s (queue, {counter}, last_activity_at)\n"
+            f"    SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue\n"
+            f"    ON CONFLICT (queue) DO UPDATE SET {counter} = s.{counter} + excluded.{counter},"
+            " last_activity_at = excluded.last_activity_at")
+
+
+def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
+    """The MetricBuckets upsert of this ``second`` (spec 01 §4.13) from ``source`` (queue, failure_reason,
+    duration_ms); the longest duration ignores NULLs."""
+    return (f"INSERT INTO {BUCKETS} AS b (bucket_start, queue, outcome, failure_reason, completed_count,"
+            " duration_count, total_duration_ms, max_duration_ms, last_updated_at)\n"
+            f"    SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
+            f" coalesce(sum(duration_ms), 0), max(duration_ms), {now}\n"
+            f"    FROM {source} WHERE true GROUP BY queue, failure_reason ORDER BY queue, failure_reason\n"
+            "    ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET\n"
+            "        completed_count = b.completed_count + excluded.completed_count,\n"
+            "        duration_count = b.duration_count + excluded.duration_count,\n"
+            "        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,\n"
+            "        max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL THEN b.max_duration_ms\n"
+            "            WHEN b.max_duration_ms IS NULL OR excluded.max_duration_ms > b.max_duration_ms"
+            " THEN excluded.max_duration_ms ELSE b.max_duration_ms END,\n"
+            "        last_updated_at = excluded.last_updated_at")
+
+
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)

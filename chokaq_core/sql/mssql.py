@@ -43,15 +43,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
-    ArchivedJob,
-    DeadJob,
     FailureReason,
-    HotJob,
     JobStatus,
     NewJob,
     SnapshotRequest,
@@ -59,12 +55,19 @@ from chokaq_core.domain import (
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    CARRIED_REVISION,
+    ACTIVE_ROW,
     EMPTY_ERROR,
+    HOT_FIELDS,
     REVISION_BUMP,
+    TO_ARCHIVE,
+    TO_DLQ,
     TOP_ERRORS_SAMPLE,
+    WORKER_FIELDS,
     BaseDialect,
+    Move,
+    carried_values,
     escaped_like,
+    insert_moved,
     located,
     revision_guard,
 )
@@ -72,14 +75,6 @@ from chokaq_core.sql.base import (
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
 
-
-# Column lists follow the row dataclasses field for field, so a row maps by position.
-HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
-ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
-DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
-HOT_COLUMNS = ", ".join(HOT_FIELDS)
-ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
-DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
 
 _INT_MAX = 2**31 - 1
 
@@ -112,11 +107,6 @@ _MOVED_TYPES = {
     "result": "nvarchar(max) NULL",
 }
 
-# What a Hot → Archive / Hot → DLQ move carries in ``@Moved`` (the destination row minus its stamp).
-ARCHIVE_MOVED = tuple(c for c in ARCHIVE_FIELDS if c != "finished_at")
-DLQ_MOVED = tuple(c for c in DLQ_FIELDS if c != "failed_at")
-
-
 def _moved_table(columns: Sequence[str]) -> str:
     return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
 
@@ -124,15 +114,7 @@ def _moved_table(columns: Sequence[str]) -> str:
 def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
     """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
     revision goes up by one)."""
-    overrides = {"revision": f"deleted.{CARRIED_REVISION}", **overrides}
-    values = ", ".join(overrides.get(c, f"deleted.{c}") for c in columns)
-    return f"OUTPUT {values}\n    INTO @Moved ({', '.join(columns)})"
-
-
-def _insert_from_moved(table: str, columns: Sequence[str], stamp: str) -> str:
-    """Copy ``@Moved`` into ``table`` with ``stamp`` = @Now."""
-    select = ", ".join("@Now" if c == stamp else c for c in columns)
-    return f"INSERT INTO {table} ({', '.join(columns)})\nSELECT {select} FROM @Moved;"
+    return f"OUTPUT {', '.join(carried_values(columns, 'deleted', overrides))}\n    INTO @Moved ({', '.join(columns)})"
 
 
 def _stats_add(counter: str) -> str:
@@ -192,24 +174,29 @@ def _bucket_merge(outcome: int, source: str) -> str:
     )
 
 
+def _params(*declarations: str) -> str:
+    """Each parameter copied into a typed variable (``@Name type``), in order."""
+    return "\n".join(f"DECLARE {declaration} = %s;" for declaration in declarations)
+
+
 def _batch(*statements: str) -> str:
     """A multi-statement batch: NOCOUNT on for the work, off again for the final statement."""
     *work, last = statements
     return "\n".join(["SET NOCOUNT ON;", *work, "SET NOCOUNT OFF;", last])
 
 
-def _completion(declares: Sequence[str], moved: Sequence[str], delete: str, table: str, stamp: str,
-                counter: str, outcome: int, buckets: str) -> str:
-    """A whole Hot → Archive/DLQ move (spec 01 §3): delete with guard, insert, counters, buckets."""
+def _completion(declares: Sequence[str], move: Move, delete: str) -> str:
+    """A whole Hot → Archive/DLQ move (spec 01 §3): ``delete`` (with its guard) fills ``@Moved``, then the insert,
+    the counters and the buckets."""
     return _batch(
         _NOW,
         _BUCKET,
         *declares,
-        _moved_table(moved),
+        _moved_table(move.carried),
         delete,
-        _insert_from_moved(table, (*moved, stamp), stamp),
-        _stats_add(counter),
-        _bucket_merge(outcome, buckets),
+        insert_moved(move, "@Moved", "@Now") + ";",
+        _stats_add(move.counter),
+        _bucket_merge(move.outcome or 0, _SUCCESS_BUCKETS if move is TO_ARCHIVE else _FAILURE_BUCKETS),
         "SELECT id, queue FROM @Moved;",
     )
 
@@ -303,9 +290,7 @@ WHERE h.status = 0;"""
     )
     return _batch(
         _NOW,
-        "DECLARE @WorkerId nvarchar(4000) = %s;",
-        "DECLARE @ScanLimit int = %s;",
-        "DECLARE @Limit int = %s;",
+        _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int"),
         *declare_queues,
         "DECLARE @Capped int;",
         "SELECT @Capped = COUNT(*) FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\n"
@@ -319,8 +304,7 @@ FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
 
 MARK_PROCESSING_SQL = _batch(
     _NOW,
-    "DECLARE @JobId nvarchar(4000) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@JobId nvarchar(4000)", "@WorkerId nvarchar(4000)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
     " last_updated_at = @Now\n"
@@ -332,8 +316,7 @@ _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
 
 MARK_PROCESSING_BATCH_SQL = _batch(
     _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
     " last_updated_at = @Now\n"
@@ -343,8 +326,7 @@ MARK_PROCESSING_BATCH_SQL = _batch(
 
 KEEP_ALIVE_SQL = _batch(
     _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET heartbeat_at = @Now, last_updated_at = @Now\n"
     "OUTPUT inserted.id\n"
     f"WHERE id IN {_IDS} AND status = 2 AND worker_id = @WorkerId;",
@@ -353,52 +335,38 @@ KEEP_ALIVE_SQL = _batch(
 _WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
 
 
-def _owned_move(moved: Sequence[str], items: Mapping[str, str], table: str, stamp: str, counter: str, outcome: int,
-                buckets: str) -> str:
+def _owned_move(move: Move, items: Mapping[str, str]) -> str:
     """A completion batch: the owned Hot rows named in ``@Items`` (JSON; ``items`` = column: type besides the id,
-    each copied into the moved row) move to ``table``."""
+    each copied into the moved row) make the move."""
     schema = ", ".join(f"{column} {sql_type} '$.{column}'" for column, sql_type in items.items())
     return _completion(
-        ["DECLARE @Items nvarchar(max) = %s;", "DECLARE @WorkerId nvarchar(4000) = %s;"],
-        moved,
+        [_params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)")],
+        move,
         "DELETE h\n"
-        + _output_into(moved, {column: f"i.{column}" for column in items})
+        + _output_into(move.carried, {column: f"i.{column}" for column in items})
         + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
         f"INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', {schema}) AS i ON i.id = h.id\n"
         f"WHERE {_WORKER_GUARD};",
-        table, stamp, counter, outcome, buckets,
     )
 
 
-ARCHIVE_SUCCEEDED_SQL = _owned_move(ARCHIVE_MOVED, {"duration_ms": "float", "result": "nvarchar(max)"},
-                                    "chokaq_jobs_archive", "finished_at", "succeeded_total", 0, _SUCCESS_BUCKETS)
-MOVE_TO_DLQ_SQL = _owned_move(DLQ_MOVED, {"failure_reason": "int", "error_details": "nvarchar(max)"},
-                              "chokaq_jobs_dlq", "failed_at", "failed_total", 1, _FAILURE_BUCKETS)
-
-
+ARCHIVE_SUCCEEDED_SQL = _owned_move(TO_ARCHIVE, {"duration_ms": "float", "result": "nvarchar(max)"})
+MOVE_TO_DLQ_SQL = _owned_move(TO_DLQ, {"failure_reason": "int", "error_details": "nvarchar(max)"})
 CANCEL_BATCH_SQL = _completion(
-    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Details nvarchar(max) = %s;",
-     "DECLARE @Actor nvarchar(4000) = %s;"],
-    DLQ_MOVED,
+    [_params("@Ids nvarchar(max)", "@Details nvarchar(max)", "@Actor nvarchar(4000)")],
+    TO_DLQ,
     "DELETE h\n"
-    + _output_into(DLQ_MOVED, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
-                               "last_modified_by": "@Actor"})
-    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-    f"WHERE h.id IN {_IDS} AND h.status IN (0, 1);",
-    "chokaq_jobs_dlq",
-    "failed_at",
-    "failed_total",
-    1,
-    _FAILURE_BUCKETS,
+    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
+                                    "last_modified_by": "@Actor"})
+    + f"\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\nWHERE h.id IN {_IDS} AND h.status IN (0, 1);",
 )
-
 # Spec 01 §4.12: both OR branches compare a column to a computed cutoff (queue timeout, else global).
 ARCHIVE_ZOMBIES_SQL = _completion(
-    ["DECLARE @GlobalSeconds int = %s;", "DECLARE @GlobalMs int = %s;", "DECLARE @Details nvarchar(max) = %s;",
+    [_params("@GlobalSeconds int", "@GlobalMs int", "@Details nvarchar(max)"),
      "DECLARE @GlobalCutoff datetime2(7) = DATEADD(MILLISECOND, -@GlobalMs, DATEADD(SECOND, -@GlobalSeconds, @Now));"],
-    DLQ_MOVED,
+    TO_DLQ,
     "DELETE h\n"
-    + _output_into(DLQ_MOVED, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
+    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
     + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK, READPAST)\n"
     "LEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
     "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN @GlobalCutoff\n"
@@ -406,17 +374,11 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     "WHERE h.status = 2\n"
     "  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
     "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
-    "chokaq_jobs_dlq",
-    "failed_at",
-    "failed_total",
-    1,
-    _FAILURE_BUCKETS,
 )
 
 RESCHEDULE_SQL = _batch(
     _NOW,
-    "DECLARE @Items nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)"),
     _moved_table(("id", "queue")),
     "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
     "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
@@ -432,8 +394,7 @@ RESCHEDULE_SQL = _batch(
 
 RELEASE_SQL = _batch(
     _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     "DECLARE @Changed int;",
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
     f"WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;",
@@ -449,10 +410,7 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
     return _batch(
         _NOW,
         *declares,
-        "DECLARE @Payload nvarchar(max) = %s;",
-        "DECLARE @Tags nvarchar(max) = %s;",
-        "DECLARE @Priority int = %s;",
-        "DECLARE @Actor nvarchar(4000) = %s;",
+        _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)"),
         _moved_table(_RESURRECTED),
         delete,
         "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
@@ -475,8 +433,7 @@ RESURRECT_SQL = _resurrect_sql(
 )
 
 REQUEST_CANCEL_SQL = _batch(
-    "DECLARE @Actor nvarchar(4000) = %s;",
-    "DECLARE @Ids nvarchar(max) = %s;",
+    _params("@Actor nvarchar(4000)", "@Ids nvarchar(max)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET cancel_requested_by = @Actor\n"
     "OUTPUT inserted.id\n"
     f"WHERE id IN {_IDS} AND status = 2;",
@@ -484,12 +441,8 @@ REQUEST_CANCEL_SQL = _batch(
 
 UPDATE_HOT_SQL = _batch(
     _NOW,
-    "DECLARE @Payload nvarchar(max) = %s;",
-    "DECLARE @Tags nvarchar(max) = %s;",
-    "DECLARE @Priority int = %s;",
-    "DECLARE @Actor nvarchar(4000) = %s;",
-    "DECLARE @JobId nvarchar(4000) = %s;",
-    "DECLARE @Revision int = %s;",
+    _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)",
+            "@JobId nvarchar(4000)", "@Revision int"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags),"
     f" priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now, {REVISION_BUMP}\n"
@@ -499,11 +452,8 @@ UPDATE_HOT_SQL = _batch(
 
 # previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
 UPDATE_DLQ_SQL = _batch(
-    "DECLARE @Payload nvarchar(max) = %s;",
-    "DECLARE @Tags nvarchar(max) = %s;",
-    "DECLARE @Actor nvarchar(4000) = %s;",
-    "DECLARE @JobId nvarchar(4000) = %s;",
-    "DECLARE @Revision int = %s;",
+    _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Actor nvarchar(4000)", "@JobId nvarchar(4000)",
+            "@Revision int"),
     "UPDATE chokaq_jobs_dlq WITH (ROWLOCK)\n"
     "SET previous_payload = CASE WHEN @Payload IS NOT NULL AND (payload IS NULL\n"
     "        OR CAST(payload AS varbinary(max)) <> CAST(@Payload AS varbinary(max)))\n"
@@ -554,8 +504,7 @@ PURGE_ARCHIVE_SQL = _purge(
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _batch(
     _NOW,
-    "DECLARE @TimeoutSeconds int = %s;",
-    "DECLARE @TimeoutMs int = %s;",
+    _params("@TimeoutSeconds int", "@TimeoutMs int"),
     "DECLARE @Changed int;",
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
     "WHERE status = 1\n"
@@ -586,8 +535,7 @@ QUEUE_UPSERT_SQL = {
 }
 
 SET_QUEUE_ACTIVE_SQL = _batch(
-    "DECLARE @Active bit = %s;",
-    "DECLARE @Name nvarchar(4000) = %s;",
+    _params("@Active bit", "@Name nvarchar(4000)"),
     "UPDATE chokaq_queues SET is_active = @Active, is_paused = 1, last_updated_at = SYSUTCDATETIME()\n"
     "OUTPUT inserted.name\n"
     "WHERE name = @Name;",
@@ -595,15 +543,9 @@ SET_QUEUE_ACTIVE_SQL = _batch(
 
 UPSERT_WORKER_SQL = _batch(
     _NOW,
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
-    "DECLARE @Hostname nvarchar(4000) = %s;",
-    "DECLARE @Pid int = %s;",
-    "DECLARE @Queues nvarchar(4000) = %s;",
-    "DECLARE @IsRunning bit = %s;",
-    "DECLARE @Capacity int = %s;",
-    "DECLARE @ActiveCount int = %s;",
-    "DECLARE @RuntimeJson nvarchar(max) = %s;",
-    "DECLARE @CircuitsJson nvarchar(max) = %s;",
+    _params("@WorkerId nvarchar(4000)", "@Hostname nvarchar(4000)", "@Pid int", "@Queues nvarchar(4000)",
+            "@IsRunning bit", "@Capacity int", "@ActiveCount int", "@RuntimeJson nvarchar(max)",
+            "@CircuitsJson nvarchar(max)"),
     "MERGE chokaq_workers WITH (HOLDLOCK) AS t\n"
     "USING (SELECT @WorkerId AS worker_id) AS s ON t.worker_id = s.worker_id\n"
     "WHEN MATCHED THEN UPDATE SET hostname = @Hostname, pid = @Pid, queues = @Queues, last_heartbeat_at = @Now,\n"
@@ -647,10 +589,6 @@ LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)
     ON h.queue = q.name
 LEFT JOIN chokaq_stats_summary AS s WITH (NOLOCK) ON s.queue = q.name"""
 QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
-
-GET_HOT_SQL = f"SELECT {HOT_COLUMNS} FROM chokaq_jobs_hot WHERE id = %s"
-GET_ARCHIVED_SQL = f"SELECT {ARCHIVE_COLUMNS} FROM chokaq_jobs_archive WHERE id = %s"
-GET_DEAD_SQL = f"SELECT {DLQ_COLUMNS} FROM chokaq_jobs_dlq WHERE id = %s"
 
 
 # ---------------------------------------------------------------- helpers
@@ -717,26 +655,8 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
     return _json(items)
 
 
-# ---------------------------------------------------------------- completion (batched)
+# ---------------------------------------------------------------- retention, schedules and reads
 
-
-# ---------------------------------------------------------------- operator commands
-
-
-# ---------------------------------------------------------------- maintenance
-
-
-# ---------------------------------------------------------------- queue controls
-
-
-# ---------------------------------------------------------------- worker registry
-
-
-# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
-
-
-WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
-                 "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
 LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers"
 LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
 
@@ -744,8 +664,7 @@ LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, work
 def _batch_delete(table: str, column: str) -> str:
     """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row."""
     return _batch(
-        "DECLARE @Cutoff datetimeoffset(7) = %s;",
-        "DECLARE @Batch int = %s;",
+        _params("@Cutoff datetimeoffset(7)", "@Batch int"),
         "DECLARE @N int;",
         f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;",
         "SET @N = @@ROWCOUNT;",
@@ -759,8 +678,7 @@ PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
 # UPDLOCK + HOLDLOCK on the name: concurrent claimers queue on it, the first moves the tick forward.
 CLAIM_SCHEDULE_TICK_SQL = _batch(
     _NOW,
-    "DECLARE @Name nvarchar(200) = %s;",
-    "DECLARE @Tick datetimeoffset(7) = %s;",
+    _params("@Name nvarchar(200)", "@Tick datetimeoffset(7)"),
     "DECLARE @Claimed int = 0;",
     "IF NOT EXISTS (SELECT 1 FROM chokaq_schedules WITH (UPDLOCK, HOLDLOCK) WHERE name = @Name)\n"
     "    INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (@Name, @Tick, @Now);\n"
@@ -770,17 +688,9 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "END",
     "SELECT @Claimed;",
 )
-SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 
 
-# ---------------------------------------------------------------- reads
 
-
-# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
-
-ACTIVE_ROW = (
-    "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
-)
 DLQ_ROW = (
     "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
     " LEFT(error_details, 400)"
@@ -831,9 +741,7 @@ QUEUE_HEALTH_SQL = _batch(_NOW_OFFSET, f"{QUEUE_HEALTH_SELECT}\nORDER BY q.name;
 # Spec 01 §5: the @Sample newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server
 # 2017+), the top @ErrorsLimit groups. Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
 _TOP_ERRORS_DECLARES = (
-    "DECLARE @Sample int = %s;",
-    "DECLARE @EmptyError nvarchar(4000) = %s;",
-    "DECLARE @ErrorsLimit int = %s;",
+    _params("@Sample int", "@EmptyError nvarchar(4000)", "@ErrorsLimit int"),
     "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
 )
 TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest
@@ -876,11 +784,8 @@ def _packed(select: str, width: int, order: str | None = None) -> str:
 # variable, checked before the subquery runs (a pass-through predicate in the plan), so it is skipped; FOR JSON of
 # no rows is NULL, which ``json_rows`` reads as no rows.
 DECK_SNAPSHOT_SQL = _batch(
-    "DECLARE @ActiveLimit int = %s;",
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @Since datetimeoffset(7) = %s;",
-    "DECLARE @WithQueues bit = %s;",
-    "DECLARE @WithWorkers bit = %s;",
+    _params("@ActiveLimit int", "@Ids nvarchar(max)", "@Since datetimeoffset(7)", "@WithQueues bit",
+            "@WithWorkers bit"),
     *_TOP_ERRORS_DECLARES,
     _NOW_OFFSET,
     f"""SELECT {_packed(SUMMARY_STATS_SQL, 7)} AS summary,

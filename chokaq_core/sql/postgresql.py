@@ -14,7 +14,7 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chokaq_core.domain import (
@@ -23,14 +23,19 @@ from chokaq_core.domain import (
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    ARCHIVE_FIELDS,
     CARRIED_REVISION,
-    DLQ_FIELDS,
     HOT_FIELDS,
     REVISION_BUMP,
+    TO_ARCHIVE,
+    TO_DLQ,
     BaseDialect,
+    Move,
+    bucket_add,
+    carried_values,
     escaped_like,
+    insert_moved,
     revision_guard,
+    stats_add,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
@@ -42,40 +47,20 @@ ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
 # ---------------------------------------------------------------- SQL builders
 
 
-def _returning(columns: Iterable[str], stamp: str, overrides: Mapping[str, str]) -> str:
-    """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden (a moved row's revision goes up
-    by one); skips the stamp column."""
-    overrides = {"revision": f"h.{CARRIED_REVISION}", **overrides}
-    return ", ".join(f"{overrides[c]} AS {c}" if c in overrides else f"h.{c}" for c in columns if c != stamp)
-
-
-def _insert_moved(table: str, columns: Sequence[str], stamp: str, returning: str) -> str:
-    """``ins`` CTE: copy ``moved`` into ``table`` with ``stamp`` = now()."""
-    select = ", ".join("now()" if c == stamp else c for c in columns)
-    return (
-        f"ins AS (INSERT INTO {table} ({', '.join(columns)})\n"
-        f"    SELECT {select} FROM moved\n"
-        f"    RETURNING {returning})"
-    )
+def _returning(move: Move, overrides: Mapping[str, str]) -> str:
+    """``RETURNING`` list of a ``moved`` CTE: what each row carries into the move's pillar."""
+    values = carried_values(move.carried, "h", overrides)
+    return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(move.carried, values, strict=True))
 
 
 # Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
-ARCHIVE_INSERT = _insert_moved(
-    "chokaq_jobs_archive", ARCHIVE_FIELDS, "finished_at", "queue, -1 AS failure_reason, duration_ms"
-)
-DLQ_INSERT = _insert_moved(
-    "chokaq_jobs_dlq", DLQ_FIELDS, "failed_at", "queue, failure_reason, NULL::float8 AS duration_ms"
-)
+ARCHIVE_INSERT = f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n    RETURNING queue, -1 AS failure_reason, duration_ms)"
+DLQ_INSERT = f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n    RETURNING queue, failure_reason, NULL::float8 AS duration_ms)"
 
 
 def _stats_add(counter: str, source: str) -> str:
     """``stats`` CTE: ``counter += rows of source`` per queue, inserting a missing row."""
-    return (
-        f"stats AS (INSERT INTO chokaq_stats_summary AS s (queue, {counter}, last_activity_at)\n"
-        f"    SELECT queue, count(*), now() FROM {source} GROUP BY queue ORDER BY queue\n"
-        f"    ON CONFLICT (queue) DO UPDATE SET {counter} = s.{counter} + EXCLUDED.{counter},\n"
-        f"        last_activity_at = EXCLUDED.last_activity_at)"
-    )
+    return f"stats AS ({stats_add(counter, source, 'now()')})"
 
 
 def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
@@ -87,28 +72,11 @@ def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
     )
 
 
-def _bucket_add(outcome: int) -> str:
-    """``bucket`` CTE (spec 01 §4.13) fed by ``ins`` (queue, failure_reason, duration_ms)."""
-    return (
-        "bucket AS (INSERT INTO chokaq_metric_buckets AS b (bucket_start, queue, outcome, failure_reason,\n"
-        "        completed_count, duration_count, total_duration_ms, max_duration_ms, last_updated_at)\n"
-        f"    SELECT date_trunc('second', now()), queue, {outcome}, failure_reason, count(*), count(duration_ms),\n"
-        "           coalesce(sum(duration_ms), 0), max(duration_ms), now()\n"
-        "    FROM ins GROUP BY queue, failure_reason ORDER BY queue, failure_reason\n"
-        "    ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET\n"
-        "        completed_count = b.completed_count + EXCLUDED.completed_count,\n"
-        "        duration_count = b.duration_count + EXCLUDED.duration_count,\n"
-        "        total_duration_ms = b.total_duration_ms + EXCLUDED.total_duration_ms,\n"
-        "        max_duration_ms = GREATEST(b.max_duration_ms, EXCLUDED.max_duration_ms),\n"
-        "        last_updated_at = EXCLUDED.last_updated_at)"
-    )
-
-
-def _completion(ctes: str, insert: str, counter: str, outcome: int) -> str:
+def _completion(ctes: str, move: Move) -> str:
     """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
-    return (
-        f"WITH {ctes},\n{insert},\n{_stats_add(counter, 'ins')},\n{_bucket_add(outcome)}\nSELECT id, queue FROM moved"
-    )
+    insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
+    bucket = bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
+    return f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket})\nSELECT id, queue FROM moved"
 
 
 def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
@@ -233,61 +201,25 @@ LOCK_CAPPED_QUEUES_SQL = (
     "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
 )
 
+_OWNED_MOVE = ("moved AS (DELETE FROM chokaq_jobs_hot h USING items i WHERE h.id = i.id AND"
+               f" {WORKER_GUARD}\n    RETURNING {{}})")
 ARCHIVE_SUCCEEDED_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
-    "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
-    f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
-    f"    RETURNING {_returning(ARCHIVE_FIELDS, 'finished_at', {'duration_ms': 'i.duration_ms', 'result': 'i.result'})})",
-    ARCHIVE_INSERT,
-    "succeeded_total",
-    0,
-)
-
+    + _OWNED_MOVE.format(_returning(TO_ARCHIVE, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
 MOVE_TO_DLQ_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]) AS t(id, failure_reason, error_details)),\n"
-    "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
-    f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
-    "    RETURNING "
-    + _returning(DLQ_FIELDS, "failed_at", {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})
-    + ")",
-    DLQ_INSERT,
-    "failed_total",
-    1,
-)
-
+    + _OWNED_MOVE.format(_returning(TO_DLQ, {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})),
+    TO_DLQ)
 CANCEL_BATCH_SQL = _completion(
-    "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n"
-    "    RETURNING "
-    + _returning(
-        DLQ_FIELDS,
-        "failed_at",
-        {
-            "failure_reason": str(int(FailureReason.CANCELLED)),
-            "error_details": "%s::text",
-            "last_modified_by": "%s::text",
-        },
-    )
-    + ")",
-    DLQ_INSERT,
-    "failed_total",
-    1,
-)
-
+    "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n    RETURNING "
+    + _returning(TO_DLQ, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "%s::text",
+                          "last_modified_by": "%s::text"}) + ")", TO_DLQ)
 ARCHIVE_ZOMBIES_SQL = _completion(
     "moved AS (DELETE FROM chokaq_jobs_hot h\n"
     "    WHERE h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
     "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), %s::float8))\n"
-    "    RETURNING "
-    + _returning(
-        DLQ_FIELDS,
-        "failed_at",
-        {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"},
-    )
-    + ")",
-    DLQ_INSERT,
-    "failed_total",
-    1,
-)
+    "    RETURNING " + _returning(TO_DLQ, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
+    + ")", TO_DLQ)
 
 RESCHEDULE_SQL = f"""
 WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[]) AS t(id, attempt_count, delay_seconds)),
@@ -381,12 +313,6 @@ PURGE_ATTEMPTS_SQL = """
 DELETE FROM chokaq_job_attempts WHERE id IN (
     SELECT id FROM chokaq_job_attempts WHERE failed_at < %s ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED)
 """
-
-
-# ---------------------------------------------------------------- Deck bulk commands
-
-
-# ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
 
 # ---------------------------------------------------------------- attempts history

@@ -14,7 +14,7 @@ deleted rows inside one transaction (spec 01 §3): ``_move`` lands them.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,7 +36,9 @@ from chokaq_core.sql.base import (
     ZOMBIE_DETAILS,
     BaseDialect,
     Move,
+    bucket_add,
     revision_guard,
+    stats_add,
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
@@ -66,18 +68,6 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
 # ---------------------------------------------------------------- counters
 
 
-def _bump_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | None) -> None:
-    """Insert-or-increment one counter per queue (spec 01 §4.13)."""
-    for queue, n in counts.items():
-        values = {"succeeded_total": 0, "failed_total": 0, "retried_total": 0, column: n}
-        cursor.execute(
-            f"INSERT INTO {STATS} (queue, {', '.join(values)}, last_activity_at) VALUES (%s, %s, %s, %s, %s)"
-            f" ON CONFLICT (queue) DO UPDATE SET"
-            f" {column} = {column} + excluded.{column}, last_activity_at = excluded.last_activity_at",
-            [queue, *values.values(), now],
-        )
-
-
 def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | None) -> None:
     """Update-only decrement floored at 0."""
     for queue, n in counts.items():
@@ -87,30 +77,9 @@ def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | No
         )
 
 
-def _bump_buckets(cursor: Cursor, now: datetime, outcomes: Iterable[tuple[str, int, int, float | None]]) -> None:
-    """Aggregate (queue, outcome, reason, duration) into the current second's buckets."""
-    groups: dict[tuple[str, int, int], list[float | None]] = defaultdict(list)
-    for queue, outcome, reason, duration in outcomes:
-        groups[(queue, outcome, reason)].append(duration)
-    bucket = _ts(now.replace(microsecond=0))
-    stamp = _ts(now)
-    for (queue, outcome, reason), durations in groups.items():
-        timed = [d for d in durations if d is not None]
-        cursor.execute(
-            f"INSERT INTO {BUCKETS} (bucket_start, queue, outcome, failure_reason, completed_count, duration_count,"
-            f" total_duration_ms, max_duration_ms, last_updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            f" ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET"
-            f" completed_count = completed_count + excluded.completed_count,"
-            f" duration_count = duration_count + excluded.duration_count,"
-            f" total_duration_ms = total_duration_ms + excluded.total_duration_ms,"
-            f" max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL THEN max_duration_ms"
-            f" WHEN max_duration_ms IS NULL OR excluded.max_duration_ms > max_duration_ms"
-            f" THEN excluded.max_duration_ms ELSE max_duration_ms END,"
-            f" last_updated_at = excluded.last_updated_at",
-            [bucket, queue, outcome, reason, len(durations), len(timed), sum(timed),
-             max(timed) if timed else None, stamp],
-        )
-
+# The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
+_COUNTED = ("(SELECT json_extract(value, '$.queue') AS queue, json_extract(value, '$.failure_reason') AS failure_reason,"
+            " json_extract(value, '$.duration_ms') AS duration_ms FROM json_each(%s))")
 
 
 # ---------------------------------------------------------------- statements
@@ -225,9 +194,6 @@ TOP_ERRORS_SQL = f"""
         FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
 """
 
-
-
-# ---------------------------------------------------------------- the live Deck's one read (issue 7)
 
 
 # ---------------------------------------------------------------- attempts history and retention
@@ -375,11 +341,12 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                 if "revision" in move.fields:
                     row["revision"] += 1  # the row carries its revision, one up
             cursor.executemany(f"INSERT INTO {move.table} ({', '.join(move.fields)}) VALUES ({_marks(len(move.fields))})",
-                               [tuple(row[c] for c in move.fields) for row in rows])
-        _bump_stats(cursor, move.counter, Counter(row["queue"] for row in rows), stamp)
+                               [tuple(row[c] for c in move.fields) for row in rows])  # the pillar's columns, in order
+        counted = json.dumps([{"queue": row["queue"], "failure_reason": row.get("failure_reason", -1),
+                               "duration_ms": row.get("duration_ms")} for row in rows])
+        cursor.execute(stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
         if move.outcome is not None:
-            _bump_buckets(cursor, now, ((row["queue"], move.outcome, row.get("failure_reason", -1),
-                                         row.get("duration_ms")) for row in rows))
+            cursor.execute(bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
         return [(str(row["id"]), str(row["queue"])) for row in rows]
 
     def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,

@@ -480,7 +480,7 @@ def _row(names: Sequence[str], **values: Any) -> tuple[Any, ...]:
 
 
 def hot_row(**values: Any) -> tuple[Any, ...]:
-    return _row(sql.HOT_FIELDS, **values)
+    return _row(base.HOT_FIELDS, **values)
 
 
 def new_job(job_id: str, key: str | None = None, delay: float | None = None) -> NewJob:
@@ -666,10 +666,10 @@ CASES = [
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
     Case("get_hot", ("J1",), [[]], None),
-    Case("get_archived", ("J1",), [[_row(sql.ARCHIVE_FIELDS, duration_ms=3.5)]],
+    Case("get_archived", ("J1",), [[_row(base.ARCHIVE_FIELDS, duration_ms=3.5)]],
          check=lambda job: isinstance(job, ArchivedJob) and job.duration_ms == 3.5 and job.finished_at == T0),
     Case("get_archived", ("J1",), [[]], None),
-    Case("get_dead", ("J1",), [[_row(sql.DLQ_FIELDS, error_details="boom")]],
+    Case("get_dead", ("J1",), [[_row(base.DLQ_FIELDS, error_details="boom")]],
          check=lambda job: isinstance(job, DeadJob) and job.failure_reason is FailureReason.FATAL_ERROR),
     Case("get_dead", ("J1",), [[]], None),
     Case("list_active", (JobFilter(queue="mail", type="test.ok.v1", status=JobStatus.PENDING, search="50%_[x]",
