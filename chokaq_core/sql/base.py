@@ -320,7 +320,7 @@ ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left o
 # Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
 # "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
 # "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
-# ago_params' moment.
+# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions.
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
@@ -338,6 +338,13 @@ SHARED_STATEMENTS = {
                       f" AND {revision_guard('%s{int}')} RETURNING id",
     "RELEASE_SQL": f"{_TO_PENDING} WHERE id {{ids}} AND {{by_id}}status = 1 AND worker_id = %s",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
+    # Spec 01 §5: the newest rows' error text trimmed of blanks/CR/LF, grouped by reason and a one-line prefix.
+    "TOP_ERRORS_SQL": "WITH recent AS (SELECT failure_reason, failed_at, {trim}(substr(coalesce(error_details, ''), 1,"
+                      " 4000), ' ' || {chr}(9) || {chr}(10) || {chr}(13)) AS e FROM chokaq_jobs_dlq"
+                      " ORDER BY failed_at DESC LIMIT %s)\nSELECT failure_reason, CASE WHEN e = '' THEN %s"
+                      " ELSE replace(replace(substr(e, 1, 160), {chr}(13), ' '), {chr}(10), ' ') END AS prefix,"
+                      " count(*) AS n, max(failed_at) AS latest\n"
+                      "FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s",
 }
 
 

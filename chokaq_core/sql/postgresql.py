@@ -293,15 +293,6 @@ FROM chokaq_queues q CROSS JOIN LATERAL (
 ORDER BY q.name
 """
 
-TOP_ERRORS_SQL = """
-WITH recent AS (
-    SELECT failure_reason, failed_at, btrim(left(coalesce(error_details, ''), 4000), E' \\t\\r\\n') AS e
-    FROM chokaq_jobs_dlq ORDER BY failed_at DESC LIMIT %s)
-SELECT failure_reason, CASE WHEN e = '' THEN %s ELSE translate(left(e, 160), E'\\r\\n', '  ') END AS prefix,
-       count(*) AS n, max(failed_at) AS latest
-FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
-"""
-
 PURGE_ARCHIVE_IDS_SQL = f"""
 WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
 {_stats_sub("succeeded_total", "del")}
@@ -337,7 +328,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
-              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)"}
+              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr"}
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"

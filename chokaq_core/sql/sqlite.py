@@ -182,20 +182,6 @@ QUEUE_HEALTH_SQL = f"""
 """
 
 
-TOP_ERRORS_SQL = f"""
-        WITH recent AS (
-            SELECT failure_reason, failed_at,
-                   trim(substr(coalesce(error_details, ''), 1, 4000), ' ' || char(9) || char(10) || char(13)) AS e
-            FROM {DLQ} ORDER BY failed_at DESC LIMIT %s)
-        SELECT failure_reason,
-               CASE WHEN e = '' THEN %s ELSE replace(replace(substr(e, 1, 160), char(13), ' '), char(10), ' ') END
-                   AS prefix,
-               count(*) AS n, max(failed_at) AS latest
-        FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
-"""
-
-
-
 # ---------------------------------------------------------------- attempts history and retention
 
 ATTEMPTS = "chokaq_job_attempts"
@@ -223,7 +209,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
-              "ago": "%s"}
+              "ago": "%s", "trim": "trim", "chr": "char"}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]
