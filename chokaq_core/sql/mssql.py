@@ -68,7 +68,6 @@ from chokaq_core.sql.base import (
     carried_values,
     escaped_like,
     insert_moved,
-    located,
     revision_guard,
 )
 
@@ -702,7 +701,6 @@ LOCATE_SELECT = (
     f"UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id IN {_IDS}\n"
     f"UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id IN {_IDS}"
 )
-LOCATE_SQL = _batch("DECLARE @Ids nvarchar(max) = %s;", f"{LOCATE_SELECT};")
 
 
 def _active_select(limit: str, where: str = "") -> str:
@@ -884,17 +882,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, _json({"name": name} for name in queues)])
         return _rows(cursor)
 
-    def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
-        """Upsert ``is_paused``."""
-        cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, bool(paused)])
-
-    def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None:
-        """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
-        cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
-
-    def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None:
-        """Upsert ``max_workers`` (None = unlimited)."""
-        cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
+    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
+        cursor.execute(QUEUE_UPSERT_SQL[column], [queue, value])
 
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; sets ``is_paused = 1`` in both directions (spec 01 §4.17)."""
@@ -927,12 +916,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
         return self.counted(cursor) > 0
 
-    def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """Where each id is now (primary-key lookups in the three pillars)."""
-        if not job_ids:
-            return {}
-        cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
-        return located(_rows(cursor))
+    def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
 
     def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
         """One batch whose parameters land in typed variables the CASEs test."""
