@@ -317,6 +317,19 @@ RETRY = Move(None, (), "last_updated_at", "retried_total", None)
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
+def bulkhead(window: str, capped: str, limit: str) -> str:
+    """The claim's ranking (spec 01 §4.2) after its ``window`` of due Pending rows (id, queue, priority, sort_at):
+    ``active`` counts the running rows of the ``capped`` queues, ``ranked`` numbers each queue's rows in claim
+    order, ``picked`` keeps the first ``limit`` rows within every queue's ``max_workers``."""
+    return (f"active AS (SELECT queue, count(*) AS n FROM {HOT} WHERE status IN (1, 2) AND queue IN ({capped})"
+            " GROUP BY queue),\n"
+            "ranked AS (SELECT w.id, w.priority, w.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,\n"
+            "    row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at, w.id) AS rnk\n"
+            f"    FROM {window} w LEFT JOIN {QUEUES} q ON q.name = w.queue LEFT JOIN active a ON a.queue = w.queue),\n"
+            "picked AS (SELECT id FROM ranked WHERE max_workers IS NULL OR cur + rnk <= max_workers\n"
+            f"    ORDER BY priority DESC, sort_at, id LIMIT {limit})")
+
+
 # Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
 # "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
 # "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is

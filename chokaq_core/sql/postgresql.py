@@ -31,6 +31,7 @@ from chokaq_core.sql.base import (
     BaseDialect,
     Move,
     bucket_add,
+    bulkhead,
     carried_values,
     escaped_like,
     insert_moved,
@@ -170,18 +171,7 @@ locked AS (
 capped AS (
     SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
     WHERE q.max_workers IS NOT NULL),
-active AS (
-    SELECT queue, count(*) AS n FROM chokaq_jobs_hot
-    WHERE status IN (1, 2) AND queue IN (SELECT queue FROM capped) GROUP BY queue),
-ranked AS (
-    SELECT l.id, l.priority, l.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,
-           row_number() OVER (PARTITION BY l.queue ORDER BY l.priority DESC, l.sort_at, l.id) AS rnk
-    FROM locked l LEFT JOIN chokaq_queues q ON q.name = l.queue
-                  LEFT JOIN active a ON a.queue = l.queue),
-picked AS (
-    SELECT id FROM ranked
-    WHERE max_workers IS NULL OR cur + rnk <= max_workers
-    ORDER BY priority DESC, sort_at, id LIMIT %(limit)s),
+{bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
 claimed AS (
     UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
     WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0

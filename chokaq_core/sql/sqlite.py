@@ -37,6 +37,7 @@ from chokaq_core.sql.base import (
     BaseDialect,
     Move,
     bucket_add,
+    bulkhead,
     revision_guard,
     stats_add,
 )
@@ -154,16 +155,7 @@ def _claim_sql(window: str) -> str:
     """Rank the window per queue, apply the bulkheads, claim (spec 01 §4.2)."""
     return f"""
         WITH win AS ({window}),
-        active AS (SELECT queue, count(*) AS n FROM {HOT}
-                   WHERE status IN (1, 2) AND queue IN (SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL)
-                   GROUP BY queue),
-        cand AS (
-            SELECT w.id, w.priority, w.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,
-                   row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at, w.id) AS rnk
-            FROM win w LEFT JOIN {QUEUES} q ON q.name = w.queue
-                       LEFT JOIN active a ON a.queue = w.queue),
-        picked AS (SELECT id FROM cand WHERE max_workers IS NULL OR cur + rnk <= max_workers
-                   ORDER BY priority DESC, sort_at, id LIMIT %s)
+        {bulkhead("win", f"SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL", "%s")}
         UPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s
         WHERE id IN (SELECT id FROM picked) AND +status = 0  -- by primary key, not a walk of the status index
         RETURNING {HOT_COLUMNS}
