@@ -1,4 +1,4 @@
-"""SQL Server dialect (mssql-django): every transition of the ``Dialect`` protocol as T-SQL.
+"""SQL Server dialect (mssql-django): the T-SQL forms and hooks of ``BaseDialect`` that differ here.
 
 Rules followed by every function here (spec 01 §1.2, §1.3, §3, §4):
 
@@ -800,9 +800,8 @@ RECORD_ATTEMPTS_SQL = (
 
 
 class SQLServerDialect(BaseDialect, statements=globals()):
-    """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
-    ISO text datetimes and batches whose first results carry no rows."""
-
+    """The base over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3), JSON batches, ISO
+    text datetimes and batches whose first results carry no rows."""
 
     TS = "CAST(%s AS datetimeoffset(7))"
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
