@@ -400,31 +400,21 @@ RELEASE_SQL = _changed(_NOW, _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4
 _RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision")
 
 
-def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
-    """DLQ → Hot (spec 01 §4.7/§4.8): ``delete`` moves the chosen DLQ rows into ``@Moved``."""
-    return _batch(
-        _NOW,
-        *declares,
-        _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)"),
-        _moved_table(_RESURRECTED),
-        delete,
-        "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        " last_updated_at, created_by, last_modified_by, revision)\n"
-        "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
-        " created_at, @Now, created_by, @Actor, revision\n"
-        "FROM @Moved;",
-        _stats_sub("failed_total", touch=True),
-        "SELECT id, queue FROM @Moved;",
-    )
-
-
-# One batch for the single (edited) and the batch form: parameters ids, revision, payload, tags, priority, actor.
-RESURRECT_SQL = _resurrect_sql(
-    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Revision int = %s;"],
-    "DELETE d\n"
-    + _output_into(_RESURRECTED, {})
-    + "\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
+# DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
+RESURRECT_SQL = _batch(
+    _NOW,
+    _params("@Ids nvarchar(max)", "@Revision int", "@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int",
+            "@Actor nvarchar(4000)"),
+    _moved_table(_RESURRECTED),
+    f"DELETE d\n{_output_into(_RESURRECTED, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
+    "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
+    " last_updated_at, created_by, last_modified_by, revision)\n"
+    "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
+    " created_at, @Now, created_by, @Actor, revision\n"
+    "FROM @Moved;",
+    _stats_sub("failed_total", touch=True),
+    "SELECT id, queue FROM @Moved;",
 )
 
 REQUEST_CANCEL_SQL = _batch(
