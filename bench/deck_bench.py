@@ -141,14 +141,19 @@ def secondary_indexes(cursor: Any, table: str) -> list[tuple[str, str]]:
     return [(str(name), str(ddl)) for name, ddl in cursor.fetchall()]
 
 
-def seed_table(cursor: Any, table: str, prefix: str, total: int, chunk_sql: str, chunk: int) -> bool:
-    """Fill ``table`` up to ``total`` bench rows; secondary indexes are dropped meanwhile and rebuilt once."""
-    cursor.execute(f"SELECT count(*) FROM {table} WHERE id LIKE %s", [f"{prefix}%%"])
+def seed_table(cursor: Any, table: str, prefix: str, total: int, chunk_sql: str, chunk: int,
+               count_sql: str | None = None) -> bool:
+    """Fill ``table`` up to ``total`` seeded rows (``chunk_sql`` inserts the numbers %s..%s); on PostgreSQL
+    the secondary indexes are dropped meanwhile and rebuilt once at the end."""
+    if count_sql:
+        cursor.execute(count_sql)
+    else:
+        cursor.execute(f"SELECT count(*) FROM {table} WHERE id LIKE %s", [f"{prefix}%%"])
     have = int(cursor.fetchone()[0])
     if have >= total:
         log(f"  {table}: {have:,} seeded rows already present")
         return False
-    indexes = secondary_indexes(cursor, table)
+    indexes = secondary_indexes(cursor, table) if cursor.db.vendor == "postgresql" else []
     for name, _ in indexes:
         cursor.execute(f'DROP INDEX "{name}"')
     try:
