@@ -258,7 +258,7 @@ def render_scale(r: dict[str, Any]) -> str:
             ratio = value / base if base else float("nan")
             ok = ratio >= 1 - SCALE_TOLERANCE if curve["higher_is_better"] else ratio <= 1 + SCALE_TOLERANCE
             rows.append((curve["name"] if i == 0 else "", point["label"], fmt(value, curve["unit"]),
-                         "base" if i == 0 else f"{ratio:.2f}", "" if i == 0 else ("PASS" if ok else "FAIL"),
+                         "base" if i == 0 else f"{ratio:.3f}", "" if i == 0 else ("PASS" if ok else "FAIL"),
                          point.get("note", "")))
     lines = [header_line(r), ""]
     lines += table(rows, ("curve", "point", "measured", "vs base", f"±{SCALE_TOLERANCE:.0%}", "note"))
@@ -717,6 +717,7 @@ class Child:
 
 
 def child(args: argparse.Namespace) -> int:
+    sys.stdout = sys.stderr  # progress bars and logs: the parent's stdout carries only the tables
     bench = Child(args)
     result = bench.run_scale() if args.scale else bench.run()
     Path(args.out).write_text(json.dumps(result, indent=2, default=str))
