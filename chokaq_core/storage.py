@@ -729,7 +729,7 @@ def wake_source() -> WakeSource:
         return wakeup.Polling()
     channel = dialect().NOTIFY_CHANNEL
     if channel is not None:
-        return wakeup.Listen(connections[alias()].get_connection_params(), channel)
+        return wakeup.Listen(connections[alias()].get_connection_params(), channel, dialect().session_pid)
     try:
         marker = change_marker()
     except Exception:

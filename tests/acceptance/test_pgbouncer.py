@@ -51,7 +51,7 @@ class Bouncer:
 
     def log(self) -> str:
         try:
-            return (self.root / "pgbouncer.log").read_text(errors="replace")[-4000:]
+            return (self.root / "pgbouncer.log").read_text(errors="replace")[-20_000:]
         except OSError:
             return ""
 
@@ -183,5 +183,8 @@ def test_enqueuer_and_two_workers_through_transaction_pooling_lose_and_double_no
         errors = [line for w in workers for line in w.stderr.read_text(errors="replace").splitlines()
                   if "prepared statement" in line or "Traceback" in line]
         assert not errors, "workers logged errors behind PgBouncer:\n" + "\n".join(errors[:20])
+        # No LISTEN was left on a pooled server session (its notifications would reach an idle server connection).
+        stray = [line for line in bouncer.log().splitlines() if "when not linked" in line]
+        assert not stray, "a pooled server session received notifications:\n" + "\n".join(stray[:5])
     finally:
         reap(procs)
