@@ -217,12 +217,12 @@ def page_times(requests: int, archive: int, dlq: int) -> list[tuple[str, float, 
     user.save()
     client = Client()
     client.force_login(user)
-    htmx = {"HTTP_HX_REQUEST": "true"}
+    htmx: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
     archived_id, dead_id = f"BA{archive // 2:010d}", f"BD{dlq // 2:010d}"
     first_archive = client.get("/deck/partials/jobs?view=archive&size=100", **htmx).content.decode()
     next_link = re.search(r'id="page-next" href="/deck/\?([^"]+)"', first_archive)
     next_query = next_link.group(1).replace("&amp;", "&") if next_link else "view=archive&size=100"
-    probes: list[tuple[str, str, str, dict[str, str]]] = [
+    probes: list[tuple[str, str, str, dict[str, Any]]] = [
         ("full page /deck/", "GET", "/deck/", {}),
         ("full page, DLQ view", "GET", "/deck/?view=dlq", {}),
         *((f"partial {p}", "GET", f"/deck/partials/{p}", htmx)
