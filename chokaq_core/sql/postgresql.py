@@ -71,6 +71,7 @@ AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {
     "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "resurrect", "resurrect_batch", "cancel_batch",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "archive_zombies", "purge_dlq_by_filter",
     "purge_archive_ids", "purge_workers", "purge_metric_buckets", "tidy_hot_table", "record_attempts", "purge_attempts",
+    "purge_history",
 }
 
 
@@ -126,6 +127,14 @@ def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
     )
 
 
+def _stats_purged(source: str) -> str:
+    """``dec`` CTE of an Archive purge: ``purged_total += n`` per queue (``succeeded_total`` never shrinks)."""
+    return (
+        "dec AS (UPDATE chokaq_stats_summary s SET purged_total = s.purged_total + c.n\n"
+        f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)"
+    )
+
+
 def _bucket_add(outcome: int) -> str:
     """``bucket`` CTE (spec 01 §4.13) fed by ``ins`` (queue, failure_reason, duration_ms)."""
     return (
@@ -150,12 +159,12 @@ def _completion(ctes: str, insert: str, counter: str, outcome: int) -> str:
     )
 
 
-def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` decrementing ``counter`` (spec 01 §4.10)."""
+def _purge(table: str, where: str, order: str, counters: str, result: str) -> str:
+    """One skip-locked batch delete of ``table`` with its counter CTE over ``del`` (spec 01 §4.10)."""
     return (
         f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
         f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-        f"{_stats_sub(counter, 'del')}\n"
+        f"{counters}\n"
         f"SELECT {result} FROM del"
     )
 
@@ -412,9 +421,11 @@ FROM edit WHERE id = %s AND {revision_guard("%s::int")}
 RETURNING id
 """
 
-PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue")
-PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", "count(*)")
-PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", "count(*)")
+PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", _stats_sub("failed_total", "del"),
+                           "id, queue")
+PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", _stats_sub("failed_total", "del"),
+                             "count(*)")
+PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", _stats_purged("del"), "count(*)")
 
 RECOVER_ABANDONED_SQL = """
 UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
@@ -482,6 +493,11 @@ DELETE FROM chokaq_metric_buckets WHERE (bucket_start, queue, outcome, failure_r
     SELECT bucket_start, queue, outcome, failure_reason FROM chokaq_metric_buckets WHERE bucket_start < %s
     ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
 """
+PURGE_HISTORY_SQL = """
+DELETE FROM chokaq_history_buckets WHERE (granularity, bucket_start, queue, type, outcome) IN (
+    SELECT granularity, bucket_start, queue, type, outcome FROM chokaq_history_buckets
+    WHERE granularity = %s AND bucket_start < %s ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
 INSERT_SCHEDULE_SQL = """
 INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (%s, %s, now())
 ON CONFLICT (name) DO NOTHING RETURNING name
@@ -522,7 +538,7 @@ FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %
 
 PURGE_ARCHIVE_IDS_SQL = f"""
 WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
-{_stats_sub("succeeded_total", "del")}
+{_stats_purged("del")}
 SELECT id, queue FROM del
 """
 
@@ -547,8 +563,8 @@ def _packed(sql: str, width: int, order: str) -> str:
 
 
 DECK_SNAPSHOT_SQL = f"""
-SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
-        FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6)),
+SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6, c7)
+        FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6, c7)),
        {_packed(ACTIVE_SQL.format(where=""), 12, "c5 DESC, c0 DESC")},
        {_packed(locate_statement(ID_ARRAY), 2, "c0")},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,

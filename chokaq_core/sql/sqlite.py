@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,6 +40,7 @@ from chokaq_core.sql.base import (
     DLQ,
     DLQ_FIELDS,
     EMPTY_ERROR,
+    HISTORY,
     HOT,
     HOT_FIELDS,
     LIST_WORKERS_SQL,
@@ -78,7 +79,8 @@ _ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CR
 # Functions storage may run without an explicit transaction: one statement, or reads.
 PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
 ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
-AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"purge_workers", "purge_metric_buckets", "change_marker", "purge_attempts"}
+AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"purge_workers", "purge_metric_buckets", "change_marker", "purge_attempts",
+                                       "purge_history"}
 MAX_ROWS_PER_INSERT = 500
 
 
@@ -128,6 +130,18 @@ def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | No
             f"UPDATE {STATS} SET {column} = max({column} - %s, 0), last_activity_at = %s WHERE queue = %s",
             [n, now, queue],
         )
+
+
+def _add_purged(cursor: Cursor, counts: Counter[str], now: str | None) -> None:
+    """An Archive purge: ``purged_total += n`` per queue (``succeeded_total`` never shrinks)."""
+    for queue, n in counts.items():
+        cursor.execute(f"UPDATE {STATS} SET purged_total = purged_total + %s, last_activity_at = %s WHERE queue = %s",
+                       [n, now, queue])
+
+
+def _failed_dropped(cursor: Cursor, counts: Counter[str], now: str | None) -> None:
+    """A DLQ purge: ``failed_total -= n`` per queue."""
+    _drop_stats(cursor, "failed_total", counts, now)
 
 
 def _bump_buckets(cursor: Cursor, now: datetime, outcomes: Iterable[tuple[str, int, int, float | None]]) -> None:
@@ -322,7 +336,7 @@ def _packed(sql: str, width: int) -> str:
 
 def _snapshot_sql(locate: str) -> str:
     return f"""
-SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12)}, {_packed(locate, 2)},
+SELECT {_packed(SUMMARY_STATS_SQL, 8)}, {_packed(ACTIVE_SQL.format(where=""), 12)}, {_packed(locate, 2)},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3)} END,
        CASE WHEN %s THEN json_array(json({_packed(QUEUE_STATES_SQL, 5)}), json({_packed(QUEUE_STATS_SQL, 8)}),
                                     json({_packed(QUEUE_HEALTH_SQL, 4)})) END,
@@ -342,6 +356,8 @@ PURGE_WORKERS_SQL = (f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_i
                      " WHERE last_heartbeat_at < %s ORDER BY last_heartbeat_at LIMIT %s)")
 PURGE_METRIC_BUCKETS_SQL = (f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
                             " ORDER BY bucket_start LIMIT %s)")
+PURGE_HISTORY_SQL = (f"DELETE FROM {HISTORY} WHERE rowid IN (SELECT rowid FROM {HISTORY} WHERE granularity = %s"
+                     " AND bucket_start < %s ORDER BY bucket_start LIMIT %s)")
 PURGE_ATTEMPTS_SQL = (f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s"
                       " ORDER BY failed_at LIMIT %s)")
 
@@ -598,21 +614,21 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
         return moved
 
-    def _purge_by_age(self, cursor: Cursor, table: str, older: str, order: str, counter: str, cutoff: datetime,
+    def _purge_by_age(self, cursor: Cursor, table: str, older: str, order: str,
+                      tally: Callable[[Cursor, Counter[str], str | None], None], cutoff: datetime,
                       batch_size: int) -> int:
-        """One batch of ``table`` rows matching ``older`` (a predicate on the cutoff); ``counter`` −n."""
+        """One batch of ``table`` rows matching ``older`` (a predicate on the cutoff), counted by ``tally``."""
         cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {older}"
                        f" ORDER BY {order}, id LIMIT %s) RETURNING queue", [_ts(cutoff), batch_size])
         counts = Counter(row[0] for row in cursor.fetchall())
-        _drop_stats(cursor, counter, counts, _ts(_now()))
+        tally(cursor, counts, _ts(_now()))
         return sum(counts.values())
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        return self._purge_by_age(cursor, DLQ, "created_at <= %s", "created_at", "failed_total", cutoff, batch_size)
+        return self._purge_by_age(cursor, DLQ, "created_at <= %s", "created_at", _failed_dropped, cutoff, batch_size)
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        return self._purge_by_age(cursor, ARCHIVE, "finished_at < %s", "finished_at", "succeeded_total", cutoff,
-                                  batch_size)
+        return self._purge_by_age(cursor, ARCHIVE, "finished_at < %s", "finished_at", _add_purged, cutoff, batch_size)
 
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
         now = _now()
@@ -687,7 +703,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             return []
         cursor.execute(f"DELETE FROM {ARCHIVE} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", ids)
         moved = [(row[0], row[1]) for row in cursor.fetchall()]
-        _drop_stats(cursor, "succeeded_total", Counter(q for _, q in moved), _ts(_now()))
+        _add_purged(cursor, Counter(q for _, q in moved), _ts(_now()))
         return moved
 
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
