@@ -1082,6 +1082,16 @@ def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
     assert len(statements) == 8
 
 
+def test_0010_creates_the_history_buckets_page_compressed_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0010_history")
+    [create] = [s for s in statements if s.startswith("CREATE TABLE [chokaq_history_buckets]")]
+    assert "PRIMARY KEY ([granularity], [bucket_start], [queue], [type], [outcome])" in create
+    assert all(f"[b{i:02d}] bigint" in create for i in range(20))
+    assert "ALTER TABLE [chokaq_history_buckets] REBUILD WITH (DATA_COMPRESSION = PAGE);" in statements
+    added = " ".join(s for s in statements if s.startswith("ALTER TABLE [chokaq_s"))
+    assert all(f"[{column}]" in added for column in ("purged_total", "enabled", "last_job_id", "last_run_at"))
+
+
 class _RecordingEditor:
     def __init__(self, vendor: str) -> None:
         self.connection = types.SimpleNamespace(vendor=vendor)
