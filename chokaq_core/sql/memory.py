@@ -121,15 +121,15 @@ def evict_if_full(cursor: Any, capacity: int) -> None:
         return
     now = sqlite._ts(sqlite._now())
     evicted = []
-    for table, order, tally, n in ((sqlite.ARCHIVE, "finished_at", sqlite._add_purged, EVICT_ARCHIVE_ROWS),
-                                   (sqlite.DLQ, "failed_at", sqlite._failed_dropped, EVICT_DLQ_ROWS)):
+    for table, order, counter, n in ((sqlite.ARCHIVE, "finished_at", sqlite.PURGED, EVICT_ARCHIVE_ROWS),
+                                     (sqlite.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
         if stored < capacity:
             evicted.append(0)
             continue
         cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY {order}, id LIMIT %s)"
                        " RETURNING queue", [n])
         queues = Counter(row[0] for row in cursor.fetchall())
-        tally(cursor, queues, now)
+        sqlite.count_removed(cursor, counter, queues, now)
         stored -= queues.total()
         evicted.append(queues.total())
     level = logging.WARNING if any(evicted) else logging.DEBUG  # Hot alone at the cap: nothing to evict
