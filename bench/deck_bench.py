@@ -133,6 +133,23 @@ ON CONFLICT DO NOTHING
 """
 
 
+# The history roll-ups at their retention (48 h of minute buckets, 30 days of hour buckets) for 5 queues x 5 types
+# x 2 outcomes: 180,000 rows the 1h / 24h / 7d chart views read a bounded slice of.
+HISTORY_SQL = """
+INSERT INTO chokaq_history_buckets (granularity, bucket_start, queue, type, outcome, completed_count, duration_count,
+                                    total_duration_ms, max_duration_ms, b05, b06, b07)
+SELECT g.width, date_trunc(g.unit, now()) - g.step * n, q, 'bench.type' || k || '.v1', o, 100, 100 * (1 - o),
+       5000.0 * (1 - o), CASE WHEN o = 0 THEN 180.0 END, 50 * (1 - o), 30 * (1 - o), 20 * (1 - o)
+FROM (VALUES (60, 'minute', interval '1 minute', 2880), (3600, 'hour', interval '1 hour', 720))
+     AS g(width, unit, step, buckets)
+CROSS JOIN LATERAL generate_series(0, g.buckets - 1) AS n
+CROSS JOIN unnest(ARRAY['emails', 'reports', 'default', 'payments', %s]) AS q
+CROSS JOIN generate_series(1, 5) AS k
+CROSS JOIN (VALUES (0), (1)) AS oc(o)
+ON CONFLICT DO NOTHING
+"""
+
+
 def secondary_indexes(cursor: Any, table: str) -> list[tuple[str, str]]:
     """(name, CREATE INDEX statement) of every index of ``table`` that backs no constraint."""
     cursor.execute(
@@ -191,10 +208,16 @@ def seed(archive: int, dlq: int) -> float:
                 cursor.execute(BUCKETS_SQL, [start, min(seconds, start + 21_600) - 1])
                 progress("buckets", min(seconds, start + 21_600), seconds, bucket_started)
             changed = True
+        cursor.execute("SELECT count(*) FROM chokaq_history_buckets")
+        if int(cursor.fetchone()[0]) < 100_000:
+            cursor.execute(HISTORY_SQL, [QUEUE])
+            log("  history roll-ups: 48 h of minute and 30 days of hour buckets seeded")
+            changed = True
         cursor.execute(COUNTERS_SQL, [QUEUE, QUEUE])
         if changed:
             log("  VACUUM ANALYZE")
-            for table in ("chokaq_jobs_archive", "chokaq_jobs_dlq", "chokaq_metric_buckets", "chokaq_jobs_hot"):
+            for table in ("chokaq_jobs_archive", "chokaq_jobs_dlq", "chokaq_metric_buckets", "chokaq_history_buckets",
+                          "chokaq_jobs_hot"):
                 cursor.execute(f"VACUUM ANALYZE {table}")
         cursor.execute("SET synchronous_commit = on")
     return time.monotonic() - started if changed else 0.0
@@ -225,8 +248,10 @@ def page_times(requests: int, archive: int, dlq: int) -> list[tuple[str, float, 
     probes: list[tuple[str, str, str, dict[str, Any]]] = [
         ("full page /deck/", "GET", "/deck/", {}),
         ("full page, DLQ view", "GET", "/deck/?view=dlq", {}),
+        ("full page, 7d history", "GET", "/deck/?range=7d", {}),
         *((f"partial {p}", "GET", f"/deck/partials/{p}", htmx)
-          for p in ("stats", "queues", "chart", "top-errors", "console", "maintenance")),
+          for p in ("stats", "queues", "chart", "top-errors", "console", "maintenance", "recurring")),
+        *((f"chart history {r}", "GET", f"/deck/partials/chart?range={r}", htmx) for r in ("1h", "24h", "7d")),
         ("jobs: active", "GET", "/deck/partials/jobs?view=active", htmx),
         ("jobs: archive preview (10)", "GET", "/deck/partials/jobs?view=archive", htmx),
         ("jobs: archive page (100)", "GET", "/deck/partials/jobs?view=archive&size=100", htmx),

@@ -40,6 +40,7 @@ from chokaq_core.domain import (
     FailedAttempt,
     Failure,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -50,6 +51,7 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     Success,
     SummaryStats,
@@ -352,6 +354,8 @@ def complete(
         failed_attempts = _failed_attempts(completion, retries, failures, started)
         if failed_attempts:
             sql.record_attempts(cursor, worker_id, failed_attempts)
+        sql.record_history(cursor, [i for i, _ in completion.archived], [i for i, _ in completion.failed],
+                           datetime.now(UTC))
         return completion
 
     done = run(operation, prepared=True)
@@ -437,6 +441,7 @@ def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]
     def operation(cursor: Any) -> tuple[list[tuple[str, str]], list[str]]:
         sql = dialect()
         moved = sql.cancel_batch(cursor, job_ids, actor)
+        sql.record_history(cursor, [], [i for i, _ in moved], datetime.now(UTC))
         moved_ids = {i for i, _ in moved}
         flagged = sql.request_cancel(cursor, [i for i in job_ids if i not in moved_ids], actor)
         return moved, flagged
@@ -517,7 +522,13 @@ def recover_abandoned(fetched_timeout_s: float) -> int:
 
 
 def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
-    moved = call(moves(), dialect().archive_zombies, global_timeout_s)
+    def operation(cursor: Any) -> list[tuple[str, str]]:
+        sql = dialect()
+        zombies = sql.archive_zombies(cursor, global_timeout_s)
+        sql.record_history(cursor, [], [i for i, _ in zombies], datetime.now(UTC))
+        return zombies
+
+    moved = run(operation)
     if moved:
         _emit([events.stats_updated()])
     return list(moved)
@@ -573,10 +584,15 @@ def list_workers() -> list[WorkerInfo]:
 
 def _purge_batches(mode: Mode, purge: BatchPurge, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
     """Repeat one-batch deletes (each its own transaction) until a batch comes back short."""
+    return _batches(lambda batch: call(mode, purge, cutoff, batch), progress)
+
+
+def _batches(one_batch: Callable[[int], int], progress: Callable[[int], None] | None) -> int:
+    """Run ``one_batch(batch size)`` until it deletes fewer rows than the batch size; the total deleted."""
     batch = config().SQL.CLEANUP_BATCH_SIZE
     total = 0
     while True:
-        n = call(mode, purge, cutoff, batch)
+        n = one_batch(batch)
         total += n
         if progress is not None and n:
             progress(n)
@@ -594,6 +610,15 @@ def purge_metric_buckets(cutoff: datetime, progress: Callable[[int], None] | Non
     return _purge_batches(ALONE, dialect().purge_metric_buckets, cutoff, progress)
 
 
+def purge_history(granularity: int, cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """History buckets of one granularity (seconds) that started before ``cutoff``, batch by batch."""
+    return _batches(lambda batch: call(ALONE, dialect().purge_history, granularity, cutoff, batch), progress)
+
+
+def history_buckets(granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+    return call(ALONE, dialect().history_buckets, granularity, since, types_limit)
+
+
 def tidy_hot_table(min_dead_rows: int) -> bool:
     """Vacuum and analyze the Hot table when churn left too many dead row versions (PostgreSQL only)."""
     return bool(call(ALONE, dialect().tidy_hot_table, min_dead_rows))
@@ -602,13 +627,26 @@ def tidy_hot_table(min_dead_rows: int) -> bool:
 def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
     """Claim ``tick`` of recurring job ``name`` and enqueue ``job`` in one transaction: the stored id,
     or None when the tick was already claimed (by another worker) or is the schedule's first sight."""
+    return _enqueue_for_schedule(name, tick, job, claim=True)
+
+
+def run_schedule_now(name: str, tick: datetime, job: NewJob) -> str:
+    """Enqueue one job of recurring job ``name`` outside its ticks (an operator's "run now") and remember it as
+    the schedule's latest job, in one transaction; ``tick``: the schedule's due tick, recorded if its row is new."""
+    return str(_enqueue_for_schedule(name, tick, job, claim=False))
+
+
+def _enqueue_for_schedule(name: str, tick: datetime, job: NewJob, *, claim: bool) -> str | None:
+    """Enqueue ``job`` as recurring job ``name``'s latest job, after claiming ``tick`` when ``claim``."""
     db = alias()
 
     def operation(cursor: Any) -> str | None:
         sql = dialect(db)
-        if not sql.claim_schedule_tick(cursor, name, tick):
+        if claim and not sql.claim_schedule_tick(cursor, name, tick):
             return None
-        return str(sql.enqueue(cursor, [job])[0])
+        stored = str(sql.enqueue(cursor, [job])[0])
+        sql.record_schedule_run(cursor, name, stored, tick)
+        return stored
 
     stored = run(operation, using=db)
     if stored == job.id:
@@ -620,6 +658,14 @@ def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
 
 def schedule_ticks() -> dict[str, datetime]:
     return call(ALONE, dialect().schedule_ticks)
+
+
+def schedule_states() -> list[ScheduleState]:
+    return call(ALONE, dialect().schedule_states)
+
+
+def set_schedule_enabled(name: str, enabled: bool, tick: datetime) -> None:
+    call(ALONE, dialect().set_schedule_enabled, name, enabled, tick)
 
 
 def change_marker() -> int | None:
