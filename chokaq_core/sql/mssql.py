@@ -236,16 +236,17 @@ ENQUEUE_SQL = _batch(
     "DECLARE @NewQueues TABLE (queue nvarchar(255) NOT NULL PRIMARY KEY);",
     # The idempotency check rides on the insert; the filtered unique index is the safety net (2601).
     "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,"
-    " attempt_count, scheduled_at, created_at, last_updated_at, created_by)\n"
+    " attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)\n"
     "OUTPUT inserted.id INTO @Inserted (id)\n"
     "SELECT j.id, j.queue, j.type, j.payload, j.tags, j.idempotency_key, j.priority, 0, 0,\n"
     "    CASE WHEN j.delay_s IS NULL THEN NULL ELSE DATEADD(MILLISECOND, j.delay_ms, DATEADD(SECOND, j.delay_s, @Now))"
     " END,\n"
-    "    @Now, @Now, j.created_by\n"
+    "    @Now, @Now, j.created_by, j.rate_key\n"
     "FROM OPENJSON(@Jobs) WITH (id nvarchar(4000) '$.id', queue nvarchar(4000) '$.queue',"
     " type nvarchar(4000) '$.type', payload nvarchar(max) '$.payload', tags nvarchar(4000) '$.tags',"
     " idempotency_key nvarchar(4000) '$.idempotency_key', priority int '$.priority', delay_s int '$.delay_s',"
-    " delay_ms int '$.delay_ms', created_by nvarchar(4000) '$.created_by') AS j\n"
+    " delay_ms int '$.delay_ms', created_by nvarchar(4000) '$.created_by', rate_key nvarchar(4000) '$.rate_key')"
+    " AS j\n"
     "WHERE j.idempotency_key IS NULL\n"
     "    OR NOT EXISTS (SELECT 1 FROM chokaq_jobs_hot AS k WHERE k.idempotency_key = j.idempotency_key);",
     # Queues and counters rows: an unlocked look first, so only brand-new queues take the range locks.
@@ -742,7 +743,7 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
         items.append({
             "id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
             "idempotency_key": job.idempotency_key, "priority": int(job.priority), "delay_s": delay_s,
-            "delay_ms": delay_ms, "created_by": job.created_by,
+            "delay_ms": delay_ms, "created_by": job.created_by, "rate_key": job.rate_key,
         })
     return _json(items)
 

@@ -168,14 +168,14 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
 ENQUEUE_SQL = f"""
 WITH src AS (
     SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                         %s::int[], %s::float8[], %s::text[])
-        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by)),
+                         %s::int[], %s::float8[], %s::text[], %s::text[])
+        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by, rate_key)),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,
-        attempt_count, scheduled_at, created_at, last_updated_at, created_by)
+        attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)
     SELECT id, queue, type, payload, tags, idempotency_key, priority, 0, 0,
            CASE WHEN delay_seconds IS NULL THEN NULL ELSE now() + make_interval(secs => delay_seconds) END,
-           now(), now(), created_by
+           now(), now(), created_by, rate_key
     FROM src
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue),
@@ -455,6 +455,7 @@ def _insert_jobs(cursor: Cursor, jobs: Sequence[NewJob]) -> dict[str, str]:
             [int(j.priority) for j in jobs],
             _floats(j.delay_seconds for j in jobs),
             [j.created_by for j in jobs],
+            [j.rate_key for j in jobs],
         ],
     )
     return dict(cursor.fetchall())

@@ -372,11 +372,11 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             for job in chunk:
                 scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
                 params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
-                           scheduled, stamp, stamp, job.created_by]
+                           scheduled, stamp, stamp, job.created_by, job.rate_key]
             cursor.execute(
                 f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
-                f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
+                f" scheduled_at, created_at, last_updated_at, created_by, rate_key) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s, %s)"] * len(chunk))
                 + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
                 params,
             )
