@@ -729,3 +729,16 @@ class RateLimitState:
     def limit(self) -> RateLimit | None:
         rate = self.rate
         return RateLimit(self.name, rate, self.per_key, self.max_keys) if rate is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimHold:
+    """What a claim must skip because its limit has no token left: whole queues, job types (lower-cased) and
+    ``(scope, target, rate_key)`` partitions of per-key limits."""
+
+    queues: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    keys: tuple[tuple[str, str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.types or self.keys)

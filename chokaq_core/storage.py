@@ -48,12 +48,17 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
 )
+from chokaq_core.policy import RatePlan
 from chokaq_core.sql import Dialect, dialect_for, memory, sqlite, wakeup
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
@@ -260,8 +265,45 @@ def reset_memory() -> None:
     memory.database().reset()
 
 
-def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return call(Dialect.fetch_batch, worker_id, limit, queues)
+def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
+                rate_limits: Sequence[RateLimit] = ()) -> list[HotJob]:
+    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim's transaction also locks those limits,
+    skips what has no token left, keeps the claimed rows within the tokens (the rest go back to Pending, no
+    attempt counted) and writes the buckets; without limits it is the claim alone."""
+    if not rate_limits:
+        return call(Dialect.fetch_batch, worker_id, limit, queues)
+    names = sorted({limit.name for limit in rate_limits})
+
+    def operation(cursor: Any) -> list[HotJob]:
+        sql = dialect()
+        now = sql.lock_rate_limits(cursor, names)
+        plan = RatePlan.of(rate_limits, sql.rate_buckets(cursor, names), now)
+        kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues))
+        if released:
+            sql.release_jobs(cursor, [job.id for job in released], worker_id)
+        sql.save_rate_buckets(cursor, *plan.changes())
+        return kept
+
+    return run(operation)
+
+
+def rate_limits() -> list[RateLimitState]:
+    """Every rate-limit row (declared and overridden), without its use."""
+    return call(Dialect.rate_limits)
+
+
+def rate_buckets(names: Sequence[str]) -> list[RateBucket]:
+    return call(Dialect.rate_buckets, names)
+
+
+def declare_rate_limits(limits: Sequence[RateLimit]) -> None:
+    """Record the limits the code and settings declare (a worker does at start)."""
+    call(Dialect.declare_rate_limits, limits)
+
+
+def set_rate_limit(name: str, rate: Rate | None, *, lifted: bool = False, actor: str | None = None) -> None:
+    """An operator's override: a rate (count 0 pauses), lifted, or neither (back to the declared rate)."""
+    call(Dialect.set_rate_limit, name, rate, lifted, actor)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:

@@ -49,6 +49,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     SnapshotRequest,
     Success,
@@ -183,6 +187,32 @@ class Dialect(Protocol):
 
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
+        ...
+
+    # ------------------------------------------------------------ rate limits
+    def rate_limits(self, cursor: Cursor) -> list[RateLimitState]:
+        """Every limit row (declared and overridden), by name."""
+        ...
+
+    def rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> list[RateBucket]:
+        """The token buckets of the limits ``names``."""
+        ...
+
+    def declare_rate_limits(self, cursor: Cursor, limits: Sequence[RateLimit]) -> None:
+        """The declared columns become ``limits``; other rows lose their declared rate."""
+        ...
+
+    def set_rate_limit(self, cursor: Cursor, name: str, rate: Rate | None, lifted: bool, actor: str | None) -> None:
+        """An operator's override of one limit (created if absent)."""
+        ...
+
+    def lock_rate_limits(self, cursor: Cursor, names: Sequence[str]) -> datetime:
+        """Lock the limits' rows until commit; the database's time."""
+        ...
+
+    def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
+                          dropped: Sequence[tuple[str, str]]) -> None:
+        """Write a claim's bucket changes."""
         ...
 
     # ------------------------------------------------------------ worker registry

@@ -957,6 +957,8 @@ class SQLServerDialect(StatementDialect, statements=globals()):
     ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
 
     TS = "CAST(%s AS datetimeoffset(7))"
+    ROW_LOCK_HINT = " WITH (UPDLOCK, HOLDLOCK, ROWLOCK)"
+    IGNORE_DUPLICATE = ""  # the locking hint of the NOT EXISTS read makes a racing twin wait instead
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     DLQ_ROW = f"{DLQ_ROW}  AS error_head"
 
@@ -968,6 +970,9 @@ class SQLServerDialect(StatementDialect, statements=globals()):
 
     def param_ts(self, value: datetime | None) -> Any:
         return None if value is None else _ts(value)
+
+    def now(self) -> tuple[str, list[Any]]:
+        return "SYSUTCDATETIME()", []
 
     def rows(self, cursor: Cursor) -> list[Any]:
         return _rows(cursor)

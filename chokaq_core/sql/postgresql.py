@@ -586,6 +586,8 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
     def search_pattern(self, term: str) -> str:
         return escaped_like(term.lower())
 
+    ROW_LOCK_TAIL = " FOR UPDATE"
+
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
 
