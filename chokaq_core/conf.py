@@ -25,6 +25,7 @@ from chokaq_core.domain import (
     RateLimit,
     is_valid_name,
     parse_rate,
+    rate_limit_name,
     split_rate_limit_name,
 )
 
@@ -264,7 +265,7 @@ RATE_LIMIT_KEYS = {"RATE", "PER_KEY", "MAX_KEYS"}
 def rate_limit_entry(name: Any, entry: Any) -> RateLimit:
     """One ``RATE_LIMITS`` entry (a rate string, or a dict of RATE, PER_KEY, MAX_KEYS) as a limit; ValueError
     saying what is wrong."""
-    split_rate_limit_name(name)
+    scope, target = split_rate_limit_name(name)
     options = entry if isinstance(entry, dict) else {"RATE": entry}
     unknown = set(options) - RATE_LIMIT_KEYS
     if unknown:
@@ -275,7 +276,7 @@ def rate_limit_entry(name: Any, entry: Any) -> RateLimit:
     max_keys = options.get("MAX_KEYS", DEFAULT_MAX_RATE_KEYS)
     if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
         raise ValueError(f"MAX_KEYS must be an integer >= 1 (got {max_keys!r})")
-    return RateLimit(name, parse_rate(options.get("RATE")), per_key, max_keys)
+    return RateLimit(rate_limit_name(scope, target), parse_rate(options.get("RATE")), per_key, max_keys)
 
 
 def _rate_limits(entries: Any, errors: list[str]) -> dict[str, RateLimit]:
@@ -285,7 +286,8 @@ def _rate_limits(entries: Any, errors: list[str]) -> dict[str, RateLimit]:
     limits = {}
     for name, entry in entries.items():
         try:
-            limits[name] = rate_limit_entry(name, entry)
+            limit = rate_limit_entry(name, entry)
+            limits[limit.name] = limit
         except ValueError as exc:
             errors.append(f"RATE_LIMITS[{name!r}]: {exc}")
     return limits

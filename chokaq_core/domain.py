@@ -659,7 +659,9 @@ def rate_limit_name(scope: str, target: str) -> str:
     """A limit's name, ``queue:<queue>`` or ``type:<type key>``; ValueError for another scope or a bad target."""
     if scope not in RATE_SCOPES:
         raise ValueError(f"a rate limit applies to a queue or a type, not {scope!r}")
-    return f"{scope}:{check_name('queue' if scope == 'queue' else 'type key', target)}"
+    if scope == "queue":
+        return f"queue:{check_name('queue', target)}"
+    return f"type:{check_name('type key', target).lower()}"  # type keys compare case-insensitively
 
 
 def split_rate_limit_name(name: str) -> tuple[str, str]:
@@ -682,7 +684,7 @@ class RateLimit:
 
     def covers(self, queue: str, type_key: str) -> bool:
         scope, _, target = self.name.partition(":")
-        return (queue if scope == "queue" else type_key.lower()) == (target if scope == "queue" else target.lower())
+        return queue == target if scope == "queue" else type_key.lower() == target
 
     def bucket_key(self, rate_key: str | None) -> str:
         """The bucket a job counts against: its rate key under a per-key limit, else the limit's one ''."""
@@ -729,6 +731,13 @@ class RateLimitState:
     def limit(self) -> RateLimit | None:
         rate = self.rate
         return RateLimit(self.name, rate, self.per_key, self.max_keys) if rate is not None else None
+
+
+class ClaimedJobs(list[HotJob]):
+    """The jobs a claim under rate limits took, and in how many seconds a limit that held jobs back has its
+    next token (None: nothing was held, or only by a paused limit)."""
+
+    held_for: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

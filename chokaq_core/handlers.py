@@ -81,11 +81,14 @@ def register(definition: JobDefinition) -> None:
 
 
 def declared_rate_limits() -> list[RateLimit]:
-    """The limits the registered ``@job`` definitions declare (``rate_limit=``), one per type."""
+    """The limits the code declares: ``CHOKAQ["RATE_LIMITS"]`` over each ``@job(rate_limit=…)`` of its type."""
     with _registry_lock:
         definitions = list(_registry.values())
-    return [RateLimit(rate_limit_name("type", d.type_key), d.rate_limit, per_key=d.rate_key is not None)
-            for d in definitions if d.rate_limit is not None]
+    limits = {limit.name: limit for limit in (
+        RateLimit(rate_limit_name("type", d.type_key), d.rate_limit, per_key=d.rate_key is not None)
+        for d in definitions if d.rate_limit is not None)}
+    limits.update(config().RATE_LIMITS)
+    return [limits[name] for name in sorted(limits)]
 
 
 def _qualname(func: Callable[..., Any]) -> str:

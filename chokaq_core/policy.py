@@ -411,6 +411,19 @@ class RatePlan:
                 released.append(job)
         return kept, released
 
+    def next_token_in(self) -> float | None:
+        """Seconds until the first limit without a whole token has one (None when none lacks one, or only paused
+        ones do)."""
+        waits = []
+        for limit in self.limits:
+            keys = {key for (name, key) in (*self.buckets, *self.taken) if name == limit.name} | {""}
+            for key in keys if limit.per_key else {""}:
+                tokens = self.available(limit, key)
+                at = next_token_at(limit.rate, tokens, self.now) if tokens < 1 else None
+                if at is not None:
+                    waits.append((at - self.now).total_seconds())
+        return min(waits, default=None)
+
     def changes(self) -> tuple[list[RateBucket], list[RateBucket], list[tuple[str, str]]]:
         """``(changed, added, dropped)`` buckets: the ones this claim took tokens from, and the refilled
         partitions of per-key limits (deleted: a full bucket is as good as none)."""

@@ -38,11 +38,16 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    RateLimitState,
     SnapshotRequest,
     SummaryStats,
     WorkerInfo,
     check_name,
+    parse_rate,
+    rate_limit_name,
+    split_rate_limit_name,
 )
+from chokaq_core.policy import next_token_at, refilled, window_use
 
 MAX_BULK_IDS = 1000
 
@@ -171,6 +176,71 @@ def set_queue_zombie_timeout(queue: str, seconds: int | str | None, *, must_exis
     value = _optional_int("zombie timeout", seconds, ZOMBIE_TIMEOUT_RANGE)
     storage.set_queue_zombie_timeout(_known_queue(queue) if must_exist else check_queue_name(queue), value)
     return value
+
+
+# ---------------------------------------------------------------- rate limits
+
+
+def check_rate_limit_name(name: str) -> str:
+    """A limit name (``queue:<name>``, ``type:<key>``) as the Deck or the CLI received it, or ServiceError."""
+    try:
+        return rate_limit_name(*split_rate_limit_name((name or "").strip()))
+    except ValueError as exc:
+        raise ServiceError(f"{exc} (a rate limit is named queue:<queue> or type:<type key>)") from None
+
+
+def rate_limits(now: datetime | None = None) -> list[RateLimitState]:
+    """Every limit with its use: claims in the current window (summed over keys), live keys and, while its
+    shared bucket is empty, when the next job may start."""
+    states = storage.rate_limits()
+    buckets = storage.rate_buckets([state.name for state in states])
+    now = now or datetime.now(UTC)
+    shown = []
+    for state in states:
+        rate = state.rate
+        own = [b for b in buckets if b.limit_name == state.name]
+        if rate is None:
+            shown.append(state)
+            continue
+        shared = next((b for b in own if b.rate_key == ""), None)
+        tokens = refilled(rate, shared, now)
+        shown.append(replace(
+            state, used=sum(window_use(rate, b, now) for b in own),
+            live_keys=sum(1 for b in own if b.rate_key and refilled(rate, b, now) < rate.capacity),
+            held_until=None if state.per_key or tokens >= 1 else next_token_at(rate, tokens, now)))
+    return shown
+
+
+def set_rate_limit(name: str, rate: str | None, *, actor: str | None = None) -> RateLimitState:
+    """An operator's rate for limit ``name`` ("100/m"; "0/m" pauses it; None/"" returns to the declared rate);
+    workers follow within about a second."""
+    name = check_rate_limit_name(name)
+    text = (rate or "").strip()
+    try:
+        parsed = parse_rate(text) if text else None
+    except ValueError as exc:
+        raise ServiceError(str(exc)) from None
+    storage.set_rate_limit(name, parsed, actor=actor)
+    return _rate_limit(name)
+
+
+def pause_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
+    """Hold every job of the limit (its count becomes 0, its window stays)."""
+    name = check_rate_limit_name(name)
+    window = next((s.rate.window for s in storage.rate_limits() if s.name == name and s.rate), 60.0)
+    storage.set_rate_limit(name, parse_rate(f"0/{window:g}s"), actor=actor)
+    return _rate_limit(name)
+
+
+def lift_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
+    """No limit at all, whatever is declared, until an operator sets or resets it."""
+    name = check_rate_limit_name(name)
+    storage.set_rate_limit(name, None, lifted=True, actor=actor)
+    return _rate_limit(name)
+
+
+def _rate_limit(name: str) -> RateLimitState:
+    return next(state for state in rate_limits() if state.name == name)
 
 
 # ---------------------------------------------------------------- Deck reads: panels, live view, keyset history

@@ -33,6 +33,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimedJobs,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -274,15 +275,18 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
         return call(Dialect.fetch_batch, worker_id, limit, queues)
     names = sorted({limit.name for limit in rate_limits})
 
-    def operation(cursor: Any) -> list[HotJob]:
+    def operation(cursor: Any) -> ClaimedJobs:
         sql = dialect()
         now = sql.lock_rate_limits(cursor, names)
         plan = RatePlan.of(rate_limits, sql.rate_buckets(cursor, names), now)
+        hold = plan.hold()
         kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues))
         if released:
             sql.release_jobs(cursor, [job.id for job in released], worker_id)
         sql.save_rate_buckets(cursor, *plan.changes())
-        return kept
+        claimed = ClaimedJobs(kept)
+        claimed.held_for = plan.next_token_in() if hold or released else None
+        return claimed
 
     return run(operation)
 

@@ -23,6 +23,7 @@ from django.utils.module_loading import import_string
 from chokaq_core import events, maintenance, metrics, storage
 from chokaq_core.conf import Config, config
 from chokaq_core.domain import CancellationReason, WorkerInfo
+from chokaq_core.handlers import declared_rate_limits
 from chokaq_core.middleware import load_middleware
 from chokaq_core.policy import BreakerPolicy, CircuitBreakers, CircuitStatus, RetryPolicy
 from chokaq_core.worker.completer import Completer
@@ -113,6 +114,7 @@ class Worker:
         """Start every service on its thread; returns at once (use :meth:`run` to block)."""
         burst, rescue = self.options.burst, self.options.rescue
         self.registry.write()
+        storage.declare_rate_limits(declared_rate_limits())
         if rescue:
             rescue_once(self.cfg)
         self.pool.grow(self.limiter.capacity)
