@@ -239,6 +239,24 @@ def lift_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
     return _rate_limit(name)
 
 
+def rate_hold(job: HotJob, now: datetime | None = None) -> str | None:
+    """Why a Pending job waits on a rate limit ("held by rate limit type:x until 12:00:01 UTC"), or None."""
+    if job.status != JobStatus.PENDING:
+        return None
+    now = now or datetime.now(UTC)
+    limits = [limit for state in storage.rate_limits()
+              if (limit := state.limit) is not None and limit.covers(job.queue, job.type)]
+    buckets = {(b.limit_name, b.rate_key): b for b in storage.rate_buckets([limit.name for limit in limits])}
+    for limit in limits:
+        key = limit.bucket_key(job.rate_key)
+        tokens = refilled(limit.rate, buckets.get((limit.name, key)), now)
+        if tokens < 1:
+            until = next_token_at(limit.rate, tokens, now)
+            label = f"{limit.name} ({key})" if key else limit.name
+            return f"held by rate limit {label} " + (f"until {until:%H:%M:%S} UTC" if until else "(paused)")
+    return None
+
+
 def _rate_limit(name: str) -> RateLimitState:
     return next(state for state in rate_limits() if state.name == name)
 

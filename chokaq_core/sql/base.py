@@ -532,20 +532,20 @@ class BaseDialect:
                           dropped: Sequence[tuple[str, str]]) -> None:
         """Write the buckets a claim changed or added, and delete the refilled ones it dropped (under the
         limits' row locks, so no other claim writes them meanwhile)."""
-        ts = self.TS
-        if changed:
-            cursor.executemany(
+        ts = self.TS  # a statement per bucket: a claim writes a few (the same texts on every vendor's driver)
+        for b in changed:
+            cursor.execute(
                 f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
                 " window_used = %s WHERE limit_name = %s AND rate_key = %s",
-                [(b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at), b.window_used,
-                  b.limit_name, b.rate_key) for b in changed])
-        if added:
-            cursor.executemany(
+                [b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at), b.window_used,
+                 b.limit_name, b.rate_key])
+        for b in added:
+            cursor.execute(
                 f"INSERT INTO {RATE_BUCKETS} ({', '.join(RATE_BUCKET_FIELDS)}) VALUES (%s, %s, %s, {ts}, {ts}, %s)",
-                [(b.limit_name, b.rate_key, b.tokens, self.param_ts(b.refilled_at),
-                  self.param_ts(b.window_started_at), b.window_used) for b in added])
-        if dropped:
-            cursor.executemany(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", list(dropped))
+                [b.limit_name, b.rate_key, b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at),
+                 b.window_used])
+        for name, key in dropped:
+            cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 

@@ -58,9 +58,10 @@ class Fetcher:
     def __init__(self, worker_id: str, queues: list[str] | None, batch_size: int, polling_interval: float,
                  buffer: PrefetchBuffer, in_flight: InFlight, stopping: threading.Event,
                  burst_idle: Callable[[], bool] | None = None, on_burst_done: Callable[[], None] | None = None,
-                 ) -> None:
+                 rate_limits: RateLimits | None = None) -> None:
         """``burst_idle`` (nothing buffered, running or uncommitted) makes a burst fetcher: it calls
-        ``on_burst_done`` and ends once the table had nothing eligible twice in a row."""
+        ``on_burst_done`` and ends once the table had nothing eligible twice in a row. ``rate_limits``: the
+        limits the claims follow (none when not given)."""
         self.worker_id = worker_id
         self.queues = queues
         self.batch_size = batch_size
@@ -72,7 +73,7 @@ class Fetcher:
         self.on_burst_done = on_burst_done
         self.wakeup = threading.Event()
         self._idle_since: float | None = None
-        self.rate_limits = RateLimits(queues)
+        self.rate_limits = rate_limits
 
     def run(self) -> None:
         burst_idle = self.burst_idle
@@ -84,8 +85,9 @@ class Fetcher:
             limit = max(1, min(self.batch_size, self.buffer.free()))
             self.wakeup.clear()
             try:
-                rate_limits = self.rate_limits.current()
-                jobs = storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits)
+                rate_limits = self.rate_limits.current() if self.rate_limits is not None else []
+                jobs = (storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits) if rate_limits
+                        else storage.fetch_batch(self.worker_id, limit, self.queues))
             except Exception:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
                 self.stopping.wait(5)

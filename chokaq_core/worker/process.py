@@ -31,7 +31,7 @@ from chokaq_core.worker.control import Control
 from chokaq_core.worker.dispatcher import Dispatcher
 from chokaq_core.worker.executions import Executions
 from chokaq_core.worker.executor import Executor, ExecutorPool
-from chokaq_core.worker.fetcher import Fetcher
+from chokaq_core.worker.fetcher import Fetcher, RateLimits
 from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 from chokaq_core.worker.supervisor import Registry, Supervisor, rescue_loop, rescue_once
 from chokaq_core.worker.threads import start_thread
@@ -84,7 +84,8 @@ class Worker:
                                    self.stopped)
         self.fetcher = Fetcher(self.worker_id, self.queues, self.batch_size, wk.POLLING_INTERVAL, self.buffer,
                                self.in_flight, self.stopping,
-                               burst_idle=self._burst_idle if self.options.burst else None, on_burst_done=self.stop)
+                               burst_idle=self._burst_idle if self.options.burst else None, on_burst_done=self.stop,
+                               rate_limits=RateLimits(self.queues))
         self.executor = Executor(cfg, _retry_policy(cfg), self.breakers, load_middleware(list(cfg.MIDDLEWARE)),
                                  import_string(str(cfg.PIPE_HANDLER)) if cfg.MODE == "pipe" else None,
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
