@@ -182,3 +182,4 @@ def test_a_per_key_limit_drops_refilled_buckets_and_keeps_max_keys_live() -> Non
     assert [j.rate_key for j in kept] == ["new"] and [j.rate_key for j in released] == ["newer"]
     changed, added, dropped = plan.changes()
     assert [b.rate_key for b in added] == ["new"] and dropped == [("type:rl.v1", "old")]
+    assert changed == []
