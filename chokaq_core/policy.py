@@ -364,6 +364,7 @@ class RatePlan:
     buckets: dict[tuple[str, str], RateBucket]
     now: datetime
     taken: Counter[tuple[str, str]] = field(default_factory=Counter)
+    held: Counter[str] = field(default_factory=Counter)  # jobs admit sent back, per limit that had no token
 
     @classmethod
     def of(cls, limits: Sequence[RateLimit], buckets: Sequence[RateBucket], now: datetime) -> RatePlan:
@@ -404,12 +405,21 @@ class RatePlan:
         for job in jobs:
             slots = [(limit, limit.bucket_key(job.rate_key)) for limit in self.limits
                      if limit.covers(job.queue, job.type)]
-            if all(self.available(limit, key) >= 1 for limit, key in slots):
+            short = [limit.name for limit, key in slots if self.available(limit, key) < 1]
+            if short:
+                self.held.update(short)
+                released.append(job)
+            else:
                 self.taken.update((limit.name, key) for limit, key in slots)
                 kept.append(job)
-            else:
-                released.append(job)
         return kept, released
+
+    def claimed(self) -> dict[str, int]:
+        """Jobs this claim took, per limit (summed over its keys)."""
+        per_limit: Counter[str] = Counter()
+        for (name, _), count in self.taken.items():
+            per_limit[name] += count
+        return dict(per_limit)
 
     def next_token_in(self) -> float | None:
         """Seconds until the first limit without a whole token has one (None when none lacks one, or only paused

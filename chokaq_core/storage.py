@@ -274,11 +274,13 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
     if not rate_limits:
         return call(Dialect.fetch_batch, worker_id, limit, queues)
     names = sorted({limit.name for limit in rate_limits})
+    plans: list[RatePlan] = []
 
     def operation(cursor: Any) -> ClaimedJobs:
         sql = dialect()
         now = sql.lock_rate_limits(cursor, names)
         plan = RatePlan.of(rate_limits, sql.rate_buckets(cursor, names), now)
+        plans[:] = [plan]  # the committed attempt's (a transient retry plans again)
         hold = plan.hold()
         kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues))
         if released:
@@ -288,7 +290,9 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
         claimed.held_for = plan.next_token_in() if hold or released else None
         return claimed
 
-    return run(operation)
+    claimed = run(operation)
+    metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))
+    return claimed
 
 
 def rate_limits() -> list[RateLimitState]:
@@ -298,6 +302,11 @@ def rate_limits() -> list[RateLimitState]:
 
 def rate_buckets(names: Sequence[str]) -> list[RateBucket]:
     return call(Dialect.rate_buckets, names)
+
+
+def pending_by_key() -> list[tuple[str, str, str | None, int]]:
+    """Due Pending rows per (queue, type, rate key)."""
+    return call(Dialect.pending_by_key)
 
 
 def declare_rate_limits(limits: Sequence[RateLimit]) -> None:

@@ -198,6 +198,10 @@ class Dialect(Protocol):
         """The token buckets of the limits ``names``."""
         ...
 
+    def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
+        """Due Pending rows per (queue, type, rate key)."""
+        ...
+
     def declare_rate_limits(self, cursor: Cursor, limits: Sequence[RateLimit]) -> None:
         """The declared columns become ``limits``; other rows lose their declared rate."""
         ...

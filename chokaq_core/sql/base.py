@@ -85,6 +85,7 @@ SINGLE_STATEMENTS = frozenset({
     "queue_stats", "get_hot", "get_archived", "get_dead", "list_active", "list_archive", "list_dlq", "locate_jobs",
     "throughput", "queue_health", "top_errors", "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than",
     "deck_snapshot", "list_workers", "schedule_ticks", "job_attempts", "rate_limits", "rate_buckets",
+    "pending_by_key",
 })
 
 
@@ -480,6 +481,13 @@ class BaseDialect:
         tail, params = self.name_list(names)
         return [rate_bucket(r) for r in self._all(
             cursor, f"SELECT {', '.join(RATE_BUCKET_FIELDS)} FROM {RATE_BUCKETS} WHERE limit_name {tail}", params)]
+
+    def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
+        """Due Pending rows per (queue, type, rate key): what rate limits may be holding back."""
+        now, at = self.now()
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._all(
+            cursor, f"SELECT queue, type, rate_key, count(*) FROM {HOT} WHERE status = 0"
+                    f" AND (scheduled_at IS NULL OR scheduled_at <= {now}) GROUP BY queue, type, rate_key", at)]
 
     def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
         """``(predicate tail, params)`` matching a name column against ``names`` (as ``id_list``)."""

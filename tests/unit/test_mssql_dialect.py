@@ -668,6 +668,8 @@ CASES = [
     Case("rate_buckets", (["type:pay.v1"],), [[("type:pay.v1", "", 2.5, T0, T0, 7)]],
          [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)]),
     Case("rate_buckets", ([],), [], []),
+    Case("pending_by_key", (), [[("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]],
+         [("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]),
     Case("declare_rate_limits", ([RateLimit("type:pay.v1", Rate(100, 60.0, 10), True, 50)],), [None, None, None], None),
     Case("declare_rate_limits", ([],), [None], None),
     Case("set_rate_limit", ("queue:mail", Rate(0, 60.0, 1), False, "ops"), [None, None], None),
