@@ -330,10 +330,11 @@ def is_circuit_fatal(exc: BaseException) -> bool:
 
 
 def refilled(rate: Rate, bucket: RateBucket | None, now: datetime) -> float:
-    """A bucket's tokens at ``now``: what it held, plus ``rate`` per second since, at most its capacity (a bucket
-    never written is full)."""
+    """A bucket's tokens at ``now``: what it held, plus ``rate`` per second since, at most its capacity. A bucket
+    never written (or dropped once refilled) holds one token: a new limit, or a new key, starts at its rate, and
+    only an idle spell lets it save up a burst (so a saturated drain starts no burst on top of the rate)."""
     if bucket is None:
-        return float(rate.capacity)
+        return float(min(1, rate.capacity))
     elapsed = max(0.0, (now - bucket.refilled_at).total_seconds())
     return min(float(rate.capacity), bucket.tokens + elapsed * rate.per_second)
 
@@ -371,7 +372,7 @@ class RatePlan:
         return cls(limits, {(b.limit_name, b.rate_key): b for b in buckets}, now)
 
     def _live_keys(self, limit: RateLimit) -> int:
-        """Stored partitions of a per-key limit that have not refilled (a full bucket is as good as none)."""
+        """Stored partitions of a per-key limit that have not refilled (a refilled one may be dropped)."""
         return sum(1 for (name, _), b in self.buckets.items()
                    if name == limit.name and refilled(limit.rate, b, self.now) < limit.rate.capacity) + sum(
             1 for (name, key) in self.taken if name == limit.name and (name, key) not in self.buckets)
@@ -436,7 +437,8 @@ class RatePlan:
 
     def changes(self) -> tuple[list[RateBucket], list[RateBucket], list[tuple[str, str]]]:
         """``(changed, added, dropped)`` buckets: the ones this claim took tokens from, and the refilled
-        partitions of per-key limits (deleted: a full bucket is as good as none)."""
+        partitions of per-key limits (deleted, so the table holds only live keys; a key that comes back starts
+        again from one token, never more than it would have had)."""
         changed: list[RateBucket] = []
         added: list[RateBucket] = []
         dropped: list[tuple[str, str]] = []

@@ -9,6 +9,7 @@ from django.test import Client
 
 from chokaq_core import enqueue, service, storage
 from chokaq_core.domain import RateLimit, parse_rate
+from chokaq_core.models import RateBuckets
 from deck.models import OperatorAction
 from tests.deck.conftest import HTMX
 
@@ -28,7 +29,10 @@ def test_the_panel_shows_each_limit_with_its_use(operator: Client) -> None:
     declare("type:tests.ok.v1", "100/m burst 90")
     for n in range(5):
         enqueue("tests.ok.v1", {"n": n}, allow_unregistered=True)
-    claimed = storage.fetch_batch("w1", 10, None, [RateLimit("type:tests.ok.v1", parse_rate("100/m burst 90"))])
+    limits = [RateLimit("type:tests.ok.v1", parse_rate("100/m burst 90"))]
+    claimed = storage.fetch_batch("w1", 10, None, limits)
+    RateBuckets.objects.update(tokens=90)  # as if it had been idle long enough to save up its burst
+    claimed += storage.fetch_batch("w1", 10, None, limits)
     assert len(claimed) == 5
 
     body = operator.get("/deck/partials/rate-limits", **HTMX).content.decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db.models import F
+from django.utils import timezone
 
 from chokaq_core import storage
 from chokaq_core.domain import JobStatus, RateLimit, parse_rate
@@ -20,6 +21,13 @@ def limit(name: str, rate: str, *, per_key: bool = False, max_keys: int = 1000) 
     return declared
 
 
+def saved_up(name: str, tokens: float, key: str = "") -> None:
+    """A bucket that sat idle long enough to save ``tokens`` (its window long over)."""
+    long_ago = timezone.now() - timedelta(hours=1)
+    RateBuckets.objects.create(limit_name=name, rate_key=key, tokens=tokens, refilled_at=timezone.now(),
+                               window_started_at=long_ago, window_used=0)
+
+
 def age_buckets(seconds: float) -> None:
     """What the clock moving on by ``seconds`` looks like to the buckets."""
     RateBuckets.objects.update(refilled_at=F("refilled_at") - timedelta(seconds=seconds),
@@ -28,6 +36,7 @@ def age_buckets(seconds: float) -> None:
 
 def test_a_claim_takes_no_more_than_the_tokens_and_the_rest_stays_pending_without_an_attempt() -> None:
     capped = limit("type:rl.capped.v1", "10/s burst 3")
+    saved_up("type:rl.capped.v1", 3)
     ids = pending("rl", 8, type="rl.capped.v1")
 
     claimed = storage.fetch_batch("w1", 8, ["rl"], [capped])
@@ -45,7 +54,7 @@ def test_a_claim_takes_no_more_than_the_tokens_and_the_rest_stays_pending_withou
 def test_tokens_come_back_at_the_rate_up_to_the_burst() -> None:
     capped = limit("type:rl.refill.v1", "4/s burst 2")
     pending("rl-refill", 10, type="rl.refill.v1")
-    assert len(storage.fetch_batch("w1", 10, ["rl-refill"], [capped])) == 2
+    assert len(storage.fetch_batch("w1", 10, ["rl-refill"], [capped])) == 1, "a new limit starts with one token"
 
     age_buckets(0.5)  # 4/s for half a second: two tokens
     assert len(storage.fetch_batch("w1", 10, ["rl-refill"], [capped])) == 2
@@ -75,9 +84,14 @@ def test_each_key_of_a_per_key_limit_has_its_own_allowance() -> None:
     by_key: dict[str | None, int] = {}
     for job in claimed:
         by_key[job.rate_key] = by_key.get(job.rate_key, 0) + 1
-    assert by_key == {"tenant:a": 2, "tenant:b": 2, "tenant:c": 2}
+    assert by_key == {"tenant:a": 1, "tenant:b": 1, "tenant:c": 1}, "each new key starts with one token"
     assert {b.rate_key: b.window_used for b in RateBuckets.objects.all()} == {
-        "tenant:a": 2, "tenant:b": 2, "tenant:c": 2}
+        "tenant:a": 1, "tenant:b": 1, "tenant:c": 1}
+    age_buckets(0.1)  # 20/s: two tokens each, the burst
+    by_key = {}
+    for job in storage.fetch_batch("w1", 15, ["rl-keys"], [tenants]):
+        by_key[job.rate_key] = by_key.get(job.rate_key, 0) + 1
+    assert by_key == {"tenant:a": 2, "tenant:b": 2, "tenant:c": 2}
 
 
 def test_a_per_key_limit_keeps_at_most_max_keys_live() -> None:
@@ -93,6 +107,7 @@ def test_a_per_key_limit_keeps_at_most_max_keys_live() -> None:
 
 def test_a_queue_limit_covers_every_type_of_the_queue() -> None:
     capped = limit("queue:rl-q", "5/s burst 4")
+    saved_up("queue:rl-q", 4)
     pending("rl-q", 3, type="rl.one.v1")
     pending("rl-q", 3, type="rl.two.v1")
     pending("rl-other", 3, type="rl.one.v1")

@@ -131,7 +131,8 @@ def hot(type_key: str = "rl.v1", queue: str = "q", rate_key: str | None = None, 
 
 def test_a_bucket_refills_at_the_rate_up_to_its_burst() -> None:
     rate = parse_rate("10/s burst 5")
-    assert refilled(rate, None, T0) == 5, "a bucket never written is full"
+    assert refilled(rate, None, T0) == 1, "a bucket never written starts with one token"
+    assert refilled(parse_rate("0/m"), None, T0) == 0
     empty = RateBucket("type:rl.v1", "", 0.0, T0, T0, 5)
     assert refilled(rate, empty, T0 + timedelta(seconds=0.3)) == pytest.approx(3)
     assert refilled(rate, empty, T0 + timedelta(hours=1)) == 5
@@ -143,7 +144,9 @@ def test_a_bucket_refills_at_the_rate_up_to_its_burst() -> None:
 def test_a_plan_admits_jobs_in_claim_order_while_every_limit_covering_them_has_a_token() -> None:
     by_type = RateLimit("type:rl.v1", parse_rate("10/s burst 3"))
     by_queue = RateLimit("queue:q", parse_rate("10/s burst 4"))
-    plan = RatePlan.of([by_type, by_queue], [], T0)
+    idle = T0 - timedelta(hours=1)
+    plan = RatePlan.of([by_type, by_queue], [RateBucket("type:rl.v1", "", 3.0, T0, idle, 9),
+                                             RateBucket("queue:q", "", 4.0, T0, idle, 9)], T0)
     jobs = [hot(), hot(type_key="other.v1"), hot(), hot(), hot(), hot(type_key="other.v1"), hot(type_key="free.v1", queue="elsewhere")]
 
     kept, released = plan.admit(jobs)
@@ -151,9 +154,10 @@ def test_a_plan_admits_jobs_in_claim_order_while_every_limit_covering_them_has_a
     assert kept == [jobs[0], jobs[1], jobs[2], jobs[3], jobs[6]]
     assert released == [jobs[4], jobs[5]]
     changed, added, dropped = plan.changes()
-    assert changed == [] and dropped == []
-    assert sorted((b.limit_name, b.tokens, b.window_used) for b in added) == [("queue:q", 0.0, 4),
-                                                                              ("type:rl.v1", 0.0, 3)]
+    assert added == [] and dropped == []
+    assert sorted((b.limit_name, b.tokens, b.window_used, b.window_started_at) for b in changed) == [
+        ("queue:q", 0.0, 4, T0), ("type:rl.v1", 0.0, 3, T0)], "a new window began with this claim"
+    assert plan.claimed() == {"type:rl.v1": 3, "queue:q": 4} and plan.held == {"type:rl.v1": 1, "queue:q": 2}
     assert plan.next_token_in() == pytest.approx(0.1)
 
 
