@@ -80,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"JSON overrides of CHOKAQ sections (default {DEFAULT_OVERRIDES})")
     p.add_argument("--only", default=",".join(STEPS),
                    help=f"comma-separated steps to run (default all: {','.join(STEPS)}); history includes drain1")
+    p.add_argument("--rate-limit", default=None, metavar="RATE",
+                   help="also drain with the no-op type rate-limited to RATE (e.g. '1000000/s', far above the\n"
+                        "drain rate) in pairs with unlimited drains: the limit's overhead")
     p.add_argument("--json", dest="json_out", default=None, help="also write all results to this JSON file")
     p.add_argument("--child", choices=["sqlite", "postgresql"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -190,6 +193,12 @@ def render(result: dict[str, Any]) -> str:
         add("peak RSS, largest of --processes 2", f"{r['drain2']['rss_mib']:.1f} MiB")
     if "pickup" in r:
         add("peak RSS, idle worker of the pickup run", f"{r['pickup']['rss_mib']:.1f} MiB")
+    if "rate_limit" in r:
+        rl = r["rate_limit"]
+        add(f"drain {n:,} no-op under a rate limit of {rl['rate']}: excluding start-up",
+            fmt_rate(rl["limited"]["steady_rate"]))
+        add(f"    limited / unlimited, excluding start-up (median of {len(rl['pairs'])} paired runs)",
+            f"{rl['ratio_steady']:.3f}")
     if "history_drain" in r:
         hist = r["history_drain"]
         add(f"drain {n:,} with {h:,} rows in Archive: start → exit", fmt_rate(hist["wall_rate"]))
@@ -430,6 +439,25 @@ class Child:
         return {"jobs": n, "p50_ms": p50, "p95_ms": p95, "min_ms": latencies[0], "max_ms": latencies[-1],
                 "mean_ms": statistics.fmean(latencies), "rss_mib": rss}
 
+    # ------------------------------------------------------------ rate limit overhead
+
+    def rate_limited_drains(self, rate: str) -> dict[str, Any]:
+        """Paired 1-process drains, unlimited then with the no-op type limited to ``rate`` (the workers get the
+        limit through BENCH_CHOKAQ); the median ratio of their steady rates is the limit's overhead."""
+        overrides = json.loads(os.environ.get("BENCH_CHOKAQ", "{}"))
+        pairs = []
+        for _ in range(self.args.repeat):
+            base = self.drain_fresh(1, "drain1")
+            os.environ["BENCH_CHOKAQ"] = json.dumps({**overrides, "RATE_LIMITS": {f"type:{NOOP}": rate}})
+            try:
+                limited = self.drain_fresh(1, "ratelimit")
+            finally:
+                os.environ["BENCH_CHOKAQ"] = json.dumps(overrides)
+            pairs.append((base, limited))
+        ratio = statistics.median((lim["steady_rate"] or 0) / (b["steady_rate"] or 1) for b, lim in pairs)
+        log(f"{self.vendor}: rate limit {rate}: limited / unlimited drain {ratio:.3f}")
+        return {"rate": rate, "pairs": pairs, "limited": self.best([lim for _, lim in pairs]), "ratio_steady": ratio}
+
     # ------------------------------------------------------------ history
 
     def load_history(self, rows: int) -> float:
@@ -491,6 +519,8 @@ class Child:
             result["drain2"] = self.best([self.drain_fresh(2, "drain2") for _ in range(self.args.repeat)])
         if "pickup" in steps:
             result["pickup"] = self.pickup()
+        if self.args.rate_limit:
+            result["rate_limit"] = self.rate_limited_drains(self.args.rate_limit)
         if hist_runs:
             result["history_drain"] = self.best(hist_runs)
             result["history_load_s"] = self.history_load_s

@@ -290,7 +290,7 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
         claimed.held_for = plan.next_token_in() if hold or released else None
         return claimed
 
-    claimed = run(operation)
+    claimed = run(operation, prepared="fetch_batch" in dialect().PREPARED)  # the claim's statements, prepared as alone
     metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))
     return claimed
 
