@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -48,6 +49,8 @@ from chokaq_core.domain import (
     split_rate_limit_name,
 )
 from chokaq_core.policy import next_token_at, refilled, window_use
+
+logger = logging.getLogger("chokaq.service")
 
 MAX_BULK_IDS = 1000
 
@@ -221,7 +224,7 @@ def set_rate_limit(name: str, rate: str | None, *, actor: str | None = None) -> 
     except ValueError as exc:
         raise ServiceError(str(exc)) from None
     storage.set_rate_limit(name, parsed, actor=actor)
-    return _rate_limit(name)
+    return _rate_limit(name, actor, parsed.text if parsed else "the declared rate")
 
 
 def pause_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
@@ -229,14 +232,14 @@ def pause_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
     name = check_rate_limit_name(name)
     window = next((s.rate.window for s in storage.rate_limits() if s.name == name and s.rate), 60.0)
     storage.set_rate_limit(name, parse_rate(f"0/{window:g}s"), actor=actor)
-    return _rate_limit(name)
+    return _rate_limit(name, actor, "paused")
 
 
 def lift_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
     """No limit at all, whatever is declared, until an operator sets or resets it."""
     name = check_rate_limit_name(name)
     storage.set_rate_limit(name, None, lifted=True, actor=actor)
-    return _rate_limit(name)
+    return _rate_limit(name, actor, "lifted")
 
 
 def rate_hold(job: HotJob, now: datetime | None = None) -> str | None:
@@ -257,7 +260,9 @@ def rate_hold(job: HotJob, now: datetime | None = None) -> str | None:
     return None
 
 
-def _rate_limit(name: str) -> RateLimitState:
+def _rate_limit(name: str, actor: str | None, change: str) -> RateLimitState:
+    """The limit after an operator's change, which is logged (the row keeps who changed it and when)."""
+    logger.info("rate limit %s: %s by %s", name, change, actor or "unknown")
     return next(state for state in rate_limits() if state.name == name)
 
 

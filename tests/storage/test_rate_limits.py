@@ -146,3 +146,14 @@ def _jobs(queue: str, n: int, type_key: str, rate_key: str) -> list:
     from .rows import new_job
 
     return [replace(new_job(queue, type=type_key), rate_key=rate_key) for _ in range(n)]
+
+
+def test_a_held_job_stays_due_pending_and_its_wait_counts_in_the_queue_lag() -> None:
+    paused = limit("type:rl.lag.v1", "0/m")
+    held = pending("rl-lag", 1, type="rl.lag.v1")
+    JobsHot.objects.filter(id__in=held).update(created_at=timezone.now() - timedelta(seconds=30))
+
+    assert storage.fetch_batch("w1", 5, ["rl-lag"], [paused]) == []
+
+    lag = {q.queue: q for q in storage.queue_health()}["rl-lag"]
+    assert lag.pending == 1 and lag.max_lag_seconds >= 30, "held, not hidden: the wait shows in the lag"
