@@ -282,7 +282,7 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
         plan = RatePlan.of(rate_limits, sql.rate_buckets(cursor, names), now)
         plans[:] = [plan]  # the committed attempt's (a transient retry plans again)
         hold = plan.hold()
-        kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues))
+        kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
         if released:
             sql.release_jobs(cursor, [job.id for job in released], worker_id)
         sql.save_rate_buckets(cursor, *plan.changes())

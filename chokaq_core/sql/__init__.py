@@ -34,6 +34,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -79,10 +80,12 @@ class Dialect(Protocol):
         PostgreSQL also ``NOTIFY chokaq_jobs`` in the same transaction."""
         ...
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
         """Claim up to ``limit`` due Pending rows (Pending → Fetched, ``worker_id`` set) of
-        ``queues`` (None = every queue), skipping paused/hidden queues and honouring each
-        queue's ``max_workers`` bulkhead. Ordered by priority desc, due time asc."""
+        ``queues`` (None = every queue), skipping paused/hidden queues, honouring each
+        queue's ``max_workers`` bulkhead and skipping what ``hold`` names (rate limits without
+        a token). Ordered by priority desc, due time asc."""
         ...
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:

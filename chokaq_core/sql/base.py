@@ -21,6 +21,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -101,6 +102,7 @@ WORKERS = "chokaq_workers"
 SCHEDULES = "chokaq_schedules"
 RATE_LIMITS = "chokaq_rate_limits"
 RATE_BUCKETS = "chokaq_rate_buckets"
+MAX_HELD_KEYS = 100  # partitions of per-key limits a claim skips by name; more are sent back after the claim
 
 # Column lists follow the row dataclasses field for field, so a fetched row maps by position.
 HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
@@ -488,6 +490,25 @@ class BaseDialect:
         return [(r[0], r[1], r[2], int(r[3])) for r in self._all(
             cursor, f"SELECT queue, type, rate_key, count(*) FROM {HOT} WHERE status = 0"
                     f" AND (scheduled_at IS NULL OR scheduled_at <= {now}) GROUP BY queue, type, rate_key", at)]
+
+    def hold_clause(self, hold: ClaimHold | None, alias: str = "h") -> tuple[str, list[Any]]:
+        """``(" AND NOT (…)", params)``: the predicate a claim adds to its candidate rows (``alias``) to skip what
+        a rate limit holds back — whole queues, types, and at most ``MAX_HELD_KEYS`` partitions (the rest are
+        sent back by the plan after the claim); ``("", [])`` when nothing is held."""
+        if not hold:
+            return "", []
+        terms: list[str] = []
+        params: list[Any] = []
+        for column, names in ((f"{alias}.queue", hold.queues), (f"lower({alias}.type)", hold.types)):
+            if names:
+                tail, values = self.name_list(names)
+                terms.append(f"{column} {tail}")
+                params += values
+        for scope, target, key in hold.keys[:MAX_HELD_KEYS]:
+            column = f"{alias}.queue" if scope == "queue" else f"lower({alias}.type)"
+            terms.append(f"({column} = %s AND coalesce({alias}.rate_key, '') = %s)")
+            params += [target, key]
+        return f" AND NOT ({' OR '.join(terms)})", params
 
     def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
         """``(predicate tail, params)`` matching a name column against ``names`` (as ``id_list``)."""

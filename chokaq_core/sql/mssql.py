@@ -49,6 +49,7 @@ from typing import Any
 
 from chokaq_core.domain import (
     ArchivedJob,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     FailedAttempt,
@@ -269,8 +270,9 @@ ENQUEUE_SQL = _batch(
 )
 
 
-def _fetch_sql(queue_filter: bool) -> str:
-    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
+def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
+    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim (``hold``: the
+    predicate skipping what rate limits hold back, its parameters last).
 
     As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
     claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
@@ -287,7 +289,7 @@ def _fetch_sql(queue_filter: bool) -> str:
     FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
     LEFT JOIN chokaq_queues AS q ON q.name = h.queue
     WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){queue_predicate}
-      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1
+      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{hold}
     ORDER BY h.priority DESC, sort_at, h.id),
 ActiveCounts AS (
     SELECT a.queue, COUNT(*) AS n FROM chokaq_jobs_hot AS a
@@ -1038,15 +1040,19 @@ class SQLServerDialect(StatementDialect, statements=globals()):
             raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
         return [stored[job.id] for job in jobs]
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide, bulkheads and what
+        rate limits hold back."""
         if limit <= 0 or (queues is not None and not queues):
             return []
+        clause, held = self.hold_clause(hold)
         if queues is None:
-            cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
+            cursor.execute(_fetch_sql(False, clause) if clause else FETCH_ALL_SQL, [worker_id, limit * 10, limit, *held])
         else:
             names = _json({"name": name} for name in dict.fromkeys(queues))
-            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
+            cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
+                           [worker_id, limit * 10, limit, names, *held])
         jobs = [hot_job(row) for row in _rows(cursor)]
         # OUTPUT order is unspecified: priority desc, due time asc, id.
         return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
+    ClaimHold,
     DeckSnapshot,
     FailedAttempt,
     FailureReason,
@@ -37,6 +38,7 @@ from chokaq_core.sql.base import (
     EMPTY_ERROR,
     HOT_FIELDS,
     LIST_WORKERS_SQL,
+    MAX_HELD_KEYS,
     QUEUE_STATES_SQL,
     QUEUE_STATS_SQL,
     REVISION_BUMP,
@@ -194,7 +196,23 @@ SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 IDS_BY_KEY_SQL = "SELECT idempotency_key, id FROM chokaq_jobs_hot WHERE idempotency_key = ANY(%s::text[])"
 
 
-def _fetch_sql(queue_filter: bool) -> str:
+# What rate limits hold back (ClaimHold), as arrays: one statement text whatever is held.
+HOLD_SQL = """ AND NOT (h.queue = ANY(%(held_queues)s::text[]) OR lower(h.type) = ANY(%(held_types)s::text[])
+           OR (h.queue, coalesce(h.rate_key, '')) IN (
+               SELECT * FROM unnest(%(held_queue_targets)s::text[], %(held_queue_keys)s::text[]))
+           OR (lower(h.type), coalesce(h.rate_key, '')) IN (
+               SELECT * FROM unnest(%(held_type_targets)s::text[], %(held_type_keys)s::text[])))"""
+
+
+def _hold_params(hold: ClaimHold) -> dict[str, list[str]]:
+    keys = hold.keys[:MAX_HELD_KEYS]
+    by_scope = {scope: [(target, key) for s, target, key in keys if s == scope] for scope in ("queue", "type")}
+    return {"held_queues": list(hold.queues), "held_types": list(hold.types),
+            **{f"held_{scope}_{part}": [pair[i] for pair in pairs]
+               for scope, pairs in by_scope.items() for i, part in enumerate(("targets", "keys"))}}
+
+
+def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
     """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
 
     The window is found through ``hot_fetch_pending`` instead of sorting every Pending
@@ -219,17 +237,18 @@ def _fetch_sql(queue_filter: bool) -> str:
 """
         names = "SELECT queue AS name FROM pending_queues WHERE queue IS NOT NULL"
     stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
-         WHERE h.queue = n.name AND h.status = 0 AND {due}
+         WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
          ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
+    hold = HOLD_SQL if held else ""
     return f"""
 WITH {recursive}open_queues AS (
     SELECT n.name FROM ({names}) n LEFT JOIN chokaq_queues q ON q.name = n.name
     WHERE coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true)),
 candidates AS (
     SELECT c.id, c.priority, c.sort_at FROM open_queues n CROSS JOIN LATERAL (
-        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL")}
+        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL", hold=hold)}
         UNION ALL
-        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()")}) c
+        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()", hold=hold)}) c
     ORDER BY c.priority DESC, c.sort_at, c.id
     LIMIT %(candidates)s),
 locked AS (
@@ -265,6 +284,8 @@ SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at)
 
 FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
+FETCH_ALL_HELD_SQL = _fetch_sql(queue_filter=False, held=True)
+FETCH_QUEUES_HELD_SQL = _fetch_sql(queue_filter=True, held=True)
 # Claimers of a capped queue take turns: the claim statement counts the queue's active rows in
 # its own snapshot, which cannot see another claimer's uncommitted claim. Locking the capped
 # queues' control rows first (held to commit) makes the next claim statement's fresh READ
@@ -617,8 +638,10 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
         return [stored[j.id] for j in jobs]
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide, bulkheads and what
+        rate limits hold back."""
         if limit <= 0 or (queues is not None and not queues):
             return []
         params: dict[str, Any] = {"limit": limit, "worker": worker_id}
@@ -636,6 +659,10 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             # No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those (every
             # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
             params.update(scan=limit, candidates=limit * 4)
+        if hold:
+            params.update(_hold_params(hold))
+            cursor.execute(FETCH_ALL_HELD_SQL if queues is None else FETCH_QUEUES_HELD_SQL, params)
+            return [hot_job(row) for row in cursor.fetchall()]
         cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
         return [hot_job(row) for row in cursor.fetchall()]
 

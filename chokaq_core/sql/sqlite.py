@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core.domain import (
+    ClaimHold,
     DeckSnapshot,
     FailedAttempt,
     Failure,
@@ -205,15 +206,17 @@ SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.
 # Per open queue, its first due rows in claim order, read in index order (no sort of the backlog): rows
 # without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
 # walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
+# ``{hold}``: what rate limits hold back (BaseDialect.hold_clause), empty without limits.
 _UNSCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.created_at AS sort_at FROM {HOT} h INDEXED BY hot_fetch_pending
-    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL
+    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 _SCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.scheduled_at AS sort_at FROM {HOT} h INDEXED BY hot_pending_lag
-    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s
+    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
+MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
 
 def _claim_sql(window: str) -> str:
@@ -403,7 +406,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             )
         return result
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
         """Claim up to ``limit`` due rows; runs under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
 
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
@@ -416,20 +420,23 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             cursor.execute(PENDING_QUEUES_SQL)
         else:
             cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
-        open_queues = sorted(row[0] for row in cursor.fetchall())
+        held_queues = set(hold.queues) if hold else set()
+        open_queues = sorted(row[0] for row in cursor.fetchall() if row[0] not in held_queues)
         if not open_queues:
             return []
         scan = limit * 10
-        if len(open_queues) <= MAX_STREAMED_QUEUES:
-            streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
-            window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
-            params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
+        clause, held = self.hold_clause(hold)
+        if len(open_queues) <= MAX_STREAMED_QUEUES and len(held) * len(open_queues) <= MAX_STREAMED_HOLD_PARAMS:
+            stream = f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}".format(hold=clause)
+            window = f"SELECT * FROM ({' UNION ALL '.join([stream] * len(open_queues))}) ORDER BY priority DESC, sort_at, id LIMIT %s"
+            params: list[Any] = [p for name in open_queues
+                                 for p in (name, *held, scan, name, now, *held, scan)] + [scan]
         else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
             window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
                 FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
-                  AND h.queue IN (SELECT value FROM json_each(%s))
+                  AND h.queue IN (SELECT value FROM json_each(%s)){clause}
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
-            params = [now, json.dumps(open_queues), scan]
+            params = [now, json.dumps(open_queues), *held, scan]
         cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
         return sorted((hot_job(row) for row in cursor.fetchall()), key=_sort_key)
 

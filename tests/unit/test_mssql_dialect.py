@@ -47,6 +47,7 @@ from chokaq_core.domain import (
     Attempt,
     AttemptError,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -668,6 +669,9 @@ CASES = [
     Case("rate_buckets", (["type:pay.v1"],), [[("type:pay.v1", "", 2.5, T0, T0, 7)]],
          [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)]),
     Case("rate_buckets", ([],), [], []),
+    Case("fetch_batch", ("w1", 5, ["mail"], ClaimHold(("mail",), ("pay.v1",), (("type", "pay.v1", "tenant:1"),))),
+         [[hot_row(id="J1", priority=1), hot_row(id="J3", priority=50, created_at=T0 + timedelta(seconds=5)),
+           hot_row(id="J2", priority=50, scheduled_at=T0 - timedelta(seconds=5))]], check=_is_hot_batch),
     Case("pending_by_key", (), [[("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]],
          [("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]),
     Case("declare_rate_limits", ([RateLimit("type:pay.v1", Rate(100, 60.0, 10), True, 50)],), [None, None, None], None),
@@ -1122,3 +1126,16 @@ def test_the_parity_test_covers_mssql() -> None:
     for name in DIALECT_FUNCTIONS:
         expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]
         assert list(inspect.signature(getattr(sql.DIALECT, name)).parameters) == expected, name
+
+
+def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read() -> None:
+    cursor = Recorder([[]])
+    sql.DIALECT.fetch_batch(cursor, "w1", 5, None, ClaimHold(("mail",), ("pay.v1",), (("queue", "bulk", "t1"),)))
+    text, params = cursor.calls[0]
+    eligible = text[text.index("WITH Eligible AS"):text.index("ActiveCounts AS")]
+    assert ("AND NOT (h.queue IN (%s) OR lower(h.type) IN (%s) OR (h.queue = %s AND coalesce(h.rate_key, '') = %s))"
+            in eligible)
+    assert params == ["w1", 50, 5, "mail", "pay.v1", "bulk", "t1"]
+    plain = Recorder([[]])
+    sql.DIALECT.fetch_batch(plain, "w1", 5, None)
+    assert plain.calls[0][0] == sql.FETCH_ALL_SQL, "without a hold the claim is the plain statement"
