@@ -27,7 +27,7 @@ from django.db import connection
 
 from chokaq_core import enqueue_many, service, storage
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot
-from tests.acceptance.procs import Proc, reap, spawn_worker, stop_gracefully, wait_banners, wait_for
+from tests.acceptance.procs import Proc, reap, spawn_worker, stop_gracefully, wait_banners, wait_for, write_result
 from tests.conftest import database_url
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
@@ -94,6 +94,8 @@ def test_two_workers_never_start_more_than_the_limit_in_any_second(procs: list[P
     stop_gracefully(procs)
 
     times = [at for at, _ in starts()]
+    write_result(f"rate_limit_drain_{connection.vendor}", {"busiest_second": busiest_second(times),
+                                                           "drain_s": (times[-1] - times[0]).total_seconds()})
     assert busiest_second(times) <= 50 + 10, "no 1-second window over the rate plus the burst"
     assert (times[-1] - times[0]).total_seconds() >= (1000 - 60) / 50 * 0.9, "the limit, not the workers, set the pace"
     assert_all_archived_once(ids)
@@ -111,6 +113,8 @@ def test_each_tenant_gets_its_own_allowance(procs: list[Proc], tmp_path: Path) -
 
     rows = starts()
     drain = (rows[-1][0] - rows[0][0]).total_seconds()
+    write_result("rate_limit_tenants", {"drain_s": drain, "busiest_second": {
+        t: busiest_second([at for at, payload in rows if payload["tenant"] == t]) for t in ("a", "b", "c")}})
     assert 12 <= drain <= 30, f"tenants ran side by side: {drain:.1f} s (one shared 20/s allowance needs 45 s)"
     for tenant in ("a", "b", "c"):
         times = [at for at, payload in rows if payload["tenant"] == tenant]
