@@ -151,7 +151,7 @@ def _jobs(queue: str, n: int, type_key: str, rate_key: str) -> list:
 def test_a_held_job_stays_due_pending_and_its_wait_counts_in_the_queue_lag() -> None:
     paused = limit("type:rl.lag.v1", "0/m")
     held = pending("rl-lag", 1, type="rl.lag.v1")
-    JobsHot.objects.filter(id__in=held).update(created_at=timezone.now() - timedelta(seconds=30))
+    JobsHot.objects.filter(id__in=held).update(created_at=timezone.now() - timedelta(seconds=60))
 
     assert storage.fetch_batch("w1", 5, ["rl-lag"], [paused]) == []
 
