@@ -289,8 +289,8 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
 
     def operation(cursor: Any) -> ClaimedJobs:
         sql = dialect()
-        now = sql.lock_rate_limits(cursor, names)
-        plan = RatePlan.of(rate_limits, sql.rate_buckets(cursor, names), now)
+        now, buckets = sql.lock_rate_buckets(cursor, names)
+        plan = RatePlan.of(rate_limits, buckets, now)
         plans[:] = [plan]  # the committed attempt's (a transient retry plans again)
         hold = plan.hold()
         kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))

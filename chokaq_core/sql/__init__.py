@@ -186,8 +186,8 @@ class Dialect(Protocol):
     def set_rate_limit(self, cursor: Cursor, name: str, rate: Rate | None, lifted: bool, actor: str | None) -> None:
         """An operator's override of one limit (created if absent)."""
 
-    def lock_rate_limits(self, cursor: Cursor, names: Sequence[str]) -> datetime:
-        """Lock the limits' rows until commit; the database's time."""
+    def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """Lock the limits' rows until commit; the database's time and the limits' buckets."""
 
     def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
                           dropped: Sequence[tuple[str, str]]) -> None:

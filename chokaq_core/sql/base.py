@@ -720,17 +720,18 @@ class BaseDialect:
             [rate.count if rate else None, rate.window if rate else None, rate.burst if rate else None, bool(lifted),
              actor, *at, name])
 
-    def lock_rate_limits(self, cursor: Cursor, names: Sequence[str]) -> datetime:
-        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time) and
-        return the database's time."""
+    def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time) and read
+        their buckets, in one statement: the database's time and the buckets."""
         now, at = self.now()
         tail, params = self.name_list(names)
-        rows = self._all(cursor, f"SELECT name, {now} FROM {RATE_LIMITS}{self.ROW_LOCK_HINT} WHERE name {tail}"
-                                 f" ORDER BY name{self.ROW_LOCK_TAIL}", [*at, *params])
+        columns = ", ".join(f"b.{c}" for c in RATE_BUCKET_FIELDS)
+        rows = self._all(cursor, f"SELECT {now}, {columns} FROM {RATE_LIMITS} AS l{self.ROW_LOCK_HINT}"
+                                 f" LEFT JOIN {RATE_BUCKETS} AS b ON b.limit_name = l.name WHERE l.name {tail}"
+                                 f" ORDER BY l.name{self.ROW_LOCK_TAIL}", [*at, *params])
         if not rows:
-            rows = self._all(cursor, f"SELECT {now}", at)
-            return as_utc(rows[0][0])
-        return as_utc(rows[0][1])
+            return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), []
+        return as_utc(rows[0][0]), [rate_bucket(r[1:]) for r in rows if r[1] is not None]
 
     def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
                           dropped: Sequence[tuple[str, str]]) -> None:

@@ -347,7 +347,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     def search_pattern(self, term: str) -> str:
         return escaped_like(term.lower())
 
-    ROW_LOCK_TAIL = " FOR UPDATE"
+    ROW_LOCK_TAIL = " FOR UPDATE OF l"
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
