@@ -21,7 +21,7 @@ def unledger(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("chokaq_core", "0008_edit_revision")]
+    dependencies = [("chokaq_core", "0010_history")]  # re-chained onto main's latest (written against 0008_edit_revision)
     operations = [
         migrations.AddField("jobshot", "rate_key", models.CharField(max_length=255, null=True)),
         migrations.CreateModel(
