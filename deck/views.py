@@ -118,11 +118,23 @@ def _panels(panel: str | None = None) -> dict[str, Any]:
     return ctx
 
 
-def _inspector(job_id: str) -> dict[str, Any]:
+PLACES = {"hot": "ACTIVE", "archive": "ARCHIVE", "dlq": "MORGUE"}  # a pillar → its label in the inspector
+
+
+def _inspector(job_id: str, request: HttpRequest | None = None) -> dict[str, Any]:
+    """The inspector's data. A live re-fetch of an open inspector (``deck.js`` follows its job: header
+    ``X-Deck-Follow`` = the job id, ``X-Deck-Was`` = the pillar it showed) also says where the job came from,
+    and that a job it showed and that is now in no pillar was purged."""
     job_id = forms.job_id(job_id)
     jv = service.find_job(job_id)
     history = list(OperatorAction.objects.filter(job_id=job_id)[:20]) if jv else []
-    return {"job_id": job_id, "jv": jv, "history": history}
+    where = jv.pillar if jv else "gone"
+    followed = request is not None and request.headers.get("X-Deck-Follow") == job_id
+    was = request.headers.get("X-Deck-Was") if followed and request is not None else None
+    moved_from = PLACES.get(was or "") if was != where else None
+    purged = followed and jv is None and was in PLACES
+    return {"job_id": job_id, "jv": jv, "history": history, "where": where, "place": PLACES.get(where),
+            "moved_from": moved_from, "purged": purged, "last_pillar": was if purged else where if jv else ""}
 
 
 def _page_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
@@ -211,7 +223,7 @@ def _job_not_found(job_id: str) -> str:
 @require(Role.VIEWER)
 def inspector(request: HttpRequest, job_id: str) -> HttpResponse:
     try:
-        context = _inspector(job_id)
+        context = _inspector(job_id, request)
     except (forms.InvalidInput, service.ServiceError) as exc:
         if _htmx(request):
             return _bad(request, exc)
