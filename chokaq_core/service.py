@@ -586,7 +586,7 @@ def preview_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> Bul
     return storage.preview_dlq_bulk(_dlq_filter(filters), _max_jobs(max_jobs))
 
 
-Progress = Callable[[int, int], None]  # (rows done so far, rows the run set out to do), after each batch
+Progress = Callable[[list[str], int, int], None]  # after each batch: (its ids, rows done so far, rows to do)
 Step = Callable[[str | None, str, int], storage.MatchBatch]  # (after, upto, size) → one committed batch
 
 
@@ -608,7 +608,7 @@ def _run_matching(pillar: str, filters: JobFilter, step: Step, max_jobs: int,
         done += batch.done
         flagged += batch.flagged
         if on_batch is not None:
-            on_batch(len(done) + len(flagged), max(total, len(done) + len(flagged)))
+            on_batch([*batch.done, *batch.flagged], len(done) + len(flagged), max(total, len(done) + len(flagged)))
         if batch.after is None:
             break
         after = batch.after

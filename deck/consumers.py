@@ -289,6 +289,7 @@ class _Due:
     actions: bool = False  # an OperatorAction event: the console reads the audit log
     progress: dict[str, int] = field(default_factory=dict)  # job id → percentage, pushed without a read
     touched: set[str] = field(default_factory=set)  # followed jobs an event named: their inspectors re-fetch
+    bulk: dict[int, dict[str, Any]] = field(default_factory=dict)  # bulk run → its latest BulkProgress, no read
 
 
 class Broadcaster:
@@ -458,6 +459,11 @@ class Broadcaster:
                 if data.get("jobId"):
                     due.progress[str(data["jobId"])] = int(data.get("percentage") or 0)
                 continue
+            if kind == events.EventKind.BULK_PROGRESS:
+                data = m.get("data") or {}
+                if isinstance(data.get("actionId"), int):
+                    due.bulk[data["actionId"]] = data
+                continue
             due.dirty = True
             due.touched.update(i for i in _job_ids(m) if i in followed)
             due.queues = due.queues or kind == events.EventKind.QUEUE_STATE_CHANGED
@@ -472,7 +478,7 @@ class Broadcaster:
         while True:
             now = time.monotonic()
             deadline = max(last_read + self.read_interval, now) if due.dirty else next_poll
-            if due.progress:
+            if due.progress or due.bulk:
                 deadline = min(deadline, max(last_flush + self.tick, now))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - now))
@@ -483,7 +489,7 @@ class Broadcaster:
                 due.dirty = due.full = True
                 next_poll = now + self.poll_interval
             read = due.dirty and now - last_read >= self.read_interval
-            if not read and not (due.progress and now - last_flush >= self.tick):
+            if not read and not ((due.progress or due.bulk) and now - last_flush >= self.tick):
                 continue
             variants = {c.role >= Role.OPERATOR for c in self.consumers}
             if not variants:  # the last tab is leaving: do not spin until detach() stops this task
@@ -522,9 +528,12 @@ class Broadcaster:
         """One read (ONE storage statement) when ``read``, then one frame per role variant (``can_operate``).
         ``followed``: the jobs open inspectors show, located by the same statement."""
         parts: dict[bool, list[str]] = {v: [] for v in variants}
+        runs = sorted(due.bulk.values(), key=lambda d: d["actionId"])
         if not read:
             for can_operate in variants:
-                parts[can_operate].append(fragments.inbox([], due.progress))
+                bulk = runs if can_operate else []
+                if due.progress or bulk:
+                    parts[can_operate].append(fragments.inbox([], due.progress, bulk=bulk))
             return {v: "".join(p) for v, p in parts.items() if p}
         state = self._state
         now = time.monotonic()
@@ -557,8 +566,9 @@ class Broadcaster:
             if view.errors is not None:
                 self._once(out, ("errors", can_operate), fragments.top_errors(view.errors, fragments.now(), oob=True))
             rendered = [fragments.row(r, role) for r in changed] + [fragments.row(r, role, gone=True) for r in gone]
-            if rendered or due.progress or touched:
-                out.append(fragments.inbox(rendered, due.progress, touched))
+            bulk = runs if can_operate else []  # progress of bulk runs: operator tabs only
+            if rendered or due.progress or touched or bulk:
+                out.append(fragments.inbox(rendered, due.progress, touched, bulk))
             if console:
                 out.append(fragments.console(console))
         return {v: "".join(p) for v, p in parts.items() if p}

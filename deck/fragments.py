@@ -76,11 +76,12 @@ def row(job: JobRow, role: Role, *, view: str = "active", gone: bool = False) ->
     return render(JOBS, "row", {"job": job, "view": view, "gone": gone, **role_context(role)})
 
 
-def inbox(rows: Iterable[str], progress: dict[str, int], touched: Iterable[str] = ()) -> str:
-    """Rows to upsert (or, marked ``data-gone``, to retire), progress values, and the ids of jobs that changed
-    (an open inspector showing one re-fetches itself), for ``deck.js``."""
+def inbox(rows: Iterable[str], progress: dict[str, int], touched: Iterable[str] = (),
+          bulk: Iterable[dict[str, Any]] = ()) -> str:
+    """Rows to upsert (or, marked ``data-gone``, to retire), progress values, the ids of jobs that changed (an
+    open inspector showing one re-fetches itself) and the progress of bulk runs (toasts), for ``deck.js``."""
     return render(PANELS, "inbox", {"rows": list(rows), "progress": sorted(progress.items()),
-                                    "touched": list(touched)})
+                                    "touched": list(touched), "bulk": list(bulk)})
 
 
 def console(entries: Iterable[Any]) -> str:

@@ -98,7 +98,7 @@ def test_cancel_all_matching_has_no_cap_and_leaves_a_concurrent_non_matching_job
 
     monkeypatch.setattr(storage, "cancel_matching", batch)
     moved, flagged = service.cancel_matching(JobFilter(queue="backlog"), actor="ops",
-                                             on_batch=lambda done, total: progress.append((done, total)))
+                                             on_batch=lambda ids, done, total: progress.append((done, total)))
     assert set(moved) == ids and flagged == []
     assert max(sizes) <= service.BULK_BATCH and sum(sizes) == 2500 and len(sizes) >= 5
     assert progress[-1] == (2500, 2500) and [d for d, _ in progress] == sorted(d for d, _ in progress)

@@ -36,8 +36,13 @@
 
   /* ------------------------------------------------------------------ toasts and console */
   function toast(level, message) {
+    var el = makeToast(level, message);
+    if (el) setTimeout(function () { el.remove(); }, TOAST_MS);
+  }
+
+  function makeToast(level, message) {
     var box = $("toasts");
-    if (!box) return;
+    if (!box) return null;
     var el = document.createElement("div");
     el.className = "toast level-" + level;
     el.setAttribute("role", level === "error" ? "alert" : "status");
@@ -51,7 +56,32 @@
     el.appendChild(text);
     el.appendChild(close);
     box.appendChild(el);
-    setTimeout(function () { el.remove(); }, TOAST_MS);
+    return el;
+  }
+
+  /* a bulk run's progress ("Cancelled 12,500 / 27,000 …"): one toast per run, updated in place until the run
+   * ends; its end goes to the console too and the panels reconcile */
+  var runToasts = {};
+
+  function showRuns(inbox) {
+    Array.prototype.forEach.call(inbox.querySelectorAll("[data-bulk-run]"), function (el) {
+      var id = el.dataset.bulkRun;
+      var box = runToasts[id];
+      if (el.dataset.finished) {
+        if (box) box.remove();
+        delete runToasts[id];
+        log(el.dataset.level || "info", el.textContent);
+        htmx.trigger(document.body, "deck:changed");
+        return;
+      }
+      if (!box || !document.body.contains(box)) {
+        box = runToasts[id] = makeToast("info", "");
+        if (!box) return;
+        box.classList.add("run");
+        box.dataset.run = id;
+      }
+      box.querySelector("span").textContent = el.textContent;
+    });
   }
 
   function consoleLine(level, message) {
@@ -207,6 +237,7 @@
     if (!inbox || !inbox.firstChild) return;
     var inspected = $("inspector");
     if (inspected && inspected.dataset.where !== "gone" && namesInspected(inbox, inspected)) refreshInspector();
+    showRuns(inbox);
     var tbody = $("active-rows");
     var rows = Array.prototype.slice.call(inbox.querySelectorAll("tr[data-job-id]"));
     // rows arrive newest first: insert from the oldest so the newest ends on top
