@@ -71,3 +71,30 @@ def test_a_running_job_stopped_from_its_inspector_shows_cancelled(deck_server: D
     assert page.locator("#inspector .progress").count() == 0
     assert page.evaluate("window.__noReload") is True, "the page was reloaded"
     assert real_errors(page) == []
+
+
+def test_a_burst_of_news_about_the_inspected_job_costs_at_most_two_re_fetches(deck_server: Deck,
+                                                                            page_for: Open) -> None:
+    """Throttle: 40 pushes naming the inspected job at once give one re-fetch now and one trailing re-fetch
+    (counted, not timed)."""
+    service.set_queue_paused("browser", True)
+    page = page_for("viewer")
+    job_id = chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser")
+    wait_status(page, job_id, "PENDING")
+    page.click(f"#job-{job_id} td.type")
+    wait_inspector(page, "PENDING", "ACTIVE")
+    fetches: list[str] = []
+    page.on("request", lambda r: fetches.append(r.url) if r.url.endswith(f"/deck/jobs/{job_id}") else None)
+    page.evaluate("""(id) => {
+        for (let i = 0; i < 40; i++) {
+          const b = document.createElement('b');
+          b.dataset.touched = id;
+          document.getElementById('row-inbox').appendChild(b);
+          window.Deck.processInbox();
+        }
+    }""", job_id)
+    page.wait_for_function("() => { const f = window.Deck.follow; return !f.busy && !f.timer && !f.again; }")
+    page.wait_for_function("() => !document.querySelector('#inspector.htmx-request')")
+    assert len(fetches) == 2, fetches
+    wait_inspector(page, "PENDING", "ACTIVE")
+    assert real_errors(page) == []

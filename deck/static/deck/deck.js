@@ -551,7 +551,7 @@
     trimConsole();
   }
 
-  window.Deck = { toast: toast, log: log, processInbox: processInbox, progress: progress };
+  window.Deck = { toast: toast, log: log, processInbox: processInbox, progress: progress, follow: follow };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();
