@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -296,8 +297,9 @@ def command(minimum: Role) -> Callable[[Callable[..., Done]], Callable[..., Http
                                 extra={"event_id": COMMAND_REJECTED})
                 return _bad(request, exc)
             entry_id = _audit(request, name, done, COMMAND_COMPLETED)
-            if done.run is not None:
-                runs.start(done.run, entry_id)
+            if done.run is not None:  # its thread starts once the audit entry is committed
+                bulk = done.run
+                transaction.on_commit(lambda: runs.start(bulk, entry_id), using=OperatorAction.objects.db)
                 done.extra["runId"] = entry_id
             if _htmx(request):
                 response = HttpResponse(done.body() if done.body else "", status=200 if done.body else 204)
