@@ -85,7 +85,8 @@ def _carry_out(run: Run, entry_id: int) -> None:
         n = len(done) + len(flagged)
         report(n, max(state["total"], n), finished=True, level="success" if n else "warning",
                message=run.message(n, len(flagged), total=state["total"]))
-        logger.info("%s by %s finished: %s", run.command, run.actor, run.message(n, len(flagged)))
+        log = logger.warning if "purge" in run.command else logger.info
+        log("%s by %s finished: %s", run.command, run.actor, run.message(n, len(flagged)))
     except Exception as exc:  # the batches committed so far stay done; the entry says where it stopped
         logger.exception("%s by %s stopped after %s row(s)", run.command, run.actor, state["done"])
         report(state["done"], state["total"], finished=True, level="error",
