@@ -100,6 +100,18 @@ def test_follow_headers_for_another_job_are_ignored(client_as: ClientAs) -> None
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("was", ["<script>", "gone", "", "HOT"])
+def test_a_follow_header_naming_no_pillar_changes_nothing(client_as: ClientAs, was: str) -> None:
+    job_id = archived("done")[0]
+    response = client_as("admin").get(f"/deck/jobs/{job_id}", **follow_headers(job_id, was))
+    html = response.content.decode()
+    assert response.status_code == 200 and "inspector-moved" not in html and "<script>" not in html
+    service.purge_archive(job_id)
+    gone = client_as("admin").get(f"/deck/jobs/{job_id}", **follow_headers(job_id, was)).content.decode()
+    assert 'id="job-not-found"' in gone and "job-purged" not in gone and "<script>" not in gone
+
+
+@pytest.mark.django_db
 def test_the_inspector_carries_its_follow_headers(client_as: ClientAs) -> None:
     job_id = pending("main")[0]
     html = client_as("viewer").get(f"/deck/jobs/{job_id}", **HTMX).content.decode()
