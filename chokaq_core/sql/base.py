@@ -746,10 +746,13 @@ class BaseDialect:
 
     def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
                      limit: int) -> list[str]:
+        """DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
+        take no lock (the cancel's own statements decide, so a row a worker is claiming is not skipped)."""
         table, where, params = self.matching_where(pillar, filters)
+        hint, lock = (self.PICK_HINT, self.PICK_LOCK) if pillar == "dlq" else ("", "")
         bound, value = ("id <= %s", upto) if after is None else ("id < %s", after)
         where = f"{where} AND " if where else " WHERE "
-        sql = f"SELECT id FROM {table}{where}{bound} ORDER BY id DESC{self.LIMIT}"
+        sql = f"SELECT id FROM {table}{hint}{where}{bound} ORDER BY id DESC{self.LIMIT}{lock}"
         return [str(r[0]) for r in self._all(cursor, sql, [*params, value, int(limit)])]
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:

@@ -874,7 +874,8 @@ def test_bulk_matching_batches_are_keyset_pages_newest_id_first() -> None:
     assert text.endswith("OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY") and params == ["mail", "J8", 500]
     _, cursor = _run(Case("matching_ids", ("dlq", JobFilter(), None, "J9", 500), [[]]))
     [(text, params)] = cursor.calls
-    assert text.startswith("SELECT id FROM chokaq_jobs_dlq WHERE id <= %s ORDER BY id DESC") and params == ["J9", 500]
+    assert text.startswith("SELECT id FROM chokaq_jobs_dlq WITH (UPDLOCK, READPAST, ROWLOCK) WHERE id <= %s ORDER BY "
+                           "id DESC") and params == ["J9", 500], "a DLQ batch skips rows another transaction holds"
 
 
 def _texts(functions: Sequence[str], prefix: str = "") -> dict[str, list[str]]:
