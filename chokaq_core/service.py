@@ -275,7 +275,8 @@ def _rate_limit(name: str, actor: str | None, change: str) -> RateLimitState:
 
 ACTIVE_LIMIT = 100
 MAX_PAGE_SIZE = 1000
-MAX_BULK_FILTER_JOBS = 1000
+BULK_BATCH = 500  # rows per transaction of a bulk-by-filter run ("all matching"): never a long lock on Hot
+NO_CAP = 2**31 - 1  # a bulk-by-filter run without a max-jobs bound
 THROUGHPUT_WINDOW = 300
 TAGS_MAX = 1000
 SORT_WINDOW = 50_000  # a sort no index serves ranks the newest 50,000 matches (domain.INDEXED_SORTS)
@@ -773,11 +774,10 @@ def purge_dlq_many(job_ids: Sequence[str]) -> list[str]:
 
 
 def _max_jobs(max_jobs: int | None) -> int:
-    if max_jobs is None or max_jobs <= 0:
-        return 100
-    if max_jobs > MAX_BULK_FILTER_JOBS:
-        raise ServiceError(f"max jobs must be at most {MAX_BULK_FILTER_JOBS}")
-    return max_jobs
+    """A bulk-by-filter run's bound: None = every match (no cap), ≤ 0 = 100 (spec 04 §6), else that many."""
+    if max_jobs is None:
+        return NO_CAP
+    return 100 if max_jobs <= 0 else max_jobs
 
 
 def _dlq_filter(filters: JobFilter) -> JobFilter:
@@ -791,21 +791,66 @@ def preview_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> Bul
     return storage.preview_dlq_bulk(_dlq_filter(filters), _max_jobs(max_jobs))
 
 
-def _dlq_matching(filters: JobFilter, max_jobs: int | None) -> list[str]:
-    """The ids a DLQ bulk-by-filter command acts on: the newest ``max_jobs`` failures matching ``filters`` (read
-    from the DLQ itself, so they need no second look-up before the command)."""
-    rows = storage.list_dlq(_dlq_filter(filters), None, _max_jobs(max_jobs), HistorySort("date", True))
-    return [r.id for r in rows]
+Progress = Callable[[list[str], int, int], None]  # after each batch: (its ids, rows done so far, rows to do)
+Step = Callable[[str | None, str, int], storage.MatchBatch]  # (after, upto, size) → one committed batch
 
 
-def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> list[str]:
-    """Delete the DLQ rows matching ``filters`` (at most ``max_jobs``); returns the ids deleted."""
-    return _moved_out_of_dlq(_dlq_matching(filters, max_jobs), storage.purge_dlq_ids)
+def _run_matching(pillar: str, filters: JobFilter, step: Step, max_jobs: int,
+                  on_batch: Progress | None) -> tuple[list[str], list[str]]:
+    """Walk the rows matching ``filters`` in ``pillar`` in batches of ≤ ``BULK_BATCH`` (each its own
+    transaction, keyset by id), up to ``max_jobs`` of them; rows that begin to match after the run started
+    (a larger id) are left alone. Returns (ids done, ids flagged)."""
+    total, upto = storage.count_matching(pillar, filters)
+    total = min(total, max_jobs)
+    done: list[str] = []
+    flagged: list[str] = []
+    after: str | None = None
+    while upto is not None:
+        size = min(BULK_BATCH, max_jobs - len(done) - len(flagged))
+        if size <= 0:
+            break
+        batch = step(after, upto, size)
+        done += batch.done
+        flagged += batch.flagged
+        if on_batch is not None:
+            on_batch([*batch.done, *batch.flagged], len(done) + len(flagged), max(total, len(done) + len(flagged)))
+        if batch.after is None:
+            break
+        after = batch.after
+    return done, flagged
 
 
-def resurrect_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> list[str]:
-    """Move the DLQ rows matching ``filters`` (at most ``max_jobs``) back to Hot; returns the ids moved."""
-    return _moved_out_of_dlq(_dlq_matching(filters, max_jobs), lambda ids: storage.resurrect_batch(ids, actor=actor))
+def preview_cancel_matching(filters: JobFilter) -> BulkPreview:
+    """Dry run of ``cancel_matching``: how many Hot rows match the Active view's filters, up to 10 of them."""
+    matched, _ = storage.count_matching("hot", filters)
+    sample = [r.id for r in storage.list_active(filters, 10)] if matched else []
+    return BulkPreview(matched, matched, False, sample)
+
+
+def cancel_matching(filters: JobFilter, *, actor: str, on_batch: Progress | None = None) -> tuple[list[str], list[str]]:
+    """Cancel every Hot job matching the Active view's ``filters``, batch by batch (no cap): Pending/Fetched
+    → DLQ Cancelled, Processing ones flagged for cooperative cancellation. Returns (moved, flagged)."""
+    return _run_matching("hot", filters,
+                         lambda after, upto, size: storage.cancel_matching(filters, after, upto, size, actor=actor),
+                         NO_CAP, on_batch)
+
+
+def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None, *,
+                       on_batch: Progress | None = None) -> list[str]:
+    """Delete the DLQ rows matching ``filters`` (every one, or at most ``max_jobs``), batch by batch; returns
+    the ids deleted."""
+    filters = _dlq_filter(filters)
+    return _run_matching("dlq", filters, lambda after, upto, size: storage.purge_dlq_matching(
+        filters, after, upto, size), _max_jobs(max_jobs), on_batch)[0]
+
+
+def resurrect_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str,
+                       on_batch: Progress | None = None) -> list[str]:
+    """Move the DLQ rows matching ``filters`` (every one, or at most ``max_jobs``) back to Hot, batch by
+    batch; returns the ids moved."""
+    filters = _dlq_filter(filters)
+    return _run_matching("dlq", filters, lambda after, upto, size: storage.resurrect_matching(
+        filters, after, upto, size, actor=actor), _max_jobs(max_jobs), on_batch)[0]
 
 
 def _cutoff(days: int) -> datetime:

@@ -814,6 +814,81 @@ def resurrect_dlq_by_filter(filters: JobFilter, max_jobs: int, *, actor: str | N
     return len(moved)
 
 
+# Bulk-by-filter runs (the Deck's "all matching" commands): the caller walks the matching rows batch by batch,
+# newest id first, with a keyset cursor (``upto``: the largest matching id when the run started, from
+# ``count_matching``, so rows added later are left alone; ``after``: the last id of the previous batch). Each batch is ONE short transaction: it reads the next ids and acts on
+# exactly those, so no lock outlives a batch and a run stopped halfway leaves only whole batches done.
+
+
+@dataclass(frozen=True)
+class MatchBatch:
+    """What one batch of a bulk-by-filter run did: the ids it moved (or purged), the running ones it asked to
+    stop (cancel only), and where the next batch starts (None: the run is complete)."""
+
+    done: list[str]
+    flagged: list[str]
+    after: str | None
+
+
+def count_matching(pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+    """(rows matching, their largest id) in ``pillar`` ("hot" or "dlq")."""
+    return call(ALONE, dialect().count_matching, pillar, filters)
+
+
+def _match_batch(pillar: str, filters: JobFilter, after: str | None, upto: str, limit: int,
+                 act: Callable[[Dialect, Any, list[str]], tuple[list[str], list[str]]]) -> MatchBatch:
+    def operation(cursor: Any) -> tuple[list[str], tuple[list[str], list[str]]]:
+        sql = dialect()
+        ids = sql.matching_ids(cursor, pillar, filters, after, upto, limit)
+        return ids, act(sql, cursor, ids) if ids else ([], [])
+
+    ids, (done, flagged) = run(operation)
+    return MatchBatch(done, flagged, ids[-1] if len(ids) == limit else None)
+
+
+def cancel_matching(filters: JobFilter, after: str | None, upto: str, limit: int, *, actor: str) -> MatchBatch:
+    """One batch of "cancel all matching" over Hot: Pending/Fetched → DLQ Cancelled, Processing flagged for
+    cooperative cancellation (as ``cancel``)."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        moved = {i for i, _ in sql.cancel_batch(cursor, ids, actor)}
+        return [i for i in ids if i in moved], sql.request_cancel(cursor, [i for i in ids if i not in moved], actor)
+
+    batch = _match_batch("hot", filters, after, upto, limit, act)
+    if batch.done or batch.flagged:
+        _emit([events.stats_updated()])
+    return batch
+
+
+def purge_dlq_matching(filters: JobFilter, after: str | None, upto: str, limit: int) -> MatchBatch:
+    """One batch of "purge all matching" over the DLQ; FailedTotal −n."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        gone = {i for i, _ in sql.purge_dlq_ids(cursor, ids, len(ids))}
+        return [i for i in ids if i in gone], []
+
+    batch = _match_batch("dlq", filters, after, upto, limit, act)
+    if batch.done:
+        _emit([events.Event(events.EventKind.JOBS_PURGED,
+                            {"jobIds": batch.done, "source": "DLQ", "count": len(batch.done)}),
+               events.stats_updated()])
+    return batch
+
+
+def resurrect_matching(filters: JobFilter, after: str | None, upto: str, limit: int, *,
+                       actor: str | None) -> MatchBatch:
+    """One batch of "requeue all matching": DLQ → Hot exactly as ``resurrect_batch``."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        moved = {i for i, _ in sql.resurrect_batch(cursor, ids, actor)}
+        return [i for i in ids if i in moved], []
+
+    batch = _match_batch("dlq", filters, after, upto, limit, act)
+    if batch.done:
+        _emit([events.stats_updated()])
+    return batch
+
+
 def purge_archive_ids(job_ids: Sequence[str]) -> int:
     moved = call(moves(), dialect().purge_archive_ids, job_ids) if job_ids else []
     if moved:

@@ -34,6 +34,8 @@ urlpatterns = [
     # bulk routes first so "bulk" is never taken for a job id
     path("api/jobs/bulk/cancel", views.cancel_many, name="cancel-many"),
     path("api/jobs/bulk/resurrect", views.resurrect_many, name="resurrect-many"),
+    path("api/jobs/bulk/cancel-matching/preview", views.preview_cancel_matching, name="preview-cancel-matching"),
+    path("api/jobs/bulk/cancel-matching", views.cancel_matching, name="cancel-matching"),
     path("api/jobs/<str:job_id>/cancel", views.cancel, name="cancel"),
     path("api/jobs/<str:job_id>/resurrect", views.resurrect, name="resurrect"),
     path("api/jobs/<str:job_id>/edit", views.edit, name="edit"),

@@ -307,6 +307,17 @@ class Dialect(Protocol):
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
         """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
 
+    def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        """(rows matching, their largest id) of a bulk-by-filter run over ``pillar`` ("hot": the Active view's
+        filters, "dlq": the DLQ view's): the run's size and its bound (rows added later lie beyond it)."""
+        ...
+
+    def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
+                     limit: int) -> list[str]:
+        """One keyset batch of a bulk-by-filter run, newest id first: at most ``limit`` ids matching ``filters``
+        in ``pillar`` below ``after`` (the previous batch's last id), or, for the first batch, up to ``upto``."""
+        ...
+
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches (failed_at desc, id asc; skip locked); FailedTotal −n."""
 

@@ -902,12 +902,16 @@ class BaseDialect:
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
         return {str(name): as_utc(at) for name, at in self._all(cursor, f"SELECT name, last_tick_at FROM {SCHEDULES}")}
 
-    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+    def active_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
+        """The Active view's filters: status, queue, type and the search (id, type, tags, idempotency key)."""
         clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
         if filters.status is not None:
             clauses.append("status = %s")
             params.append(int(filters.status))
-        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+        where, params = self.active_where(filters)
         sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
         return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
 
@@ -953,6 +957,29 @@ class BaseDialect:
                 cursor, f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}",
                 [*params, min(max_jobs, 10)])]
         return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
+
+    def matching_where(self, pillar: str, filters: JobFilter) -> tuple[str, str, list[Any]]:
+        """(table, WHERE …, params) of a bulk-by-filter run: Hot as the Active view filters it ("hot"), else
+        the DLQ as its view does."""
+        if pillar == "hot":
+            return (HOT, *self.active_where(filters))
+        return (DLQ, *self.dlq_where(filters))
+
+    def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        table, where, params = self.matching_where(pillar, filters)
+        count, upto = self._one(cursor, f"SELECT count(*), max(id) FROM {table}{where}", params)
+        return int(count or 0), None if upto is None else str(upto)
+
+    def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
+                     limit: int) -> list[str]:
+        """DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
+        take no lock (the cancel's own statements decide, so a row a worker is claiming is not skipped)."""
+        table, where, params = self.matching_where(pillar, filters)
+        hint, lock = (self.PICK_HINT, self.PICK_LOCK) if pillar == "dlq" else ("", "")
+        bound, value = ("id <= %s", upto) if after is None else ("id < %s", after)
+        where = f"{where} AND " if where else " WHERE "
+        sql = f"SELECT id FROM {table}{hint}{where}{bound} ORDER BY id DESC{self.LIMIT}{lock}"
+        return [str(r[0]) for r in self._all(cursor, sql, [*params, value, int(limit)])]
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",

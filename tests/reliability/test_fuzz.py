@@ -253,7 +253,7 @@ CHOICES = {
     "sort": ["date", "id", "queue", "type", "created", "worker", "attempts", "duration", "reason", "DROP"],
     "dir": ["asc", "desc", "up"], "size": ["10", "100", "500", "1000", "0", "1001"],
     "reason": ["0", "1", "2", "6", "10", "11", "-1"], "pillar": ["archive", "dlq", "hot"],
-    "confirm": ["PURGE", "REQUEUE", "purge"], "action": ["purge", "requeue", "<script>"],
+    "confirm": ["PURGE", "REQUEUE", "CANCEL", "purge"], "action": ["purge", "requeue", "<script>"],
     "job": ["a/b", "..", "x/../../metrics", "a\x00b", "../../api/dlq/X/purge?"],
     "range": ["5m", "1h", "24h", "7d", "30d", "", "7D"],
 }
@@ -295,6 +295,9 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("editor", "GET", "/deck/jobs/{job}/edit", ()),
     ("cancel-many", "POST", "/deck/api/jobs/bulk/cancel", ("ids",)),
     ("resurrect-many", "POST", "/deck/api/jobs/bulk/resurrect", ("ids",)),
+    ("preview-cancel-matching", "POST", "/deck/api/jobs/bulk/cancel-matching/preview", ("q", "queue", "type",
+                                                                                        "status")),
+    ("cancel-matching", "POST", "/deck/api/jobs/bulk/cancel-matching", ("q", "queue", "type", "status", "confirm")),
     ("cancel", "POST", "/deck/api/jobs/{job}/cancel", ()),
     ("resurrect-plain", "POST", "/deck/api/jobs/{job}/resurrect", ()),
     ("resurrect", "POST", "/deck/api/jobs/{job}/resurrect", EDIT_FIELDS),
@@ -331,7 +334,7 @@ CHOICES.update({"value": ["1", "0", "true", "off", "60", "86400", "86401", "1000
                 "payload": ['{"n": 2}', "[]", "{}", '{"n": NaN}', '{"\\u0000": "\\u0000"}', "   ",
                             '{"x": ' + "[" * 64 + "]" * 64 + "}", '{"x": ' + "[" * 5000 + "]" * 5000 + "}",
                             "[" * 200_000],
-                "max_jobs": ["1", "1000", "1001", "0", "-3"],
+                "max_jobs": ["1", "1000", "1001", "0", "-3", "2147483648", "99999999999999999999"],
                 "key": ["demo.payment.capture.v1", "a/b", "..", "<img src=x onerror=1>", "x" * 300]})
 
 

@@ -731,6 +731,11 @@ CASES = [
          BulkPreview(12, 12, False, ["J1", "J2"])),
     Case("preview_dlq_bulk", (JobFilter(type="t"), 5), [[(12,)], [("J1",)]], BulkPreview(12, 5, True, ["J1"])),
     Case("preview_dlq_bulk", (JobFilter(), 100), [[(0,)]], BulkPreview(0, 0, False, [])),
+    Case("count_matching", ("hot", JobFilter(queue="mail", status=JobStatus.PENDING, search="x")), [[(3, "J9")]],
+         (3, "J9")),
+    Case("count_matching", ("dlq", JobFilter(failure_reason=FailureReason.TIMEOUT)), [[(0, None)]], (0, None)),
+    Case("matching_ids", ("hot", JobFilter(queue="mail"), None, "J9", 500), [[("J9",), ("J8",)]], ["J9", "J8"]),
+    Case("matching_ids", ("dlq", JobFilter(), "J8", "J9", 500), [[]], []),
     Case("purge_dlq_by_filter", (JobFilter(queue="mail", to_at=T0), 100), [[("J1",)], [("J1", "mail")]],
          [("J1", "mail")]),
     Case("purge_dlq_by_filter", (JobFilter(), 0), [], []),
@@ -901,6 +906,17 @@ NEVER: list[tuple[Sequence[str], str, str]] = [
     (DIALECT_FUNCTIONS, "BEGIN TRAN", "storage owns the transaction"),
     (("resurrect", "resurrect_batch"), "METRIC_BUCKETS", "resurrection never changes buckets"),
 ]
+
+
+def test_bulk_matching_batches_are_keyset_pages_newest_id_first() -> None:
+    _, cursor = _run(Case("matching_ids", ("hot", JobFilter(queue="mail"), "J8", "J9", 500), [[]]))
+    [(text, params)] = cursor.calls
+    assert text.startswith("SELECT id FROM chokaq_jobs_hot WHERE queue = %s AND id < %s ORDER BY id DESC")
+    assert text.endswith("OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY") and params == ["mail", "J8", 500]
+    _, cursor = _run(Case("matching_ids", ("dlq", JobFilter(), None, "J9", 500), [[]]))
+    [(text, params)] = cursor.calls
+    assert text.startswith("SELECT id FROM chokaq_jobs_dlq WITH (UPDLOCK, READPAST, ROWLOCK) WHERE id <= %s ORDER BY "
+                           "id DESC") and params == ["J9", 500], "a DLQ batch skips rows another transaction holds"
 
 
 def _texts(functions: Sequence[str], prefix: str = "") -> dict[str, list[str]]:
