@@ -20,7 +20,6 @@ from typing import Any
 
 from chokaq_core import events, health, prometheus, schedule, storage
 from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, serialize_payload
-from chokaq_core.checks import deck_settings_errors
 from chokaq_core.conf import config
 from chokaq_core.domain import (
     DURATION_BINS,
@@ -1043,12 +1042,6 @@ def _fleet_view(registry: list[WorkerInfo], now: datetime) -> FleetView:
                 for key, m in merged.items()]
     breakers.sort(key=lambda b: (-_CIRCUIT_RANK[b.status], b.key))
     return FleetView(now, timeout, rows[:FLEET_MAX_ROWS], breakers, _fleet(registry, now))
-
-
-def deck_settings_problems(deck: Any) -> list[str]:
-    """What system check chokaq.E004 finds wrong in ``settings.CHOKAQ_DECK`` (the Deck refuses to start on the
-    policy ones)."""
-    return deck_settings_errors(deck)
 
 
 def health_report(tags: Sequence[str] = ()) -> tuple[dict[str, Any], int]:
