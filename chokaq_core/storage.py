@@ -21,7 +21,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Concatenate, cast
 
@@ -260,8 +260,28 @@ def reset_memory() -> None:
     memory.database().reset()
 
 
-def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return call(Dialect.fetch_batch, worker_id, limit, queues)
+def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None, *, lease: bool = False
+                ) -> list[HotJob]:
+    """Claim up to ``limit`` due Pending rows (Pending → Fetched). ``lease``: the claim also takes the lease gate
+    in the same transaction (Pending → Processing, attempt + 1), so a worker's buffered rows are already its
+    executions to be: kept alive with the running ones, released on a graceful stop, Zombies after a crash."""
+    if not lease:
+        return call(Dialect.fetch_batch, worker_id, limit, queues)
+
+    def operation(cursor: Any) -> list[HotJob]:
+        sql = dialect()
+        claimed = sql.fetch_batch(cursor, worker_id, limit, queues)
+        if not claimed:
+            return []
+        leased = sql.mark_processing_batch(cursor, [job.id for job in claimed], worker_id)
+        started = datetime.now(UTC)
+        return [replace(job, status=JobStatus.PROCESSING, attempt_count=leased[job.id], started_at=started,
+                        heartbeat_at=started) for job in claimed if job.id in leased]
+
+    jobs = run(operation, prepared="fetch_batch" in dialect().PREPARED)
+    if jobs:
+        _emit([_processing_event(job, job.attempt_count) for job in jobs])
+    return jobs
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:
@@ -319,7 +339,11 @@ def complete(
             sql.record_attempts(cursor, worker_id, failed_attempts)
         return completion
 
-    done = run(operation, prepared="archive_succeeded" in dialect().PREPARED)
+    sql = dialect()
+    # a batch of successes only is one statement where the vendor writes the move as one: no BEGIN/COMMIT
+    alone = (not retries and not failures and "archive_succeeded" in sql.AUTOCOMMIT_SAFE
+             and not memory_mode() and not connections[alias()].in_atomic_block)
+    done = run(operation, atomic=not alone, prepared="archive_succeeded" in sql.PREPARED)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
     published = (

@@ -1,8 +1,10 @@
-"""The dispatcher: buffered rows → limiter slot → circuit permit → lease gate → executor (spec 03 §4, §6,
-§7.1 steps 2–4).
+"""The dispatcher: limiter slot → buffered row → circuit permit → executor (spec 03 §4, §6, §7.1 steps 2–4).
 
-Rows of a paused queue and every row met while shutting down go back to Pending untouched (user code
-never started). The lease gate runs for a whole gathered batch in one statement.
+The rows in the buffer are already leased (the fetcher's claim takes the lease gate), so the dispatcher
+makes no round trip on the way to a handler. It takes a slot before it takes a row: a row is always in
+the buffer (kept alive by the supervisor), on its way to an executor, or running. Rows of a paused queue
+and every row met while shutting down go back to Pending untouched (user code never started; the lease's
+attempt is given back).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from chokaq_core import metrics, storage
+from chokaq_core import storage
 from chokaq_core.domain import HotJob, Retry
 from chokaq_core.policy import CircuitBreakers, Permit
 from chokaq_core.worker.completer import Outcome
@@ -21,6 +23,7 @@ from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 logger = logging.getLogger("chokaq.worker")
 
 PAUSE_CACHE_SECONDS = 0.25  # queue states read at most this often (spec 03 §4 step 2)
+SLOT_WAIT = 0.25  # seconds of one wait for a free slot (between two looks at paused queues and stopping)
 
 Leased = tuple[HotJob, int, Permit]  # a job that is Processing and ours, its attempt, its circuit permit
 
@@ -42,95 +45,30 @@ class Dispatcher:
         self._pause_cache: tuple[float, set[str]] = (0.0, set())
 
     def run(self) -> None:
-        while True:
+        while not self.stopping.is_set():
+            if not self.limiter.acquire(timeout=SLOT_WAIT):
+                # every slot busy (it may take as long as a running job): a pause must still release the
+                # buffered rows of its queue within the 2 s of spec 03 §6
+                self.release(self.buffer.take_queues(self.paused_queues()))
+                continue
             job = self.buffer.get(timeout=0.5)
-            if job is None:
-                if self.stopping.is_set():
-                    return
+            if job is None or self.stopping.is_set() or job.queue in self.paused_queues():
+                self.limiter.release()
+                if job is not None:
+                    self.release([job])
                 continue
-            if self.stopping.is_set() or job.queue in self.paused_queues():
-                self.release([job])
-                continue
-            if self._acquire_slot(job):
-                self._lease_and_submit(self._gather(job))
+            self.dispatch(job)
 
-    def _acquire_slot(self, job: HotJob) -> bool:
-        """Wait for a limiter slot. Waiting may take as long as a running job: meanwhile a pause must still
-        release this row and the buffered rows of its queue within the 2 s of spec 03 §6."""
-        acquired = paused = False
-        while not acquired and not self.stopping.is_set():
-            acquired = self.limiter.acquire(timeout=0.25)
-            if not acquired:
-                now_paused = self.paused_queues()
-                self.release(self.buffer.take_queues(now_paused))
-                if job.queue in now_paused:
-                    paused = True
-                    break
-        if acquired and job.queue in self.paused_queues():  # paused while this row waited
-            self.limiter.release()
-            acquired, paused = False, True
-        if not acquired:
-            self.release([job])
-            if paused:
-                logger.debug("job %s released: queue %s paused", job.id, job.queue)
-        return acquired
-
-    def _gather(self, first: HotJob) -> list[HotJob]:
-        """``first`` plus the buffered rows that a free slot can take right now (each with its slot)."""
-        batch = [first]
-        while len(batch) < self.batch_size and not self.stopping.is_set():
-            if not self.limiter.acquire(timeout=0):
-                break
-            job = self.buffer.get(timeout=0)
-            if job is None:
-                self.limiter.release()
-                break
-            if job.queue in self.paused_queues():
-                self.limiter.release()
-                self.release([job])
-                continue
-            batch.append(job)
-        return batch
-
-    def _lease_and_submit(self, jobs: list[HotJob]) -> None:
-        """Circuit permits, then the lease gate for the whole batch in one statement, then hand each leased
-        job to an executor. Every job arrives holding a slot."""
-        if self.stopping.is_set():  # shutting down: unstarted rows go back to Pending untouched
-            for _ in jobs:
-                self.limiter.release()
-            self.release(jobs)
+    def dispatch(self, job: HotJob) -> None:
+        """Hand a leased row that holds a slot to an executor, or defer it while its circuit is open."""
+        permit = self.breakers.get(job.type).acquire()
+        if permit is None:
+            # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
+            logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, self.circuit_delay)
+            self.complete(Retry(job.id, job.attempt_count - 1, self.circuit_delay))  # the lease's attempt back
+            self.finish_slot()
             return
-        admitted: list[tuple[HotJob, Permit]] = []
-        for job in jobs:
-            permit = self.breakers.get(job.type).acquire()
-            if permit is None:
-                # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
-                logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
-                             self.circuit_delay)
-                self.complete(Retry(job.id, job.attempt_count, self.circuit_delay))
-                self.finish_slot()
-            else:
-                admitted.append((job, permit))
-        if not admitted:
-            return
-        try:
-            leased = storage.mark_processing_batch([job for job, _ in admitted], self.worker_id)
-        except Exception:
-            logger.exception("lease gate failed for %s jobs (1014); releasing them", len(admitted))
-            for job, permit in admitted:
-                self.breakers.get(job.type).release(permit)
-                self.limiter.release()
-            self.release([job for job, _ in admitted])  # user code never started: back to Pending
-            return
-        for job, permit in admitted:
-            attempt = leased.get(job.id)
-            if attempt is None:
-                self.breakers.get(job.type).release(permit)
-                logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
-                metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
-                self.finish_slot()
-            else:
-                self.submit((job, attempt, permit))
+        self.submit((job, job.attempt_count, permit))
 
     def finish_slot(self) -> None:
         """A row that held a slot is done (executed, refused or lost)."""
@@ -154,7 +92,7 @@ class Dispatcher:
         try:
             storage.release_jobs([j.id for j in jobs], self.worker_id)
         except Exception:
-            logger.warning("release of %s prefetched jobs failed (1011); recovery will return them", len(jobs),
+            logger.warning("release of %s prefetched jobs failed (1011); the rescue sweep will find them", len(jobs),
                            exc_info=True)
         finally:
             self.in_flight.done(len(jobs))

@@ -1,8 +1,11 @@
 """The fetcher: claims batches of Pending rows into the prefetch buffer (spec 03 §2).
 
-A full batch means more is waiting, so it claims again at once; a short one makes it wait for a
-wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
-thread) or the polling interval. A burst fetcher stops the worker once nothing is eligible any more.
+Each claim takes the lease gate too (one transaction: Pending → Processing, attempt + 1), so the
+dispatcher hands buffered rows to executors without a round trip of its own. It claims when a whole
+batch fits (never one row per freed slot). A full batch means more is waiting, so it claims again at
+once; a short one makes it wait for a wake-up (the database's push or commit-marker signal, pumped by
+:meth:`Fetcher.pump` on its own thread) or the polling interval. A burst fetcher stops the worker once
+nothing is eligible any more.
 """
 
 from __future__ import annotations
@@ -43,14 +46,14 @@ class Fetcher:
     def run(self) -> None:
         burst_idle = self.burst_idle
         while not self.stopping.is_set():
-            if not self.buffer.wait_for_space(timeout=self.polling_interval):
+            if not self.buffer.wait_for_space(timeout=self.polling_interval, room=self.batch_size):
                 continue
             if self.stopping.is_set():
                 break
             limit = max(1, min(self.batch_size, self.buffer.free()))
             self.wakeup.clear()
             try:
-                jobs = storage.fetch_batch(self.worker_id, limit, self.queues)
+                jobs = storage.fetch_batch(self.worker_id, limit, self.queues, lease=True)
             except Exception:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
                 self.stopping.wait(5)

@@ -62,9 +62,16 @@ class PrefetchBuffer:
     def free(self) -> int:
         return self.capacity - len(self._items)
 
-    def wait_for_space(self, timeout: float) -> bool:
+    def wait_for_space(self, timeout: float, room: int = 1) -> bool:
+        """Wait until ``room`` more rows fit (at most the capacity) or the buffer is closed."""
+        room = max(1, min(room, self.capacity))
         with self._cond:
-            return self._cond.wait_for(lambda: self._closed or len(self._items) < self.capacity, timeout)
+            return self._cond.wait_for(lambda: self._closed or self.capacity - len(self._items) >= room, timeout)
+
+    def ids(self) -> list[str]:
+        """The buffered rows' ids (a snapshot)."""
+        with self._cond:
+            return [job.id for job in self._items]
 
     def put_many(self, jobs: Sequence[HotJob]) -> None:
         with self._cond:

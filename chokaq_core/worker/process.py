@@ -93,7 +93,7 @@ class Worker:
                                      self.completer.submit)
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
-                                     self.completer.awaiting)
+                                     self._leased_not_running)
         self.control = Control(self.worker_id, self.limiter, self.pool.grow, self.executor, self.executions,
                                self.registry.write)
         self.wake_source: storage.WakeSource | None = None
@@ -189,6 +189,11 @@ class Worker:
 
     def _finish_slot(self) -> None:
         self.dispatcher.finish_slot()
+
+    def _leased_not_running(self) -> list[str]:
+        """Rows that are Processing and ours without running: leased and buffered, or finished with their
+        completion not committed yet; the supervisor keeps them alive with the running ones."""
+        return [*self.buffer.ids(), *self.completer.awaiting()]
 
     def _burst_idle(self) -> bool:
         """Nothing buffered, running or waiting to be committed."""

@@ -168,7 +168,8 @@ def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_
     batches = [[hot(1), hot(2)], [hot(3)], [], []]
     limits: list[int] = []
 
-    def fetch_batch(worker_id: str, limit: int, queues: Any) -> list[HotJob]:
+    def fetch_batch(worker_id: str, limit: int, queues: Any, lease: bool = False) -> list[HotJob]:
+        assert lease  # the worker's claims take the lease gate too
         limits.append(limit)
         return batches.pop(0) if batches else []
 
@@ -214,18 +215,16 @@ class Recorder:
         self.released: list[list[str]] = []
 
 
-def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str, int] | Exception,
-               paused: set[str] = frozenset(), threshold: int = 5) -> tuple[Dispatcher, Limiter, InFlight]:  # type: ignore[assignment]
-    def mark(jobs: Any, worker_id: str) -> dict[str, int]:
-        if isinstance(leased, Exception):
-            raise leased
-        return leased
+def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, paused: set[str] = frozenset(),  # type: ignore[assignment]
+               threshold: int = 5, capacity: int = 4) -> tuple[Dispatcher, Limiter, InFlight]:
+    def no_lease(*args: Any) -> None:
+        raise AssertionError("buffered rows are leased by the claim: the dispatcher makes no round trip")
 
-    monkeypatch.setattr(storage, "mark_processing_batch", mark)
+    monkeypatch.setattr(storage, "mark_processing_batch", no_lease)
     monkeypatch.setattr(storage, "release_jobs", lambda ids, w: rec.released.append(list(ids)) or len(ids))
     monkeypatch.setattr(storage, "queue_states",
                         lambda: [QueueState(name, True, True, None, None) for name in paused])
-    limiter, in_flight = Limiter(4, 4), InFlight()
+    limiter, in_flight = Limiter(capacity, capacity), InFlight()
     breakers = CircuitBreakers(BreakerPolicy(failure_threshold=threshold))
     return (Dispatcher("w", 10, 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
                        rec.submitted.append, rec.outcomes.append), limiter, in_flight)
@@ -245,40 +244,48 @@ def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Call
     assert not thread.is_alive() and done()
 
 
-def test_dispatcher_leases_a_gathered_batch_and_submits_what_is_still_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+def leased(n: int, queue: str = "q", attempt: int = 1) -> HotJob:
+    """A buffered row as the worker's claim returns it: Processing, its attempt already counted."""
+    return hot(n, queue=queue, attempt=attempt)
+
+
+def test_dispatcher_hands_leased_rows_to_executors_one_slot_each(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1, "j3": 2})
-    run_until(d, [hot(1), hot(2), hot(3)], in_flight, lambda: len(rec.submitted) == 2 and limiter.running == 2)
-    assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j3", 2)]
-    assert limiter.running == 2  # j2's lease was rejected: its slot is free again
-    assert rec.released == []
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, capacity=2)
+    run_until(d, [leased(1), leased(2, attempt=3), leased(3)], in_flight,
+              lambda: len(rec.submitted) == 2 and limiter.running == 2)
+    assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j2", 3)]
+    assert limiter.running == 2  # both slots taken: the third row waits in the buffer (kept alive there)
+    assert d.buffer.ids() == ["j3"] and rec.released == []
 
 
 def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, _, in_flight = dispatcher(monkeypatch, rec, leased={"j2": 1}, paused={"stopped"})
-    run_until(d, [hot(1, queue="stopped"), hot(2)], in_flight, lambda: bool(rec.released and rec.submitted))
+    d, _, in_flight = dispatcher(monkeypatch, rec, paused={"stopped"})
+    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released and rec.submitted))
     assert rec.released == [["j1"]]
     assert [job.id for job, _, _ in rec.submitted] == ["j2"]
 
 
-def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispatcher_releases_buffered_rows_of_a_paused_queue_while_every_slot_is_busy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={}, threshold=1)
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, paused={"stopped"}, capacity=1)
+    assert limiter.acquire(timeout=0)  # a long job holds the only slot
+    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released))
+    assert rec.released == [["j1"]] and rec.submitted == [] and d.buffer.ids() == ["j2"]
+
+
+def test_dispatcher_defers_a_job_whose_circuit_is_open_giving_back_the_leased_attempt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, threshold=1)
     breaker = d.breakers.get("t")
     permit = breaker.acquire()
     assert permit is not None
     breaker.failure(permit, fatal=False)  # open
-    run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
+    run_until(d, [leased(1, attempt=4)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
     assert rec.outcomes == [Retry("j1", 3, 7.0)] and rec.submitted == []
-    assert limiter.running == 0 and not in_flight
-
-
-def test_dispatcher_releases_the_batch_when_the_lease_gate_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased=ConnectionError("gone"))
-    run_until(d, [hot(1), hot(2)], in_flight, lambda: bool(rec.released) and not in_flight)
-    assert rec.released == [["j1", "j2"]] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
 
