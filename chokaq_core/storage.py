@@ -280,7 +280,7 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
 
     jobs = run(operation, prepared="fetch_batch" in dialect().PREPARED)
     if jobs:
-        _emit([_processing_event(job, job.attempt_count) for job in jobs])
+        _emit(_processing_events([(job, job.attempt_count) for job in jobs]))
     return jobs
 
 
@@ -288,7 +288,7 @@ def mark_processing(job: HotJob, worker_id: str) -> int | None:
     """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
     attempts = call(Dialect.mark_processing, job.id, worker_id)
     if attempts is not None:
-        _emit([_processing_event(job, attempts)])
+        _emit(_processing_events([(job, attempts)]))
     return attempts
 
 
@@ -297,13 +297,16 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str) -> dict[str, i
     if not jobs:
         return {}
     leased: dict[str, int] = call(Dialect.mark_processing_batch, [job.id for job in jobs], worker_id)
-    _emit([_processing_event(job, leased[job.id]) for job in jobs if job.id in leased])
+    _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
     return leased
 
 
-def _processing_event(job: HotJob, attempts: int) -> events.Event:
-    return events.job_updated(job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, priority=job.priority,
-                              created_by=job.created_by, started_at=datetime.now(UTC).isoformat())
+def _processing_events(leased: Sequence[tuple[HotJob, int]]) -> list[events.Event]:
+    """One JobUpdated (Processing) per leased job, all stamped with the lease's one moment."""
+    now = datetime.now(UTC).isoformat()
+    return [events.job_updated(job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, ts=now,
+                               priority=job.priority, created_by=job.created_by, started_at=now)
+            for job, attempts in leased]
 
 
 def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
