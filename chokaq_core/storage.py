@@ -349,12 +349,13 @@ def complete(
     done = run(operation, atomic=not alone, prepared="archive_succeeded" in sql.PREPARED)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
+    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
     published = (
-        [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}) for i, q in done.archived]
+        [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}, now) for i, q in done.archived]
         + [events.Event(events.EventKind.JOB_UPDATED, {"jobId": i, "queue": q, "status": int(JobStatus.PENDING),
-                                                       "attemptCount": attempts[i]}) for i, q in done.rescheduled]
-        + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name})
-           for i, q in done.failed]
+                                                       "attemptCount": attempts[i]}, now) for i, q in done.rescheduled]
+        + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name},
+                        now) for i, q in done.failed]
     )
     if published:
         _emit([*published, events.stats_updated()])

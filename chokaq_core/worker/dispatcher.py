@@ -1,10 +1,14 @@
-"""The dispatcher: limiter slot → buffered row → circuit permit → executor (spec 03 §4, §6, §7.1 steps 2–4).
+"""The dispatcher: limiter slot → buffered row → circuit permit, for the executor thread that asks (spec 03 §4,
+§6, §7.1 steps 2–4).
 
-The rows in the buffer are already leased (the fetcher's claim takes the lease gate), so the dispatcher
-makes no round trip on the way to a handler. It takes a slot before it takes a row: a row is always in
-the buffer (kept alive by the supervisor), on its way to an executor, or running. Rows of a paused queue
-and every row met while shutting down go back to Pending untouched (user code never started; the lease's
-attempt is given back).
+The rows in the buffer are already leased (the fetcher's claim takes the lease gate), so handing one over makes
+no round trip, and each executor thread takes its next job itself (:meth:`Dispatcher.take`): a busy worker
+moves a job from the buffer to a handler without waking another thread. A slot is taken before a row, so a
+leased row is always in the buffer (kept alive by the supervisor), in an executor's hands, or running. The
+dispatcher's own thread (:meth:`Dispatcher.run`) only watches pauses: while every slot is busy it still
+releases the buffered rows of a paused queue within the 2 s of spec 03 §6. Rows of a paused queue and every
+row met while shutting down go back to Pending untouched (user code never started; the lease's attempt is
+given back).
 """
 
 from __future__ import annotations
@@ -23,52 +27,62 @@ from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 logger = logging.getLogger("chokaq.worker")
 
 PAUSE_CACHE_SECONDS = 0.25  # queue states read at most this often (spec 03 §4 step 2)
-SLOT_WAIT = 0.25  # seconds of one wait for a free slot (between two looks at paused queues and stopping)
+SLOT_WAIT = 0.25  # seconds of one wait for a slot or a row (between two looks at stopping)
 
 Leased = tuple[HotJob, int, Permit]  # a job that is Processing and ours, its attempt, its circuit permit
 
 
 class Dispatcher:
-    def __init__(self, worker_id: str, batch_size: int, circuit_delay: float, buffer: PrefetchBuffer,
-                 limiter: Limiter, in_flight: InFlight, breakers: CircuitBreakers, stopping: threading.Event,
-                 submit: Callable[[Leased], None], complete: Callable[[Outcome], None]) -> None:
+    def __init__(self, worker_id: str, circuit_delay: float, buffer: PrefetchBuffer, limiter: Limiter,
+                 in_flight: InFlight, breakers: CircuitBreakers, stopping: threading.Event,
+                 complete: Callable[[Outcome], None]) -> None:
         self.worker_id = worker_id
-        self.batch_size = batch_size
         self.circuit_delay = circuit_delay
         self.buffer = buffer
         self.limiter = limiter
         self.in_flight = in_flight
         self.breakers = breakers
         self.stopping = stopping
-        self.submit = submit
         self.complete = complete
         self._pause_cache: tuple[float, set[str]] = (0.0, set())
+        self._pause_lock = threading.Lock()
 
-    def run(self) -> None:
+    def take(self) -> Leased | None:
+        """The calling executor's next job, holding a slot and its circuit permit; None once the worker stops
+        (or the limiter is closed)."""
         while not self.stopping.is_set():
             if not self.limiter.acquire(timeout=SLOT_WAIT):
-                # every slot busy (it may take as long as a running job): a pause must still release the
-                # buffered rows of its queue within the 2 s of spec 03 §6
-                self.release(self.buffer.take_queues(self.paused_queues()))
+                if self.limiter.closed:
+                    return None
                 continue
-            job = self.buffer.get(timeout=0.5)
+            job = self.buffer.get(timeout=SLOT_WAIT)
             if job is None or self.stopping.is_set() or job.queue in self.paused_queues():
                 self.limiter.release()
                 if job is not None:
                     self.release([job])
                 continue
-            self.dispatch(job)
+            leased = self.admit(job)
+            if leased is not None:
+                return leased
+        return None
 
-    def dispatch(self, job: HotJob) -> None:
-        """Hand a leased row that holds a slot to an executor, or defer it while its circuit is open."""
+    def admit(self, job: HotJob) -> Leased | None:
+        """A leased row that holds a slot, with its circuit permit; None when its circuit is open (the job is
+        deferred, the lease's attempt given back, the slot freed)."""
         permit = self.breakers.get(job.type).acquire()
         if permit is None:
             # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
             logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, self.circuit_delay)
-            self.complete(Retry(job.id, job.attempt_count - 1, self.circuit_delay))  # the lease's attempt back
+            self.complete(Retry(job.id, job.attempt_count - 1, self.circuit_delay))
             self.finish_slot()
-            return
-        self.submit((job, job.attempt_count, permit))
+            return None
+        return job, job.attempt_count, permit
+
+    def run(self) -> None:
+        """The pause watcher: buffered rows of a queue paused meanwhile go back to Pending, even while every slot
+        is busy with a long job."""
+        while not self.stopping.wait(PAUSE_CACHE_SECONDS):
+            self.release(self.buffer.take_queues(self.paused_queues()))
 
     def finish_slot(self) -> None:
         """A row that held a slot is done (executed, refused or lost)."""
@@ -76,14 +90,19 @@ class Dispatcher:
         self.limiter.release()
 
     def paused_queues(self) -> set[str]:
+        """Paused or hidden queues, read at most every ``PAUSE_CACHE_SECONDS`` by whichever thread asks first."""
         stamp, paused = self._pause_cache
-        if time.monotonic() - stamp > PAUSE_CACHE_SECONDS:
+        if time.monotonic() - stamp <= PAUSE_CACHE_SECONDS or not self._pause_lock.acquire(blocking=False):
+            return paused  # fresh enough, or another thread is reading them right now
+        try:
             try:
                 paused = {q.name for q in storage.queue_states() if q.is_paused or not q.is_active}
             except Exception:
                 logger.warning("could not read queue states", exc_info=True)
             self._pause_cache = (time.monotonic(), paused)
-        return paused
+            return paused
+        finally:
+            self._pause_lock.release()
 
     def release(self, jobs: Sequence[HotJob]) -> None:
         """Prefetched rows back to Pending (spec 01 §4.15)."""

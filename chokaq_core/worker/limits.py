@@ -46,6 +46,10 @@ class Limiter:
             self._closed = True
             self._cond.notify_all()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
 
 class PrefetchBuffer:
     """Bounded FIFO between fetcher and dispatcher (spec 03 §3). Two conditions over one lock: a row put wakes

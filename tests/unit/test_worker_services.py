@@ -226,22 +226,31 @@ def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, paused: set[str] 
                         lambda: [QueueState(name, True, True, None, None) for name in paused])
     limiter, in_flight = Limiter(capacity, capacity), InFlight()
     breakers = CircuitBreakers(BreakerPolicy(failure_threshold=threshold))
-    return (Dispatcher("w", 10, 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
-                       rec.submitted.append, rec.outcomes.append), limiter, in_flight)
+    return (Dispatcher("w", 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
+                       rec.outcomes.append), limiter, in_flight)
 
 
-def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Callable[[], bool]) -> None:
-    """Buffer ``jobs``, run the dispatcher loop until ``done()``, then stop it."""
+def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Callable[[], bool],
+              takers: int = 1, submitted: list[Leased] | None = None) -> None:
+    """Buffer ``jobs``; run the pause watcher and ``takers`` executor-like threads that keep what they take
+    (in ``submitted``, never finishing it) until ``done()``, then stop them."""
+    def take() -> None:
+        while (item := d.take()) is not None:
+            if submitted is not None:
+                submitted.append(item)
+
     in_flight.add(len(jobs))
     d.buffer.put_many(jobs)
-    thread = threading.Thread(target=d.run)
-    thread.start()
+    threads = [threading.Thread(target=d.run)] + [threading.Thread(target=take) for _ in range(takers)]
+    for thread in threads:
+        thread.start()
     deadline = time.monotonic() + 5
     while not done() and time.monotonic() < deadline:
         time.sleep(0.01)
     d.stopping.set()
-    thread.join(5)
-    assert not thread.is_alive() and done()
+    for thread in threads:
+        thread.join(5)
+    assert not any(thread.is_alive() for thread in threads) and done()
 
 
 def leased(n: int, queue: str = "q", attempt: int = 1) -> HotJob:
@@ -249,20 +258,21 @@ def leased(n: int, queue: str = "q", attempt: int = 1) -> HotJob:
     return hot(n, queue=queue, attempt=attempt)
 
 
-def test_dispatcher_hands_leased_rows_to_executors_one_slot_each(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispatcher_gives_each_executor_a_leased_row_with_its_own_slot(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, limiter, in_flight = dispatcher(monkeypatch, rec, capacity=2)
     run_until(d, [leased(1), leased(2, attempt=3), leased(3)], in_flight,
-              lambda: len(rec.submitted) == 2 and limiter.running == 2)
+              lambda: len(rec.submitted) == 2 and limiter.running == 2, takers=3, submitted=rec.submitted)
     assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j2", 3)]
-    assert limiter.running == 2  # both slots taken: the third row waits in the buffer (kept alive there)
+    assert limiter.running == 2  # both slots taken: the third taker waits, the third row stays buffered
     assert d.buffer.ids() == ["j3"] and rec.released == []
 
 
 def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, _, in_flight = dispatcher(monkeypatch, rec, paused={"stopped"})
-    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released and rec.submitted))
+    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released and rec.submitted),
+              submitted=rec.submitted)
     assert rec.released == [["j1"]]
     assert [job.id for job, _, _ in rec.submitted] == ["j2"]
 
@@ -272,7 +282,8 @@ def test_dispatcher_releases_buffered_rows_of_a_paused_queue_while_every_slot_is
     rec = Recorder()
     d, limiter, in_flight = dispatcher(monkeypatch, rec, paused={"stopped"}, capacity=1)
     assert limiter.acquire(timeout=0)  # a long job holds the only slot
-    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released))
+    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released),
+              submitted=rec.submitted)
     assert rec.released == [["j1"]] and rec.submitted == [] and d.buffer.ids() == ["j2"]
 
 
@@ -284,7 +295,8 @@ def test_dispatcher_defers_a_job_whose_circuit_is_open_giving_back_the_leased_at
     permit = breaker.acquire()
     assert permit is not None
     breaker.failure(permit, fatal=False)  # open
-    run_until(d, [leased(1, attempt=4)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
+    run_until(d, [leased(1, attempt=4)], in_flight, lambda: bool(rec.outcomes) and not in_flight,
+              submitted=rec.submitted)
     assert rec.outcomes == [Retry("j1", 3, 7.0)] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
