@@ -21,7 +21,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Concatenate, cast
 
@@ -240,9 +240,10 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
+    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
     _emit(
-        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, priority=j.priority, created_by=j.created_by)
-         for j in fresh] + ([events.stats_updated()] if fresh else []),
+        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
+                            created_by=j.created_by) for j in fresh] + ([events.stats_updated()] if fresh else []),
         using=db,
     )
     return stored
@@ -260,28 +261,8 @@ def reset_memory() -> None:
     memory.database().reset()
 
 
-def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None, *, lease: bool = False
-                ) -> list[HotJob]:
-    """Claim up to ``limit`` due Pending rows (Pending → Fetched). ``lease``: the claim also takes the lease gate
-    in the same transaction (Pending → Processing, attempt + 1), so a worker's buffered rows are already its
-    executions to be: kept alive with the running ones, released on a graceful stop, Zombies after a crash."""
-    if not lease:
-        return call(Dialect.fetch_batch, worker_id, limit, queues)
-
-    def operation(cursor: Any) -> list[HotJob]:
-        sql = dialect()
-        claimed = sql.fetch_batch(cursor, worker_id, limit, queues)
-        if not claimed:
-            return []
-        leased = sql.mark_processing_batch(cursor, [job.id for job in claimed], worker_id)
-        started = datetime.now(UTC)
-        return [replace(job, status=JobStatus.PROCESSING, attempt_count=leased[job.id], started_at=started,
-                        heartbeat_at=started) for job in claimed if job.id in leased]
-
-    jobs = run(operation, prepared="fetch_batch" in dialect().PREPARED)
-    if jobs:
-        _emit(_processing_events([(job, job.attempt_count) for job in jobs]))
-    return jobs
+def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
+    return call(Dialect.fetch_batch, worker_id, limit, queues)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:

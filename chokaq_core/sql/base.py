@@ -49,12 +49,6 @@ EMPTY_ERROR = "(empty error details)"  # how top_errors names the group of rows 
 TOP_ERRORS_SAMPLE = 5000  # top_errors groups the newest this many DLQ rows (spec 01 §5)
 
 REVISION_BUMP = "revision = revision + 1"
-# Releasing an unstarted row of this worker: a Fetched row goes back as it was; a leased one (claimed with its
-# lease, Processing but never handed to a handler) also gives back the attempt and the lease times it took.
-RELEASE_SET = ("status = 0, worker_id = NULL, attempt_count = attempt_count - CASE WHEN status = 2 THEN 1 ELSE 0 END,"
-               " started_at = CASE WHEN status = 2 THEN NULL ELSE started_at END,"
-               " heartbeat_at = CASE WHEN status = 2 THEN NULL ELSE heartbeat_at END")
-RELEASABLE = "status IN (1, 2)"
 CARRIED_REVISION = "revision + 1"  # what a row moved between Hot and the DLQ keeps
 
 
@@ -654,7 +648,7 @@ class StatementDialect(BaseDialect):
         return self.moved(cursor)
 
     def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-        """Fetched or leased → Pending for the unstarted rows this worker owns (see ``RELEASE_SET``)."""
+        """Fetched → Pending for the unstarted rows this worker owns."""
         if not job_ids:
             return 0
         cursor.execute(self.RELEASE_SQL, [self.ids_param(job_ids), worker_id])

@@ -65,8 +65,6 @@ from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
     EMPTY_ERROR,
-    RELEASABLE,
-    RELEASE_SET,
     REVISION_BUMP,
     SINGLE_STATEMENTS,
     TOP_ERRORS_SAMPLE,
@@ -455,8 +453,8 @@ RELEASE_SQL = _batch(
     "DECLARE @Ids nvarchar(max) = %s;",
     "DECLARE @WorkerId nvarchar(4000) = %s;",
     "DECLARE @Changed int;",
-    f"UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET {RELEASE_SET}, last_updated_at = @Now\n"
-    f"WHERE id IN {_IDS} AND {RELEASABLE} AND worker_id = @WorkerId;",
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
+    f"WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;",
     "SET @Changed = @@ROWCOUNT;",
     "SELECT @Changed;",
 )

@@ -39,8 +39,6 @@ from chokaq_core.sql.base import (
     LIST_WORKERS_SQL,
     QUEUE_STATES_SQL,
     QUEUE_STATS_SQL,
-    RELEASABLE,
-    RELEASE_SET,
     REVISION_BUMP,
     SINGLE_STATEMENTS,
     SUMMARY_STATS_SQL,
@@ -369,9 +367,9 @@ upd AS (
 SELECT id, queue FROM upd
 """
 
-RELEASE_SQL = f"""
-UPDATE chokaq_jobs_hot SET {RELEASE_SET}, last_updated_at = now()
-WHERE id = ANY(%s::text[]) AND {RELEASABLE} AND worker_id = %s
+RELEASE_SQL = """
+UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
+WHERE id = ANY(%s::text[]) AND status = 1 AND worker_id = %s
 """
 
 # Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.

@@ -46,8 +46,6 @@ from chokaq_core.sql.base import (
     QUEUE_STATES_SQL,
     QUEUE_STATS_SQL,
     QUEUES,
-    RELEASABLE,
-    RELEASE_SET,
     REVISION_BUMP,
     SCHEDULES,
     SINGLE_STATEMENTS,
@@ -527,8 +525,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         if not job_ids:
             return 0
         cursor.execute(
-            f"UPDATE {HOT} SET {RELEASE_SET}, last_updated_at = %s"
-            f" WHERE id IN ({_marks(len(job_ids))}) AND +{RELEASABLE} AND worker_id = %s",
+            f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
+            f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 1 AND worker_id = %s",
             [_ts(_now()), *job_ids, worker_id],
         )
         return int(cursor.rowcount)

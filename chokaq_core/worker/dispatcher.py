@@ -1,14 +1,13 @@
-"""The dispatcher: limiter slot → buffered row → circuit permit, for the executor thread that asks (spec 03 §4,
-§6, §7.1 steps 2–4).
+"""The dispatcher: limiter slot → buffered row → circuit permit → lease gate, for the executor thread that asks
+(spec 03 §4, §6, §7.1 steps 2–4).
 
-The rows in the buffer are already leased (the fetcher's claim takes the lease gate), so handing one over makes
-no round trip, and each executor thread takes its next job itself (:meth:`Dispatcher.take`): a busy worker
-moves a job from the buffer to a handler without waking another thread. A slot is taken before a row, so a
-leased row is always in the buffer (kept alive by the supervisor), in an executor's hands, or running. The
-dispatcher's own thread (:meth:`Dispatcher.run`) only watches pauses: while every slot is busy it still
-releases the buffered rows of a paused queue within the 2 s of spec 03 §6. Rows of a paused queue and every
-row met while shutting down go back to Pending untouched (user code never started; the lease's attempt is
-given back).
+Each executor thread takes its next job itself (:meth:`Dispatcher.take`) and passes the lease gate on its own
+connection: the executors' leases run side by side instead of queueing behind one dispatcher round trip per
+slot cycle, and a busy worker moves a job from the buffer to a handler without waking another thread. A row
+stays Fetched until its handler is about to start, so Processing means running. The dispatcher's own thread
+(:meth:`Dispatcher.run`) only watches pauses: while every slot is busy it still releases the buffered rows of
+a paused queue within the 2 s of spec 03 §6. Rows of a paused queue and every row met while shutting down go
+back to Pending untouched (user code never started).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from chokaq_core import storage
+from chokaq_core import metrics, storage
 from chokaq_core.domain import HotJob, Retry
 from chokaq_core.policy import CircuitBreakers, Permit
 from chokaq_core.worker.completer import Outcome
@@ -48,8 +47,8 @@ class Dispatcher:
         self._pause_lock = threading.Lock()
 
     def take(self) -> Leased | None:
-        """The calling executor's next job, holding a slot and its circuit permit; None once the worker stops
-        (or the limiter is closed)."""
+        """The calling executor's next job: leased, holding a slot and its circuit permit; None once the worker
+        stops (or the limiter is closed)."""
         while not self.stopping.is_set():
             if not self.limiter.acquire(timeout=SLOT_WAIT):
                 if self.limiter.closed:
@@ -61,22 +60,37 @@ class Dispatcher:
                 if job is not None:
                     self.release([job])
                 continue
-            leased = self.admit(job)
+            leased = self.lease(job)
             if leased is not None:
                 return leased
         return None
 
-    def admit(self, job: HotJob) -> Leased | None:
-        """A leased row that holds a slot, with its circuit permit; None when its circuit is open (the job is
-        deferred, the lease's attempt given back, the slot freed)."""
-        permit = self.breakers.get(job.type).acquire()
+    def lease(self, job: HotJob) -> Leased | None:
+        """Circuit permit, then the lease gate for a row that holds a slot; None when the job does not run now
+        (circuit open: deferred without an attempt; lease refused or failed), its slot then freed."""
+        breaker = self.breakers.get(job.type)
+        permit = breaker.acquire()
         if permit is None:
             # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
             logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, self.circuit_delay)
-            self.complete(Retry(job.id, job.attempt_count - 1, self.circuit_delay))
+            self.complete(Retry(job.id, job.attempt_count, self.circuit_delay))
             self.finish_slot()
             return None
-        return job, job.attempt_count, permit
+        try:
+            attempt = storage.mark_processing(job, self.worker_id)
+        except Exception:
+            logger.exception("lease gate failed for %s (1014); releasing it", job.id)
+            breaker.release(permit)
+            self.limiter.release()
+            self.release([job])  # user code never started: back to Pending
+            return None
+        if attempt is None:
+            breaker.release(permit)
+            logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
+            metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
+            self.finish_slot()
+            return None
+        return job, attempt, permit
 
     def run(self) -> None:
         """The pause watcher: buffered rows of a queue paused meanwhile go back to Pending, even while every slot

@@ -70,20 +70,9 @@ class Executions:
             execution.token.cancel(CancellationReason.ADMIN, actor)
 
     def apply_cancel_requests(self, requests: Iterable[tuple[str, str | None]]) -> None:
-        """Cancel requests read from the database; admin wins over an earlier Timeout or Shutdown. A request for
-        a leased job that is not running yet (it waits in the buffer for a slot) is remembered: the job is
-        cancelled as it starts, before any user code."""
-        now = time.monotonic()
+        """Cancel requests read from the database; admin wins over an earlier Timeout or Shutdown."""
         with self._lock:
             for job_id, actor in requests:
                 target = self._running.get(job_id)
-                if target is None:
-                    self._pending_cancels[job_id] = (now + self.cancel_retention, actor)
-                elif target.token.reason != CancellationReason.ADMIN:
+                if target is not None and target.token.reason != CancellationReason.ADMIN:
                     target.token.cancel(CancellationReason.ADMIN, actor)
-
-    def awaits_cancel(self, job_id: str) -> bool:
-        """True while a cancel for ``job_id`` waits for the job to start here."""
-        with self._lock:
-            pending = self._pending_cancels.get(job_id)
-        return pending is not None and pending[0] > time.monotonic()

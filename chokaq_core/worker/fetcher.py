@@ -1,11 +1,9 @@
 """The fetcher: claims batches of Pending rows into the prefetch buffer (spec 03 §2).
 
-Each claim takes the lease gate too (one transaction: Pending → Processing, attempt + 1), so the
-dispatcher hands buffered rows to executors without a round trip of its own. It claims when a whole
-batch fits (never one row per freed slot). A full batch means more is waiting, so it claims again at
-once; a short one makes it wait for a wake-up (the database's push or commit-marker signal, pumped by
-:meth:`Fetcher.pump` on its own thread) or the polling interval. A burst fetcher stops the worker once
-nothing is eligible any more.
+It claims when a whole batch fits (never one row per freed slot: under a backlog that made the claim a
+transaction per job). A full batch means more is waiting, so it claims again at once; a short one makes it
+wait for a wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
+thread) or the polling interval. A burst fetcher stops the worker once nothing is eligible any more.
 """
 
 from __future__ import annotations
@@ -53,7 +51,7 @@ class Fetcher:
             limit = max(1, min(self.batch_size, self.buffer.free()))
             self.wakeup.clear()
             try:
-                jobs = storage.fetch_batch(self.worker_id, limit, self.queues, lease=True)
+                jobs = storage.fetch_batch(self.worker_id, limit, self.queues)
             except Exception:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
                 self.stopping.wait(5)

@@ -1,8 +1,7 @@
 """The worker process: the services of ``chokaq_core.worker`` wired together (spec 03 §1–§4, 02 §9).
 
-fetcher (claims with the lease) → prefetch buffer → executor pool (each thread takes its slot and row from the
-dispatcher) → completer, watched by the supervisor; the wake-up source comes from storage, the control channel
-from events.
+fetcher → prefetch buffer → executor pool (each thread takes its slot, row and lease from the dispatcher) →
+completer, watched by the supervisor; the wake-up source comes from storage, the control channel from events.
 """
 
 from __future__ import annotations
@@ -93,7 +92,7 @@ class Worker:
         self.pool = ExecutorPool(self.dispatcher.take, self.executor.execute)
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
-                                     self._leased_not_running)
+                                     self.completer.awaiting)
         self.control = Control(self.worker_id, self.limiter, self.pool.grow, self.executor, self.executions,
                                self.registry.write)
         self.wake_source: storage.WakeSource | None = None
@@ -189,11 +188,6 @@ class Worker:
 
     def _finish_slot(self) -> None:
         self.dispatcher.finish_slot()
-
-    def _leased_not_running(self) -> list[str]:
-        """Rows that are Processing and ours without running: leased and buffered, or finished with their
-        completion not committed yet; the supervisor keeps them alive with the running ones."""
-        return [*self.buffer.ids(), *self.completer.awaiting()]
 
     def _burst_idle(self) -> bool:
         """Nothing buffered, running or waiting to be committed."""

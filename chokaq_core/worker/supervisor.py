@@ -56,7 +56,7 @@ class Supervisor:
     def __init__(self, worker_id: str, cfg: Config, executions: Executions, registry: Registry,
                  stopped: threading.Event, awaiting: Callable[[], list[str]] = list) -> None:
         self.worker_id = worker_id
-        self.awaiting = awaiting  # ours and Processing without running: buffered, or their completion uncommitted
+        self.awaiting = awaiting  # finished jobs whose completion is not committed yet (the completer's)
         self.cfg = cfg
         self.executions = executions
         self.registry = registry
@@ -76,7 +76,7 @@ class Supervisor:
             if now >= next_beat:
                 next_beat = now + self.beat_interval()
                 self.keep_alive([e for e in running if e.beating])
-            if now >= next_cancel_poll and (running or self.awaiting()):  # leased rows waiting to start too
+            if running and now >= next_cancel_poll:
                 next_cancel_poll = now + ex.CANCEL_POLL_INTERVAL
                 self.apply_cancel_requests()
             if now >= next_registry:

@@ -63,29 +63,6 @@ def test_attempt_count_keeps_growing_across_retries() -> None:
     assert hot(job.id)["attempt_count"] == 2  # type: ignore[index]
 
 
-def test_a_leasing_claim_takes_the_lease_gate_in_the_same_transaction(published: list) -> None:
-    retried = processing("claim-lease", "w0")[0].id
-    assert storage.complete("w0", [], [Retry(retried, 2, 0.0)], []).rescheduled == [(retried, "claim-lease")]
-    backdate([retried], 1, "scheduled_at")
-    ids = pending("claim-lease", 3)
-    before = timezone.now()
-
-    jobs = storage.fetch_batch("w1", 10, ["claim-lease"], lease=True)
-
-    assert sorted(j.id for j in jobs) == sorted([*ids, retried])
-    for job in jobs:
-        row = hot(job.id)
-        assert row is not None
-        expected = 3 if job.id == retried else 1
-        assert (row["status"], row["worker_id"], row["attempt_count"]) == (2, "w1", expected)
-        assert (job.status, job.attempt_count, job.worker_id) == (JobStatus.PROCESSING, expected, "w1")
-        assert close_to(row["started_at"], before) and close_to(row["heartbeat_at"], before)
-    updates = [u for u in of_kind(published, "JobUpdated") if u["status"] == int(JobStatus.PROCESSING)]
-    assert {u["jobId"] for u in updates} == {j.id for j in jobs}
-    assert storage.fetch_batch("w2", 10, ["claim-lease"], lease=True) == []
-    assert storage.mark_processing_batch(jobs, "w1") == {}, "a leased row is not leased twice"
-
-
 def test_mark_processing_by_another_worker_is_refused(published: list) -> None:
     job = fetched("gate-other", "w1")[0]
     published.clear()
@@ -156,25 +133,21 @@ def test_keep_alive_with_no_ids_returns_nothing() -> None:
 # ---------------------------------------------------------------- release_jobs
 
 
-def test_release_returns_owned_fetched_and_leased_rows_to_pending_giving_back_the_lease() -> None:
+def test_release_returns_only_owned_fetched_rows_to_pending() -> None:
     mine = fetched("rel", "w1", 2)
     theirs = fetched("rel-o", "w2")[0]
-    theirs_leased = processing("rel-o", "w2")[0]
-    leased = processing("rel-p", "w1")[0]  # claimed with its lease by w1, never handed to a handler
-    ids = [j.id for j in mine] + [theirs.id, theirs_leased.id, leased.id]
+    running = processing("rel-p", "w1")[0]
+    ids = [j.id for j in mine] + [theirs.id, running.id]
 
-    assert storage.release_jobs(ids, "w1") == 3
+    assert storage.release_jobs(ids, "w1") == 2
 
-    for job in [*mine, leased]:
+    for job in mine:
         row = hot(job.id)
         assert row is not None
         assert (row["status"], row["worker_id"], row["attempt_count"]) == (0, None, 0)
-    row = hot(leased.id)
-    assert row is not None and (row["started_at"], row["heartbeat_at"]) == (None, None)
     assert (hot(theirs.id)["status"], hot(theirs.id)["worker_id"]) == (1, "w2")  # type: ignore[index]
-    assert (hot(theirs_leased.id)["status"], hot(theirs_leased.id)["attempt_count"]) == (2, 1)  # type: ignore[index]
+    assert (hot(running.id)["status"], hot(running.id)["worker_id"]) == (2, "w1")  # type: ignore[index]
     assert sorted(j.id for j in storage.fetch_batch("w3", 10, ["rel"])) == sorted(j.id for j in mine)
-    assert [j.id for j in storage.fetch_batch("w3", 10, ["rel-p"])] == [leased.id]
 
 
 def test_release_of_nothing_is_zero() -> None:

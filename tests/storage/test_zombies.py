@@ -8,7 +8,7 @@ from chokaq_core import storage
 from chokaq_core.domain import FailureReason
 from chokaq_core.models import JobsDLQ, JobsHot
 
-from .rows import backdate, buckets, close_to, counters, dlq_row, fetched, hot, new_job, of_kind, processing
+from .rows import backdate, buckets, close_to, counters, dlq_row, fetched, hot, of_kind, processing
 
 ZOMBIE_TEXT = "Zombie: Worker heartbeat expired during execution"
 
@@ -96,24 +96,3 @@ def test_only_a_silence_longer_than_the_timeout_makes_a_zombie() -> None:
     backdate([job.id], 20 * 60, "heartbeat_at")
     assert storage.archive_zombies(20 * 60 + 30) == []
     assert storage.archive_zombies(20 * 60 - 30) == [(job.id, "zq-edge")]
-
-
-def test_rows_a_dead_worker_had_leased_without_starting_become_zombies_and_none_is_lost() -> None:
-    """A claim takes the lease: a worker killed while rows waited in its buffer leaves them Processing. Its
-    heartbeat stops, so after the timeout they are Zombies in the DLQ (visible, resurrectable), never lost."""
-    storage.enqueue([new_job("zq-lease") for _ in range(3)])
-    leased = storage.fetch_batch("w-killed", 10, ["zq-lease"], lease=True)
-    assert len(leased) == 3
-    backdate([j.id for j in leased], 20 * 60, "heartbeat_at", "last_updated_at")
-
-    moved = storage.archive_zombies(600)
-
-    assert sorted(i for i, _ in moved) == sorted(j.id for j in leased)
-    for job in leased:
-        row = dlq_row(job.id)
-        assert row is not None and hot(job.id) is None
-        assert (row["failure_reason"], row["worker_id"], row["attempt_count"]) == (int(FailureReason.ZOMBIE),
-                                                                                    "w-killed", 1)
-    assert counters("zq-lease") == (0, 3, 0)
-    assert storage.resurrect_batch([j.id for j in leased]) == 3
-    assert counters("zq-lease") == (0, 0, 0)

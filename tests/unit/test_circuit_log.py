@@ -9,7 +9,7 @@ import pytest
 from chokaq_core.domain import Retry
 from chokaq_core.policy import BreakerPolicy, CircuitBreakers
 from chokaq_core.worker.process import CircuitLog
-from tests.unit.test_worker_services import Recorder, dispatcher, leased, run_until
+from tests.unit.test_worker_services import Recorder, dispatcher, hot, run_until
 
 
 class Clock:
@@ -50,9 +50,9 @@ def test_the_dispatcher_defers_jobs_of_an_open_circuit_without_an_info_line_each
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="chokaq.worker")
     rec = Recorder()
-    d, _, in_flight = dispatcher(monkeypatch, rec, threshold=1)
+    d, _, in_flight = dispatcher(monkeypatch, rec, leased={}, threshold=1)
     breaker = d.breakers.get("t")
     breaker.failure(breaker.acquire(), fatal=False)  # type: ignore[arg-type]
-    run_until(d, [leased(n) for n in range(8)], in_flight, lambda: len(rec.outcomes) == 8 and not in_flight)
+    run_until(d, [hot(n) for n in range(8)], in_flight, lambda: len(rec.outcomes) == 8 and not in_flight)
     assert all(isinstance(o, Retry) for o in rec.outcomes)
     assert [line for line in circuit_lines(caplog) if "deferred" in line and "job j" in line] == []

@@ -168,8 +168,7 @@ def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_
     batches = [[hot(1), hot(2)], [hot(3)], [], []]
     limits: list[int] = []
 
-    def fetch_batch(worker_id: str, limit: int, queues: Any, lease: bool = False) -> list[HotJob]:
-        assert lease  # the worker's claims take the lease gate too
+    def fetch_batch(worker_id: str, limit: int, queues: Any) -> list[HotJob]:
         limits.append(limit)
         return batches.pop(0) if batches else []
 
@@ -215,12 +214,15 @@ class Recorder:
         self.released: list[list[str]] = []
 
 
-def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, paused: set[str] = frozenset(),  # type: ignore[assignment]
-               threshold: int = 5, capacity: int = 4) -> tuple[Dispatcher, Limiter, InFlight]:
-    def no_lease(*args: Any) -> None:
-        raise AssertionError("buffered rows are leased by the claim: the dispatcher makes no round trip")
+def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str, int] | Exception,
+               paused: set[str] = frozenset(), threshold: int = 5,  # type: ignore[assignment]
+               capacity: int = 4) -> tuple[Dispatcher, Limiter, InFlight]:
+    def mark(job: HotJob, worker_id: str) -> int | None:
+        if isinstance(leased, Exception):
+            raise leased
+        return leased.get(job.id)
 
-    monkeypatch.setattr(storage, "mark_processing_batch", no_lease)
+    monkeypatch.setattr(storage, "mark_processing", mark)
     monkeypatch.setattr(storage, "release_jobs", lambda ids, w: rec.released.append(list(ids)) or len(ids))
     monkeypatch.setattr(storage, "queue_states",
                         lambda: [QueueState(name, True, True, None, None) for name in paused])
@@ -253,25 +255,20 @@ def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Call
     assert not any(thread.is_alive() for thread in threads) and done()
 
 
-def leased(n: int, queue: str = "q", attempt: int = 1) -> HotJob:
-    """A buffered row as the worker's claim returns it: Processing, its attempt already counted."""
-    return hot(n, queue=queue, attempt=attempt)
-
-
 def test_dispatcher_gives_each_executor_a_leased_row_with_its_own_slot(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, capacity=2)
-    run_until(d, [leased(1), leased(2, attempt=3), leased(3)], in_flight,
-              lambda: len(rec.submitted) == 2 and limiter.running == 2, takers=3, submitted=rec.submitted)
-    assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j2", 3)]
-    assert limiter.running == 2  # both slots taken: the third taker waits, the third row stays buffered
-    assert d.buffer.ids() == ["j3"] and rec.released == []
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1, "j2": 3, "j4": 1}, capacity=3)
+    run_until(d, [hot(1), hot(2), hot(3), hot(4), hot(5)], in_flight,
+              lambda: len(rec.submitted) == 3 and limiter.running == 3, takers=4, submitted=rec.submitted)
+    assert sorted((job.id, attempt) for job, attempt, _ in rec.submitted) == [("j1", 1), ("j2", 3), ("j4", 1)]
+    assert limiter.running == 3  # j3's lease was refused: its slot went to j4; the fourth taker waits
+    assert d.buffer.ids() == ["j5"] and rec.released == []
 
 
 def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, _, in_flight = dispatcher(monkeypatch, rec, paused={"stopped"})
-    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released and rec.submitted),
+    d, _, in_flight = dispatcher(monkeypatch, rec, leased={"j2": 1}, paused={"stopped"})
+    run_until(d, [hot(1, queue="stopped"), hot(2)], in_flight, lambda: bool(rec.released and rec.submitted),
               submitted=rec.submitted)
     assert rec.released == [["j1"]]
     assert [job.id for job, _, _ in rec.submitted] == ["j2"]
@@ -280,24 +277,32 @@ def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPat
 def test_dispatcher_releases_buffered_rows_of_a_paused_queue_while_every_slot_is_busy(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, paused={"stopped"}, capacity=1)
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j2": 1}, paused={"stopped"}, capacity=1)
     assert limiter.acquire(timeout=0)  # a long job holds the only slot
-    run_until(d, [leased(1, queue="stopped"), leased(2)], in_flight, lambda: bool(rec.released),
+    run_until(d, [hot(1, queue="stopped"), hot(2)], in_flight, lambda: bool(rec.released),
               submitted=rec.submitted)
     assert rec.released == [["j1"]] and rec.submitted == [] and d.buffer.ids() == ["j2"]
 
 
-def test_dispatcher_defers_a_job_whose_circuit_is_open_giving_back_the_leased_attempt(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, threshold=1)
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={}, threshold=1)
     breaker = d.breakers.get("t")
     permit = breaker.acquire()
     assert permit is not None
     breaker.failure(permit, fatal=False)  # open
-    run_until(d, [leased(1, attempt=4)], in_flight, lambda: bool(rec.outcomes) and not in_flight,
+    run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight,
               submitted=rec.submitted)
     assert rec.outcomes == [Retry("j1", 3, 7.0)] and rec.submitted == []
+    assert limiter.running == 0 and not in_flight
+
+
+def test_dispatcher_releases_the_row_when_the_lease_gate_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased=ConnectionError("gone"))
+    run_until(d, [hot(1), hot(2)], in_flight, lambda: len(rec.released) == 2 and not in_flight,
+              submitted=rec.submitted)
+    assert rec.released == [["j1"], ["j2"]] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
 
