@@ -135,19 +135,33 @@ class _PreparingCursor:
 def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
     """The driver-level cursor (``%s`` placeholders on every vendor), without Django's debug logging;
     driver errors still surface as Django's (``IntegrityError``, ``OperationalError``, …). ``prepared``:
-    on PostgreSQL, a server-side binding cursor that prepares its statements (see ``_PreparingCursor``)."""
+    on PostgreSQL, a server-side binding cursor that prepares its statements (see ``_PreparingCursor``),
+    made once per connection and reused (a hot-path call then builds no cursor at all)."""
     connection = connections[using]
-    with connection.cursor() as wrapper, connection.wrap_database_errors:
-        if not prepared or connection.vendor != "postgresql" or not config().SQL.PREPARED_STATEMENTS:
+    if not prepared or connection.vendor != "postgresql" or not config().SQL.PREPARED_STATEMENTS:
+        with connection.cursor() as wrapper, connection.wrap_database_errors:
             yield wrapper.cursor
-            return
-        import psycopg
+        return
+    with connection.wrap_database_errors:
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        connection.validate_thread_sharing()
+        yield _preparing_cursor(connection)
 
-        raw = wrapper.cursor.connection
-        if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked explicitly;
-            raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # its client-side cursors never prepare anyway
-        with psycopg.Cursor(raw) as cursor:
-            yield _PreparingCursor(cursor)
+
+def _preparing_cursor(connection: Any) -> _PreparingCursor:
+    """The connection's reused preparing cursor (a new one after a reconnect)."""
+    import psycopg
+
+    raw = connection.connection
+    cached: _PreparingCursor | None = getattr(connection, "_chokaq_preparing_cursor", None)
+    if cached is not None and cached._cursor.connection is raw and not cached._cursor.closed:
+        return cached
+    if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked explicitly;
+        raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # its client-side cursors never prepare anyway
+    cached = _PreparingCursor(psycopg.Cursor(raw))
+    connection._chokaq_preparing_cursor = cached
+    return cached
 
 
 def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True,

@@ -61,7 +61,7 @@ NOTIFY_CHANNEL = "chokaq_jobs"
 ONE_STATEMENT_WITHOUT_KEYS = frozenset({"enqueue"})
 
 PREPARED = frozenset({
-    "enqueue", "fetch_batch", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded",
+    "enqueue", "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded",
     "move_to_dlq", "reschedule_for_retry", "deck_snapshot",
 })
 
@@ -258,6 +258,7 @@ picked AS (
 claimed AS (
     UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
     WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0
+      AND set_config('synchronous_commit', 'off', true) = 'off'
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
 SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
 """
@@ -277,14 +278,14 @@ LOCK_CAPPED_QUEUES_SQL = (
 MARK_PROCESSING_SQL = """
 UPDATE chokaq_jobs_hot
 SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
-WHERE id = %s AND worker_id = %s AND status = 1
+WHERE id = %s AND worker_id = %s AND status = 1 AND set_config('synchronous_commit', 'off', true) = 'off'
 RETURNING attempt_count
 """
 
 MARK_PROCESSING_BATCH_SQL = """
 UPDATE chokaq_jobs_hot
 SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
-WHERE id = ANY(%s) AND worker_id = %s AND status = 1
+WHERE id = ANY(%s) AND worker_id = %s AND status = 1 AND set_config('synchronous_commit', 'off', true) = 'off'
 RETURNING id, attempt_count
 """
 

@@ -1,10 +1,11 @@
 """The dispatcher: limiter slot → buffered row → circuit permit → lease gate, for the executor thread that asks
 (spec 03 §4, §6, §7.1 steps 2–4).
 
-Each executor thread takes its next job itself (:meth:`Dispatcher.take`) and passes the lease gate on its own
-connection: the executors' leases run side by side instead of queueing behind one dispatcher round trip per
-slot cycle, and a busy worker moves a job from the buffer to a handler without waking another thread. A row
-stays Fetched until its handler is about to start, so Processing means running. The dispatcher's own thread
+Each executor thread takes its next job itself (:meth:`Dispatcher.take`): a busy worker moves a job from the
+buffer to a handler without waking another thread. The taker also takes the rows that other free slots can
+run now and passes the lease gate for all of them in one statement on its own connection; it keeps the first
+and hands the others, leased and each holding its slot, to the executors waiting for one. A row stays Fetched
+until its handler is about to start, so Processing means running. The dispatcher's own thread
 (:meth:`Dispatcher.run`) only watches pauses: while every slot is busy it still releases the buffered rows of
 a paused queue within the 2 s of spec 03 §6. Rows of a paused queue and every row met while shutting down go
 back to Pending untouched (user code never started).
@@ -12,6 +13,7 @@ back to Pending untouched (user code never started).
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -32,10 +34,11 @@ Leased = tuple[HotJob, int, Permit]  # a job that is Processing and ours, its at
 
 
 class Dispatcher:
-    def __init__(self, worker_id: str, circuit_delay: float, buffer: PrefetchBuffer, limiter: Limiter,
-                 in_flight: InFlight, breakers: CircuitBreakers, stopping: threading.Event,
+    def __init__(self, worker_id: str, batch_size: int, circuit_delay: float, buffer: PrefetchBuffer,
+                 limiter: Limiter, in_flight: InFlight, breakers: CircuitBreakers, stopping: threading.Event,
                  complete: Callable[[Outcome], None]) -> None:
         self.worker_id = worker_id
+        self.batch_size = batch_size
         self.circuit_delay = circuit_delay
         self.buffer = buffer
         self.limiter = limiter
@@ -43,6 +46,7 @@ class Dispatcher:
         self.breakers = breakers
         self.stopping = stopping
         self.complete = complete
+        self._ready: collections.deque[Leased] = collections.deque()  # leased by another taker, slot held
         self._pause_cache: tuple[float, set[str]] = (0.0, set())
         self._pause_lock = threading.Lock()
 
@@ -50,7 +54,11 @@ class Dispatcher:
         """The calling executor's next job: leased, holding a slot and its circuit permit; None once the worker
         stops (or the limiter is closed)."""
         while not self.stopping.is_set():
-            if not self.limiter.acquire(timeout=SLOT_WAIT):
+            try:
+                return self._ready.popleft()
+            except IndexError:
+                pass
+            if not self.limiter.acquire(timeout=SLOT_WAIT, unless=self._has_ready):
                 if self.limiter.closed:
                     return None
                 continue
@@ -60,37 +68,81 @@ class Dispatcher:
                 if job is not None:
                     self.release([job])
                 continue
-            leased = self.lease(job)
-            if leased is not None:
-                return leased
+            leased = self.lease(self._gather(job))
+            if leased:
+                if len(leased) > 1:
+                    self._ready.extend(leased[1:])
+                    self.limiter.wake()
+                return leased[0]
+        self._release_ready()
         return None
 
-    def lease(self, job: HotJob) -> Leased | None:
-        """Circuit permit, then the lease gate for a row that holds a slot; None when the job does not run now
-        (circuit open: deferred without an attempt; lease refused or failed), its slot then freed."""
-        breaker = self.breakers.get(job.type)
-        permit = breaker.acquire()
-        if permit is None:
-            # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
-            logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, self.circuit_delay)
-            self.complete(Retry(job.id, job.attempt_count, self.circuit_delay))
-            self.finish_slot()
-            return None
+    def _has_ready(self) -> bool:
+        return bool(self._ready)
+
+    def _gather(self, first: HotJob) -> list[HotJob]:
+        """``first`` plus the buffered rows that free slots can run right now (each with its slot)."""
+        batch = [first]
+        while len(batch) < self.batch_size and self.limiter.acquire(timeout=0):
+            job = self.buffer.get(timeout=0)
+            if job is None:
+                self.limiter.release()
+                break
+            if job.queue in self.paused_queues():
+                self.limiter.release()
+                self.release([job])
+                continue
+            batch.append(job)
+        return batch
+
+    def lease(self, jobs: list[HotJob]) -> list[Leased]:
+        """Circuit permits, then the lease gate for rows that each hold a slot, in one statement. A job that does
+        not run now (circuit open: deferred without an attempt; lease refused or failed) has its slot freed."""
+        admitted: list[tuple[HotJob, Permit]] = []
+        for job in jobs:
+            permit = self.breakers.get(job.type).acquire()
+            if permit is None:
+                # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
+                logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
+                             self.circuit_delay)
+                self.complete(Retry(job.id, job.attempt_count, self.circuit_delay))
+                self.finish_slot()
+            else:
+                admitted.append((job, permit))
+        if not admitted:
+            return []
         try:
-            attempt = storage.mark_processing(job, self.worker_id)
+            attempts = storage.mark_processing_batch([job for job, _ in admitted], self.worker_id)
         except Exception:
-            logger.exception("lease gate failed for %s (1014); releasing it", job.id)
-            breaker.release(permit)
-            self.limiter.release()
-            self.release([job])  # user code never started: back to Pending
-            return None
-        if attempt is None:
-            breaker.release(permit)
-            logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
-            metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
+            logger.exception("lease gate failed for %s jobs (1014); releasing them", len(admitted))
+            for job, permit in admitted:
+                self.breakers.get(job.type).release(permit)
+                self.limiter.release()
+            self.release([job for job, _ in admitted])  # user code never started: back to Pending
+            return []
+        leased: list[Leased] = []
+        for job, permit in admitted:
+            attempt = attempts.get(job.id)
+            if attempt is None:
+                self.breakers.get(job.type).release(permit)
+                logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
+                metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
+                self.finish_slot()
+            else:
+                leased.append((job, attempt, permit))
+        return leased
+
+    def _release_ready(self) -> None:
+        """Shutting down: leased jobs no executor took run no user code; their rows stay ours and Processing
+        until the completer reschedules them like an interrupted job."""
+        while True:
+            try:
+                job, attempt, permit = self._ready.popleft()
+            except IndexError:
+                return
+            self.breakers.get(job.type).release(permit)
+            self.complete(Retry(job.id, attempt - 1, 0.0))
             self.finish_slot()
-            return None
-        return job, attempt, permit
 
     def run(self) -> None:
         """The pause watcher: buffered rows of a queue paused meanwhile go back to Pending, even while every slot

@@ -40,6 +40,7 @@ class Fetcher:
         self.on_burst_done = on_burst_done
         self.wakeup = threading.Event()
         self._idle_since: float | None = None
+        self._backlog = False  # the last claim came back full
 
     def run(self) -> None:
         burst_idle = self.burst_idle
@@ -48,7 +49,8 @@ class Fetcher:
                 continue
             if self.stopping.is_set():
                 break
-            limit = max(1, min(self.batch_size, self.buffer.free()))
+            # a full claim means a backlog: then take all the room there is (fewer claims per job)
+            limit = max(1, self.buffer.free() if self._backlog else min(self.batch_size, self.buffer.free()))
             self.wakeup.clear()
             try:
                 jobs = storage.fetch_batch(self.worker_id, limit, self.queues)
@@ -56,11 +58,12 @@ class Fetcher:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
                 self.stopping.wait(5)
                 continue
+            self._backlog = len(jobs) == limit
             if jobs:
                 self.in_flight.add(len(jobs))
                 self.buffer.put_many(jobs)
                 self._idle_since = None
-                if len(jobs) == limit:
+                if self._backlog:
                     continue
             elif burst_idle is not None and self._burst_done(burst_idle()):
                 logger.info("burst: nothing eligible left, stopping")

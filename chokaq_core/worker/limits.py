@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from chokaq_core.domain import HotJob
 
@@ -20,13 +20,21 @@ class Limiter:
         self._closed = False
         self._cond = threading.Condition()
 
-    def acquire(self, timeout: float | None = None) -> bool:
+    def acquire(self, timeout: float | None = None, unless: Callable[[], bool] | None = None) -> bool:
+        """Take a slot; False after ``timeout``, once closed, or as soon as ``unless()`` holds (checked when
+        :meth:`wake` is called: the caller has other work waiting)."""
         with self._cond:
-            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity, timeout)
-            if not ok or self._closed:
+            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity
+                                     or (unless is not None and unless()), timeout)
+            if not ok or self._closed or self.running >= self.capacity:
                 return False
             self.running += 1
             return True
+
+    def wake(self) -> None:
+        """Make every waiting :meth:`acquire` look at its ``unless`` again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def release(self) -> None:
         with self._cond:

@@ -87,8 +87,9 @@ class Worker:
         self.executor = Executor(cfg, _retry_policy(cfg), self.breakers, load_middleware(list(cfg.MIDDLEWARE)),
                                  import_string(str(cfg.PIPE_HANDLER)) if cfg.MODE == "pipe" else None,
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
-        self.dispatcher = Dispatcher(self.worker_id, cfg.RETRY.CIRCUIT_BREAKER_DELAY, self.buffer, self.limiter,
-                                     self.in_flight, self.breakers, self.stopping, self.completer.submit)
+        self.dispatcher = Dispatcher(self.worker_id, self.limiter.maximum, cfg.RETRY.CIRCUIT_BREAKER_DELAY,
+                                     self.buffer, self.limiter, self.in_flight, self.breakers, self.stopping,
+                                     self.completer.submit)
         self.pool = ExecutorPool(self.dispatcher.take, self.executor.execute)
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,

@@ -180,7 +180,9 @@ def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_
                       on_burst_done=lambda: done.append(True))
     fetcher.run()
     assert done == [True]
-    assert limits == [2, 2, 2, 2, 2]  # the empty claims: the buffer was not idle, then idle once, then twice
+    # after a full batch (a backlog) the claim takes all the room there is (8 of 10); then batch-sized again;
+    # the empty claims: the buffer was not idle, then idle once, then twice
+    assert limits == [2, 8, 2, 2, 2]
     assert bool(in_flight)
 
 
@@ -212,23 +214,25 @@ class Recorder:
         self.submitted: list[Leased] = []
         self.outcomes: list[Outcome] = []
         self.released: list[list[str]] = []
+        self.leases: list[list[str]] = []  # the ids of each lease-gate statement
 
 
 def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str, int] | Exception,
                paused: set[str] = frozenset(), threshold: int = 5,  # type: ignore[assignment]
                capacity: int = 4) -> tuple[Dispatcher, Limiter, InFlight]:
-    def mark(job: HotJob, worker_id: str) -> int | None:
+    def mark(jobs: list[HotJob], worker_id: str) -> dict[str, int]:
+        rec.leases.append([job.id for job in jobs])
         if isinstance(leased, Exception):
             raise leased
-        return leased.get(job.id)
+        return {job.id: leased[job.id] for job in jobs if job.id in leased}
 
-    monkeypatch.setattr(storage, "mark_processing", mark)
+    monkeypatch.setattr(storage, "mark_processing_batch", mark)
     monkeypatch.setattr(storage, "release_jobs", lambda ids, w: rec.released.append(list(ids)) or len(ids))
     monkeypatch.setattr(storage, "queue_states",
                         lambda: [QueueState(name, True, True, None, None) for name in paused])
     limiter, in_flight = Limiter(capacity, capacity), InFlight()
     breakers = CircuitBreakers(BreakerPolicy(failure_threshold=threshold))
-    return (Dispatcher("w", 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
+    return (Dispatcher("w", 10, 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
                        rec.outcomes.append), limiter, in_flight)
 
 
@@ -265,6 +269,14 @@ def test_dispatcher_gives_each_executor_a_leased_row_with_its_own_slot(monkeypat
     assert d.buffer.ids() == ["j5"] and rec.released == []
 
 
+def test_rows_that_free_slots_can_run_share_one_lease_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1, "j2": 1, "j3": 1}, capacity=3)
+    run_until(d, [hot(1), hot(2), hot(3)], in_flight, lambda: len(rec.submitted) == 3, submitted=rec.submitted)
+    assert rec.leases == [["j1", "j2", "j3"]]  # one taker, three free slots: one statement, the rest handed over
+    assert [job.id for job, _, _ in rec.submitted] == ["j1", "j2", "j3"] and limiter.running == 3
+
+
 def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, _, in_flight = dispatcher(monkeypatch, rec, leased={"j2": 1}, paused={"stopped"})
@@ -297,12 +309,12 @@ def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkey
     assert limiter.running == 0 and not in_flight
 
 
-def test_dispatcher_releases_the_row_when_the_lease_gate_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispatcher_releases_the_batch_when_the_lease_gate_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, limiter, in_flight = dispatcher(monkeypatch, rec, leased=ConnectionError("gone"))
-    run_until(d, [hot(1), hot(2)], in_flight, lambda: len(rec.released) == 2 and not in_flight,
+    run_until(d, [hot(1), hot(2)], in_flight, lambda: bool(rec.released) and not in_flight,
               submitted=rec.submitted)
-    assert rec.released == [["j1"], ["j2"]] and rec.submitted == []
+    assert rec.released == [["j1", "j2"]] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
 
