@@ -2,8 +2,7 @@
 
 * ``fetcher`` claims batches (``storage.fetch_batch``) into the bounded prefetch buffer and waits for the
   database's wake-up signal (``storage.wake_source``: LISTEN, SQLite's commit marker, or polling);
-* ``dispatcher`` gives each executor thread its next row with a limiter slot, a circuit permit and the lease
-  (taken on the executor's own connection), and releases rows of paused queues;
+* ``dispatcher`` releases rows of paused queues, takes a limiter slot, a circuit permit and the lease;
 * ``executor`` runs the handler on a pool thread and decides the outcome with ``policy``;
 * ``completer`` commits finished jobs in batches;
 * ``supervisor`` keeps running jobs alive, enforces timeouts and cancel requests, writes the registry

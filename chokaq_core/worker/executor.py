@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -124,14 +125,16 @@ class Executor:
 
 
 class ExecutorPool:
-    """Executor threads, each taking its next job itself (``take``: the dispatcher's slot and row, None once
-    the worker stops); grows with the limiter's capacity, never shrinks."""
+    """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks."""
 
-    def __init__(self, take: Callable[[], Leased | None], run: Callable[[Leased], None]) -> None:
-        self.take = take
+    def __init__(self, run: Callable[[Leased], None]) -> None:
         self.run = run
+        self._work: queue.SimpleQueue[Leased | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+
+    def submit(self, item: Leased) -> None:
+        self._work.put(item)
 
     def grow(self, capacity: int) -> None:
         """Start executor threads up to ``capacity`` (capacity may grow at run time)."""
@@ -140,13 +143,14 @@ class ExecutorPool:
                 self._threads.append(start_thread(f"chokaq-exec-{len(self._threads) + 1}", self._loop))
 
     def _loop(self) -> None:
-        while (item := self.take()) is not None:
+        while (item := self._work.get()) is not None:
             self.run(item)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Wait for the executor threads to end (each closes its own database connection as it exits); they
-        end once ``take`` returns None."""
+        """Stop the executor threads; each closes its own database connection as it exits."""
         with self._lock:
             threads, self._threads = self._threads, []
+        for _ in threads:
+            self._work.put(None)
         for thread in threads:
             thread.join(timeout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from chokaq_core.domain import HotJob
 
@@ -20,21 +20,13 @@ class Limiter:
         self._closed = False
         self._cond = threading.Condition()
 
-    def acquire(self, timeout: float | None = None, unless: Callable[[], bool] | None = None) -> bool:
-        """Take a slot; False after ``timeout``, once closed, or as soon as ``unless()`` holds (checked when
-        :meth:`wake` is called: the caller has other work waiting)."""
+    def acquire(self, timeout: float | None = None) -> bool:
         with self._cond:
-            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity
-                                     or (unless is not None and unless()), timeout)
-            if not ok or self._closed or self.running >= self.capacity:
+            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity, timeout)
+            if not ok or self._closed:
                 return False
             self.running += 1
             return True
-
-    def wake(self) -> None:
-        """Make every waiting :meth:`acquire` look at its ``unless`` again."""
-        with self._cond:
-            self._cond.notify_all()
 
     def release(self) -> None:
         with self._cond:
@@ -53,10 +45,6 @@ class Limiter:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
 
 class PrefetchBuffer:
@@ -82,11 +70,6 @@ class PrefetchBuffer:
         room = max(1, min(room, self.capacity))
         with self._lock:
             return self._emptied.wait_for(lambda: self._closed or self.capacity - len(self._items) >= room, timeout)
-
-    def ids(self) -> list[str]:
-        """The buffered rows' ids (a snapshot)."""
-        with self._lock:
-            return [job.id for job in self._items]
 
     def put_many(self, jobs: Sequence[HotJob]) -> None:
         with self._lock:

@@ -1,7 +1,7 @@
 """The worker process: the services of ``chokaq_core.worker`` wired together (spec 03 §1–§4, 02 §9).
 
-fetcher → prefetch buffer → executor pool (each thread takes its slot, row and lease from the dispatcher) →
-completer, watched by the supervisor; the wake-up source comes from storage, the control channel from events.
+fetcher → prefetch buffer → dispatcher (limiter, lease gate) → executor pool → completer, watched by
+the supervisor; the wake-up source comes from storage, the control channel from events.
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ class Worker:
         self.executor = Executor(cfg, _retry_policy(cfg), self.breakers, load_middleware(list(cfg.MIDDLEWARE)),
                                  import_string(str(cfg.PIPE_HANDLER)) if cfg.MODE == "pipe" else None,
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
-        self.dispatcher = Dispatcher(self.worker_id, self.limiter.maximum, cfg.RETRY.CIRCUIT_BREAKER_DELAY,
-                                     self.buffer, self.limiter, self.in_flight, self.breakers, self.stopping,
+        self.pool = ExecutorPool(self.executor.execute)
+        self.dispatcher = Dispatcher(self.worker_id, self.batch_size, cfg.RETRY.CIRCUIT_BREAKER_DELAY, self.buffer,
+                                     self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit,
                                      self.completer.submit)
-        self.pool = ExecutorPool(self.dispatcher.take, self.executor.execute)
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
                                      self.completer.awaiting)

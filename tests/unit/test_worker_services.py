@@ -214,86 +214,54 @@ class Recorder:
         self.submitted: list[Leased] = []
         self.outcomes: list[Outcome] = []
         self.released: list[list[str]] = []
-        self.leases: list[list[str]] = []  # the ids of each lease-gate statement
 
 
 def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str, int] | Exception,
-               paused: set[str] = frozenset(), threshold: int = 5,  # type: ignore[assignment]
-               capacity: int = 4) -> tuple[Dispatcher, Limiter, InFlight]:
-    def mark(jobs: list[HotJob], worker_id: str) -> dict[str, int]:
-        rec.leases.append([job.id for job in jobs])
+               paused: set[str] = frozenset(), threshold: int = 5) -> tuple[Dispatcher, Limiter, InFlight]:  # type: ignore[assignment]
+    def mark(jobs: Any, worker_id: str) -> dict[str, int]:
         if isinstance(leased, Exception):
             raise leased
-        return {job.id: leased[job.id] for job in jobs if job.id in leased}
+        return leased
 
     monkeypatch.setattr(storage, "mark_processing_batch", mark)
     monkeypatch.setattr(storage, "release_jobs", lambda ids, w: rec.released.append(list(ids)) or len(ids))
     monkeypatch.setattr(storage, "queue_states",
                         lambda: [QueueState(name, True, True, None, None) for name in paused])
-    limiter, in_flight = Limiter(capacity, capacity), InFlight()
+    limiter, in_flight = Limiter(4, 4), InFlight()
     breakers = CircuitBreakers(BreakerPolicy(failure_threshold=threshold))
     return (Dispatcher("w", 10, 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
-                       rec.outcomes.append), limiter, in_flight)
+                       rec.submitted.append, rec.outcomes.append), limiter, in_flight)
 
 
-def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Callable[[], bool],
-              takers: int = 1, submitted: list[Leased] | None = None) -> None:
-    """Buffer ``jobs``; run the pause watcher and ``takers`` executor-like threads that keep what they take
-    (in ``submitted``, never finishing it) until ``done()``, then stop them."""
-    def take() -> None:
-        while (item := d.take()) is not None:
-            if submitted is not None:
-                submitted.append(item)
-
+def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Callable[[], bool]) -> None:
+    """Buffer ``jobs``, run the dispatcher loop until ``done()``, then stop it."""
     in_flight.add(len(jobs))
     d.buffer.put_many(jobs)
-    threads = [threading.Thread(target=d.run)] + [threading.Thread(target=take) for _ in range(takers)]
-    for thread in threads:
-        thread.start()
+    thread = threading.Thread(target=d.run)
+    thread.start()
     deadline = time.monotonic() + 5
     while not done() and time.monotonic() < deadline:
         time.sleep(0.01)
     d.stopping.set()
-    for thread in threads:
-        thread.join(5)
-    assert not any(thread.is_alive() for thread in threads) and done()
+    thread.join(5)
+    assert not thread.is_alive() and done()
 
 
-def test_dispatcher_gives_each_executor_a_leased_row_with_its_own_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispatcher_leases_a_gathered_batch_and_submits_what_is_still_ours(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1, "j2": 3, "j4": 1}, capacity=3)
-    run_until(d, [hot(1), hot(2), hot(3), hot(4), hot(5)], in_flight,
-              lambda: len(rec.submitted) == 3 and limiter.running == 3, takers=4, submitted=rec.submitted)
-    assert sorted((job.id, attempt) for job, attempt, _ in rec.submitted) == [("j1", 1), ("j2", 3), ("j4", 1)]
-    assert limiter.running == 3  # j3's lease was refused: its slot went to j4; the fourth taker waits
-    assert d.buffer.ids() == ["j5"] and rec.released == []
-
-
-def test_rows_that_free_slots_can_run_share_one_lease_statement(monkeypatch: pytest.MonkeyPatch) -> None:
-    rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1, "j2": 1, "j3": 1}, capacity=3)
-    run_until(d, [hot(1), hot(2), hot(3)], in_flight, lambda: len(rec.submitted) == 3, submitted=rec.submitted)
-    assert rec.leases == [["j1", "j2", "j3"]]  # one taker, three free slots: one statement, the rest handed over
-    assert [job.id for job, _, _ in rec.submitted] == ["j1", "j2", "j3"] and limiter.running == 3
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1, "j3": 2})
+    run_until(d, [hot(1), hot(2), hot(3)], in_flight, lambda: len(rec.submitted) == 2 and limiter.running == 2)
+    assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j3", 2)]
+    assert limiter.running == 2  # j2's lease was rejected: its slot is free again
+    assert rec.released == []
 
 
 def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, _, in_flight = dispatcher(monkeypatch, rec, leased={"j2": 1}, paused={"stopped"})
-    run_until(d, [hot(1, queue="stopped"), hot(2)], in_flight, lambda: bool(rec.released and rec.submitted),
-              submitted=rec.submitted)
+    run_until(d, [hot(1, queue="stopped"), hot(2)], in_flight, lambda: bool(rec.released and rec.submitted))
     assert rec.released == [["j1"]]
     assert [job.id for job, _, _ in rec.submitted] == ["j2"]
-
-
-def test_dispatcher_releases_buffered_rows_of_a_paused_queue_while_every_slot_is_busy(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    rec = Recorder()
-    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j2": 1}, paused={"stopped"}, capacity=1)
-    assert limiter.acquire(timeout=0)  # a long job holds the only slot
-    run_until(d, [hot(1, queue="stopped"), hot(2)], in_flight, lambda: bool(rec.released),
-              submitted=rec.submitted)
-    assert rec.released == [["j1"]] and rec.submitted == [] and d.buffer.ids() == ["j2"]
 
 
 def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -303,8 +271,7 @@ def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkey
     permit = breaker.acquire()
     assert permit is not None
     breaker.failure(permit, fatal=False)  # open
-    run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight,
-              submitted=rec.submitted)
+    run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
     assert rec.outcomes == [Retry("j1", 3, 7.0)] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
@@ -312,8 +279,7 @@ def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkey
 def test_dispatcher_releases_the_batch_when_the_lease_gate_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, limiter, in_flight = dispatcher(monkeypatch, rec, leased=ConnectionError("gone"))
-    run_until(d, [hot(1), hot(2)], in_flight, lambda: bool(rec.released) and not in_flight,
-              submitted=rec.submitted)
+    run_until(d, [hot(1), hot(2)], in_flight, lambda: bool(rec.released) and not in_flight)
     assert rec.released == [["j1", "j2"]] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
