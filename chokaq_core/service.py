@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -41,13 +42,20 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    RateLimitState,
     SnapshotRequest,
     SummaryStats,
     TypeHistory,
     WorkerInfo,
     check_name,
+    parse_rate,
     percentile,
+    rate_limit_name,
+    split_rate_limit_name,
 )
+from chokaq_core.policy import next_token_at, refilled, window_use
+
+logger = logging.getLogger("chokaq.service")
 
 MAX_BULK_IDS = 1000
 
@@ -176,6 +184,91 @@ def set_queue_zombie_timeout(queue: str, seconds: int | str | None, *, must_exis
     value = _optional_int("zombie timeout", seconds, ZOMBIE_TIMEOUT_RANGE)
     storage.set_queue_zombie_timeout(_known_queue(queue) if must_exist else check_queue_name(queue), value)
     return value
+
+
+# ---------------------------------------------------------------- rate limits
+
+
+def check_rate_limit_name(name: str) -> str:
+    """A limit name (``queue:<name>``, ``type:<key>``) as the Deck or the CLI received it, or ServiceError."""
+    try:
+        return rate_limit_name(*split_rate_limit_name((name or "").strip()))
+    except ValueError as exc:
+        raise ServiceError(f"{exc} (a rate limit is named queue:<queue> or type:<type key>)") from None
+
+
+def rate_limits(now: datetime | None = None) -> list[RateLimitState]:
+    """Every limit with its use: claims in the current window (summed over keys), live keys and, while its
+    shared bucket is empty, when the next job may start."""
+    states = storage.rate_limits()
+    buckets = storage.rate_buckets([state.name for state in states])
+    now = now or datetime.now(UTC)
+    shown = []
+    for state in states:
+        rate = state.rate
+        own = [b for b in buckets if b.limit_name == state.name]
+        if rate is None:
+            shown.append(state)
+            continue
+        shared = next((b for b in own if b.rate_key == ""), None)
+        tokens = refilled(rate, shared, now)
+        shown.append(replace(
+            state, used=sum(window_use(rate, b, now) for b in own),
+            live_keys=sum(1 for b in own if b.rate_key and refilled(rate, b, now) < rate.capacity),
+            held_until=None if state.per_key or tokens >= 1 else next_token_at(rate, tokens, now)))
+    return shown
+
+
+def set_rate_limit(name: str, rate: str | None, *, actor: str | None = None) -> RateLimitState:
+    """An operator's rate for limit ``name`` ("100/m"; "0/m" pauses it; None/"" returns to the declared rate);
+    workers follow within about a second."""
+    name = check_rate_limit_name(name)
+    text = (rate or "").strip()
+    try:
+        parsed = parse_rate(text) if text else None
+    except ValueError as exc:
+        raise ServiceError(str(exc)) from None
+    storage.set_rate_limit(name, parsed, actor=actor)
+    return _rate_limit(name, actor, parsed.text if parsed else "the declared rate")
+
+
+def pause_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
+    """Hold every job of the limit (its count becomes 0, its window stays)."""
+    name = check_rate_limit_name(name)
+    window = next((s.rate.window for s in storage.rate_limits() if s.name == name and s.rate), 60.0)
+    storage.set_rate_limit(name, parse_rate(f"0/{window:g}s"), actor=actor)
+    return _rate_limit(name, actor, "paused")
+
+
+def lift_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
+    """No limit at all, whatever is declared, until an operator sets or resets it."""
+    name = check_rate_limit_name(name)
+    storage.set_rate_limit(name, None, lifted=True, actor=actor)
+    return _rate_limit(name, actor, "lifted")
+
+
+def rate_hold(job: HotJob, now: datetime | None = None) -> str | None:
+    """Why a Pending job waits on a rate limit ("held by rate limit type:x until 12:00:01 UTC"), or None."""
+    if job.status != JobStatus.PENDING:
+        return None
+    now = now or datetime.now(UTC)
+    limits = [limit for state in storage.rate_limits()
+              if (limit := state.limit) is not None and limit.covers(job.queue, job.type)]
+    buckets = {(b.limit_name, b.rate_key): b for b in storage.rate_buckets([limit.name for limit in limits])}
+    for limit in limits:
+        key = limit.bucket_key(job.rate_key)
+        tokens = refilled(limit.rate, buckets.get((limit.name, key)), now)
+        if tokens < 1:
+            until = next_token_at(limit.rate, tokens, now)
+            label = f"{limit.name} ({key})" if key else limit.name
+            return f"held by rate limit {label} " + (f"until {until:%H:%M:%S} UTC" if until else "(paused)")
+    return None
+
+
+def _rate_limit(name: str, actor: str | None, change: str) -> RateLimitState:
+    """The limit after an operator's change, which is logged (the row keeps who changed it and when)."""
+    logger.info("rate limit %s: %s by %s", name, change, actor or "unknown")
+    return next(state for state in rate_limits() if state.name == name)
 
 
 # ---------------------------------------------------------------- Deck reads: panels, live view, keyset history

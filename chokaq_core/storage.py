@@ -34,6 +34,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimedJobs,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -50,6 +51,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     ScheduleState,
     SnapshotRequest,
@@ -57,6 +62,7 @@ from chokaq_core.domain import (
     SummaryStats,
     WorkerInfo,
 )
+from chokaq_core.policy import RatePlan
 from chokaq_core.sql import Dialect, dialect_for, memory, sqlite, wakeup
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
@@ -297,8 +303,57 @@ def reset_memory() -> None:
     memory.database().reset()
 
 
-def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
+def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
+                rate_limits: Sequence[RateLimit] = ()) -> list[HotJob]:
+    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim's transaction also locks those limits,
+    skips what has no token left, keeps the claimed rows within the tokens (the rest go back to Pending, no
+    attempt counted) and writes the buckets; without limits it is the claim alone."""
+    if not rate_limits:
+        return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
+    names = sorted({limit.name for limit in rate_limits})
+    plans: list[RatePlan] = []
+
+    def operation(cursor: Any) -> ClaimedJobs:
+        sql = dialect()
+        now, buckets = sql.lock_rate_buckets(cursor, names)
+        plan = RatePlan.of(rate_limits, buckets, now)
+        plans[:] = [plan]  # the committed attempt's (a transient retry plans again)
+        hold = plan.hold()
+        kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
+        if released:
+            sql.release_jobs(cursor, [job.id for job in released], worker_id)
+        sql.save_rate_buckets(cursor, *plan.changes())
+        claimed = ClaimedJobs(kept)
+        claimed.held_for = plan.next_token_in() if hold or released else None
+        return claimed
+
+    claimed = run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
+    metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))
+    return claimed
+
+
+def rate_limits() -> list[RateLimitState]:
+    """Every rate-limit row (declared and overridden), without its use."""
+    return call(ALONE, dialect().rate_limits)
+
+
+def rate_buckets(names: Sequence[str]) -> list[RateBucket]:
+    return call(ALONE, dialect().rate_buckets, names)
+
+
+def pending_by_key() -> list[tuple[str, str, str | None, int]]:
+    """Due Pending rows per (queue, type, rate key)."""
+    return call(ALONE, dialect().pending_by_key)
+
+
+def declare_rate_limits(limits: Sequence[RateLimit]) -> None:
+    """Record the limits the code and settings declare (a worker does at start)."""
+    call(IN_TRANSACTION, dialect().declare_rate_limits, limits)
+
+
+def set_rate_limit(name: str, rate: Rate | None, *, lifted: bool = False, actor: str | None = None) -> None:
+    """An operator's override: a rate (count 0 pauses), lifted, or neither (back to the declared rate)."""
+    call(IN_TRANSACTION, dialect().set_rate_limit, name, rate, lifted, actor)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:

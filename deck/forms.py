@@ -254,6 +254,14 @@ class ZombieTimeout(forms.Form):
     value = forms.IntegerField(required=False, min_value=1, max_value=86_400, label="Zombie timeout (seconds)")
 
 
+class RateValue(forms.Form):
+    """A rate limit as typed ("100/m", "50/s burst 10"; empty: back to the declared rate); the name when the
+    address does not carry it (a new limit)."""
+
+    value = forms.CharField(required=False, max_length=100, label="Rate")
+    name = forms.CharField(required=False, max_length=300, label="Limit")
+
+
 class MaxWorkers(forms.Form):
     value = forms.IntegerField(required=False, min_value=1, max_value=10_000, label="Max workers")
 

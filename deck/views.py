@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chokaq_core import events, service
-from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, JobStatus
+from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, JobStatus, RateLimitState
 from deck import forms, fragments
 from deck.models import BULK_MEMBER_SCOPE, OperatorAction, console_actions
 from deck.permissions import Role, actor, refuse, require, role_of
@@ -41,6 +41,7 @@ PANEL_TEMPLATES = {
     "maintenance": "deck/panels.html#maintenance",
     "workers": "deck/panels.html#workers",
     "breakers": "deck/panels.html#breakers",
+    "rate-limits": "deck/panels.html#rate-limits",
     "recurring": "deck/panels.html#recurring",
     "jobs": "deck/jobs.html#matrix",
 }
@@ -124,6 +125,8 @@ def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[st
         ctx["fleet"] = service.fleet()
     if panel in (None, "workers", "breakers"):
         ctx["fleet_view"] = service.fleet_view()
+    if panel in (None, "rate-limits"):
+        ctx["rate_limits"] = service.rate_limits()
     return ctx
 
 
@@ -131,7 +134,8 @@ def _inspector(job_id: str) -> dict[str, Any]:
     job_id = forms.job_id(job_id)
     jv = service.find_job(job_id)
     history = list(OperatorAction.objects.filter(job_id=job_id)[:20]) if jv else []
-    return {"job_id": job_id, "jv": jv, "history": history}
+    held = service.rate_hold(jv.hot) if jv is not None and jv.hot is not None else None
+    return {"job_id": job_id, "jv": jv, "history": history, "rate_held": held}
 
 
 def _page_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
@@ -483,6 +487,29 @@ def set_queue_max_workers(request: HttpRequest, name: str) -> Done:
     value = service.set_queue_max_workers(name, forms.clean(forms.MaxWorkers, request.POST).get("value"),
                                          must_exist=True)
     return _queue_done(name, f"max workers {value}" if value else "max workers unlimited")
+
+
+def _rate_done(state: RateLimitState, text: str) -> Done:
+    rate = state.rate
+    return Done(f"Rate limit {state.name}: {text} (in force: {rate.text if rate else 'none'})", scope=state.name)
+
+
+@command(Role.OPERATOR)
+def set_rate_limit(request: HttpRequest, name: str | None = None) -> Done:
+    """Set a limit's rate (a new limit when the form names it); an empty rate returns to the declared one."""
+    data = forms.clean(forms.RateValue, request.POST)
+    state = service.set_rate_limit(name or data.get("name") or "", data.get("value"), actor=actor(request.user))
+    return _rate_done(state, f"set to {data['value']}" if data.get("value") else "reset to the declared rate")
+
+
+@command(Role.OPERATOR)
+def pause_rate_limit(request: HttpRequest, name: str) -> Done:
+    return _rate_done(service.pause_rate_limit(name, actor=actor(request.user)), "paused")
+
+
+@command(Role.OPERATOR)
+def lift_rate_limit(request: HttpRequest, name: str) -> Done:
+    return _rate_done(service.lift_rate_limit(name, actor=actor(request.user)), "lifted")
 
 
 @require_POST

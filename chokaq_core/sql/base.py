@@ -25,6 +25,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -43,6 +44,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     ScheduleState,
     SnapshotRequest,
@@ -94,6 +99,9 @@ BUCKETS = "chokaq_metric_buckets"
 QUEUES = "chokaq_queues"
 WORKERS = "chokaq_workers"
 SCHEDULES = "chokaq_schedules"
+RATE_LIMITS = "chokaq_rate_limits"
+RATE_BUCKETS = "chokaq_rate_buckets"
+MAX_HELD_KEYS = 100  # partitions of per-key limits a claim skips by name; more are sent back after the claim
 HISTORY = "chokaq_history_buckets"
 PURGED = "purged_total"  # the counter an Archive purge raises (succeeded_total never shrinks)
 
@@ -233,6 +241,24 @@ _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+RATE_LIMIT_FIELDS = ("name", "declared_count", "declared_window", "declared_burst", "override_count", "override_window",
+                     "override_burst", "is_lifted", "per_key", "max_keys", "updated_by", "updated_at")
+RATE_BUCKET_FIELDS = ("limit_name", "rate_key", "tokens", "refilled_at", "window_started_at", "window_used")
+
+
+def _rate(count: Any, window: Any, burst: Any) -> Rate | None:
+    return None if count is None or window is None else Rate(int(count), float(window), int(burst or 1))
+
+
+def rate_limit_state(r: Sequence[Any]) -> RateLimitState:
+    return RateLimitState(name=r[0], declared=_rate(r[1], r[2], r[3]), override=_rate(r[4], r[5], r[6]),
+                          lifted=bool(r[7]), per_key=bool(r[8]), max_keys=int(r[9]), updated_by=r[10],
+                          updated_at=as_utc(r[11]) if r[11] is not None else None)
+
+
+def rate_bucket(r: Sequence[Any]) -> RateBucket:
+    return RateBucket(limit_name=r[0], rate_key=r[1], tokens=float(r[2]), refilled_at=as_utc(r[3]),
+                      window_started_at=as_utc(r[4]), window_used=int(r[5]))
 
 
 # ---------------------------------------------------------------- history roll-ups and schedules
@@ -706,6 +732,118 @@ class BaseDialect:
         rows = self._all(cursor, sql, params)
         return rows[0] if rows else None
 
+    # ------------------------------------------------------------ rate limits (declared, overridden, their buckets)
+
+    ROW_LOCK_HINT = ""  # a table hint that locks the rows a read returns until commit (SQL Server)
+    ROW_LOCK_TAIL = ""  # the clause after a read that locks its rows until commit (PostgreSQL: FOR UPDATE)
+    IGNORE_DUPLICATE = " ON CONFLICT DO NOTHING"  # an INSERT … SELECT that loses a race to a twin inserts nothing
+
+    def rate_limits(self, cursor: Cursor) -> list[RateLimitState]:
+        """Every limit row, by name (without its use: ``rate_buckets``)."""
+        return [rate_limit_state(r) for r in self._all(
+            cursor, f"SELECT {', '.join(RATE_LIMIT_FIELDS)} FROM {RATE_LIMITS} ORDER BY name")]
+
+    def rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> list[RateBucket]:
+        """The buckets of the limits ``names``."""
+        if not names:
+            return []
+        tail, params = self.name_list(names)
+        return [rate_bucket(r) for r in self._all(
+            cursor, f"SELECT {', '.join(RATE_BUCKET_FIELDS)} FROM {RATE_BUCKETS} WHERE limit_name {tail}", params)]
+
+    def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
+        """Due Pending rows per (queue, type, rate key): what rate limits may be holding back."""
+        now, at = self.now()
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._all(
+            cursor, f"SELECT queue, type, rate_key, count(*) FROM {HOT} WHERE status = 0"
+                    f" AND (scheduled_at IS NULL OR scheduled_at <= {now}) GROUP BY queue, type, rate_key", at)]
+
+    def hold_clause(self, hold: ClaimHold | None, alias: str = "h") -> tuple[str, list[Any]]:
+        """``(" AND NOT (…)", params)``: the predicate a claim adds to its candidate rows (``alias``) to skip what
+        a rate limit holds back — whole queues, types, and at most ``MAX_HELD_KEYS`` partitions (the rest are
+        sent back by the plan after the claim); ``("", [])`` when nothing is held."""
+        if not hold:
+            return "", []
+        terms: list[str] = []
+        params: list[Any] = []
+        for column, names in ((f"{alias}.queue", hold.queues), (f"lower({alias}.type)", hold.types)):
+            if names:
+                tail, values = self.name_list(names)
+                terms.append(f"{column} {tail}")
+                params += values
+        for scope, target, key in hold.keys[:MAX_HELD_KEYS]:
+            column = f"{alias}.queue" if scope == "queue" else f"lower({alias}.type)"
+            terms.append(f"({column} = %s AND coalesce({alias}.rate_key, '') = %s)")
+            params += [target, key]
+        return f" AND NOT ({' OR '.join(terms)})", params
+
+    def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
+        """``(predicate tail, params)`` matching a name column against ``names`` (as ``id_list``)."""
+        return self.id_list(names)
+
+    def _ensure_rate_limit(self, cursor: Cursor, name: str, per_key: bool, max_keys: int) -> None:
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {RATE_LIMITS} (name, is_lifted, per_key, max_keys, updated_at) SELECT %s, %s, %s, %s, {now}"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {RATE_LIMITS}{self.ROW_LOCK_HINT} WHERE name = %s)"
+            f"{self.IGNORE_DUPLICATE}", [name, False, per_key, max_keys, *at, name])
+
+    def declare_rate_limits(self, cursor: Cursor, limits: Sequence[RateLimit]) -> None:
+        """Make the declared columns the given limits (settings and ``@job``): rows of other names lose their
+        declared rate (an operator's override stays)."""
+        tail, params = self.name_list([limit.name for limit in limits]) if limits else ("IS NULL", [])
+        cursor.execute(f"UPDATE {RATE_LIMITS} SET declared_count = NULL, declared_window = NULL, declared_burst = NULL"
+                       f" WHERE declared_count IS NOT NULL AND NOT (name {tail})", params)
+        for limit in limits:
+            self._ensure_rate_limit(cursor, limit.name, limit.per_key, limit.max_keys)
+            cursor.execute(f"UPDATE {RATE_LIMITS} SET declared_count = %s, declared_window = %s, declared_burst = %s,"
+                           " per_key = %s, max_keys = %s WHERE name = %s",
+                           [limit.rate.count, limit.rate.window, limit.rate.burst, limit.per_key, limit.max_keys,
+                            limit.name])
+
+    def set_rate_limit(self, cursor: Cursor, name: str, rate: Rate | None, lifted: bool, actor: str | None) -> None:
+        """An operator's override of limit ``name``: a rate (count 0 pauses), lifted, or neither (back to the
+        declared rate)."""
+        self._ensure_rate_limit(cursor, name, False, 1000)
+        now, at = self.now()
+        cursor.execute(
+            f"UPDATE {RATE_LIMITS} SET override_count = %s, override_window = %s, override_burst = %s, is_lifted = %s,"
+            f" updated_by = %s, updated_at = {now} WHERE name = %s",
+            [rate.count if rate else None, rate.window if rate else None, rate.burst if rate else None, bool(lifted),
+             actor, *at, name])
+
+    def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time) and read
+        their buckets, in one statement: the database's time and the buckets."""
+        now, at = self.now()
+        tail, params = self.name_list(names)
+        columns = ", ".join(f"b.{c}" for c in RATE_BUCKET_FIELDS)
+        rows = self._all(cursor, f"SELECT {now}, {columns} FROM {RATE_LIMITS} AS l{self.ROW_LOCK_HINT}"
+                                 f" LEFT JOIN {RATE_BUCKETS} AS b ON b.limit_name = l.name WHERE l.name {tail}"
+                                 f" ORDER BY l.name{self.ROW_LOCK_TAIL}", [*at, *params])
+        if not rows:
+            return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), []
+        return as_utc(rows[0][0]), [rate_bucket(r[1:]) for r in rows if r[1] is not None]
+
+    def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
+                          dropped: Sequence[tuple[str, str]]) -> None:
+        """Write the buckets a claim changed or added, and delete the refilled ones it dropped (under the
+        limits' row locks, so no other claim writes them meanwhile)."""
+        ts = self.TS  # a statement per bucket: a claim writes a few (the same texts on every vendor's driver)
+        for b in changed:
+            cursor.execute(
+                f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
+                " window_used = %s WHERE limit_name = %s AND rate_key = %s",
+                [b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at), b.window_used,
+                 b.limit_name, b.rate_key])
+        for b in added:
+            cursor.execute(
+                f"INSERT INTO {RATE_BUCKETS} ({', '.join(RATE_BUCKET_FIELDS)}) VALUES (%s, %s, %s, {ts}, {ts}, %s)",
+                [b.limit_name, b.rate_key, b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at),
+                 b.window_used])
+        for name, key in dropped:
+            cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
+
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 
     def changed(self, cursor: Cursor) -> int:
@@ -981,16 +1119,20 @@ class BaseDialect:
         rows = self._all(cursor, f"SELECT idempotency_key, id FROM {HOT} WHERE idempotency_key {tail}", params)
         return {str(key): str(job_id) for key, job_id in rows}
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads, in
-        claim order: priority desc, due time asc, id."""
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide, bulkheads and what rate
+        limits hold back (``hold``), in claim order: priority desc, due time asc, id."""
         if limit <= 0 or (queues is not None and not queues):
             return []
-        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)))
+        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)),
+                          hold or None)
         return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
-        """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched."""
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
+        """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched, its candidate rows
+        filtered by ``hold_clause(hold)`` when a hold is given (None: the plain claim, not one statement more)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ the lease, commands and maintenance

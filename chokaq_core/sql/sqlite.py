@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core.domain import FailureReason, NewJob
+from chokaq_core.domain import ClaimHold, FailureReason, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ARCHIVE,
@@ -103,7 +103,7 @@ UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %
                   " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
                   f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
                   f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
-_JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at"
+_JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at, rate_key"
 ENQUEUE_SQL = (
     f"INSERT INTO {HOT} ({_JOB}, status, attempt_count, created_at, last_updated_at)"
     f" SELECT {', '.join(_ITEM.format(c) for c in _JOB.split(', '))}, 0, 0, %s, %s"
@@ -153,15 +153,17 @@ SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.
 # Per open queue, its first due rows in claim order, read in index order (no sort of the backlog): rows
 # without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
 # walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
+# ``{hold}``: what rate limits hold back (BaseDialect.hold_clause), empty without limits.
 _UNSCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.created_at AS sort_at FROM {HOT} h INDEXED BY hot_fetch_pending
-    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL
+    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 _SCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.scheduled_at AS sort_at FROM {HOT} h INDEXED BY hot_pending_lag
-    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s
+    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
+MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
 
 def _claim_sql(window: str) -> str:
@@ -266,6 +268,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
             {"id": j.id, "queue": j.queue, "type": j.type, "payload": j.payload, "tags": j.tags,
              "idempotency_key": j.idempotency_key, "priority": int(j.priority), "created_by": j.created_by,
+             "rate_key": j.rate_key,
              "scheduled_at": None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds))}
             for j in jobs])])
         inserted = {str(row[0]) for row in cursor.fetchall()}
@@ -276,7 +279,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                        " ON CONFLICT (queue) DO NOTHING", [stamp, queues])
         return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
         """The claim under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
 
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
@@ -289,20 +293,23 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             cursor.execute(PENDING_QUEUES_SQL)
         else:
             cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
-        open_queues = sorted(row[0] for row in cursor.fetchall())
+        held_queues = set(hold.queues) if hold else set()
+        open_queues = sorted(row[0] for row in cursor.fetchall() if row[0] not in held_queues)
         if not open_queues:
             return []
         scan = limit * 10
-        if len(open_queues) <= MAX_STREAMED_QUEUES:
-            streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
-            window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
-            params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
+        clause, held = self.hold_clause(hold)
+        if len(open_queues) <= MAX_STREAMED_QUEUES and len(held) * len(open_queues) <= MAX_STREAMED_HOLD_PARAMS:
+            stream = f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}".format(hold=clause)
+            window = f"SELECT * FROM ({' UNION ALL '.join([stream] * len(open_queues))}) ORDER BY priority DESC, sort_at, id LIMIT %s"
+            params: list[Any] = [p for name in open_queues
+                                 for p in (name, *held, scan, name, now, *held, scan)] + [scan]
         else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
             window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
                 FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
-                  AND h.queue IN (SELECT value FROM json_each(%s))
+                  AND h.queue IN (SELECT value FROM json_each(%s)){clause}
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
-            params = [now, json.dumps(open_queues), scan]
+            params = [now, json.dumps(open_queues), *held, scan]
         cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
         return list(cursor.fetchall())
 

@@ -47,6 +47,7 @@ from chokaq_core.domain import (
     Attempt,
     AttemptError,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -65,6 +66,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     ScheduleState,
     SnapshotRequest,
@@ -280,9 +285,10 @@ def _split_top(text: str) -> list[str]:
 
 
 def _openjson_schemas(text: str) -> list[tuple[str, dict[str, str]]]:
-    """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept)."""
+    """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept); a JSON
+    parameter given inline, ``OPENJSON(%s)``, has the variable ``%s``."""
     schemas = []
-    for match in re.finditer(r"OPENJSON\((@\w+)\)\s+WITH\s*\(", text, re.I):
+    for match in re.finditer(r"OPENJSON\((@\w+|%s)\)\s+WITH\s*\(", text, re.I):
         columns = {}
         for entry in _split_top(_balanced(text, match.end() - 1)):
             path = re.search(r"'([^']*)'", entry)
@@ -332,6 +338,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
     # JSON parameters carry every key their OPENJSON paths read (lax paths silently yield NULL).
     bound = _declared_params(text, params)
     for variable, schema in _openjson_schemas(text):
+        if variable == "%s":  # an inline JSON parameter: no DECLARE to check
+            continue
         if variable not in bound:
             problems.append(f"OPENJSON reads {variable}, which no DECLARE binds to a parameter")
             continue
@@ -665,6 +673,27 @@ CASES = [
     Case("set_queue_active", ("nope", True), [[]], False),
     Case("upsert_worker", (WORKER,), [None], None),
     Case("stop_worker", ("w1",), [None], None),
+    Case("rate_limits", (), [[("type:pay.v1", 100, 60.0, 10, 0, 60.0, 1, False, True, 50, "ops", T0.replace(tzinfo=None))]],
+         [RateLimitState("type:pay.v1", Rate(100, 60.0, 10), Rate(0, 60.0, 1), False, True, 50, "ops", T0)]),
+    Case("rate_buckets", (["type:pay.v1"],), [[("type:pay.v1", "", 2.5, T0, T0, 7)]],
+         [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)]),
+    Case("rate_buckets", ([],), [], []),
+    Case("fetch_batch", ("w1", 5, ["mail"], ClaimHold(("mail",), ("pay.v1",), (("type", "pay.v1", "tenant:1"),))),
+         [[hot_row(id="J1", priority=1), hot_row(id="J3", priority=50, created_at=T0 + timedelta(seconds=5)),
+           hot_row(id="J2", priority=50, scheduled_at=T0 - timedelta(seconds=5))]], check=_is_hot_batch),
+    Case("pending_by_key", (), [[("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]],
+         [("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]),
+    Case("declare_rate_limits", ([RateLimit("type:pay.v1", Rate(100, 60.0, 10), True, 50)],), [None, None, None], None),
+    Case("declare_rate_limits", ([],), [None], None),
+    Case("set_rate_limit", ("queue:mail", Rate(0, 60.0, 1), False, "ops"), [None, None], None),
+    Case("set_rate_limit", ("queue:mail", None, True, "ops"), [None, None], None),
+    Case("lock_rate_buckets", (["queue:mail", "type:pay.v1"],),
+         [[(T0, None, None, None, None, None, None), (T0, "type:pay.v1", "", 2.5, T0, T0, 7)]],
+         (T0, [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)])),
+    Case("lock_rate_buckets", (["queue:gone"],), [[], [(T0,)]], (T0, [])),
+    Case("save_rate_buckets", ([RateBucket("type:pay.v1", "", 0.5, T0, T0, 3)],
+                               [RateBucket("type:pay.v1", "tenant:1", 1.0, T0, T0, 1)], [("type:pay.v1", "tenant:2")]),
+         [None, None, None], None),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
     Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2)]],
@@ -1150,3 +1179,17 @@ def test_the_vendor_operation_does_nothing_elsewhere(vendor: str) -> None:
 def test_the_parity_test_covers_mssql() -> None:
     """Signatures and return annotations of every vendor, SQL Server's too: tests/unit/test_architecture.py."""
     assert "mssql" in importlib.import_module("tests.unit.test_architecture").VENDORS
+
+
+def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read() -> None:
+    cursor = Recorder([[]])
+    sql.DIALECT.fetch_batch(cursor, "w1", 5, None, ClaimHold(("mail",), ("pay.v1",), (("queue", "bulk", "t1"),)))
+    text, params = cursor.calls[0]
+    eligible = text[text.index("WITH Eligible AS"):text.index("ActiveCounts AS")]
+    names = "IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)"
+    assert (f"AND NOT (h.queue {names} OR lower(h.type) {names} OR (h.queue = %s AND coalesce(h.rate_key, '') = %s))"
+            in eligible)
+    assert params == ["w1", 50, 5, '[{"name":"mail"}]', '[{"name":"pay.v1"}]', "bulk", "t1"]
+    plain = Recorder([[]])
+    sql.DIALECT.fetch_batch(plain, "w1", 5, None)
+    assert plain.calls[0][0] == sql.FETCH_ALL_SQL, "without a hold the claim is the plain statement"
