@@ -419,6 +419,10 @@ def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
+# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``).
+TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
+                    "last_updated_at", "created_by", "last_modified_by", "revision"), "last_updated_at", "failed_total",
+              None)
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
@@ -1231,8 +1235,8 @@ class BaseDialect:
         """DLQ → Hot Pending (priority 10 unless given, attempt count 0, edits coalesced); FailedTotal -n."""
         if not job_ids:
             return []
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision, payload, tags, priority, actor])
-        return self.moved(cursor)
+        return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
+                          [self.ids_param(job_ids), revision, payload, tags, priority, actor])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:
