@@ -19,6 +19,7 @@ import logging
 import random
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,8 +121,9 @@ class _PreparingCursor:
     Django's psycopg cursors bind client-side (every parameter quoted into the SQL text in Python, every
     statement parsed and planned again by PostgreSQL). The engine's hot statements are few, fixed texts
     (arrays, not growing placeholder lists) run thousands of times: preparing them saves the claim's
-    ~3 ms plan per call and the client-side quoting. ``SQL.PREPARED_STATEMENTS = False`` turns it off
-    (e.g. behind a PgBouncer older than 1.21 in transaction pooling)."""
+    ~3 ms plan per call and the client-side quoting. Only on a direct connection (``_direct_session``): behind
+    a pooler the next transaction may run on another server session, where the statement's name is missing or
+    names another client's statement. ``SQL.PREPARED_STATEMENTS = False`` turns it off everywhere."""
 
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
@@ -131,6 +133,25 @@ class _PreparingCursor:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)
+
+
+_DIRECT_SESSIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _direct_session(using: str, raw: Any, cursor: Any) -> bool:
+    """True when this driver connection talks to the database server's own session process: the process id the
+    server reported when the connection opened is the one serving it now. A pooler (PgBouncer, in any pool
+    mode) answers the connection itself with an id of its own, and a transaction pooler hands each transaction
+    to whichever server session is free, so nothing may live in the session (prepared statements). Asked once
+    per connection, in the caller's transaction."""
+    known = _DIRECT_SESSIONS.get(raw)
+    if known is None:
+        pid = dialect(using).session_pid(cursor)
+        known = _DIRECT_SESSIONS[raw] = pid is not None and pid == raw.info.backend_pid
+        if not known:
+            logger.info("the database connection goes through a pooler (server session %s, connection reported"
+                        " %s): the engine's statements are not prepared on it", pid, raw.info.backend_pid)
+    return known
 
 
 @contextmanager
@@ -147,6 +168,9 @@ def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
         import psycopg
 
         raw = wrapper.cursor.connection
+        if not _direct_session(using, raw, wrapper.cursor):
+            yield wrapper.cursor
+            return
         if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked explicitly;
             raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # its client-side cursors never prepare anyway
         with psycopg.Cursor(raw) as cursor:
@@ -762,7 +786,7 @@ def wake_source() -> WakeSource:
         return wakeup.Polling()
     channel = dialect().NOTIFY_CHANNEL
     if channel is not None:
-        return wakeup.Listen(connections[alias()].get_connection_params(), channel)
+        return wakeup.Listen(connections[alias()].get_connection_params(), channel, dialect().session_pid)
     try:
         marker = change_marker()
     except Exception:

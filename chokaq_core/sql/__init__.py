@@ -181,6 +181,11 @@ class Dialect(Protocol):
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
 
+    def session_pid(self, cursor: Cursor) -> int | None:
+        """The id of the server process serving this session (PostgreSQL's ``pg_backend_pid()``), so storage can
+        tell a direct connection from one through a pooler; None where the vendor has no such id."""
+        ...
+
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
         ``min_dead_rows`` + 20 % of its live rows (autovacuum's formula with a larger base), vacuum and

@@ -454,6 +454,7 @@ class BaseDialect:
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
     NOTIFY_CHANNEL: str | None = None
+    SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
     MOVES_IN_ONE_STATEMENT = False
     ENQUEUE_IN_ONE_STATEMENT = False
     PREPARES = False
@@ -509,6 +510,13 @@ class BaseDialect:
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
         return list(cursor.fetchall())
+
+    def session_pid(self, cursor: Cursor) -> int | None:
+        """The server process serving this session (``SESSION_PID_SQL``); None where the vendor has none."""
+        if self.SESSION_PID_SQL is None:
+            return None
+        cursor.execute(self.SESSION_PID_SQL)
+        return int(cursor.fetchone()[0])
 
     # ------------------------------------------------------------ hooks
 

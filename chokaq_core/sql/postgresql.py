@@ -286,10 +286,15 @@ DELETE FROM chokaq_history_buckets WHERE (granularity, bucket_start, queue, type
     WHERE granularity = %s AND bucket_start < %s ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
 """
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
-TIDY_LOCK_KEY = 0x43484F4B  # "CHOK": one vacuum of the Hot table at a time, fleet-wide
-TRY_LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
-UNLOCK_SQL = "SELECT pg_advisory_unlock(%s)"
-VACUUM_HOT_SQL = "VACUUM (ANALYZE) chokaq_jobs_hot"
+# One vacuum of the Hot table at a time, fleet-wide, without session state (a session advisory lock would
+# leak behind a transaction pooler): a VACUUM holds SHARE UPDATE EXCLUSIVE on the table while it runs, so a
+# caller that sees it held leaves the work to that one, and SKIP_LOCKED skips the table if one starts meanwhile.
+HOT_VACUUM_RUNNING_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND relation = 'chokaq_jobs_hot'::regclass
+               AND mode = 'ShareUpdateExclusiveLock' AND granted)
+"""
+VACUUM_HOT_SQL = "VACUUM (ANALYZE, SKIP_LOCKED) chokaq_jobs_hot"
+SESSION_PID_SQL = "SELECT pg_backend_pid()"
 
 
 QUEUE_HEALTH_SQL = """
@@ -385,13 +390,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
         if dead < min_dead_rows + 0.2 * live:
             return False
-        cursor.execute(TRY_LOCK_SQL, [TIDY_LOCK_KEY])
-        if not cursor.fetchone()[0]:
+        cursor.execute(HOT_VACUUM_RUNNING_SQL)
+        if cursor.fetchone()[0]:
             return False  # another worker is at it
-        try:
-            cursor.execute(VACUUM_HOT_SQL)
-        finally:
-            cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
+        cursor.execute(VACUUM_HOT_SQL)
         return True
 
     def pack(self, sql: str, width: int, order: str) -> str:

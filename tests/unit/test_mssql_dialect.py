@@ -720,6 +720,7 @@ CASES = [
     Case("purge_workers", (T0, 100), [[(3,)]], 3),
     Case("purge_metric_buckets", (T0, 100), [[(0,)]], 0),
     Case("tidy_hot_table", (20_000,), [], False),  # SQL Server's ghost cleanup: nothing to run
+    Case("session_pid", (), [], None),  # no pooler to tell apart: nothing to run
     Case("claim_schedule_tick", ("nightly", T0), [[(1,)]], True),
     Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
     Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
