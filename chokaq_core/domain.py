@@ -326,6 +326,12 @@ class QueueStats:
     failed_total: int
     retried_total: int
     last_activity_at: datetime | None
+    purged_total: int = 0  # Archive rows of this queue deleted by purges (succeeded_total never shrinks)
+
+    @property
+    def archived(self) -> int:
+        """Archive rows of this queue still retained."""
+        return max(0, self.succeeded_total - self.purged_total)
 
 
 @dataclass(frozen=True, slots=True)

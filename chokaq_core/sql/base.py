@@ -156,7 +156,8 @@ def summary(r: Sequence[Any]) -> SummaryStats:
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]))
+    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]),
+                      int(r[8]))
 
 
 def active_row(r: Sequence[Any]) -> JobRow:
@@ -212,7 +213,8 @@ CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(
 """
 QUEUE_STATS_SQL = f"""
 SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
-       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
+       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at,
+       coalesce(s.purged_total, 0)
 FROM {QUEUES} q
 LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM {HOT} GROUP BY queue) h ON h.queue = q.name
 LEFT JOIN {STATS} s ON s.queue = q.name
@@ -1011,7 +1013,7 @@ class BaseDialect:
                 f"SELECT {self.pack(self.SUMMARY_STATS_SQL, 8, 'c0')},"
                 f" {self.pack(ACTIVE_SQL.format(where=''), 12, 'c5 DESC, c0 DESC')}, {self.pack(locate, 2, 'c0')},\n"
                 + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
-                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 8, "c0"),
+                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),
                     (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
                     (self.TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC"))))
         since = request.throughput_since
