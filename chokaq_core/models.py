@@ -59,6 +59,9 @@ class JobsHot(models.Model):
     # The edit version: +1 on every operator edit and on every move between Hot and the DLQ (the row
     # carries it), so an edit made against an older state is refused instead of overwriting a newer one.
     revision = models.IntegerField(default=0, db_default=0)
+    # The partition of a per-key rate limit the job counts against (``.using(rate_key=…)`` or the @job's
+    # rate_key function); NULL: the limit's shared allowance.
+    rate_key = models.CharField(max_length=255, null=True)
 
     class Meta:
         db_table = "chokaq_jobs_hot"
@@ -175,6 +178,9 @@ class StatsSummary(models.Model):
     failed_total = models.BigIntegerField(default=0, db_default=0)
     retried_total = models.BigIntegerField(default=0, db_default=0)
     last_activity_at = models.DateTimeField(null=True)
+    # Archive rows deleted by purges (by age, by id, memory-mode eviction): succeeded_total never shrinks,
+    # so the rows still retained are succeeded_total - purged_total.
+    purged_total = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         db_table = "chokaq_stats_summary"
@@ -208,6 +214,56 @@ class MetricBuckets(models.Model):
                 fields=["-bucket_start"],
                 name="buckets_recent",
             ),
+        ]
+
+
+HISTORY_BINS = 20  # duration histogram bins per history bucket (domain.DURATION_BIN_EDGES_MS)
+
+
+class HistoryBuckets(models.Model):
+    """Minute and hour roll-ups of outcomes per (queue, type), with a log-scale duration histogram.
+
+    Written in the same transaction as the moves they count; the Deck's 1 h / 24 h / 7 d views read them
+    (never Archive). ``granularity`` is the bucket width in seconds (60 or 3600); ``b00`` … ``b19`` count
+    the successes whose duration fell in each bin of ``domain.DURATION_BIN_EDGES_MS``.
+    """
+
+    pk = models.CompositePrimaryKey("granularity", "bucket_start", "queue", "type", "outcome")
+    granularity = models.IntegerField()
+    bucket_start = models.DateTimeField()
+    queue = models.CharField(max_length=255)
+    type = models.CharField(max_length=255)
+    outcome = models.SmallIntegerField()
+    completed_count = models.BigIntegerField(default=0, db_default=0)
+    duration_count = models.BigIntegerField(default=0, db_default=0)
+    total_duration_ms = models.FloatField(default=0, db_default=0)
+    max_duration_ms = models.FloatField(null=True)
+    b00 = models.BigIntegerField(default=0, db_default=0)
+    b01 = models.BigIntegerField(default=0, db_default=0)
+    b02 = models.BigIntegerField(default=0, db_default=0)
+    b03 = models.BigIntegerField(default=0, db_default=0)
+    b04 = models.BigIntegerField(default=0, db_default=0)
+    b05 = models.BigIntegerField(default=0, db_default=0)
+    b06 = models.BigIntegerField(default=0, db_default=0)
+    b07 = models.BigIntegerField(default=0, db_default=0)
+    b08 = models.BigIntegerField(default=0, db_default=0)
+    b09 = models.BigIntegerField(default=0, db_default=0)
+    b10 = models.BigIntegerField(default=0, db_default=0)
+    b11 = models.BigIntegerField(default=0, db_default=0)
+    b12 = models.BigIntegerField(default=0, db_default=0)
+    b13 = models.BigIntegerField(default=0, db_default=0)
+    b14 = models.BigIntegerField(default=0, db_default=0)
+    b15 = models.BigIntegerField(default=0, db_default=0)
+    b16 = models.BigIntegerField(default=0, db_default=0)
+    b17 = models.BigIntegerField(default=0, db_default=0)
+    b18 = models.BigIntegerField(default=0, db_default=0)
+    b19 = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        db_table = "chokaq_history_buckets"
+        constraints = [
+            models.CheckConstraint(condition=Q(outcome__in=[0, 1]), name="history_outcome_0_1"),
+            models.CheckConstraint(condition=Q(granularity__in=[60, 3600]), name="history_granularity"),
         ]
 
 
@@ -268,6 +324,11 @@ class Schedules(models.Model):
     name = models.CharField(max_length=200, primary_key=True)
     last_tick_at = models.DateTimeField()
     updated_at = models.DateTimeField(db_default=Now())
+    # The operator's switch (the Deck's Recurring panel): NULL follows the entry's ENABLED setting.
+    enabled = models.BooleanField(null=True)
+    # The latest job this schedule enqueued (a claimed tick or an operator's "run now") and when.
+    last_job_id = models.CharField(max_length=50, null=True)
+    last_run_at = models.DateTimeField(null=True)
 
     class Meta:
         db_table = "chokaq_schedules"
@@ -296,3 +357,41 @@ class JobAttempts(models.Model):
             models.Index(fields=["job_id", "id"], name="attempts_by_job"),
             models.Index(fields=["failed_at"], name="attempts_by_time"),
         ]
+
+
+class RateLimits(models.Model):
+    """Fleet-wide rate limits, one row per ``queue:<name>`` / ``type:<key>``: the declared rate (settings and
+    ``@job``, written by each worker at start) and an operator's override (a rate, 0 = paused, or lifted).
+    A claim locks the rows of the limits in force, so the buckets below change one claim at a time."""
+
+    name = models.CharField(max_length=300, primary_key=True)
+    declared_count = models.IntegerField(null=True)
+    declared_window = models.FloatField(null=True)
+    declared_burst = models.IntegerField(null=True)
+    override_count = models.IntegerField(null=True)
+    override_window = models.FloatField(null=True)
+    override_burst = models.IntegerField(null=True)
+    is_lifted = models.BooleanField(default=False, db_default=False)
+    per_key = models.BooleanField(default=False, db_default=False)
+    max_keys = models.IntegerField(default=1000, db_default=1000)
+    updated_by = models.CharField(max_length=100, null=True)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "chokaq_rate_limits"
+
+
+class RateBuckets(models.Model):
+    """The token bucket of one limit and key ('' for a limit's shared allowance), updated in the claim's
+    transaction; ``window_used`` counts the claims since ``window_started_at`` (what the Deck shows)."""
+
+    pk = models.CompositePrimaryKey("limit_name", "rate_key")
+    limit_name = models.CharField(max_length=300)
+    rate_key = models.CharField(max_length=255, default="", db_default="")
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+    window_started_at = models.DateTimeField()
+    window_used = models.IntegerField(default=0, db_default=0)
+
+    class Meta:
+        db_table = "chokaq_rate_buckets"

@@ -19,6 +19,7 @@ import logging
 import random
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,12 +34,14 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimedJobs,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
     FailedAttempt,
     Failure,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -48,12 +51,18 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     Success,
     SummaryStats,
     WorkerInfo,
 )
+from chokaq_core.policy import RatePlan
 from chokaq_core.sql import Dialect, dialect_for, memory, sqlite, wakeup
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
@@ -118,8 +127,9 @@ class _PreparingCursor:
     Django's psycopg cursors bind client-side (every parameter quoted into the SQL text in Python, every
     statement parsed and planned again by PostgreSQL). The engine's hot statements are few, fixed texts
     (arrays, not growing placeholder lists) run thousands of times: preparing them saves the claim's
-    ~3 ms plan per call and the client-side quoting. ``SQL.PREPARED_STATEMENTS = False`` turns it off
-    (e.g. behind a PgBouncer older than 1.21 in transaction pooling)."""
+    ~3 ms plan per call and the client-side quoting. Only on a direct connection (``_direct_session``): behind
+    a pooler the next transaction may run on another server session, where the statement's name is missing or
+    names another client's statement. ``SQL.PREPARED_STATEMENTS = False`` turns it off everywhere."""
 
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
@@ -131,37 +141,46 @@ class _PreparingCursor:
         return getattr(self._cursor, name)
 
 
+_DIRECT_SESSIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _direct_session(using: str, raw: Any, cursor: Any) -> bool:
+    """True when this driver connection talks to the database server's own session process: the process id the
+    server reported when the connection opened is the one serving it now. A pooler (PgBouncer, in any pool
+    mode) answers the connection itself with an id of its own, and a transaction pooler hands each transaction
+    to whichever server session is free, so nothing may live in the session (prepared statements). Asked once
+    per connection, in the caller's transaction."""
+    known = _DIRECT_SESSIONS.get(raw)
+    if known is None:
+        pid = dialect(using).session_pid(cursor)
+        known = _DIRECT_SESSIONS[raw] = pid is not None and pid == raw.info.backend_pid
+        if not known:
+            logger.info("the database connection goes through a pooler (server session %s, connection reported"
+                        " %s): the engine's statements are not prepared on it", pid, raw.info.backend_pid)
+    return known
+
+
 @contextmanager
 def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
     """The driver-level cursor (``%s`` placeholders on every vendor), without Django's debug logging;
     driver errors still surface as Django's (``IntegrityError``, ``OperationalError``, …). ``prepared``:
     where the dialect prepares, a server-side binding cursor that prepares its statements (see
-    ``_PreparingCursor``), made once per connection and reused (a hot-path call then builds no cursor at all)."""
+    ``_PreparingCursor``)."""
     connection = connections[using]
-    if not prepared or not dialect(using).PREPARES or not config().SQL.PREPARED_STATEMENTS:
-        with connection.cursor() as wrapper, connection.wrap_database_errors:
+    with connection.cursor() as wrapper, connection.wrap_database_errors:
+        if not prepared or not dialect(using).PREPARES or not config().SQL.PREPARED_STATEMENTS:
             yield wrapper.cursor
-        return
-    with connection.wrap_database_errors:
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-        connection.validate_thread_sharing()
-        yield _preparing_cursor(connection)
+            return
+        import psycopg
 
-
-def _preparing_cursor(connection: Any) -> _PreparingCursor:
-    """The connection's reused preparing cursor (a new one after a reconnect)."""
-    import psycopg
-
-    raw = connection.connection
-    cached: _PreparingCursor | None = getattr(connection, "_chokaq_preparing_cursor", None)
-    if cached is not None and cached._cursor.connection is raw and not cached._cursor.closed:
-        return cached
-    if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked explicitly;
-        raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # its client-side cursors never prepare anyway
-    cached = _PreparingCursor(psycopg.Cursor(raw))
-    connection._chokaq_preparing_cursor = cached
-    return cached
+        raw = wrapper.cursor.connection
+        if not _direct_session(using, raw, wrapper.cursor):
+            yield wrapper.cursor
+            return
+        if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked explicitly;
+            raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # its client-side cursors never prepare anyway
+        with psycopg.Cursor(raw) as cursor:
+            yield _PreparingCursor(cursor)
 
 
 def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True,
@@ -285,8 +304,57 @@ def reset_memory() -> None:
     memory.database().reset()
 
 
-def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
+def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
+                rate_limits: Sequence[RateLimit] = ()) -> list[HotJob]:
+    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim's transaction also locks those limits,
+    skips what has no token left, keeps the claimed rows within the tokens (the rest go back to Pending, no
+    attempt counted) and writes the buckets; without limits it is the claim alone."""
+    if not rate_limits:
+        return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
+    names = sorted({limit.name for limit in rate_limits})
+    plans: list[RatePlan] = []
+
+    def operation(cursor: Any) -> ClaimedJobs:
+        sql = dialect()
+        now, buckets = sql.lock_rate_buckets(cursor, names)
+        plan = RatePlan.of(rate_limits, buckets, now)
+        plans[:] = [plan]  # the committed attempt's (a transient retry plans again)
+        hold = plan.hold()
+        kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
+        if released:
+            sql.release_jobs(cursor, [job.id for job in released], worker_id)
+        sql.save_rate_buckets(cursor, *plan.changes())
+        claimed = ClaimedJobs(kept)
+        claimed.held_for = plan.next_token_in() if hold or released else None
+        return claimed
+
+    claimed = run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
+    metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))
+    return claimed
+
+
+def rate_limits() -> list[RateLimitState]:
+    """Every rate-limit row (declared and overridden), without its use."""
+    return call(ALONE, dialect().rate_limits)
+
+
+def rate_buckets(names: Sequence[str]) -> list[RateBucket]:
+    return call(ALONE, dialect().rate_buckets, names)
+
+
+def pending_by_key() -> list[tuple[str, str, str | None, int]]:
+    """Due Pending rows per (queue, type, rate key)."""
+    return call(ALONE, dialect().pending_by_key)
+
+
+def declare_rate_limits(limits: Sequence[RateLimit]) -> None:
+    """Record the limits the code and settings declare (a worker does at start)."""
+    call(IN_TRANSACTION, dialect().declare_rate_limits, limits)
+
+
+def set_rate_limit(name: str, rate: Rate | None, *, lifted: bool = False, actor: str | None = None) -> None:
+    """An operator's override: a rate (count 0 pauses), lifted, or neither (back to the declared rate)."""
+    call(IN_TRANSACTION, dialect().set_rate_limit, name, rate, lifted, actor)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:
@@ -345,12 +413,11 @@ def complete(
         failed_attempts = _failed_attempts(completion, retries, failures, started)
         if failed_attempts:
             sql.record_attempts(cursor, worker_id, failed_attempts)
+        sql.record_history(cursor, [i for i, _ in completion.archived], [i for i, _ in completion.failed],
+                           datetime.now(UTC))
         return completion
 
-    # a batch of successes only is one statement where the dialect moves in one: no BEGIN/COMMIT of its own
-    alone = (not retries and not failures and dialect().MOVES_IN_ONE_STATEMENT and not memory_mode()
-             and not connections[alias()].in_atomic_block)
-    done = run(operation, atomic=not alone, prepared=True)
+    done = run(operation, prepared=True)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
     now = datetime.now(UTC).isoformat()  # one moment for the whole batch
@@ -434,6 +501,7 @@ def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]
     def operation(cursor: Any) -> tuple[list[tuple[str, str]], list[str]]:
         sql = dialect()
         moved = sql.cancel_batch(cursor, job_ids, actor)
+        sql.record_history(cursor, [], [i for i, _ in moved], datetime.now(UTC))
         moved_ids = {i for i, _ in moved}
         flagged = sql.request_cancel(cursor, [i for i in job_ids if i not in moved_ids], actor)
         return moved, flagged
@@ -514,7 +582,13 @@ def recover_abandoned(fetched_timeout_s: float) -> int:
 
 
 def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
-    moved = call(moves(), dialect().archive_zombies, global_timeout_s)
+    def operation(cursor: Any) -> list[tuple[str, str]]:
+        sql = dialect()
+        zombies = sql.archive_zombies(cursor, global_timeout_s)
+        sql.record_history(cursor, [], [i for i, _ in zombies], datetime.now(UTC))
+        return zombies
+
+    moved = run(operation)
     if moved:
         _emit([events.stats_updated()])
     return list(moved)
@@ -570,10 +644,15 @@ def list_workers() -> list[WorkerInfo]:
 
 def _purge_batches(mode: Mode, purge: BatchPurge, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
     """Repeat one-batch deletes (each its own transaction) until a batch comes back short."""
+    return _batches(lambda batch: call(mode, purge, cutoff, batch), progress)
+
+
+def _batches(one_batch: Callable[[int], int], progress: Callable[[int], None] | None) -> int:
+    """Run ``one_batch(batch size)`` until it deletes fewer rows than the batch size; the total deleted."""
     batch = config().SQL.CLEANUP_BATCH_SIZE
     total = 0
     while True:
-        n = call(mode, purge, cutoff, batch)
+        n = one_batch(batch)
         total += n
         if progress is not None and n:
             progress(n)
@@ -591,6 +670,15 @@ def purge_metric_buckets(cutoff: datetime, progress: Callable[[int], None] | Non
     return _purge_batches(ALONE, dialect().purge_metric_buckets, cutoff, progress)
 
 
+def purge_history(granularity: int, cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """History buckets of one granularity (seconds) that started before ``cutoff``, batch by batch."""
+    return _batches(lambda batch: call(ALONE, dialect().purge_history, granularity, cutoff, batch), progress)
+
+
+def history_buckets(granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+    return call(ALONE, dialect().history_buckets, granularity, since, types_limit)
+
+
 def tidy_hot_table(min_dead_rows: int) -> bool:
     """Vacuum and analyze the Hot table when churn left too many dead row versions (PostgreSQL only)."""
     return bool(call(ALONE, dialect().tidy_hot_table, min_dead_rows))
@@ -599,13 +687,26 @@ def tidy_hot_table(min_dead_rows: int) -> bool:
 def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
     """Claim ``tick`` of recurring job ``name`` and enqueue ``job`` in one transaction: the stored id,
     or None when the tick was already claimed (by another worker) or is the schedule's first sight."""
+    return _enqueue_for_schedule(name, tick, job, claim=True)
+
+
+def run_schedule_now(name: str, tick: datetime, job: NewJob) -> str:
+    """Enqueue one job of recurring job ``name`` outside its ticks (an operator's "run now") and remember it as
+    the schedule's latest job, in one transaction; ``tick``: the schedule's due tick, recorded if its row is new."""
+    return str(_enqueue_for_schedule(name, tick, job, claim=False))
+
+
+def _enqueue_for_schedule(name: str, tick: datetime, job: NewJob, *, claim: bool) -> str | None:
+    """Enqueue ``job`` as recurring job ``name``'s latest job, after claiming ``tick`` when ``claim``."""
     db = alias()
 
     def operation(cursor: Any) -> str | None:
         sql = dialect(db)
-        if not sql.claim_schedule_tick(cursor, name, tick):
+        if claim and not sql.claim_schedule_tick(cursor, name, tick):
             return None
-        return str(sql.enqueue(cursor, [job])[0])
+        stored = str(sql.enqueue(cursor, [job])[0])
+        sql.record_schedule_run(cursor, name, stored, tick)
+        return stored
 
     stored = run(operation, using=db)
     if stored == job.id:
@@ -617,6 +718,14 @@ def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
 
 def schedule_ticks() -> dict[str, datetime]:
     return call(ALONE, dialect().schedule_ticks)
+
+
+def schedule_states() -> list[ScheduleState]:
+    return call(ALONE, dialect().schedule_states)
+
+
+def set_schedule_enabled(name: str, enabled: bool, tick: datetime) -> None:
+    call(ALONE, dialect().set_schedule_enabled, name, enabled, tick)
 
 
 def change_marker() -> int | None:
@@ -710,6 +819,81 @@ def resurrect_dlq_by_filter(filters: JobFilter, max_jobs: int, *, actor: str | N
     return len(moved)
 
 
+# Bulk-by-filter runs (the Deck's "all matching" commands): the caller walks the matching rows batch by batch,
+# newest id first, with a keyset cursor (``upto``: the largest matching id when the run started, from
+# ``count_matching``, so rows added later are left alone; ``after``: the last id of the previous batch). Each batch is ONE short transaction: it reads the next ids and acts on
+# exactly those, so no lock outlives a batch and a run stopped halfway leaves only whole batches done.
+
+
+@dataclass(frozen=True)
+class MatchBatch:
+    """What one batch of a bulk-by-filter run did: the ids it moved (or purged), the running ones it asked to
+    stop (cancel only), and where the next batch starts (None: the run is complete)."""
+
+    done: list[str]
+    flagged: list[str]
+    after: str | None
+
+
+def count_matching(pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+    """(rows matching, their largest id) in ``pillar`` ("hot" or "dlq")."""
+    return call(ALONE, dialect().count_matching, pillar, filters)
+
+
+def _match_batch(pillar: str, filters: JobFilter, after: str | None, upto: str, limit: int,
+                 act: Callable[[Dialect, Any, list[str]], tuple[list[str], list[str]]]) -> MatchBatch:
+    def operation(cursor: Any) -> tuple[list[str], tuple[list[str], list[str]]]:
+        sql = dialect()
+        ids = sql.matching_ids(cursor, pillar, filters, after, upto, limit)
+        return ids, act(sql, cursor, ids) if ids else ([], [])
+
+    ids, (done, flagged) = run(operation)
+    return MatchBatch(done, flagged, ids[-1] if len(ids) == limit else None)
+
+
+def cancel_matching(filters: JobFilter, after: str | None, upto: str, limit: int, *, actor: str) -> MatchBatch:
+    """One batch of "cancel all matching" over Hot: Pending/Fetched → DLQ Cancelled, Processing flagged for
+    cooperative cancellation (as ``cancel``)."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        moved = {i for i, _ in sql.cancel_batch(cursor, ids, actor)}
+        return [i for i in ids if i in moved], sql.request_cancel(cursor, [i for i in ids if i not in moved], actor)
+
+    batch = _match_batch("hot", filters, after, upto, limit, act)
+    if batch.done or batch.flagged:
+        _emit([events.stats_updated()])
+    return batch
+
+
+def purge_dlq_matching(filters: JobFilter, after: str | None, upto: str, limit: int) -> MatchBatch:
+    """One batch of "purge all matching" over the DLQ; FailedTotal −n."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        gone = {i for i, _ in sql.purge_dlq_ids(cursor, ids, len(ids))}
+        return [i for i in ids if i in gone], []
+
+    batch = _match_batch("dlq", filters, after, upto, limit, act)
+    if batch.done:
+        _emit([events.Event(events.EventKind.JOBS_PURGED,
+                            {"jobIds": batch.done, "source": "DLQ", "count": len(batch.done)}),
+               events.stats_updated()])
+    return batch
+
+
+def resurrect_matching(filters: JobFilter, after: str | None, upto: str, limit: int, *,
+                       actor: str | None) -> MatchBatch:
+    """One batch of "requeue all matching": DLQ → Hot exactly as ``resurrect_batch``."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        moved = {i for i, _ in sql.resurrect_batch(cursor, ids, actor)}
+        return [i for i in ids if i in moved], []
+
+    batch = _match_batch("dlq", filters, after, upto, limit, act)
+    if batch.done:
+        _emit([events.stats_updated()])
+    return batch
+
+
 def purge_archive_ids(job_ids: Sequence[str]) -> int:
     moved = call(moves(), dialect().purge_archive_ids, job_ids) if job_ids else []
     if moved:
@@ -737,7 +921,7 @@ def wake_source() -> WakeSource:
         return wakeup.Polling()
     channel = dialect().NOTIFY_CHANNEL
     if channel is not None:
-        return wakeup.Listen(connections[alias()].get_connection_params(), channel)
+        return wakeup.Listen(connections[alias()].get_connection_params(), channel, dialect().session_pid)
     try:
         marker = change_marker()
     except Exception:

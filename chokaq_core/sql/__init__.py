@@ -34,12 +34,14 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
     FailedAttempt,
     Failure,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -49,7 +51,12 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     Success,
     SummaryStats,
@@ -74,10 +81,12 @@ class Dialect(Protocol):
         actually stored: the existing Hot row's id when its idempotency key is taken.
         PostgreSQL also ``NOTIFY chokaq_jobs`` in the same transaction."""
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
         """Claim up to ``limit`` due Pending rows (Pending → Fetched, ``worker_id`` set) of
-        ``queues`` (None = every queue), skipping paused/hidden queues and honouring each
-        queue's ``max_workers`` bulkhead. Ordered by priority desc, due time asc."""
+        ``queues`` (None = every queue), skipping paused/hidden queues, honouring each
+        queue's ``max_workers`` bulkhead and skipping what ``hold`` names (rate limits without
+        a token). Ordered by priority desc, due time asc."""
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate: Fetched → Processing if still owned; returns the new attempt count or None."""
@@ -144,7 +153,8 @@ class Dialect(Protocol):
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal −n."""
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal −n."""
+        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n (SucceededTotal never
+        shrinks)."""
 
     # ------------------------------------------------------------ maintenance
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
@@ -163,6 +173,29 @@ class Dialect(Protocol):
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
 
+    # ------------------------------------------------------------ rate limits
+    def rate_limits(self, cursor: Cursor) -> list[RateLimitState]:
+        """Every limit row (declared and overridden), by name."""
+
+    def rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> list[RateBucket]:
+        """The token buckets of the limits ``names``."""
+
+    def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
+        """Due Pending rows per (queue, type, rate key)."""
+
+    def declare_rate_limits(self, cursor: Cursor, limits: Sequence[RateLimit]) -> None:
+        """The declared columns become ``limits``; other rows lose their declared rate."""
+
+    def set_rate_limit(self, cursor: Cursor, name: str, rate: Rate | None, lifted: bool, actor: str | None) -> None:
+        """An operator's override of one limit (created if absent)."""
+
+    def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """Lock the limits' rows until commit; the database's time and the limits' buckets."""
+
+    def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
+                          dropped: Sequence[tuple[str, str]]) -> None:
+        """Write a claim's bucket changes."""
+
     # ------------------------------------------------------------ worker registry
     def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None: ...
 
@@ -178,6 +211,11 @@ class Dialect(Protocol):
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
 
+    def session_pid(self, cursor: Cursor) -> int | None:
+        """The id of the server process serving this session (PostgreSQL's ``pg_backend_pid()``), so storage can
+        tell a direct connection from one through a pooler; None where the vendor has no such id."""
+        ...
+
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
         ``min_dead_rows`` + 20 % of its live rows (autovacuum's formula with a larger base), vacuum and
@@ -192,6 +230,32 @@ class Dialect(Protocol):
 
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
         """The latest claimed tick of every recurring job, by name."""
+
+    def schedule_states(self, cursor: Cursor) -> list[ScheduleState]:
+        """Every ``chokaq_schedules`` row (tick, operator switch, latest job), by name."""
+
+    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        """The operator's switch of recurring job ``name``, kept in its row (created at ``tick`` when missing);
+        switching on also moves the latest tick up to ``tick`` (its due tick now), so ticks that fell while it
+        was off are not run."""
+
+    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        """Remember ``job_id`` as recurring job ``name``'s latest job, run now (the row created at ``tick`` when
+        missing); run it in the transaction that enqueues the job."""
+
+    # ------------------------------------------------------------ history roll-ups
+    def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
+                       at: datetime) -> None:
+        """Count the rows a completion just moved to the Archive / the DLQ in the minute and the hour buckets
+        of ``at`` (per queue, type and outcome, successes' durations in the histogram bins): run it in the
+        transaction of the move. Ids that are not (or no longer) there count nothing."""
+
+    def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+        """The ``granularity``-second buckets from ``since`` summed over queues and types (oldest first), and the
+        ``types_limit`` busiest types over them: O(buckets × queues × types) rows, never Archive."""
+
+    def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of ``granularity``-second history buckets that started before ``cutoff``."""
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a
@@ -243,6 +307,17 @@ class Dialect(Protocol):
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
         """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
 
+    def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        """(rows matching, their largest id) of a bulk-by-filter run over ``pillar`` ("hot": the Active view's
+        filters, "dlq": the DLQ view's): the run's size and its bound (rows added later lie beyond it)."""
+        ...
+
+    def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
+                     limit: int) -> list[str]:
+        """One keyset batch of a bulk-by-filter run, newest id first: at most ``limit`` ids matching ``filters``
+        in ``pillar`` below ``after`` (the previous batch's last id), or, for the first batch, up to ``upto``."""
+        ...
+
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches (failed_at desc, id asc; skip locked); FailedTotal −n."""
 
@@ -250,7 +325,7 @@ class Dialect(Protocol):
         """Move the first ``max_jobs`` matches to Hot exactly as ``resurrect_batch``."""
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-        """Delete the given Archive rows; SucceededTotal −n."""
+        """Delete the given Archive rows; PurgedTotal +n."""
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         """Archive rows ``purge_archive`` would delete (finished_at < cutoff): a preview, not a render-time count."""

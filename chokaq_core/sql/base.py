@@ -18,17 +18,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
+    DURATION_BIN_EDGES_MS,
+    DURATION_BINS,
+    HISTORY_GRANULARITIES,
     INDEXED_SORTS,
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
+    HistoryPoint,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -38,11 +44,17 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     StorageError,
     Success,
     SummaryStats,
+    TypeHistory,
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_datetime, json_rows
@@ -87,6 +99,11 @@ BUCKETS = "chokaq_metric_buckets"
 QUEUES = "chokaq_queues"
 WORKERS = "chokaq_workers"
 SCHEDULES = "chokaq_schedules"
+RATE_LIMITS = "chokaq_rate_limits"
+RATE_BUCKETS = "chokaq_rate_buckets"
+MAX_HELD_KEYS = 100  # partitions of per-key limits a claim skips by name; more are sent back after the claim
+HISTORY = "chokaq_history_buckets"
+PURGED = "purged_total"  # the counter an Archive purge raises (succeeded_total never shrinks)
 
 # Column lists follow the row dataclasses field for field, so a fetched row maps by position.
 HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
@@ -135,11 +152,12 @@ def queue_state(r: Sequence[Any]) -> QueueState:
 
 
 def summary(r: Sequence[Any]) -> SummaryStats:
-    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]))
+    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]), int(r[7]))
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]))
+    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]),
+                      int(r[8]))
 
 
 def active_row(r: Sequence[Any]) -> JobRow:
@@ -186,15 +204,17 @@ _HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
                " sum(CASE WHEN status = 2 THEN 1 ELSE 0 END) AS processing")
 SUMMARY_STATS_SQL = f"""
 SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
-       s.last_activity_at
+       s.last_activity_at, s.purged
 FROM (SELECT {_HOT_COUNTS} FROM {HOT}) h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
-                   coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at
+                   coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at,
+                   coalesce(sum(purged_total), 0) AS purged
             FROM {STATS}) s
 """
 QUEUE_STATS_SQL = f"""
 SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
-       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
+       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at,
+       coalesce(s.purged_total, 0)
 FROM {QUEUES} q
 LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM {HOT} GROUP BY queue) h ON h.queue = q.name
 LEFT JOIN {STATS} s ON s.queue = q.name
@@ -223,6 +243,93 @@ _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+RATE_LIMIT_FIELDS = ("name", "declared_count", "declared_window", "declared_burst", "override_count", "override_window",
+                     "override_burst", "is_lifted", "per_key", "max_keys", "updated_by", "updated_at")
+RATE_BUCKET_FIELDS = ("limit_name", "rate_key", "tokens", "refilled_at", "window_started_at", "window_used")
+
+
+def _rate(count: Any, window: Any, burst: Any) -> Rate | None:
+    return None if count is None or window is None else Rate(int(count), float(window), int(burst or 1))
+
+
+def rate_limit_state(r: Sequence[Any]) -> RateLimitState:
+    return RateLimitState(name=r[0], declared=_rate(r[1], r[2], r[3]), override=_rate(r[4], r[5], r[6]),
+                          lifted=bool(r[7]), per_key=bool(r[8]), max_keys=int(r[9]), updated_by=r[10],
+                          updated_at=as_utc(r[11]) if r[11] is not None else None)
+
+
+def rate_bucket(r: Sequence[Any]) -> RateBucket:
+    return RateBucket(limit_name=r[0], rate_key=r[1], tokens=float(r[2]), refilled_at=as_utc(r[3]),
+                      window_started_at=as_utc(r[4]), window_used=int(r[5]))
+
+
+# ---------------------------------------------------------------- history roll-ups and schedules
+
+HISTORY_BIN_COLUMNS = tuple(f"b{i:02d}" for i in range(DURATION_BINS))
+HISTORY_KEY = ("granularity", "bucket_start", "queue", "type", "outcome")
+HISTORY_COUNTS = ("completed_count", "duration_count", "total_duration_ms", *HISTORY_BIN_COLUMNS)  # added up
+HISTORY_COLUMNS = (*HISTORY_KEY, *HISTORY_COUNTS, "max_duration_ms")
+
+
+def _bin_counts(column: str) -> str:
+    """One count per histogram bin of the durations in ``column`` (NULL durations count nowhere)."""
+    edges = [repr(int(e)) if float(e).is_integer() else repr(float(e)) for e in DURATION_BIN_EDGES_MS]
+    tests = [f"{column} >= {low} AND {column} < {high}" for low, high in zip(["0", *edges], edges, strict=False)]
+    tests.append(f"{column} >= {edges[-1]}")
+    return ", ".join(f"sum(CASE WHEN {test} THEN 1 ELSE 0 END)" for test in tests)
+
+
+def history_source(archived: str, failed: str, ts: str) -> str:
+    """The history rows of one completion: per (granularity, bucket, queue, type, outcome) of the rows just moved
+    to the Archive (ids matched by ``archived``) or the DLQ (``failed``), for the minute and the hour bucket
+    (``ts``: the parameter form of a timestamp; params: minute start, hour start, archive ids, DLQ ids)."""
+    minute, hour = HISTORY_GRANULARITIES["minute"], HISTORY_GRANULARITIES["hour"]
+    return (
+        f"SELECT g.granularity, g.bucket_start, m.queue, m.type, m.outcome, count(*), count(m.duration_ms),"
+        f" coalesce(sum(m.duration_ms), 0), {_bin_counts('m.duration_ms')}, max(m.duration_ms)"
+        f" FROM (SELECT {minute} AS granularity, {ts} AS bucket_start UNION ALL SELECT {hour}, {ts}) AS g"
+        f" CROSS JOIN (SELECT queue, type, 0 AS outcome, duration_ms FROM {ARCHIVE} WHERE id {archived}"
+        f" UNION ALL SELECT queue, type, 1 AS outcome, NULL AS duration_ms FROM {DLQ} WHERE id {failed}) AS m"
+        " GROUP BY g.granularity, g.bucket_start, m.queue, m.type, m.outcome"
+    )
+
+
+def _history_sums(prefix: str = "") -> str:
+    outcome = ", ".join(f"sum(CASE WHEN outcome = {o} THEN completed_count ELSE 0 END)" for o in (0, 1))
+    return f"{prefix}{outcome}, max(max_duration_ms), {', '.join(f'sum({c})' for c in HISTORY_BIN_COLUMNS)}"
+
+
+# params: granularity, param_ts(since)
+HISTORY_POINTS_SQL = (f"SELECT bucket_start, {_history_sums()} FROM {HISTORY}"
+                      " WHERE granularity = %s AND bucket_start >= {ts} GROUP BY bucket_start ORDER BY bucket_start")
+# params: granularity, param_ts(since), limit
+HISTORY_TYPES_SQL = (f"SELECT type, {_history_sums()}, sum(duration_count), sum(total_duration_ms) FROM {HISTORY}"
+                     " WHERE granularity = %s AND bucket_start >= {ts} GROUP BY type"
+                     " ORDER BY sum(completed_count) DESC, type{limit}")
+SCHEDULE_FIELDS = ("name", "last_tick_at", "enabled", "last_job_id", "last_run_at")
+SCHEDULE_STATES_SQL = f"SELECT {', '.join(SCHEDULE_FIELDS)} FROM {SCHEDULES} ORDER BY name"
+
+
+def history_point(r: Sequence[Any]) -> HistoryPoint:
+    return HistoryPoint(as_utc(r[0]), int(r[1] or 0), int(r[2] or 0), tuple(int(b or 0) for b in r[4:]),
+                        None if r[3] is None else float(r[3]))
+
+
+def type_history(r: Sequence[Any]) -> TypeHistory:
+    bins = tuple(int(b or 0) for b in r[4:4 + DURATION_BINS])
+    duration_count, total = r[4 + DURATION_BINS:]
+    return TypeHistory(str(r[0]), int(r[1] or 0), int(r[2] or 0), int(duration_count or 0), float(total or 0),
+                       None if r[3] is None else float(r[3]), bins)
+
+
+def schedule_state(r: Sequence[Any]) -> ScheduleState:
+    return ScheduleState(str(r[0]), as_utc(r[1]), None if r[2] is None else bool(r[2]), r[3], as_utc(r[4]))
+
+
+def bucket_starts(at: datetime) -> tuple[datetime, datetime]:
+    """The minute and the hour bucket ``at`` (UTC) falls in."""
+    at = at.astimezone(UTC)
+    return at.replace(second=0, microsecond=0), at.replace(minute=0, second=0, microsecond=0)
 
 
 def escaped_like(term: str) -> str:
@@ -314,6 +421,10 @@ def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
+# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``).
+TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
+                    "last_updated_at", "created_by", "last_modified_by", "revision"), "last_updated_at", "failed_total",
+              None)
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
@@ -376,6 +487,7 @@ class BaseDialect:
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
     NOTIFY_CHANNEL: str | None = None
+    SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
     MOVES_IN_ONE_STATEMENT = False
     ENQUEUE_IN_ONE_STATEMENT = False
     PREPARES = False
@@ -389,6 +501,7 @@ class BaseDialect:
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    PURGE_HISTORY_SQL: str  # params: granularity, param_ts(cutoff), batch size → changed
     # The transitions' statements (``clock``: SQLite's time parameter, nothing elsewhere).
     MARK_PROCESSING_SQL: str  # params: clock, job id, worker → (attempt count)
     MARK_PROCESSING_BATCH_SQL: str  # params: clock, ids, worker → (id, attempt count)
@@ -430,6 +543,13 @@ class BaseDialect:
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
         return list(cursor.fetchall())
+
+    def session_pid(self, cursor: Cursor) -> int | None:
+        """The server process serving this session (``SESSION_PID_SQL``); None where the vendor has none."""
+        if self.SESSION_PID_SQL is None:
+            return None
+        cursor.execute(self.SESSION_PID_SQL)
+        return int(cursor.fetchone()[0])
 
     # ------------------------------------------------------------ hooks
 
@@ -489,8 +609,8 @@ class BaseDialect:
         return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
 
     def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        """Lower ``counter`` by the rows a delete removed, per queue, where its statement did not (PostgreSQL
-        and SQL Server count inside the statement)."""
+        """Apply the rows a delete removed to ``counter``, per queue, where its statement did not (PostgreSQL
+        and SQL Server count inside the statement): lower it, or for ``PURGED`` raise it."""
 
     def now(self) -> tuple[str, list[Any]]:
         """``(SQL, params)`` of the current time: the database clock by default."""
@@ -617,6 +737,118 @@ class BaseDialect:
         rows = self._all(cursor, sql, params)
         return rows[0] if rows else None
 
+    # ------------------------------------------------------------ rate limits (declared, overridden, their buckets)
+
+    ROW_LOCK_HINT = ""  # a table hint that locks the rows a read returns until commit (SQL Server)
+    ROW_LOCK_TAIL = ""  # the clause after a read that locks its rows until commit (PostgreSQL: FOR UPDATE)
+    IGNORE_DUPLICATE = " ON CONFLICT DO NOTHING"  # an INSERT … SELECT that loses a race to a twin inserts nothing
+
+    def rate_limits(self, cursor: Cursor) -> list[RateLimitState]:
+        """Every limit row, by name (without its use: ``rate_buckets``)."""
+        return [rate_limit_state(r) for r in self._all(
+            cursor, f"SELECT {', '.join(RATE_LIMIT_FIELDS)} FROM {RATE_LIMITS} ORDER BY name")]
+
+    def rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> list[RateBucket]:
+        """The buckets of the limits ``names``."""
+        if not names:
+            return []
+        tail, params = self.name_list(names)
+        return [rate_bucket(r) for r in self._all(
+            cursor, f"SELECT {', '.join(RATE_BUCKET_FIELDS)} FROM {RATE_BUCKETS} WHERE limit_name {tail}", params)]
+
+    def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
+        """Due Pending rows per (queue, type, rate key): what rate limits may be holding back."""
+        now, at = self.now()
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._all(
+            cursor, f"SELECT queue, type, rate_key, count(*) FROM {HOT} WHERE status = 0"
+                    f" AND (scheduled_at IS NULL OR scheduled_at <= {now}) GROUP BY queue, type, rate_key", at)]
+
+    def hold_clause(self, hold: ClaimHold | None, alias: str = "h") -> tuple[str, list[Any]]:
+        """``(" AND NOT (…)", params)``: the predicate a claim adds to its candidate rows (``alias``) to skip what
+        a rate limit holds back — whole queues, types, and at most ``MAX_HELD_KEYS`` partitions (the rest are
+        sent back by the plan after the claim); ``("", [])`` when nothing is held."""
+        if not hold:
+            return "", []
+        terms: list[str] = []
+        params: list[Any] = []
+        for column, names in ((f"{alias}.queue", hold.queues), (f"lower({alias}.type)", hold.types)):
+            if names:
+                tail, values = self.name_list(names)
+                terms.append(f"{column} {tail}")
+                params += values
+        for scope, target, key in hold.keys[:MAX_HELD_KEYS]:
+            column = f"{alias}.queue" if scope == "queue" else f"lower({alias}.type)"
+            terms.append(f"({column} = %s AND coalesce({alias}.rate_key, '') = %s)")
+            params += [target, key]
+        return f" AND NOT ({' OR '.join(terms)})", params
+
+    def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
+        """``(predicate tail, params)`` matching a name column against ``names`` (as ``id_list``)."""
+        return self.id_list(names)
+
+    def _ensure_rate_limit(self, cursor: Cursor, name: str, per_key: bool, max_keys: int) -> None:
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {RATE_LIMITS} (name, is_lifted, per_key, max_keys, updated_at) SELECT %s, %s, %s, %s, {now}"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {RATE_LIMITS}{self.ROW_LOCK_HINT} WHERE name = %s)"
+            f"{self.IGNORE_DUPLICATE}", [name, False, per_key, max_keys, *at, name])
+
+    def declare_rate_limits(self, cursor: Cursor, limits: Sequence[RateLimit]) -> None:
+        """Make the declared columns the given limits (settings and ``@job``): rows of other names lose their
+        declared rate (an operator's override stays)."""
+        tail, params = self.name_list([limit.name for limit in limits]) if limits else ("IS NULL", [])
+        cursor.execute(f"UPDATE {RATE_LIMITS} SET declared_count = NULL, declared_window = NULL, declared_burst = NULL"
+                       f" WHERE declared_count IS NOT NULL AND NOT (name {tail})", params)
+        for limit in limits:
+            self._ensure_rate_limit(cursor, limit.name, limit.per_key, limit.max_keys)
+            cursor.execute(f"UPDATE {RATE_LIMITS} SET declared_count = %s, declared_window = %s, declared_burst = %s,"
+                           " per_key = %s, max_keys = %s WHERE name = %s",
+                           [limit.rate.count, limit.rate.window, limit.rate.burst, limit.per_key, limit.max_keys,
+                            limit.name])
+
+    def set_rate_limit(self, cursor: Cursor, name: str, rate: Rate | None, lifted: bool, actor: str | None) -> None:
+        """An operator's override of limit ``name``: a rate (count 0 pauses), lifted, or neither (back to the
+        declared rate)."""
+        self._ensure_rate_limit(cursor, name, False, 1000)
+        now, at = self.now()
+        cursor.execute(
+            f"UPDATE {RATE_LIMITS} SET override_count = %s, override_window = %s, override_burst = %s, is_lifted = %s,"
+            f" updated_by = %s, updated_at = {now} WHERE name = %s",
+            [rate.count if rate else None, rate.window if rate else None, rate.burst if rate else None, bool(lifted),
+             actor, *at, name])
+
+    def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time) and read
+        their buckets, in one statement: the database's time and the buckets."""
+        now, at = self.now()
+        tail, params = self.name_list(names)
+        columns = ", ".join(f"b.{c}" for c in RATE_BUCKET_FIELDS)
+        rows = self._all(cursor, f"SELECT {now}, {columns} FROM {RATE_LIMITS} AS l{self.ROW_LOCK_HINT}"
+                                 f" LEFT JOIN {RATE_BUCKETS} AS b ON b.limit_name = l.name WHERE l.name {tail}"
+                                 f" ORDER BY l.name{self.ROW_LOCK_TAIL}", [*at, *params])
+        if not rows:
+            return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), []
+        return as_utc(rows[0][0]), [rate_bucket(r[1:]) for r in rows if r[1] is not None]
+
+    def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
+                          dropped: Sequence[tuple[str, str]]) -> None:
+        """Write the buckets a claim changed or added, and delete the refilled ones it dropped (under the
+        limits' row locks, so no other claim writes them meanwhile)."""
+        ts = self.TS  # a statement per bucket: a claim writes a few (the same texts on every vendor's driver)
+        for b in changed:
+            cursor.execute(
+                f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
+                " window_used = %s WHERE limit_name = %s AND rate_key = %s",
+                [b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at), b.window_used,
+                 b.limit_name, b.rate_key])
+        for b in added:
+            cursor.execute(
+                f"INSERT INTO {RATE_BUCKETS} ({', '.join(RATE_BUCKET_FIELDS)}) VALUES (%s, %s, %s, {ts}, {ts}, %s)",
+                [b.limit_name, b.rate_key, b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at),
+                 b.window_used])
+        for name, key in dropped:
+            cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
+
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 
     def changed(self, cursor: Cursor) -> int:
@@ -679,12 +911,16 @@ class BaseDialect:
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
         return {str(name): as_utc(at) for name, at in self._all(cursor, f"SELECT name, last_tick_at FROM {SCHEDULES}")}
 
-    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+    def active_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
+        """The Active view's filters: status, queue, type and the search (id, type, tags, idempotency key)."""
         clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
         if filters.status is not None:
             clauses.append("status = %s")
             params.append(int(filters.status))
-        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+        where, params = self.active_where(filters)
         sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
         return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
 
@@ -731,6 +967,29 @@ class BaseDialect:
                 [*params, min(max_jobs, 10)])]
         return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
+    def matching_where(self, pillar: str, filters: JobFilter) -> tuple[str, str, list[Any]]:
+        """(table, WHERE …, params) of a bulk-by-filter run: Hot as the Active view filters it ("hot"), else
+        the DLQ as its view does."""
+        if pillar == "hot":
+            return (HOT, *self.active_where(filters))
+        return (DLQ, *self.dlq_where(filters))
+
+    def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        table, where, params = self.matching_where(pillar, filters)
+        count, upto = self._one(cursor, f"SELECT count(*), max(id) FROM {table}{where}", params)
+        return int(count or 0), None if upto is None else str(upto)
+
+    def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
+                     limit: int) -> list[str]:
+        """DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
+        take no lock (the cancel's own statements decide, so a row a worker is claiming is not skipped)."""
+        table, where, params = self.matching_where(pillar, filters)
+        hint, lock = (self.PICK_HINT, self.PICK_LOCK) if pillar == "dlq" else ("", "")
+        bound, value = ("id <= %s", upto) if after is None else ("id < %s", after)
+        where = f"{where} AND " if where else " WHERE "
+        sql = f"SELECT id FROM {table}{hint}{where}{bound} ORDER BY id DESC{self.LIMIT}{lock}"
+        return [str(r[0]) for r in self._all(cursor, sql, [*params, value, int(limit)])]
+
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",
                              [self.param_ts(cutoff)])[0] or 0)
@@ -754,10 +1013,10 @@ class BaseDialect:
         sql = self._snapshots.get(locate)
         if sql is None:
             sql = self._snapshots[locate] = (
-                f"SELECT {self.pack(self.SUMMARY_STATS_SQL, 7, 'c0')},"
+                f"SELECT {self.pack(self.SUMMARY_STATS_SQL, 8, 'c0')},"
                 f" {self.pack(ACTIVE_SQL.format(where=''), 12, 'c5 DESC, c0 DESC')}, {self.pack(locate, 2, 'c0')},\n"
                 + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
-                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 8, "c0"),
+                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),
                     (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
                     (self.TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC"))))
         since = request.throughput_since
@@ -797,6 +1056,63 @@ class BaseDialect:
         """Nothing to do by default: the vendor's own housekeeping keeps the Hot table healthy."""
         return False
 
+    # ------------------------------------------------------------ history roll-ups
+
+    def history_upsert(self, source: str) -> str:
+        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets: counts added, the
+        longest duration kept."""
+        added = ", ".join(f"{c} = {HISTORY}.{c} + excluded.{c}" for c in HISTORY_COUNTS)
+        longest = (f"max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL OR {HISTORY}.max_duration_ms >="
+                   f" excluded.max_duration_ms THEN {HISTORY}.max_duration_ms ELSE excluded.max_duration_ms END")
+        return (f"INSERT INTO {HISTORY} ({', '.join(HISTORY_COLUMNS)}) SELECT * FROM ({source}) AS r WHERE 1 = 1"
+                f" ORDER BY 1, 2, 3, 4, 5 ON CONFLICT ({', '.join(HISTORY_KEY)}) DO UPDATE SET {added}, {longest}")
+
+    def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
+                       at: datetime) -> None:
+        archived = list(dict.fromkeys(archived_ids))
+        failed = list(dict.fromkeys(failed_ids))
+        if not archived and not failed:
+            return
+        archived_tail, archived_params = self.id_list(archived)
+        failed_tail, failed_params = self.id_list(failed)
+        minute, hour = bucket_starts(at)
+        cursor.execute(self.history_upsert(history_source(archived_tail, failed_tail, self.TS)),
+                       [self.param_ts(minute), self.param_ts(hour), *archived_params, *failed_params])
+
+    def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+        since_param = self.param_ts(since)
+        points = self._all(cursor, HISTORY_POINTS_SQL.format(ts=self.TS), [int(granularity), since_param])
+        types = self._all(cursor, HISTORY_TYPES_SQL.format(ts=self.TS, limit=self.LIMIT),
+                          [int(granularity), since_param, int(types_limit)])
+        return HistoryWindow([history_point(r) for r in points], [type_history(r) for r in types])
+
+    def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
+        cursor.execute(self.PURGE_HISTORY_SQL, [int(granularity), self.param_ts(cutoff), batch_size])
+        return self.changed(cursor)
+
+    # ------------------------------------------------------------ recurring jobs: the Recurring panel
+
+    def schedule_states(self, cursor: Cursor) -> list[ScheduleState]:
+        return [schedule_state(r) for r in self._all(cursor, SCHEDULE_STATES_SQL)]
+
+    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, enabled) VALUES (%s, {self.TS}, {now}, %s)"
+            " ON CONFLICT (name) DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at,"
+            f" last_tick_at = CASE WHEN excluded.enabled AND excluded.last_tick_at > {SCHEDULES}.last_tick_at"
+            f" THEN excluded.last_tick_at ELSE {SCHEDULES}.last_tick_at END",
+            [name, self.param_ts(tick), *at, bool(enabled)])
+
+    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, last_job_id, last_run_at)"
+            f" VALUES (%s, {self.TS}, {now}, %s, {now}) ON CONFLICT (name) DO UPDATE SET"
+            " updated_at = excluded.updated_at, last_job_id = excluded.last_job_id, last_run_at = excluded.last_run_at",
+            [name, self.param_ts(tick), *at, job_id, *at])
+
+
     # ------------------------------------------------------------ enqueue and the claim
 
     def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
@@ -835,16 +1151,20 @@ class BaseDialect:
         rows = self._all(cursor, f"SELECT idempotency_key, id FROM {HOT} WHERE idempotency_key {tail}", params)
         return {str(key): str(job_id) for key, job_id in rows}
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads, in
-        claim order: priority desc, due time asc, id."""
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide, bulkheads and what rate
+        limits hold back (``hold``), in claim order: priority desc, due time asc, id."""
         if limit <= 0 or (queues is not None and not queues):
             return []
-        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)))
+        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)),
+                          hold or None)
         return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
-        """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched."""
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
+        """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched, its candidate rows
+        filtered by ``hold_clause(hold)`` when a hold is given (None: the plain claim, not one statement more)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ the lease, commands and maintenance
@@ -920,8 +1240,8 @@ class BaseDialect:
         """DLQ → Hot Pending (priority 10 unless given, attempt count 0, edits coalesced); FailedTotal -n."""
         if not job_ids:
             return []
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision, payload, tags, priority, actor])
-        return self.moved(cursor)
+        return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
+                          [self.ids_param(job_ids), revision, payload, tags, priority, actor])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:
@@ -933,14 +1253,15 @@ class BaseDialect:
         return self._resurrect(cursor, job_ids, actor=actor)
 
     def _purge(self, cursor: Cursor, sql: str, params: list[Any], counter: str) -> Moved:
-        """A delete whose statement returns (id, queue) per row; ``counter`` −n per queue."""
+        """A delete whose statement returns (id, queue) per row; ``counter`` −n per queue (``PURGED`` +n)."""
         cursor.execute(sql, params)
         moved = self.moved(cursor)
         self.uncount(cursor, counter, Counter(queue for _, queue in moved))
         return moved
 
     def _purge_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, counter: str) -> int:
-        """One batch delete whose statement returns (queue, rows) groups; ``counter`` −n per queue."""
+        """One batch delete whose statement returns (queue, rows) groups; ``counter`` −n per queue (``PURGED``
+        +n)."""
         if batch_size <= 0:
             return 0
         self._batch_by_age(cursor, sql, cutoff, batch_size)
@@ -958,15 +1279,15 @@ class BaseDialect:
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
         if not job_ids:
             return []
-        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], "succeeded_total")
+        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], PURGED)
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
         return self._purge_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size, "failed_total")
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
-        return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, "succeeded_total")
+        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n."""
+        return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
 
     def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
         """The first ``max_jobs`` filter matches, newest failure first, locked (skipping locked ones) where the

@@ -1,4 +1,4 @@
-"""SQL Server dialect (mssql-django): every transition of the ``Dialect`` protocol as T-SQL.
+"""SQL Server dialect (mssql-django): the T-SQL forms and hooks of ``BaseDialect`` that differ here.
 
 Rules followed by every function here (spec 01 §1.2, §1.3, §3, §4):
 
@@ -47,6 +47,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
+    ClaimHold,
     FailureReason,
     JobStatus,
     NewJob,
@@ -57,7 +58,12 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     ACTIVE_ROW,
     EMPTY_ERROR,
+    HISTORY,
+    HISTORY_COLUMNS,
+    HISTORY_COUNTS,
+    HISTORY_KEY,
     HOT_FIELDS,
+    PURGED,
     REVISION_BUMP,
     TO_ARCHIVE,
     TO_DLQ,
@@ -128,6 +134,14 @@ def _stats_add(counter: str) -> str:
     )
 
 
+# An Archive purge: ``purged_total += rows deleted`` per queue (``succeeded_total`` never shrinks).
+_STATS_PURGED = (
+    "UPDATE t SET purged_total = t.purged_total + c.n\n"
+    "FROM chokaq_stats_summary AS t\n"
+    "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
+)
+
+
 def _stats_sub(counter: str, touch: bool = False) -> str:
     """``counter = max(counter - rows moved, 0)`` per queue, update only."""
     touched = ", last_activity_at = @Now" if touch else ""
@@ -178,6 +192,11 @@ def _params(*declarations: str) -> str:
     return "\n".join(f"DECLARE {declaration} = %s;" for declaration in declarations)
 
 
+def _changed(*declares: str, statement: str) -> str:
+    """A batch whose one changing ``statement`` reports how many rows it changed."""
+    return _batch(*declares, "DECLARE @Changed int;", statement, "SET @Changed = @@ROWCOUNT;", "SELECT @Changed;")
+
+
 def _batch(*statements: str) -> str:
     """A multi-statement batch: NOCOUNT on for the work, off again for the final statement."""
     *work, last = statements
@@ -209,16 +228,17 @@ ENQUEUE_SQL = _batch(
     "DECLARE @NewQueues TABLE (queue nvarchar(255) NOT NULL PRIMARY KEY);",
     # The idempotency check rides on the insert; the filtered unique index is the safety net (2601).
     "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,"
-    " attempt_count, scheduled_at, created_at, last_updated_at, created_by)\n"
+    " attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)\n"
     "OUTPUT inserted.id INTO @Inserted (id)\n"
     "SELECT j.id, j.queue, j.type, j.payload, j.tags, j.idempotency_key, j.priority, 0, 0,\n"
     "    CASE WHEN j.delay_s IS NULL THEN NULL ELSE DATEADD(MILLISECOND, j.delay_ms, DATEADD(SECOND, j.delay_s, @Now))"
     " END,\n"
-    "    @Now, @Now, j.created_by\n"
+    "    @Now, @Now, j.created_by, j.rate_key\n"
     "FROM OPENJSON(@Jobs) WITH (id nvarchar(4000) '$.id', queue nvarchar(4000) '$.queue',"
     " type nvarchar(4000) '$.type', payload nvarchar(max) '$.payload', tags nvarchar(4000) '$.tags',"
     " idempotency_key nvarchar(4000) '$.idempotency_key', priority int '$.priority', delay_s int '$.delay_s',"
-    " delay_ms int '$.delay_ms', created_by nvarchar(4000) '$.created_by') AS j\n"
+    " delay_ms int '$.delay_ms', created_by nvarchar(4000) '$.created_by', rate_key nvarchar(4000) '$.rate_key')"
+    " AS j\n"
     "WHERE j.idempotency_key IS NULL\n"
     "    OR NOT EXISTS (SELECT 1 FROM chokaq_jobs_hot AS k WHERE k.idempotency_key = j.idempotency_key);",
     # Queues and counters rows: an unlocked look first, so only brand-new queues take the range locks.
@@ -241,8 +261,9 @@ ENQUEUE_SQL = _batch(
 )
 
 
-def _fetch_sql(queue_filter: bool) -> str:
-    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
+def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
+    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim (``hold``: the
+    predicate skipping what rate limits hold back, its parameters last).
 
     As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
     claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
@@ -259,7 +280,7 @@ def _fetch_sql(queue_filter: bool) -> str:
     FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
     LEFT JOIN chokaq_queues AS q ON q.name = h.queue
     WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){queue_predicate}
-      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1
+      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{hold}
     ORDER BY h.priority DESC, sort_at, h.id),
 ActiveCounts AS (
     SELECT a.queue, COUNT(*) AS n FROM chokaq_jobs_hot AS a
@@ -301,13 +322,13 @@ WHERE h.status = 0;"""
 FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
 
+_LEASE = ("UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
+          "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
+          " last_updated_at = @Now\n")
 MARK_PROCESSING_SQL = _batch(
     _NOW,
     _params("@JobId nvarchar(4000)", "@WorkerId nvarchar(4000)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-    "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
-    " last_updated_at = @Now\n"
-    "OUTPUT inserted.attempt_count\n"
+    _LEASE + "OUTPUT inserted.attempt_count\n"
     "WHERE id = @JobId AND worker_id = @WorkerId AND status = 1;",
 )
 
@@ -316,10 +337,7 @@ _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
 MARK_PROCESSING_BATCH_SQL = _batch(
     _NOW,
     _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-    "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
-    " last_updated_at = @Now\n"
-    "OUTPUT inserted.id, inserted.attempt_count\n"
+    _LEASE + "OUTPUT inserted.id, inserted.attempt_count\n"
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
 )
 
@@ -391,44 +409,28 @@ RESCHEDULE_SQL = _batch(
     "SELECT id, queue FROM @Moved;",
 )
 
-RELEASE_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    "DECLARE @Changed int;",
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
-    f"WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;",
-    "SET @Changed = @@ROWCOUNT;",
-    "SELECT @Changed;",
-)
+_TO_PENDING = "SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
+RELEASE_SQL = _changed(_NOW, _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"), statement=(
+    f"UPDATE chokaq_jobs_hot WITH (ROWLOCK) {_TO_PENDING}WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;"))
 
 _RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision")
 
 
-def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
-    """DLQ → Hot (spec 01 §4.7/§4.8): ``delete`` moves the chosen DLQ rows into ``@Moved``."""
-    return _batch(
-        _NOW,
-        *declares,
-        _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)"),
-        _moved_table(_RESURRECTED),
-        delete,
-        "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        " last_updated_at, created_by, last_modified_by, revision)\n"
-        "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
-        " created_at, @Now, created_by, @Actor, revision\n"
-        "FROM @Moved;",
-        _stats_sub("failed_total", touch=True),
-        "SELECT id, queue FROM @Moved;",
-    )
-
-
-# One batch for the single (edited) and the batch form: parameters ids, revision, payload, tags, priority, actor.
-RESURRECT_SQL = _resurrect_sql(
-    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Revision int = %s;"],
-    "DELETE d\n"
-    + _output_into(_RESURRECTED, {})
-    + "\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
+# DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
+RESURRECT_SQL = _batch(
+    _NOW,
+    _params("@Ids nvarchar(max)", "@Revision int", "@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int",
+            "@Actor nvarchar(4000)"),
+    _moved_table(_RESURRECTED),
+    f"DELETE d\n{_output_into(_RESURRECTED, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
+    "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
+    " last_updated_at, created_by, last_modified_by, revision)\n"
+    "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
+    " created_at, @Now, created_by, @Actor, revision\n"
+    "FROM @Moved;",
+    _stats_sub("failed_total", touch=True),
+    "SELECT id, queue FROM @Moved;",
 )
 
 REQUEST_CANCEL_SQL = _batch(
@@ -468,7 +470,8 @@ _CUTOFF = "DECLARE @Cutoff datetimeoffset(7) = %s;"
 
 
 def _purge(table: str, declares: Sequence[str], where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` decrementing ``counter`` (spec 01 §4.10)."""
+    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (``PURGED`` grows, any other
+    counter drops; spec 01 §4.10)."""
     return _batch(
         _NOW,
         *declares,
@@ -480,7 +483,7 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
         "DELETE d\n"
         "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
         f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        _stats_sub(counter),
+        _STATS_PURGED if counter == PURGED else _stats_sub(counter),
         f"SELECT {result};",
     )
 
@@ -497,20 +500,13 @@ PURGE_DLQ_OLDER_SQL = _purge(
 )
 PURGE_ARCHIVE_SQL = _purge(
     "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
-    "succeeded_total", _BY_QUEUE,
+    PURGED, _BY_QUEUE,
 )
 
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
-RECOVER_ABANDONED_SQL = _batch(
-    _NOW,
-    _params("@TimeoutSeconds int", "@TimeoutMs int"),
-    "DECLARE @Changed int;",
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
-    "WHERE status = 1\n"
-    "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));",
-    "SET @Changed = @@ROWCOUNT;",
-    "SELECT @Changed;",
-)
+RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
+    f"UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) {_TO_PENDING}WHERE status = 1\n"
+    "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
 
 
 def _queue_upsert(column: str, sql_type: str) -> str:
@@ -575,14 +571,15 @@ _HOT_COUNTS = (
 SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        totals.succeeded, totals.failed, totals.retried,
        (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
-        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at
+        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged
 FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
 CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
-                   COALESCE(SUM(y.retried_total), 0) AS retried
+                   COALESCE(SUM(y.retried_total), 0) AS retried, COALESCE(SUM(y.purged_total), 0) AS purged
             FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals"""
 
 QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at
+       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at,
+       COALESCE(s.purged_total, 0)
 FROM chokaq_queues AS q WITH (NOLOCK)
 LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK) GROUP BY x.queue) AS h
     ON h.queue = q.name
@@ -649,7 +646,7 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
         items.append({
             "id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
             "idempotency_key": job.idempotency_key, "priority": int(job.priority), "delay_s": delay_s,
-            "delay_ms": delay_ms, "created_by": job.created_by,
+            "delay_ms": delay_ms, "created_by": job.created_by, "rate_key": job.rate_key,
         })
     return _json(items)
 
@@ -662,13 +659,8 @@ LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, work
 
 def _batch_delete(table: str, column: str) -> str:
     """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row."""
-    return _batch(
-        _params("@Cutoff datetimeoffset(7)", "@Batch int"),
-        "DECLARE @N int;",
-        f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;",
-        "SET @N = @@ROWCOUNT;",
-        "SELECT @N;",
-    )
+    return _changed(_params("@Cutoff datetimeoffset(7)", "@Batch int"),
+                    statement=f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;")
 
 
 PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
@@ -687,6 +679,36 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "END",
     "SELECT @Claimed;",
 )
+PURGE_HISTORY_SQL = _batch(
+    "DECLARE @Granularity int = %s;",
+    "DECLARE @Cutoff datetimeoffset(7) = %s;",
+    "DECLARE @Batch int = %s;",
+    "DECLARE @N int;",
+    "DELETE TOP (@Batch) FROM chokaq_history_buckets WITH (ROWLOCK, READPAST)"
+    " WHERE granularity = @Granularity AND bucket_start < @Cutoff;",
+    "SET @N = @@ROWCOUNT;",
+    "SELECT @N;",
+)
+# The operator's switch; enabling moves the latest tick up to the due one, so no tick missed while off is run.
+SET_SCHEDULE_ENABLED_SQL = (
+    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
+    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick, CAST(%s AS bit) AS enabled)"
+    " AS s ON t.name = s.name\n"
+    "WHEN MATCHED THEN UPDATE SET enabled = s.enabled, updated_at = SYSUTCDATETIME(),"
+    " last_tick_at = CASE WHEN s.enabled = 1 AND s.tick > t.last_tick_at THEN s.tick ELSE t.last_tick_at END\n"
+    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, enabled)"
+    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.enabled);"
+)
+RECORD_SCHEDULE_RUN_SQL = (
+    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
+    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick,"
+    " CAST(%s AS nvarchar(50)) AS job_id) AS s ON t.name = s.name\n"
+    "WHEN MATCHED THEN UPDATE SET updated_at = SYSUTCDATETIME(), last_job_id = s.job_id, last_run_at = SYSUTCDATETIME()\n"
+    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, last_job_id, last_run_at)"
+    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.job_id, SYSUTCDATETIME());"
+)
+
+
 
 
 
@@ -760,7 +782,7 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
     "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
     "FROM chokaq_jobs_archive AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS};",
-    _stats_sub("succeeded_total"),
+    _STATS_PURGED,
     "SELECT id, queue FROM @Moved;",
 )
 
@@ -786,12 +808,12 @@ DECK_SNAPSHOT_SQL = _batch(
             "@WithWorkers bit"),
     *_TOP_ERRORS_DECLARES,
     _NOW_OFFSET,
-    f"""SELECT {_packed(SUMMARY_STATS_SQL, 7)} AS summary,
+    f"""SELECT {_packed(SUMMARY_STATS_SQL, 8)} AS summary,
        {_packed(_active_select("@ActiveLimit"), 12, "c5 DESC, c0 DESC")} AS active,
        CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
        CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 8, "c0")} END AS queue_stats,
+       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
        CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
        CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, 4, "c2 DESC, c3 DESC")} END AS errors;""",
@@ -816,11 +838,12 @@ RECORD_ATTEMPTS_SQL = (
 
 
 class SQLServerDialect(BaseDialect, statements=globals()):
-    """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
-    ISO text datetimes and batches whose first results carry no rows."""
-
+    """The base over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3), JSON batches, ISO
+    text datetimes and batches whose first results carry no rows."""
 
     TS = "CAST(%s AS datetimeoffset(7))"
+    ROW_LOCK_HINT = " WITH (UPDLOCK, HOLDLOCK, ROWLOCK)"
+    IGNORE_DUPLICATE = ""  # the locking hint of the NOT EXISTS read makes a racing twin wait instead
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     DLQ_ROW = f"{DLQ_ROW}  AS error_head"
@@ -833,6 +856,9 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def param_ts(self, value: datetime | None) -> Any:
         return None if value is None else _ts(value)
+
+    def now(self) -> tuple[str, list[Any]]:
+        return "SYSUTCDATETIME()", []
 
     def rows(self, cursor: Cursor) -> list[Any]:
         return _rows(cursor)
@@ -874,12 +900,16 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return ({str(job_id) for job_id, key in rows if key is None},
                 {str(key): str(job_id) for job_id, key in rows if key is not None})
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
-        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified)."""
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
+        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified); the locked
+        Eligible read skips what rate limits hold back."""
+        clause, held = self.hold_clause(hold)
         if queues is None:
-            cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
+            cursor.execute(_fetch_sql(False, clause) if clause else FETCH_ALL_SQL, [worker_id, limit * 10, limit, *held])
         else:
-            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, _json({"name": name} for name in queues)])
+            cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
+                           [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return _rows(cursor)
 
     def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
@@ -916,8 +946,30 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
         return self.counted(cursor) > 0
 
+    def history_upsert(self, source: str) -> str:
+        """One MERGE of the completion's history rows: counts added, the longest duration kept."""
+        matched = " AND ".join(f"t.{c} = s.{c}" for c in HISTORY_KEY)
+        added = ", ".join(f"{c} = t.{c} + s.{c}" for c in HISTORY_COUNTS)
+        return (
+            f"MERGE {HISTORY} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(HISTORY_COLUMNS)})\n"
+            f"ON {matched}\nWHEN MATCHED THEN UPDATE SET {added}, max_duration_ms = CASE WHEN s.max_duration_ms"
+            " IS NULL OR t.max_duration_ms >= s.max_duration_ms THEN t.max_duration_ms ELSE s.max_duration_ms END\n"
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(HISTORY_COLUMNS)})"
+            f" VALUES ({', '.join(f's.{c}' for c in HISTORY_COLUMNS)});"
+        )
+
+    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        cursor.execute(SET_SCHEDULE_ENABLED_SQL, [name, _ts(tick), bool(enabled)])
+
+    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        cursor.execute(RECORD_SCHEDULE_RUN_SQL, [name, _ts(tick), job_id])
+
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
+
+    def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
+        return ("IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)",
+                [_json({"name": name} for name in names)])
 
     def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
         """One batch whose parameters land in typed variables the CASEs test."""

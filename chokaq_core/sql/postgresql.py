@@ -1,4 +1,4 @@
-"""PostgreSQL dialect: every transition of the ``Dialect`` protocol as raw SQL.
+"""PostgreSQL dialect: the SQL forms and hooks of ``BaseDialect`` that differ here.
 
 Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chokaq_core.domain import (
+    ClaimHold,
     FailureReason,
     NewJob,
 )
@@ -25,6 +26,8 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
     HOT_FIELDS,
+    MAX_HELD_KEYS,
+    PURGED,
     REVISION_BUMP,
     TO_ARCHIVE,
     TO_DLQ,
@@ -76,6 +79,19 @@ def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
     )
 
 
+def _stats_purged(source: str) -> str:
+    """``dec`` CTE of an Archive purge: ``purged_total += n`` per queue (``succeeded_total`` never shrinks)."""
+    return (
+        "dec AS (UPDATE chokaq_stats_summary s SET purged_total = s.purged_total + c.n\n"
+        f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)"
+    )
+
+
+def _counted(counter: str, source: str) -> str:
+    """The ``dec`` CTE of a purge over ``source``: ``PURGED`` grows, any other counter drops."""
+    return _stats_purged(source) if counter == PURGED else _stats_sub(counter, source)
+
+
 def _completion(ctes: str, move: Move) -> str:
     """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
     insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
@@ -84,11 +100,11 @@ def _completion(ctes: str, move: Move) -> str:
 
 
 def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` decrementing ``counter`` (spec 01 §4.10)."""
+    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (spec 01 §4.10)."""
     return (
         f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
         f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-        f"{_stats_sub(counter, 'del')}\n"
+        f"{_counted(counter, 'del')}\n"
         f"SELECT {result}"
     )
 
@@ -101,14 +117,14 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
 ENQUEUE_SQL = f"""
 WITH src AS (
     SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                         %s::int[], %s::float8[], %s::text[])
-        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by)),
+                         %s::int[], %s::float8[], %s::text[], %s::text[])
+        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by, rate_key)),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,
-        attempt_count, scheduled_at, created_at, last_updated_at, created_by)
+        attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)
     SELECT id, queue, type, payload, tags, idempotency_key, priority, 0, 0,
            CASE WHEN delay_seconds IS NULL THEN NULL ELSE now() + make_interval(secs => delay_seconds) END,
-           now(), now(), created_by
+           now(), now(), created_by, rate_key
     FROM src
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue),
@@ -125,7 +141,23 @@ SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
 
 
-def _fetch_sql(queue_filter: bool) -> str:
+# What rate limits hold back (ClaimHold), as arrays: one statement text whatever is held.
+HOLD_SQL = """ AND NOT (h.queue = ANY(%(held_queues)s::text[]) OR lower(h.type) = ANY(%(held_types)s::text[])
+           OR (h.queue, coalesce(h.rate_key, '')) IN (
+               SELECT * FROM unnest(%(held_queue_targets)s::text[], %(held_queue_keys)s::text[]))
+           OR (lower(h.type), coalesce(h.rate_key, '')) IN (
+               SELECT * FROM unnest(%(held_type_targets)s::text[], %(held_type_keys)s::text[])))"""
+
+
+def _hold_params(hold: ClaimHold) -> dict[str, list[str]]:
+    keys = hold.keys[:MAX_HELD_KEYS]
+    by_scope = {scope: [(target, key) for s, target, key in keys if s == scope] for scope in ("queue", "type")}
+    return {"held_queues": list(hold.queues), "held_types": list(hold.types),
+            **{f"held_{scope}_{part}": [pair[i] for pair in pairs]
+               for scope, pairs in by_scope.items() for i, part in enumerate(("targets", "keys"))}}
+
+
+def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
     """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
 
     The window is found through ``hot_fetch_pending`` instead of sorting every Pending
@@ -150,17 +182,18 @@ def _fetch_sql(queue_filter: bool) -> str:
 """
         names = "SELECT queue AS name FROM pending_queues WHERE queue IS NOT NULL"
     stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
-         WHERE h.queue = n.name AND h.status = 0 AND {due}
+         WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
          ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
+    hold = HOLD_SQL if held else ""
     return f"""
 WITH {recursive}open_queues AS (
     SELECT n.name FROM ({names}) n LEFT JOIN chokaq_queues q ON q.name = n.name
     WHERE coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true)),
 candidates AS (
     SELECT c.id, c.priority, c.sort_at FROM open_queues n CROSS JOIN LATERAL (
-        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL")}
+        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL", hold=hold)}
         UNION ALL
-        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()")}) c
+        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()", hold=hold)}) c
     ORDER BY c.priority DESC, c.sort_at, c.id
     LIMIT %(candidates)s),
 locked AS (
@@ -185,6 +218,8 @@ SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at)
 
 FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
+FETCH_ALL_HELD_SQL = _fetch_sql(queue_filter=False, held=True)
+FETCH_QUEUES_HELD_SQL = _fetch_sql(queue_filter=True, held=True)
 # Claimers of a capped queue take turns: the claim statement counts the queue's active rows in
 # its own snapshot, which cannot see another claimer's uncommitted claim. Locking the capped
 # queues' control rows first (held to commit) makes the next claim statement's fresh READ
@@ -255,7 +290,7 @@ RETURNING id
 _BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
 PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
-PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", _BY_QUEUE)
+PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", PURGED, _BY_QUEUE)
 
 # ---------------------------------------------------------------- retention, schedules, reads
 
@@ -269,11 +304,21 @@ DELETE FROM chokaq_metric_buckets WHERE (bucket_start, queue, outcome, failure_r
     SELECT bucket_start, queue, outcome, failure_reason FROM chokaq_metric_buckets WHERE bucket_start < %s
     ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
 """
+PURGE_HISTORY_SQL = """
+DELETE FROM chokaq_history_buckets WHERE (granularity, bucket_start, queue, type, outcome) IN (
+    SELECT granularity, bucket_start, queue, type, outcome FROM chokaq_history_buckets
+    WHERE granularity = %s AND bucket_start < %s ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
-TIDY_LOCK_KEY = 0x43484F4B  # "CHOK": one vacuum of the Hot table at a time, fleet-wide
-TRY_LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
-UNLOCK_SQL = "SELECT pg_advisory_unlock(%s)"
-VACUUM_HOT_SQL = "VACUUM (ANALYZE) chokaq_jobs_hot"
+# One vacuum of the Hot table at a time, fleet-wide, without session state (a session advisory lock would
+# leak behind a transaction pooler): a VACUUM holds SHARE UPDATE EXCLUSIVE on the table while it runs, so a
+# caller that sees it held leaves the work to that one, and SKIP_LOCKED skips the table if one starts meanwhile.
+HOT_VACUUM_RUNNING_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND relation = 'chokaq_jobs_hot'::regclass
+               AND mode = 'ShareUpdateExclusiveLock' AND granted)
+"""
+VACUUM_HOT_SQL = "VACUUM (ANALYZE, SKIP_LOCKED) chokaq_jobs_hot"
+SESSION_PID_SQL = "SELECT pg_backend_pid()"
 
 
 QUEUE_HEALTH_SQL = """
@@ -288,7 +333,7 @@ ORDER BY q.name
 
 PURGE_ARCHIVE_IDS_SQL = f"""
 WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
-{_stats_sub("succeeded_total", "del")}
+{_stats_purged("del")}
 SELECT id, queue FROM del
 """
 
@@ -312,7 +357,8 @@ ORDER BY a.n
 
 
 class PostgreSQLDialect(BaseDialect, statements=globals()):
-    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
+    """The base over PostgreSQL's statements: array parameters, the database clock, lower() LIKE (the same match
+    as ILIKE, cheaper on a scan)."""
 
     NOTIFY_CHANNEL: str | None = NOTIFY_CHANNEL
     # A move is one statement of CTEs; enqueue without keys is ENQUEUE_SQL alone (no by-key lookup to follow). The
@@ -330,6 +376,8 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     def search_pattern(self, term: str) -> str:
         return escaped_like(term.lower())
 
+    ROW_LOCK_TAIL = " FOR UPDATE OF l"
+
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
 
@@ -339,13 +387,14 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             [j.id for j in jobs], [j.queue for j in jobs], [j.type for j in jobs], [j.payload for j in jobs],
             [j.tags for j in jobs], [j.idempotency_key for j in jobs], [int(j.priority) for j in jobs],
             [None if j.delay_seconds is None else float(j.delay_seconds) for j in jobs],  # all floats: a float8[]
-            [j.created_by for j in jobs],
+            [j.created_by for j in jobs], [j.rate_key for j in jobs],
         ])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
-        """Lock the capped queues in reach, then claim (spec 01 §4.2)."""
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
+        """Lock the capped queues in reach, then claim (spec 01 §4.2), skipping what rate limits hold back."""
         params: dict[str, Any] = {"limit": limit, "worker": worker_id}
         if queues is None:
             cursor.execute(LOCK_CAPPED_ALL_SQL)
@@ -360,7 +409,11 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             # No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those (every
             # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
             params.update(scan=limit, candidates=limit * 4)
-        cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
+        if hold:
+            params.update(_hold_params(hold))
+            cursor.execute(FETCH_ALL_HELD_SQL if queues is None else FETCH_QUEUES_HELD_SQL, params)
+        else:
+            cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
         return list(cursor.fetchall())
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
@@ -370,13 +423,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
         if dead < min_dead_rows + 0.2 * live:
             return False
-        cursor.execute(TRY_LOCK_SQL, [TIDY_LOCK_KEY])
-        if not cursor.fetchone()[0]:
+        cursor.execute(HOT_VACUUM_RUNNING_SQL)
+        if cursor.fetchone()[0]:
             return False  # another worker is at it
-        try:
-            cursor.execute(VACUUM_HOT_SQL)
-        finally:
-            cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
+        cursor.execute(VACUUM_HOT_SQL)
         return True
 
     def pack(self, sql: str, width: int, order: str) -> str:

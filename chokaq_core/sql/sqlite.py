@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core.domain import FailureReason, NewJob
+from chokaq_core.domain import ClaimHold, FailureReason, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ARCHIVE,
     BUCKETS,
-    CARRIED_REVISION,
     DLQ,
+    HISTORY,
     HOT,
     HOT_FIELDS,
+    PURGED,
     QUEUES,
     REVISION_BUMP,
     STATS,
@@ -43,7 +44,6 @@ from chokaq_core.sql.base import (
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
-MAX_ROWS_PER_INSERT = 500
 
 
 def _now() -> datetime:
@@ -61,11 +61,6 @@ def _marks(count: int) -> str:
     return ", ".join(["%s"] * count)
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 # ---------------------------------------------------------------- counters
 
 
@@ -78,19 +73,29 @@ def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | No
         )
 
 
-# The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
-_COUNTED = ("(SELECT json_extract(value, '$.queue') AS queue, json_extract(value, '$.failure_reason') AS failure_reason,"
-            " json_extract(value, '$.duration_ms') AS duration_ms FROM json_each(%s))")
+def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str | None) -> None:
+    """Apply the rows a delete removed to ``counter`` per queue: ``PURGED`` (an Archive purge) grows, any other
+    counter drops (floored at 0)."""
+    if counter != PURGED:
+        _drop_stats(cursor, counter, counts, now)
+        return
+    for queue, n in counts.items():
+        cursor.execute(f"UPDATE {STATS} SET {PURGED} = {PURGED} + %s, last_activity_at = %s WHERE queue = %s",
+                       [n, now, queue])
 
 
 # ---------------------------------------------------------------- statements
 
 # "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
 # without statistics it would otherwise walk every row of that status through hot_status_created.
+_ITEM = "json_extract(value, '$.{}')"  # a key of the JSON array items json_each walks
 _CLOCK = "WITH clock(now) AS (SELECT %s) "  # the clock() parameter, read as _NOW
 _NOW = "(SELECT now FROM clock)"
 _IDS = "(SELECT value FROM json_each(%s))"  # the ids_param JSON array
-_ITEM_IDS = "(SELECT json_extract(value, '$.id') FROM json_each(%s))"  # the items_params JSON array's ids
+_ITEM_IDS = f"(SELECT {_ITEM.format('id')} FROM json_each(%s))"  # the items_params JSON array's ids
+# The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
+_COUNTED = ("(SELECT " + ", ".join(f"{_ITEM.format(c)} AS {c}" for c in ("queue", "failure_reason", "duration_ms"))
+            + " FROM json_each(%s))")
 _OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
 
 UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %s) UPDATE {DLQ}"
@@ -98,6 +103,13 @@ UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %
                   " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
                   f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
                   f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
+_JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at, rate_key"
+ENQUEUE_SQL = (
+    f"INSERT INTO {HOT} ({_JOB}, status, attempt_count, created_at, last_updated_at)"
+    f" SELECT {', '.join(_ITEM.format(c) for c in _JOB.split(', '))}, 0, 0, %s, %s"
+    " FROM json_each(%s) WHERE true ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+    " RETURNING id"
+)
 # Moves out of Hot return the Hot row (plus any columns the move sets) for _move to land.
 ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
 CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
@@ -109,8 +121,9 @@ RESCHEDULE_SQL = (
     " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp"
     f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
 )
-RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()}"
-                 f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}")
+RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING id, queue, type,"
+                 " coalesce(%s, payload) AS payload, coalesce(%s, tags) AS tags, coalesce(%s, 10) AS priority,"
+                 " 0 AS status, 0 AS attempt_count, created_at, created_by, %s AS last_modified_by, revision")
 PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
                      " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
 PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
@@ -140,15 +153,17 @@ SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.
 # Per open queue, its first due rows in claim order, read in index order (no sort of the backlog): rows
 # without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
 # walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
+# ``{hold}``: what rate limits hold back (BaseDialect.hold_clause), empty without limits.
 _UNSCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.created_at AS sort_at FROM {HOT} h INDEXED BY hot_fetch_pending
-    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL
+    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 _SCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.scheduled_at AS sort_at FROM {HOT} h INDEXED BY hot_pending_lag
-    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s
+    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
+MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
 
 def _claim_sql(window: str) -> str:
@@ -177,7 +192,6 @@ QUEUE_HEALTH_SQL = f"""
 # ---------------------------------------------------------------- attempts history and retention
 
 ATTEMPTS = "chokaq_job_attempts"
-_ITEM = "json_extract(value, '$.{}')"
 RECORD_ATTEMPTS_SQL = (
     f"{_CLOCK}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at,"
     f" started_at) SELECT {_ITEM.format('job_id')}, {_ITEM.format('attempt')}, %s, {_ITEM.format('error_class')},"
@@ -190,6 +204,8 @@ PURGE_WORKERS_SQL = (f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_i
                      " WHERE last_heartbeat_at < %s ORDER BY last_heartbeat_at LIMIT %s)")
 PURGE_METRIC_BUCKETS_SQL = (f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
                             " ORDER BY bucket_start LIMIT %s)")
+PURGE_HISTORY_SQL = (f"DELETE FROM {HISTORY} WHERE rowid IN (SELECT rowid FROM {HISTORY} WHERE granularity = %s"
+                     " AND bucket_start < %s ORDER BY bucket_start LIMIT %s)")
 PURGE_ATTEMPTS_SQL = (f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s"
                       " ORDER BY failed_at LIMIT %s)")
 
@@ -228,7 +244,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
 
     def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        _drop_stats(cursor, counter, Counter(queues), _ts(_now()))
+        count_removed(cursor, counter, Counter(queues), _ts(_now()))
 
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)
@@ -246,32 +262,25 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return int(cursor.fetchone()[0])
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
-        """Multi-row inserts (taken keys skipped), then the queues' Queues and StatsSummary rows."""
+        """One insert of the batch as JSON items (taken keys skipped), then the queues' rows."""
         now = _now()
         stamp = _ts(now)
-        inserted: set[str] = set()
-        for chunk in _chunks(jobs, MAX_ROWS_PER_INSERT):
-            params: list[Any] = []
-            for job in chunk:
-                scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
-                params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
-                           scheduled, stamp, stamp, job.created_by]
-            cursor.execute(
-                f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
-                f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
-                + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
-                params,
-            )
-            inserted.update(str(row[0]) for row in cursor.fetchall())
-        for queue in sorted({job.queue for job in jobs}):
-            cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
-                           " ON CONFLICT (name) DO NOTHING", [queue, stamp])
-            cursor.execute(f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total,"
-                           " last_activity_at) VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING", [queue, stamp])
+        cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
+            {"id": j.id, "queue": j.queue, "type": j.type, "payload": j.payload, "tags": j.tags,
+             "idempotency_key": j.idempotency_key, "priority": int(j.priority), "created_by": j.created_by,
+             "rate_key": j.rate_key,
+             "scheduled_at": None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds))}
+            for j in jobs])])
+        inserted = {str(row[0]) for row in cursor.fetchall()}
+        queues = json.dumps(sorted({job.queue for job in jobs}))
+        cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) SELECT value, 0, 1, %s"
+                       " FROM json_each(%s) WHERE true ON CONFLICT (name) DO NOTHING", [stamp, queues])
+        cursor.execute(f"INSERT INTO {STATS} (queue, last_activity_at) SELECT value, %s FROM json_each(%s) WHERE true"
+                       " ON CONFLICT (queue) DO NOTHING", [stamp, queues])
         return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
         """The claim under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
 
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
@@ -284,26 +293,29 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             cursor.execute(PENDING_QUEUES_SQL)
         else:
             cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
-        open_queues = sorted(row[0] for row in cursor.fetchall())
+        held_queues = set(hold.queues) if hold else set()
+        open_queues = sorted(row[0] for row in cursor.fetchall() if row[0] not in held_queues)
         if not open_queues:
             return []
         scan = limit * 10
-        if len(open_queues) <= MAX_STREAMED_QUEUES:
-            streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
-            window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
-            params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
+        clause, held = self.hold_clause(hold)
+        if len(open_queues) <= MAX_STREAMED_QUEUES and len(held) * len(open_queues) <= MAX_STREAMED_HOLD_PARAMS:
+            stream = f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}".format(hold=clause)
+            window = f"SELECT * FROM ({' UNION ALL '.join([stream] * len(open_queues))}) ORDER BY priority DESC, sort_at, id LIMIT %s"
+            params: list[Any] = [p for name in open_queues
+                                 for p in (name, *held, scan, name, now, *held, scan)] + [scan]
         else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
             window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
                 FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
-                  AND h.queue IN (SELECT value FROM json_each(%s))
+                  AND h.queue IN (SELECT value FROM json_each(%s)){clause}
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
-            params = [now, json.dumps(open_queues), scan]
+            params = [now, json.dumps(open_queues), *held, scan]
         cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
         return list(cursor.fetchall())
 
     def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
               landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
-        """The statement changes Hot (a delete returning each row, or the retry's update); the rows it deleted,
+        """The statement changes a pillar (a delete returning each row, or the retry's update); the rows it deleted,
         with the columns it or ``landing`` set, are inserted into the move's pillar, then counted."""
         cursor.execute(sql, params)
         names = [d[0] for d in cursor.description]
@@ -320,30 +332,15 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                     row["revision"] += 1  # the row carries its revision, one up
             cursor.executemany(f"INSERT INTO {move.table} ({', '.join(move.fields)}) VALUES ({_marks(len(move.fields))})",
                                [tuple(row[c] for c in move.fields) for row in rows])  # the pillar's columns, in order
+        if move.table == HOT:  # back to Pending: off its counter
+            self.uncount(cursor, move.counter, Counter(row["queue"] for row in rows))
+            return [(str(row["id"]), str(row["queue"])) for row in rows]
         counted = json.dumps([{"queue": row["queue"], "failure_reason": row.get("failure_reason", -1),
                                "duration_ms": row.get("duration_ms")} for row in rows])
         cursor.execute(stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
         if move.outcome is not None:
             cursor.execute(bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
         return [(str(row["id"]), str(row["queue"])) for row in rows]
-
-    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
-                   priority: int | None = None, actor: str | None = None, revision: int | None = None) -> Moved:
-        if not job_ids:
-            return []
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision])
-        rows = cursor.fetchall()
-        if not rows:
-            return []
-        now = _ts(_now())
-        cursor.executemany(
-            f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-            f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
-            [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
-              priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
-        )
-        _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
-        return [(r[0], r[1]) for r in rows]
 
     def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         now = _now()

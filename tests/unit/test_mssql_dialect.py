@@ -47,13 +47,16 @@ from chokaq_core.domain import (
     Attempt,
     AttemptError,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
+    HistoryPoint,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -63,13 +66,19 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     Success,
     SummaryStats,
+    TypeHistory,
     WorkerInfo,
 )
-from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect, base, json_rows
+from chokaq_core.sql import DIALECT_FUNCTIONS, base, json_rows
 from chokaq_core.sql import mssql as sql
 
 RENDER_ALIAS = "chokaq_mssql_render"
@@ -276,9 +285,10 @@ def _split_top(text: str) -> list[str]:
 
 
 def _openjson_schemas(text: str) -> list[tuple[str, dict[str, str]]]:
-    """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept)."""
+    """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept); a JSON
+    parameter given inline, ``OPENJSON(%s)``, has the variable ``%s``."""
     schemas = []
-    for match in re.finditer(r"OPENJSON\((@\w+)\)\s+WITH\s*\(", text, re.I):
+    for match in re.finditer(r"OPENJSON\((@\w+|%s)\)\s+WITH\s*\(", text, re.I):
         columns = {}
         for entry in _split_top(_balanced(text, match.end() - 1)):
             path = re.search(r"'([^']*)'", entry)
@@ -328,6 +338,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
     # JSON parameters carry every key their OPENJSON paths read (lax paths silently yield NULL).
     bound = _declared_params(text, params)
     for variable, schema in _openjson_schemas(text):
+        if variable == "%s":  # an inline JSON parameter: no DECLARE to check
+            continue
         if variable not in bound:
             problems.append(f"OPENJSON reads {variable}, which no DECLARE binds to a parameter")
             continue
@@ -525,13 +537,13 @@ SNAPSHOT_IDS = ["J1", "J2", "J3", "J1"]
 
 # What each separate read's statement returns on SQL Server (pyodbc types: datetimeoffset aware, bit bool).
 SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
-    "summary_stats": [(1, 2, 3, 10, 4, 5, T1)],
+    "summary_stats": [(1, 2, 3, 10, 4, 5, T1, 2)],
     "list_active": [_row(ACTIVE_FIELDS, id="J2", status=2, priority=5, created_at=T1, started_at=T1, tags="a,b"),
                     _row(ACTIVE_FIELDS, id="J1", status=0, priority=10, scheduled_at=T1, created_by="me")],
     "locate_jobs": [("J1", 2), ("J2", 3), ("J3", -2)],
     "throughput": [(T0, 3, 1), (T1, 0, 2)],
     "queue_states": [("default", False, True, None, None), ("mail", True, False, 60, 3)],
-    "queue_stats": [("default", 0, 0, 0, 0, 0, 0, None), ("mail", 1, 0, 2, 7, 1, 0, T1)],
+    "queue_stats": [("default", 0, 0, 0, 0, 0, 0, None, 0), ("mail", 1, 0, 2, 7, 1, 0, T1, 1)],
     "queue_health": [("default", 0, Decimal("0"), Decimal("0")), ("mail", 2, Decimal("1.500000"), Decimal("2.250000"))],
     "list_workers": [_row(sql.WORKER_FIELDS, worker_id="w2", hostname="h", pid=7, queues="mail", capacity=4,
                           active_count=1, is_running=True, runtime_json='{"x": "1/2"}', circuits_json="[]",
@@ -587,14 +599,14 @@ EMPTY_NATIVE = {name: rows if name == "summary_stats" else [] for name, rows in 
 
 
 def _full_snapshot(snap: Any) -> bool:
-    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1)
+    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1, 2)
             and [r.id for r in snap.active] == ["J2", "J1"] and len(snap.located) == 3
             and all(part is not None for part in (snap.throughput, snap.queue_states, snap.queue_stats,
                                                   snap.queue_lags, snap.workers, snap.errors)))
 
 
 def _bare_snapshot(snap: Any) -> bool:
-    return (isinstance(snap, DeckSnapshot) and snap.summary.total == 20 and len(snap.active) == 2
+    return (isinstance(snap, DeckSnapshot) and snap.summary.total == 18 and len(snap.active) == 2
             and snap.located == {} and snap.throughput is None and snap.queue_states is None
             and snap.queue_stats is None and snap.queue_lags is None and snap.workers is None and snap.errors is None)
 
@@ -603,6 +615,8 @@ def _empty_snapshot(snap: Any) -> bool:
     return (isinstance(snap, DeckSnapshot) and snap.active == [] and snap.located == {} and snap.throughput == []
             and snap.queue_states == snap.queue_stats == snap.queue_lags == snap.workers == snap.errors == [])
 
+
+BINS = (0, 0, 0, 0, 1, 2, *([0] * 14))
 
 CASES = [
     Case("enqueue", ([new_job("A", "k1"), new_job("B", "k1"), new_job("C"), new_job("D", "k2", 1.5)],),
@@ -659,10 +673,32 @@ CASES = [
     Case("set_queue_active", ("nope", True), [[]], False),
     Case("upsert_worker", (WORKER,), [None], None),
     Case("stop_worker", ("w1",), [None], None),
+    Case("rate_limits", (), [[("type:pay.v1", 100, 60.0, 10, 0, 60.0, 1, False, True, 50, "ops", T0.replace(tzinfo=None))]],
+         [RateLimitState("type:pay.v1", Rate(100, 60.0, 10), Rate(0, 60.0, 1), False, True, 50, "ops", T0)]),
+    Case("rate_buckets", (["type:pay.v1"],), [[("type:pay.v1", "", 2.5, T0, T0, 7)]],
+         [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)]),
+    Case("rate_buckets", ([],), [], []),
+    Case("fetch_batch", ("w1", 5, ["mail"], ClaimHold(("mail",), ("pay.v1",), (("type", "pay.v1", "tenant:1"),))),
+         [[hot_row(id="J1", priority=1), hot_row(id="J3", priority=50, created_at=T0 + timedelta(seconds=5)),
+           hot_row(id="J2", priority=50, scheduled_at=T0 - timedelta(seconds=5))]], check=_is_hot_batch),
+    Case("pending_by_key", (), [[("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]],
+         [("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]),
+    Case("declare_rate_limits", ([RateLimit("type:pay.v1", Rate(100, 60.0, 10), True, 50)],), [None, None, None], None),
+    Case("declare_rate_limits", ([],), [None], None),
+    Case("set_rate_limit", ("queue:mail", Rate(0, 60.0, 1), False, "ops"), [None, None], None),
+    Case("set_rate_limit", ("queue:mail", None, True, "ops"), [None, None], None),
+    Case("lock_rate_buckets", (["queue:mail", "type:pay.v1"],),
+         [[(T0, None, None, None, None, None, None), (T0, "type:pay.v1", "", 2.5, T0, T0, 7)]],
+         (T0, [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)])),
+    Case("lock_rate_buckets", (["queue:gone"],), [[], [(T0,)]], (T0, [])),
+    Case("save_rate_buckets", ([RateBucket("type:pay.v1", "", 0.5, T0, T0, 3)],
+                               [RateBucket("type:pay.v1", "tenant:1", 1.0, T0, T0, 1)], [("type:pay.v1", "tenant:2")]),
+         [None, None, None], None),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
-    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None))]], SummaryStats(1, 2, 3, 10, 4, 5, T0)),
-    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None)]),
+    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2)]],
+         SummaryStats(1, 2, 3, 10, 4, 5, T0, 2)),
+    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None, 3)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None, 3)]),
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
     Case("get_hot", ("J1",), [[]], None),
@@ -695,6 +731,11 @@ CASES = [
          BulkPreview(12, 12, False, ["J1", "J2"])),
     Case("preview_dlq_bulk", (JobFilter(type="t"), 5), [[(12,)], [("J1",)]], BulkPreview(12, 5, True, ["J1"])),
     Case("preview_dlq_bulk", (JobFilter(), 100), [[(0,)]], BulkPreview(0, 0, False, [])),
+    Case("count_matching", ("hot", JobFilter(queue="mail", status=JobStatus.PENDING, search="x")), [[(3, "J9")]],
+         (3, "J9")),
+    Case("count_matching", ("dlq", JobFilter(failure_reason=FailureReason.TIMEOUT)), [[(0, None)]], (0, None)),
+    Case("matching_ids", ("hot", JobFilter(queue="mail"), None, "J9", 500), [[("J9",), ("J8",)]], ["J9", "J8"]),
+    Case("matching_ids", ("dlq", JobFilter(), "J8", "J9", 500), [[]], []),
     Case("purge_dlq_by_filter", (JobFilter(queue="mail", to_at=T0), 100), [[("J1",)], [("J1", "mail")]],
          [("J1", "mail")]),
     Case("purge_dlq_by_filter", (JobFilter(), 0), [], []),
@@ -713,9 +754,21 @@ CASES = [
     Case("purge_workers", (T0, 100), [[(3,)]], 3),
     Case("purge_metric_buckets", (T0, 100), [[(0,)]], 0),
     Case("tidy_hot_table", (20_000,), [], False),  # SQL Server's ghost cleanup: nothing to run
+    Case("session_pid", (), [], None),  # no pooler to tell apart: nothing to run
     Case("claim_schedule_tick", ("nightly", T0), [[(1,)]], True),
     Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
     Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
+    Case("schedule_states", (), [[("nightly", T0, None, "J1", T1), ("hourly", T0.replace(tzinfo=None), 0, None, None)]],
+         [ScheduleState("nightly", T0, None, "J1", T1), ScheduleState("hourly", T0, False)]),
+    Case("set_schedule_enabled", ("nightly", False, T0), [None], None),
+    Case("set_schedule_enabled", ("nightly", True, T0), [None], None),
+    Case("record_schedule_run", ("nightly", "J1", T0), [None], None),
+    Case("record_history", (["J1", "J2", "J1"], ["J3"], T0), [None], None),
+    Case("record_history", ([], [], T0), [], None),
+    Case("history_buckets", (60, T0, 20), [[(T0, 3, 1, 12.5, *BINS)], [("t", 3, 1, 12.5, *BINS, 3, 30.0)]],
+         HistoryWindow([HistoryPoint(T0, 3, 1, BINS, 12.5)], [TypeHistory("t", 3, 1, 3, 30.0, 12.5, BINS)])),
+    Case("history_buckets", (3600, T0, 20), [[], []], HistoryWindow([], [])),
+    Case("purge_history", (60, T0, 100), [[(3,)]], 3),
     Case("change_marker", (), [], None),  # no statement: workers poll on SQL Server
     Case("record_attempts", ("w1", [FailedAttempt("J1", 1, ATTEMPT_ERROR, T0), FailedAttempt("J2", 3, ATTEMPT_ERROR)]),
          [None], None),
@@ -741,13 +794,6 @@ def _run(case: Case) -> tuple[Any, Recorder]:
 
 def test_every_protocol_function_has_a_render_case() -> None:
     assert set(DIALECT_FUNCTIONS) <= {case.function for case in CASES}
-
-
-def test_return_annotations_mirror_the_protocol() -> None:
-    for name in DIALECT_FUNCTIONS:
-        expected = typing.get_type_hints(getattr(Dialect, name))
-        actual = typing.get_type_hints(getattr(sql.DIALECT, name))
-        assert actual == expected, name
 
 
 def _case_id(case: Case) -> str:
@@ -860,6 +906,17 @@ NEVER: list[tuple[Sequence[str], str, str]] = [
     (DIALECT_FUNCTIONS, "BEGIN TRAN", "storage owns the transaction"),
     (("resurrect", "resurrect_batch"), "METRIC_BUCKETS", "resurrection never changes buckets"),
 ]
+
+
+def test_bulk_matching_batches_are_keyset_pages_newest_id_first() -> None:
+    _, cursor = _run(Case("matching_ids", ("hot", JobFilter(queue="mail"), "J8", "J9", 500), [[]]))
+    [(text, params)] = cursor.calls
+    assert text.startswith("SELECT id FROM chokaq_jobs_hot WHERE queue = %s AND id < %s ORDER BY id DESC")
+    assert text.endswith("OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY") and params == ["mail", "J8", 500]
+    _, cursor = _run(Case("matching_ids", ("dlq", JobFilter(), None, "J9", 500), [[]]))
+    [(text, params)] = cursor.calls
+    assert text.startswith("SELECT id FROM chokaq_jobs_dlq WITH (UPDLOCK, READPAST, ROWLOCK) WHERE id <= %s ORDER BY "
+                           "id DESC") and params == ["J9", 500], "a DLQ batch skips rows another transaction holds"
 
 
 def _texts(functions: Sequence[str], prefix: str = "") -> dict[str, list[str]]:
@@ -1093,6 +1150,16 @@ def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
     assert len(statements) == 8
 
 
+def test_0010_creates_the_history_buckets_page_compressed_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0010_history")
+    [create] = [s for s in statements if s.startswith("CREATE TABLE [chokaq_history_buckets]")]
+    assert "PRIMARY KEY ([granularity], [bucket_start], [queue], [type], [outcome])" in create
+    assert all(f"[b{i:02d}] bigint" in create for i in range(20))
+    assert "ALTER TABLE [chokaq_history_buckets] REBUILD WITH (DATA_COMPRESSION = PAGE);" in statements
+    added = " ".join(s for s in statements if s.startswith("ALTER TABLE [chokaq_s"))
+    assert all(f"[{column}]" in added for column in ("purged_total", "enabled", "last_job_id", "last_run_at"))
+
+
 class _RecordingEditor:
     def __init__(self, vendor: str) -> None:
         self.connection = types.SimpleNamespace(vendor=vendor)
@@ -1126,8 +1193,19 @@ def test_the_vendor_operation_does_nothing_elsewhere(vendor: str) -> None:
 
 
 def test_the_parity_test_covers_mssql() -> None:
-    parity = importlib.import_module("tests.unit.test_architecture")
-    assert "mssql" in parity.VENDORS
-    for name in DIALECT_FUNCTIONS:
-        expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]
-        assert list(inspect.signature(getattr(sql.DIALECT, name)).parameters) == expected, name
+    """Signatures and return annotations of every vendor, SQL Server's too: tests/unit/test_architecture.py."""
+    assert "mssql" in importlib.import_module("tests.unit.test_architecture").VENDORS
+
+
+def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read() -> None:
+    cursor = Recorder([[]])
+    sql.DIALECT.fetch_batch(cursor, "w1", 5, None, ClaimHold(("mail",), ("pay.v1",), (("queue", "bulk", "t1"),)))
+    text, params = cursor.calls[0]
+    eligible = text[text.index("WITH Eligible AS"):text.index("ActiveCounts AS")]
+    names = "IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)"
+    assert (f"AND NOT (h.queue {names} OR lower(h.type) {names} OR (h.queue = %s AND coalesce(h.rate_key, '') = %s))"
+            in eligible)
+    assert params == ["w1", 50, 5, '[{"name":"mail"}]', '[{"name":"pay.v1"}]', "bulk", "t1"]
+    plain = Recorder([[]])
+    sql.DIALECT.fetch_batch(plain, "w1", 5, None)
+    assert plain.calls[0][0] == sql.FETCH_ALL_SQL, "without a hold the claim is the plain statement"
