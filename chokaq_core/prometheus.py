@@ -60,7 +60,7 @@ class FleetCollector(Collector):
             queue = queue_tag(q.queue)
             for status, value in (("pending", q.pending), ("fetched", q.fetched), ("processing", q.processing)):
                 depth.add_metric([queue, status], value)
-            retained.add_metric([queue, "archive"], q.succeeded_total)
+            retained.add_metric([queue, "archive"], q.archived)
             retained.add_metric([queue, "dlq"], q.failed_total)
         yield depth
         yield retained

@@ -156,7 +156,8 @@ def summary(r: Sequence[Any]) -> SummaryStats:
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]))
+    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]),
+                      int(r[8]))
 
 
 def active_row(r: Sequence[Any]) -> JobRow:
@@ -212,7 +213,8 @@ CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(
 """
 QUEUE_STATS_SQL = f"""
 SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
-       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
+       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at,
+       coalesce(s.purged_total, 0)
 FROM {QUEUES} q
 LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM {HOT} GROUP BY queue) h ON h.queue = q.name
 LEFT JOIN {STATS} s ON s.queue = q.name
@@ -419,6 +421,10 @@ def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
+# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``).
+TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
+                    "last_updated_at", "created_by", "last_modified_by", "revision"), "last_updated_at", "failed_total",
+              None)
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
@@ -438,13 +444,16 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
 # Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
 # "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
 # "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
-# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions.
+# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions; "lazy" ends the
+# WHERE of a statement whose own commit need not wait for the disk (the lease: bench/README, "Asynchronous
+# commit of the claim and the lease").
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
 SHARED_STATEMENTS = {
-    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1 RETURNING attempt_count",
-    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
+                           " RETURNING attempt_count",
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                                  " RETURNING id, attempt_count",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
                       " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
@@ -1007,7 +1016,7 @@ class BaseDialect:
                 f"SELECT {self.pack(self.SUMMARY_STATS_SQL, 8, 'c0')},"
                 f" {self.pack(ACTIVE_SQL.format(where=''), 12, 'c5 DESC, c0 DESC')}, {self.pack(locate, 2, 'c0')},\n"
                 + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
-                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 8, "c0"),
+                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),
                     (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
                     (self.TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC"))))
         since = request.throughput_since
@@ -1231,8 +1240,8 @@ class BaseDialect:
         """DLQ → Hot Pending (priority 10 unless given, attempt count 0, edits coalesced); FailedTotal -n."""
         if not job_ids:
             return []
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision, payload, tags, priority, actor])
-        return self.moved(cursor)
+        return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
+                          [self.ids_param(job_ids), revision, payload, tags, priority, actor])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:

@@ -578,7 +578,8 @@ CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SU
             FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals"""
 
 QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at
+       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at,
+       COALESCE(s.purged_total, 0)
 FROM chokaq_queues AS q WITH (NOLOCK)
 LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK) GROUP BY x.queue) AS h
     ON h.queue = q.name
@@ -812,7 +813,7 @@ DECK_SNAPSHOT_SQL = _batch(
        CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
        CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 8, "c0")} END AS queue_stats,
+       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
        CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
        CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, 4, "c2 DESC, c3 DESC")} END AS errors;""",

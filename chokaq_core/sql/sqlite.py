@@ -24,7 +24,6 @@ from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ARCHIVE,
     BUCKETS,
-    CARRIED_REVISION,
     DLQ,
     HISTORY,
     HOT,
@@ -122,8 +121,9 @@ RESCHEDULE_SQL = (
     " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp"
     f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
 )
-RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()}"
-                 f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}")
+RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING id, queue, type,"
+                 " coalesce(%s, payload) AS payload, coalesce(%s, tags) AS tags, coalesce(%s, 10) AS priority,"
+                 " 0 AS status, 0 AS attempt_count, created_at, created_by, %s AS last_modified_by, revision")
 PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
                      " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
 PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
@@ -217,7 +217,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
-              "ago": "%s", "trim": "trim", "chr": "char"}
+              "ago": "%s", "trim": "trim", "chr": "char", "lazy": ""}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]
@@ -315,7 +315,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
               landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
-        """The statement changes Hot (a delete returning each row, or the retry's update); the rows it deleted,
+        """The statement changes a pillar (a delete returning each row, or the retry's update); the rows it deleted,
         with the columns it or ``landing`` set, are inserted into the move's pillar, then counted."""
         cursor.execute(sql, params)
         names = [d[0] for d in cursor.description]
@@ -332,30 +332,15 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                     row["revision"] += 1  # the row carries its revision, one up
             cursor.executemany(f"INSERT INTO {move.table} ({', '.join(move.fields)}) VALUES ({_marks(len(move.fields))})",
                                [tuple(row[c] for c in move.fields) for row in rows])  # the pillar's columns, in order
+        if move.table == HOT:  # back to Pending: off its counter
+            self.uncount(cursor, move.counter, Counter(row["queue"] for row in rows))
+            return [(str(row["id"]), str(row["queue"])) for row in rows]
         counted = json.dumps([{"queue": row["queue"], "failure_reason": row.get("failure_reason", -1),
                                "duration_ms": row.get("duration_ms")} for row in rows])
         cursor.execute(stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
         if move.outcome is not None:
             cursor.execute(bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
         return [(str(row["id"]), str(row["queue"])) for row in rows]
-
-    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
-                   priority: int | None = None, actor: str | None = None, revision: int | None = None) -> Moved:
-        if not job_ids:
-            return []
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision])
-        rows = cursor.fetchall()
-        if not rows:
-            return []
-        now = _ts(_now())
-        cursor.executemany(
-            f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-            f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
-            [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
-              priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
-        )
-        _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
-        return [(r[0], r[1]) for r in rows]
 
     def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         now = _now()

@@ -97,6 +97,8 @@ def test_worker_instruments_count_what_happened(client: Client, burst: Callable[
     assert value(after, "chokaq_jobs_retained", queue="m-bad", pillar="dlq") == 1
     assert value(after, "chokaq_outcomes_last_minute", outcome="succeeded") >= 4
     assert value(after, "chokaq_scrape_error") == 0
+    storage.purge_archive_ids(ok[:1])
+    assert value(scrape(client), "chokaq_jobs_retained", queue="m-ok", pillar="archive") == 2, "purged rows are gone"
 
 
 def test_fleet_gauges(client: Client) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.db.models import F
 from django.utils import timezone
 
@@ -157,3 +158,15 @@ def test_a_held_job_stays_due_pending_and_its_wait_counts_in_the_queue_lag() -> 
 
     lag = {q.queue: q for q in storage.queue_health()}["rl-lag"]
     assert lag.pending == 1 and lag.max_lag_seconds >= 30, "held, not hidden: the wait shows in the lag"
+
+
+def test_without_a_limit_in_force_the_claim_is_the_plain_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+    limit("type:rl.other.v1", "0/m")  # declared for another type: this claim is not given it
+    ids = pending("rl-plain", 3)
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a claim without limits touched the rate-limit tables")
+
+    for name in ("lock_rate_buckets", "save_rate_buckets", "rate_buckets"):
+        monkeypatch.setattr(type(storage.dialect()), name, refuse)
+    assert sorted(j.id for j in storage.fetch_batch("w1", 5, ["rl-plain"])) == sorted(ids)
