@@ -63,15 +63,21 @@ from chokaq_core.domain import (
 )
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
+    ACTIVE_ROW,
+    ACTIVE_WIDTH,
     CARRIED_REVISION,
     EMPTY_ERROR,
+    ERROR_GROUP_WIDTH,
     REVISION_BUMP,
     SINGLE_STATEMENTS,
+    SUMMARY_WIDTH,
     TOP_ERRORS_SAMPLE,
     StatementDialect,
     escaped_like,
     hot_job,
+    last_error_set,
     located,
+    pending_split_sql,
     revision_guard,
     snapshot_of,
 )
@@ -123,6 +129,8 @@ _MOVED_TYPES = {
     "started_at": "datetimeoffset NULL",
     "duration_ms": "float NULL",
     "result": "nvarchar(max) NULL",
+    "error_class": "nvarchar(255) NULL",
+    "error_message": "nvarchar(1000) NULL",
 }
 
 # What a Hot → Archive / Hot → DLQ move carries in ``@Moved`` (the destination row minus its stamp).
@@ -137,7 +145,7 @@ def _moved_table(columns: Sequence[str]) -> str:
 def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
     """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
     revision goes up by one)."""
-    overrides = {"revision": f"deleted.{CARRIED_REVISION}", **overrides}
+    overrides = {"revision": f"deleted.{CARRIED_REVISION}", "error_class": "NULL", "error_message": "NULL", **overrides}
     values = ", ".join(overrides.get(c, f"deleted.{c}") for c in columns)
     return f"OUTPUT {values}\n    INTO @Moved ({', '.join(columns)})"
 
@@ -390,7 +398,8 @@ def _owned_move(moved: Sequence[str], items: Mapping[str, str], table: str, stam
 
 ARCHIVE_SUCCEEDED_SQL = _owned_move(ARCHIVE_MOVED, {"duration_ms": "float", "result": "nvarchar(max)"},
                                     "chokaq_jobs_archive", "finished_at", "succeeded_total", 0, _SUCCESS_BUCKETS)
-MOVE_TO_DLQ_SQL = _owned_move(DLQ_MOVED, {"failure_reason": "int", "error_details": "nvarchar(max)"},
+MOVE_TO_DLQ_SQL = _owned_move(DLQ_MOVED, {"failure_reason": "int", "error_details": "nvarchar(max)",
+                                          "error_class": "nvarchar(255)", "error_message": "nvarchar(1000)"},
                               "chokaq_jobs_dlq", "failed_at", "failed_total", 1, _FAILURE_BUCKETS)
 
 
@@ -438,11 +447,13 @@ RESCHEDULE_SQL = _batch(
     _moved_table(("id", "queue")),
     "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
     "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
-    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now\n"
+    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now,\n"
+    f"    {last_error_set('i.error_class', 'i.error_message', 'i.held_by', '@Now', 'h.')}\n"
     "OUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n"
     "FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
     "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', attempt_count int '$.attempt_count',"
-    " delay_s int '$.delay_s', delay_ms int '$.delay_ms') AS i ON i.id = h.id\n"
+    " delay_s int '$.delay_s', delay_ms int '$.delay_ms', error_class nvarchar(255) '$.error_class',"
+    " error_message nvarchar(1000) '$.error_message', held_by nvarchar(255) '$.held_by') AS i ON i.id = h.id\n"
     f"WHERE {_WORKER_GUARD};",
     _stats_add("retried_total"),
     "SELECT id, queue FROM @Moved;",
@@ -651,11 +662,12 @@ _HOT_COUNTS = (
 SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        totals.succeeded, totals.failed, totals.retried,
        (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
-        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at
+        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, pend.ready, pend.scheduled, pend.retrying, pend.held
 FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
 CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
                    COALESCE(SUM(y.retried_total), 0) AS retried
-            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals"""
+            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals
+CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
 
 QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at
@@ -808,13 +820,6 @@ SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
-ACTIVE_ROW = (
-    "id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at, started_at"
-)
-DLQ_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
-    " LEFT(error_details, 400)"
-)
 
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
 LOCATE_SELECT = (
@@ -866,14 +871,15 @@ _TOP_ERRORS_DECLARES = (
     "DECLARE @ErrorsLimit int = %s;",
     "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
 )
-TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest
-FROM (SELECT r.failure_reason, r.failed_at,
-             CASE WHEN r.error_text = N'' THEN @EmptyError
-                  ELSE REPLACE(REPLACE(LEFT(r.error_text, 160), NCHAR(13), N' '), NCHAR(10), N' ') END AS prefix
-      FROM (SELECT TOP (@Sample) d.failure_reason, d.failed_at,
+TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
+       g.error_class, g.error_message
+FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
+             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN @EmptyError
+                  ELSE LEFT(r.error_text, 160) END AS prefix
+      FROM (SELECT TOP (@Sample) d.failure_reason, d.failed_at, d.error_class, d.error_message,
                    TRIM(@Blank FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
             FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
-GROUP BY g.failure_reason, g.prefix ORDER BY n DESC, latest DESC"""
+GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
 TOP_ERRORS_SQL = _batch(*_TOP_ERRORS_DECLARES, f"{TOP_ERRORS_SELECT};")
 
 PURGE_ARCHIVE_IDS_SQL = _batch(
@@ -913,15 +919,15 @@ DECK_SNAPSHOT_SQL = _batch(
     "DECLARE @WithWorkers bit = %s;",
     *_TOP_ERRORS_DECLARES,
     _NOW_OFFSET,
-    f"""SELECT {_packed(SUMMARY_STATS_SQL, 7)} AS summary,
-       {_packed(_active_select("@ActiveLimit"), 12, "c5 DESC, c0 DESC")} AS active,
+    f"""SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)} AS summary,
+       {_packed(_active_select("@ActiveLimit"), ACTIVE_WIDTH, "c5 DESC, c0 DESC")} AS active,
        CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
        CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 8, "c0")} END AS queue_stats,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
        CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
-       CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, 4, "c2 DESC, c3 DESC")} END AS errors;""",
+       CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END AS errors;""",
 )
 
 
@@ -957,7 +963,6 @@ class SQLServerDialect(StatementDialect, statements=globals()):
 
     TS = "CAST(%s AS datetimeoffset(7))"
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
-    DLQ_ROW = f"{DLQ_ROW}  AS error_head"
 
     def search_clause(self, column: str) -> str:
         return f"LOWER({column}) LIKE %s ESCAPE '\\'"

@@ -31,10 +31,12 @@ from chokaq_core.domain import (
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
+    ACTIVE_WIDTH,
     ARCHIVE_FIELDS,
     CARRIED_REVISION,
     DLQ_FIELDS,
     EMPTY_ERROR,
+    ERROR_GROUP_WIDTH,
     HOT_FIELDS,
     LIST_WORKERS_SQL,
     QUEUE_STATES_SQL,
@@ -42,12 +44,14 @@ from chokaq_core.sql.base import (
     REVISION_BUMP,
     SINGLE_STATEMENTS,
     SUMMARY_STATS_SQL,
+    SUMMARY_WIDTH,
     THROUGHPUT_SQL,
     TOP_ERRORS_SAMPLE,
     WORKER_FIELDS,
     StatementDialect,
     escaped_like,
     hot_job,
+    last_error_set,
     locate_statement,
     revision_guard,
     snapshot_of,
@@ -81,10 +85,13 @@ ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
 # ---------------------------------------------------------------- SQL builders
 
 
+NO_ERROR = {"error_class": "NULL::varchar", "error_message": "NULL::varchar"}  # a DLQ move no exception caused
+
+
 def _returning(columns: Iterable[str], stamp: str, overrides: Mapping[str, str]) -> str:
     """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden (a moved row's revision goes up
     by one); skips the stamp column."""
-    overrides = {"revision": f"h.{CARRIED_REVISION}", **overrides}
+    overrides = {"revision": f"h.{CARRIED_REVISION}", **NO_ERROR, **overrides}
     return ", ".join(f"{overrides[c]} AS {c}" if c in overrides else f"h.{c}" for c in columns if c != stamp)
 
 
@@ -310,11 +317,13 @@ ARCHIVE_SUCCEEDED_SQL = _completion(
 )
 
 MOVE_TO_DLQ_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]) AS t(id, failure_reason, error_details)),\n"
+    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[])\n"
+    "    AS t(id, failure_reason, error_details, error_class, error_message)),\n"
     "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
     f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
     "    RETURNING "
-    + _returning(DLQ_FIELDS, "failed_at", {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})
+    + _returning(DLQ_FIELDS, "failed_at", {c: f"i.{c}" for c in
+                                           ("failure_reason", "error_details", "error_class", "error_message")})
     + ")",
     DLQ_INSERT,
     "failed_total",
@@ -356,11 +365,13 @@ ARCHIVE_ZOMBIES_SQL = _completion(
 )
 
 RESCHEDULE_SQL = f"""
-WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[]) AS t(id, attempt_count, delay_seconds)),
+WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::text[], %s::text[], %s::text[])
+               AS t(id, attempt_count, delay_seconds, error_class, error_message, held_by)),
 upd AS (
     UPDATE chokaq_jobs_hot h
     SET status = 0, attempt_count = i.attempt_count, scheduled_at = now() + make_interval(secs => i.delay_seconds),
-        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now()
+        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now(),
+        {last_error_set("i.error_class", "i.error_message", "i.held_by", "now()", "h.")}
     FROM items i WHERE h.id = i.id AND {WORKER_GUARD}
     RETURNING h.id, h.queue),
 {_stats_add("retried_total", "upd")}
@@ -513,11 +524,12 @@ ORDER BY q.name
 
 TOP_ERRORS_SQL = """
 WITH recent AS (
-    SELECT failure_reason, failed_at, btrim(left(coalesce(error_details, ''), 4000), E' \\t\\r\\n') AS e
+    SELECT failure_reason, failed_at, error_class, error_message,
+           CASE WHEN error_class IS NULL THEN btrim(left(coalesce(error_details, ''), 4000), E' \\t\\r\\n') END AS e
     FROM chokaq_jobs_dlq ORDER BY failed_at DESC LIMIT %s)
-SELECT failure_reason, CASE WHEN e = '' THEN %s ELSE translate(left(e, 160), E'\\r\\n', '  ') END AS prefix,
-       count(*) AS n, max(failed_at) AS latest
-FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
+SELECT failure_reason, CASE WHEN e IS NULL THEN '' WHEN e = '' THEN %s ELSE left(e, 160) END AS prefix,
+       count(*) AS n, max(failed_at) AS latest, error_class, error_message
+FROM recent GROUP BY failure_reason, error_class, error_message, prefix ORDER BY n DESC, latest DESC LIMIT %s
 """
 
 PURGE_ARCHIVE_IDS_SQL = f"""
@@ -546,16 +558,16 @@ def _packed(sql: str, width: int, order: str) -> str:
             f" FROM ({sql}) AS t({cols}))")
 
 
+_SUMMARY_COLUMNS = ", ".join(f"c{i}" for i in range(SUMMARY_WIDTH))
 DECK_SNAPSHOT_SQL = f"""
-SELECT (SELECT json_build_array(c0, c1, c2, c3, c4, c5, c6)
-        FROM ({SUMMARY_STATS_SQL}) AS s(c0, c1, c2, c3, c4, c5, c6)),
-       {_packed(ACTIVE_SQL.format(where=""), 12, "c5 DESC, c0 DESC")},
+SELECT (SELECT json_build_array({_SUMMARY_COLUMNS}) FROM ({SUMMARY_STATS_SQL}) AS s({_SUMMARY_COLUMNS})),
+       {_packed(ACTIVE_SQL.format(where=""), ACTIVE_WIDTH, "c5 DESC, c0 DESC")},
        {_packed(locate_statement(ID_ARRAY), 2, "c0")},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,
        CASE WHEN %s THEN json_build_array({_packed(QUEUE_STATES_SQL, 5, "c0")}, {_packed(QUEUE_STATS_SQL, 8, "c0")},
                                           {_packed(QUEUE_HEALTH_SQL, 4, "c0")}) END,
        CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0")} END,
-       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC")} END
+       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END
 """
 
 

@@ -33,6 +33,7 @@ from chokaq_core.domain import (
 from chokaq_core.sql import Dialect
 from chokaq_core.sql.base import (
     ACTIVE_SQL,
+    ACTIVE_WIDTH,
     ARCHIVE,
     ARCHIVE_FIELDS,
     BUCKETS,
@@ -40,6 +41,7 @@ from chokaq_core.sql.base import (
     DLQ,
     DLQ_FIELDS,
     EMPTY_ERROR,
+    ERROR_GROUP_WIDTH,
     HOT,
     HOT_FIELDS,
     LIST_WORKERS_SQL,
@@ -50,17 +52,22 @@ from chokaq_core.sql.base import (
     SCHEDULES,
     SINGLE_STATEMENTS,
     STATS,
-    SUMMARY_STATS_SQL,
+    SUMMARY_WIDTH,
     THROUGHPUT_SQL,
     TOP_ERRORS_SAMPLE,
     WORKERS,
     ZOMBIE_DETAILS,
     BaseDialect,
     cancel_details,
+    dlq_row_sql,
+    error_columns,
     error_details,
     hot_job,
+    last_error_params,
+    last_error_set,
     revision_guard,
     snapshot_of,
+    summary_stats_sql,
 )
 
 Cursor = Any
@@ -169,17 +176,19 @@ def _worker_guard(worker_id: str | None) -> tuple[str, list[Any]]:
 
 
 def _insert_dlq(
-    cursor: Cursor, rows: Sequence[tuple[Any, ...]], details: dict[str, tuple[int, str]], now: datetime,
+    cursor: Cursor, rows: Sequence[tuple[Any, ...]], details: dict[str, tuple[Any, ...]], now: datetime,
     modified_by: str | None = None, keep_modifier: bool = True,
 ) -> Moved:
+    """``details``: id → (reason, details[, error class, error message])."""
     stamp = _ts(now)
     values = [
         (r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], details[r[_ID]][0], details[r[_ID]][1], r[_ATTEMPTS],
          r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp,
-         r[_REVISION] + 1)  # the row carries its revision, one up
+         r[_REVISION] + 1,  # the row carries its revision, one up
+         *(details[r[_ID]][2:] or (None, None)))
         for r in rows
     ]
-    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(14)})", values)
+    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(len(DLQ_FIELDS))})", values)
     _bump_stats(cursor, "failed_total", Counter(r[_QUEUE] for r in rows), stamp)
     _bump_buckets(cursor, now, ((r[_QUEUE], 1, details[r[_ID]][0], None) for r in rows))
     return [(r[_ID], r[_QUEUE]) for r in rows]
@@ -274,6 +283,10 @@ def _resurrect_rows(
 
 
 
+LAST_ERROR_SET = last_error_set("%s", "%s", "%s", "%s")  # params: last_error_params
+SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
+DLQ_ROW = dlq_row_sql("substr(error_details, -400)")
+
 QUEUE_HEALTH_SQL = f"""
         SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
         FROM {QUEUES} q LEFT JOIN (
@@ -288,14 +301,13 @@ QUEUE_HEALTH_SQL = f"""
 
 TOP_ERRORS_SQL = f"""
         WITH recent AS (
-            SELECT failure_reason, failed_at,
-                   trim(substr(coalesce(error_details, ''), 1, 4000), ' ' || char(9) || char(10) || char(13)) AS e
+            SELECT failure_reason, failed_at, error_class, error_message,
+                   CASE WHEN error_class IS NULL THEN trim(substr(coalesce(error_details, ''), 1, 4000),
+                                                           ' ' || char(9) || char(10) || char(13)) END AS e
             FROM {DLQ} ORDER BY failed_at DESC LIMIT %s)
-        SELECT failure_reason,
-               CASE WHEN e = '' THEN %s ELSE replace(replace(substr(e, 1, 160), char(13), ' '), char(10), ' ') END
-                   AS prefix,
-               count(*) AS n, max(failed_at) AS latest
-        FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s
+        SELECT failure_reason, CASE WHEN e IS NULL THEN '' WHEN e = '' THEN %s ELSE substr(e, 1, 160) END AS prefix,
+               count(*) AS n, max(failed_at) AS latest, error_class, error_message
+        FROM recent GROUP BY failure_reason, error_class, error_message, prefix ORDER BY n DESC, latest DESC LIMIT %s
 """
 
 
@@ -322,12 +334,13 @@ def _packed(sql: str, width: int) -> str:
 
 def _snapshot_sql(locate: str) -> str:
     return f"""
-SELECT {_packed(SUMMARY_STATS_SQL, 7)}, {_packed(ACTIVE_SQL.format(where=""), 12)}, {_packed(locate, 2)},
+SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)}, {_packed(ACTIVE_SQL.format(where=""), ACTIVE_WIDTH)},
+       {_packed(locate, 2)},
        CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3)} END,
        CASE WHEN %s THEN json_array(json({_packed(QUEUE_STATES_SQL, 5)}), json({_packed(QUEUE_STATS_SQL, 8)}),
                                     json({_packed(QUEUE_HEALTH_SQL, 4)})) END,
        CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, 12)} END,
-       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, 4)} END
+       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, ERROR_GROUP_WIDTH)} END
 """
 
 
@@ -352,6 +365,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     PREPARED = PREPARED
     AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
     ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+    DLQ_ROW = DLQ_ROW
 
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)
@@ -499,7 +513,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         if not items:
             return []
         details = {
-            item.job_id: (int(item.reason), error_details(item.error_details)) for item in items
+            item.job_id: (int(item.reason), error_details(item.error_details), *error_columns(item)) for item in items
         }
         guard, params = _worker_guard(worker_id)
         rows = _delete_hot(cursor, list(details), guard, params)
@@ -511,11 +525,13 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         guard, params = _worker_guard(worker_id)
         moved: Moved = []
         for item in items:
+            error_class, error_message = error_columns(item)
             cursor.execute(
                 f"UPDATE {HOT} SET status = 0, attempt_count = %s, scheduled_at = %s, worker_id = NULL,"
-                f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = %s WHERE id = %s {guard}"
-                " RETURNING id, queue",
-                [item.attempt_count, _ts(now + timedelta(seconds=item.delay_seconds)), stamp, item.job_id, *params],
+                f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = %s, {LAST_ERROR_SET}"
+                f" WHERE id = %s {guard} RETURNING id, queue",
+                [item.attempt_count, _ts(now + timedelta(seconds=item.delay_seconds)), stamp,
+                 *last_error_params(error_class, error_message, stamp, item.held_by), item.job_id, *params],
             )
             moved.extend((row[0], row[1]) for row in cursor.fetchall())
         _bump_stats(cursor, "retried_total", Counter(queue for _, queue in moved), stamp)

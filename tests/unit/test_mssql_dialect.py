@@ -191,7 +191,7 @@ KEYWORDS = frozenset("""
     VARBINARY SELECT FROM WHERE AND OR IN IS AS WITH UPDLOCK READPAST ROWLOCK HOLDLOCK NOLOCK TOP ORDER BY DESC ASC
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
-    LEFT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
+    LEFT RIGHT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
     DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY
 """.split())
 
@@ -504,7 +504,7 @@ class Case:
 
 ACTIVE_FIELDS = [c.strip() for c in sql.ACTIVE_ROW.split(",")]
 ARCHIVE_ROW_FIELDS = [c.strip() for c in base.ARCHIVE_ROW.split(",")]
-DLQ_ROW_FIELDS = [*(c.strip() for c in sql.DLQ_ROW.split(",")[:-1]), "error_head"]
+DLQ_ROW_FIELDS = [*(c.strip() for c in base.DLQ_WINDOWED_ROW.split(","))]
 
 
 def _job_rows(rows: Any, status: JobStatus) -> bool:
@@ -525,7 +525,7 @@ SNAPSHOT_IDS = ["J1", "J2", "J3", "J1"]
 
 # What each separate read's statement returns on SQL Server (pyodbc types: datetimeoffset aware, bit bool).
 SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
-    "summary_stats": [(1, 2, 3, 10, 4, 5, T1)],
+    "summary_stats": [(1, 2, 3, 10, 4, 5, T1, 0, 0, 1, 0)],
     "list_active": [_row(ACTIVE_FIELDS, id="J2", status=2, priority=5, created_at=T1, started_at=T1, tags="a,b"),
                     _row(ACTIVE_FIELDS, id="J1", status=0, priority=10, scheduled_at=T1, created_by="me")],
     "locate_jobs": [("J1", 2), ("J2", 3), ("J3", -2)],
@@ -539,7 +539,7 @@ SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
                      _row(sql.WORKER_FIELDS, worker_id="w1", hostname="h", pid=8, queues="*", capacity=2,
                           active_count=0, is_running=False, runtime_json="{}", circuits_json="[]",
                           started_at=T0, last_heartbeat_at=T0, stopped_at=T1)],
-    "top_errors": [(6, "boom", 3, T1), (8, "(empty error details)", 1, T0)],
+    "top_errors": [(6, "", 3, T1, "builtins.ValueError", "boom"), (8, "(empty error details)", 1, T0, None, None)],
 }
 # The same read called on its own: (function, arguments) per DeckSnapshot field.
 SNAPSHOT_PARTS = {
@@ -587,7 +587,7 @@ EMPTY_NATIVE = {name: rows if name == "summary_stats" else [] for name, rows in 
 
 
 def _full_snapshot(snap: Any) -> bool:
-    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1)
+    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1, retrying=1)
             and [r.id for r in snap.active] == ["J2", "J1"] and len(snap.located) == 3
             and all(part is not None for part in (snap.throughput, snap.queue_states, snap.queue_stats,
                                                   snap.queue_lags, snap.workers, snap.errors)))
@@ -661,7 +661,8 @@ CASES = [
     Case("stop_worker", ("w1",), [None], None),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
-    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None))]], SummaryStats(1, 2, 3, 10, 4, 5, T0)),
+    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 0, 0, 1, 0)]],
+         SummaryStats(1, 2, 3, 10, 4, 5, T0, 0, 0, 1, 0)),
     Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None)]),
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
@@ -690,7 +691,8 @@ CASES = [
     Case("locate_jobs", ([],), [], {}),
     Case("throughput", (T0 - timedelta(minutes=5),), [[(T0, 3, 1)]], [MetricPoint(T0, 3, 1)]),
     Case("queue_health", (), [[("mail", 2, Decimal("1.5"), Decimal("2.25"))]], [QueueLag("mail", 2, 1.5, 2.25)]),
-    Case("top_errors", (5,), [[(6, "boom", 3, T0)]], [ErrorGroup(FailureReason.FATAL_ERROR, "boom", 3, T0)]),
+    Case("top_errors", (5,), [[(6, "", 3, T0, "builtins.ValueError", "boom")]],
+         [ErrorGroup(FailureReason.FATAL_ERROR, "", 3, T0, "builtins.ValueError", "boom")]),
     Case("preview_dlq_bulk", (JobFilter(queue="mail"), 100), [[(12,)], [("J1",), ("J2",)]],
          BulkPreview(12, 12, False, ["J1", "J2"])),
     Case("preview_dlq_bulk", (JobFilter(type="t"), 5), [[(12,)], [("J1",)]], BulkPreview(12, 5, True, ["J1"])),
@@ -879,7 +881,8 @@ def test_deck_snapshot_is_one_statement_whose_parts_equal_the_separate_reads() -
     assert snap.located == {"J1": JobStatus.PROCESSING, "J2": JobStatus.SUCCEEDED, "J3": JobStatus.CANCELLED}
     assert snap.throughput == [MetricPoint(T0, 3, 1), MetricPoint(T1, 0, 2)]
     assert snap.queue_lags is not None and snap.queue_lags[1] == QueueLag("mail", 2, 1.5, 2.25)
-    assert snap.errors is not None and snap.errors[0] == ErrorGroup(FailureReason.FATAL_ERROR, "boom", 3, T1)
+    assert snap.errors is not None and snap.errors[0] == ErrorGroup(FailureReason.FATAL_ERROR, "", 3, T1,
+                                                                    "builtins.ValueError", "boom")
     assert snap.queue_states is not None and [type(q.is_paused) for q in snap.queue_states] == [bool, bool]
     assert snap.workers is not None and [w.is_running for w in snap.workers] == [True, False]
     assert snap.workers[0].runtime_json == '{"x": "1/2"}', "nested JSON text stays text"
