@@ -595,8 +595,9 @@ class JobRecord:
     ``status`` is the Hot status (Pending, Fetched, Processing), SUCCEEDED (Archive) or FAILED / CANCELLED /
     ZOMBIE (DLQ). ``started_at`` is when the latest execution started (in the DLQ: known when that execution's
     failure is in ``failed_attempts``); ``finished_at`` when it reached the Archive or the DLQ. ``result`` is the handler's
-    decoded JSON return value (Archive only), ``error`` the DLQ row's error text, ``failed_attempts`` the
-    attempts history (every failed execution, oldest first)."""
+    decoded JSON return value (Archive only), ``error`` the DLQ row's error text, ``error_class`` and
+    ``error_message`` the exception of the DLQ row's failure or, for a Hot job, of its latest failed execution,
+    ``failed_attempts`` the attempts history (every failed execution, oldest first)."""
 
     id: str
     status: JobStatus
@@ -616,6 +617,13 @@ class JobRecord:
     error: str | None = None
     failure_reason: FailureReason | None = None
     failed_attempts: tuple[Attempt, ...] = ()
+    error_class: str | None = None
+    error_message: str | None = None
+
+    @property
+    def error_summary(self) -> str | None:
+        """``ClassName: message`` (else the last line of ``error``)."""
+        return error_summary(self.error_class, self.error_message, self.error)
 
     @property
     def is_finished(self) -> bool:
