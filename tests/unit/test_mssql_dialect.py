@@ -633,6 +633,10 @@ CASES = [
     Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 3.25), Retry("J2", 1, 0.0)]),
          [[("J1", "mail")]], [("J1", "mail")]),
     Case("reschedule_for_retry", (None, [Retry("J1", 1, 86400.0 * 40)]), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("move_to_dlq", ("w1", [Failure("J1", FailureReason.MAX_RETRIES_EXCEEDED, "Traceback …", 3, ATTEMPT_ERROR)]),
+         [[("J1", "mail")]], [("J1", "mail")]),
+    Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 30.0, ATTEMPT_ERROR), Retry("J2", 0, 5.0, held_by="t.v1")]),
+         [[("J1", "mail"), ("J2", "mail")]], [("J1", "mail"), ("J2", "mail")]),
     Case("release_jobs", (["J1", "J2"], "w1"), [[(2,)]], 2),
     Case("release_jobs", ([], "w1"), [], 0),
     Case("resurrect", ("J1", '{"fixed": true}', "retried", 30, "alice"), [[("J1", "mail")]], True),
@@ -975,6 +979,43 @@ def test_datetime_parameters_are_naive_utc_and_delays_split_for_dateadd() -> Non
     _, cursor = _run(Case("reschedule_for_retry", (None, [Retry("J1", 1, -1.5)]), [[]]))
     item = json.loads(cursor.calls[0][1][0])[0]
     assert (item["delay_s"], item["delay_ms"]) == (-2, 500), "DATEADD(SECOND, -2) + 500 ms = -1.5 s"
+
+
+def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_and_hold() -> None:
+    _, cursor = _run(Case("move_to_dlq", ("w1", [Failure("J1", FailureReason.MAX_RETRIES_EXCEEDED, "tb", 3,
+                                                         ATTEMPT_ERROR), Failure("J2", FailureReason.FATAL_ERROR,
+                                                                                 "no exception")]), [[]]))
+    [(text, params)] = cursor.calls
+    assert "error_class nvarchar(255) '$.error_class', error_message nvarchar(1000) '$.error_message'" in text
+    assert re.search(r"OUTPUT deleted\.id, .*i\.error_class, i\.error_message\s+INTO @Moved", text)
+    items = json.loads(params[0])
+    assert [(i["error_class"], i["error_message"]) for i in items] == [
+        ("builtins.ConnectionError", "it's 50% down"), (None, None)]
+    for function in ("cancel_batch", "archive_zombies"):
+        batch = next(t for f, t, _ in _statements() if f == function)
+        assert re.search(r"OUTPUT deleted\.id, .*NULL, NULL\s+INTO @Moved", batch), "no exception: NULL class"
+
+    _, cursor = _run(Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 30.0, ATTEMPT_ERROR),
+                                                          Retry("J2", 0, 5.0, held_by="t.v1")]), [[]]))
+    [(text, params)] = cursor.calls
+    assert "last_error_class = coalesce(i.error_class, h.last_error_class)" in text
+    assert "last_error_at = CASE WHEN i.error_class IS NULL THEN h.last_error_at ELSE @Now END" in text
+    assert "held_by = i.held_by" in text and "held_by nvarchar(255) '$.held_by'" in text
+    items = json.loads(params[0])
+    assert [(i["error_class"], i["error_message"], i["held_by"]) for i in items] == [
+        ("builtins.ConnectionError", "it's 50% down", None), (None, None, "t.v1")]
+
+
+def test_the_pending_split_and_top_errors_read_the_new_columns() -> None:
+    assert "CASE WHEN scheduled_at > SYSUTCDATETIME() THEN 1 ELSE 0 END AS later" in sql.SUMMARY_STATS_SQL
+    assert "FROM chokaq_jobs_hot WITH (NOLOCK) WHERE status = 0) AS p" in sql.SUMMARY_STATS_SQL
+    assert "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix" in sql.TOP_ERRORS_SQL
+    _, cursor = _run(Case("list_dlq", (JobFilter(failure_reason=FailureReason.TRANSIENT, error_class="a.B",
+                                                 error_message=""), None, 10, HistorySort()), [[]]))
+    [(text, params)] = cursor.calls
+    assert "failure_reason = %s AND error_class = %s AND error_message = %s" in text
+    assert params[:3] == [int(FailureReason.TRANSIENT), "a.B", ""]
+    assert "RIGHT(error_details, 400) AS error_head".lower() in text.lower()
 
 
 def test_rows_skip_results_without_a_row_set() -> None:
