@@ -9,39 +9,18 @@ from typing import Any
 import pytest
 
 import chokaq_core
-from chokaq_core import storage
-from chokaq_core.domain import AttemptError, Failure, FailureReason
 from tests.browser.conftest import Deck
 from tests.browser.test_deck import real_errors
-from tests.deck.conftest import _processing
+from tests.deck.conftest import exhausted
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 Open = Callable[..., Any]
 
 
-def _error(message: str) -> AttemptError:
-    """A ConnectionError whose traceback is long (its cause first): the message is far from the start."""
-    try:
-        try:
-            raise OSError("socket closed " + "." * 1300)
-        except OSError as cause:
-            raise ConnectionError(message) from cause
-    except BaseException as exc:
-        return AttemptError.of(exc)
-
-
-def _exhausted(queue: str, message: str, n: int) -> set[str]:
-    error = _error(message)
-    ids = _processing(queue, n, "w-err")
-    storage.complete("w-err", [], [], [Failure(i, FailureReason.MAX_RETRIES_EXCEEDED, error.traceback, 3, error)
-                                       for i in ids])
-    return set(ids)
-
-
 def test_a_top_errors_click_lists_the_jobs_of_that_group(deck_server: Deck, page_for: Open) -> None:
-    timeouts = _exhausted("payments", "payment gateway timeout", 3)
-    refused = _exhausted("payments", "connection refused", 2)
+    timeouts = set(exhausted("payments", "payment gateway timeout", 3))
+    refused = set(exhausted("payments", "connection refused", 2))
     page = page_for("viewer")
     entries = page.locator("#top-errors .error-link")
     assert entries.count() == 2

@@ -13,8 +13,9 @@ import pytest
 from django.test import Client
 
 from chokaq_core import storage
-from chokaq_core.domain import AttemptError, Failure, FailureReason, Retry
-from tests.deck.conftest import HTMX, _processing, pending
+from chokaq_core.domain import Failure, FailureReason, Retry
+from tests.deck.conftest import HTMX, _processing, exhausted, pending
+from tests.storage.rows import raised
 
 pytestmark = pytest.mark.django_db
 
@@ -26,30 +27,12 @@ def viewer(client_as: ClientAs) -> Client:
     return client_as("viewer")
 
 
-def _error(message: str, kind: type[BaseException] = ConnectionError) -> AttemptError:
-    """A raised exception whose traceback is long (a cause first): the message is far from the start."""
-    try:
-        try:
-            raise OSError("socket closed " + "." * 1300)
-        except OSError as cause:
-            raise kind(message) from cause
-    except BaseException as exc:
-        return AttemptError.of(exc)
-
-
-def _exhausted(queue: str, error: AttemptError, n: int = 1,
-               reason: FailureReason = FailureReason.MAX_RETRIES_EXCEEDED) -> list[str]:
-    ids = _processing(queue, n, "w-err")
-    storage.complete("w-err", [], [], [Failure(i, reason, error.traceback, 3, error) for i in ids])
-    return ids
-
-
 def _rows(page: str) -> set[str]:
     return set(re.findall(r'<tr id="job-([^"]+)"', page))
 
 
 def test_a_dlq_row_shows_class_and_message_not_the_traceback_head(viewer: Client) -> None:
-    [job_id] = _exhausted("err-dlq", _error("payment gateway timeout"))
+    [job_id] = exhausted("err-dlq", "payment gateway timeout")
     page = viewer.get("/deck/partials/jobs?view=dlq", **HTMX).content.decode()
     row = page[page.index(f'id="job-{job_id}"'):]
     row = row[:row.index("</tr>")]
@@ -58,8 +41,8 @@ def test_a_dlq_row_shows_class_and_message_not_the_traceback_head(viewer: Client
 
 
 def test_top_errors_show_class_and_message_and_each_link_lists_exactly_its_group(viewer: Client) -> None:
-    timeouts = _exhausted("err-top", _error("payment gateway timeout"), 3)
-    refused = _exhausted("err-top", _error("connection refused"), 2)
+    timeouts = exhausted("err-top", "payment gateway timeout", 3)
+    refused = exhausted("err-top", "connection refused", 2)
     panel = viewer.get("/deck/partials/top-errors", **HTMX).content.decode()
     labels = re.findall(r'<span class="prefix">([^<]*)</span>', panel)
     assert labels[:2] == ["ConnectionError: payment gateway timeout", "ConnectionError: connection refused"]
@@ -90,7 +73,7 @@ def test_an_error_message_filter_without_its_class_is_refused(viewer: Client) ->
 
 def test_a_retrying_pending_row_shows_its_last_error_and_next_attempt(viewer: Client) -> None:
     [job_id] = _processing("err-retry", 1, "w-err")
-    storage.complete("w-err", [], [Retry(job_id, 2, 600.0, _error("payment gateway timeout"))], [])
+    storage.complete("w-err", [], [Retry(job_id, 2, 600.0, raised("payment gateway timeout"))], [])
     page = viewer.get("/deck/partials/jobs?view=active", **HTMX).content.decode()
     row = page[page.index(f'id="job-{job_id}"'):]
     row = row[:row.index("</tr>")]
@@ -116,7 +99,7 @@ def test_the_pending_card_splits_ready_scheduled_and_retrying(viewer: Client) ->
     pending("split", 2)
     pending("split", 1, delay=3600)
     [retrying] = _processing("split-retry", 1, "w-err")
-    storage.complete("w-err", [], [Retry(retrying, 1, 600.0, _error("down"))], [])
+    storage.complete("w-err", [], [Retry(retrying, 1, 600.0, raised("down"))], [])
     stats = viewer.get("/deck/partials/stats", **HTMX).content.decode()
     assert re.search(r'id="stat-pending">4<', stats)
     for element_id, text in (("stat-ready", "2 ready"), ("stat-scheduled", "1 scheduled"),
@@ -127,10 +110,10 @@ def test_the_pending_card_splits_ready_scheduled_and_retrying(viewer: Client) ->
 
 def test_the_inspector_shows_every_attempt_as_a_timeline(viewer: Client) -> None:
     [job_id] = _processing("err-timeline", 1, "w-err")
-    storage.complete("w-err", [], [Retry(job_id, 1, 0.0, _error("first"))], [])
+    storage.complete("w-err", [], [Retry(job_id, 1, 0.0, raised("first"))], [])
     [again] = storage.fetch_batch("w-err2", 1, ["err-timeline"])
     assert storage.mark_processing(again, "w-err2") == 2
-    error = _error("second", ValueError)
+    error = raised("second", ValueError)
     storage.complete("w-err2", [], [], [Failure(job_id, FailureReason.MAX_RETRIES_EXCEEDED, error.traceback, 2,
                                                 error)])
     inspector = viewer.get(f"/deck/jobs/{job_id}", **HTMX).content.decode()

@@ -20,18 +20,7 @@ from chokaq_core.domain import (
 )
 from chokaq_core.models import JobsHot
 
-from .rows import close_to, dlq_row, fetched, hot, pending, processing
-
-
-def _error(message: str, kind: type[BaseException] = ConnectionError) -> AttemptError:
-    """What a failed execution raised; its cause makes the traceback long (the exception comes last)."""
-    try:
-        try:
-            raise OSError("socket closed: " + "x" * 1200)
-        except OSError as cause:
-            raise kind(message) from cause
-    except BaseException as exc:
-        return AttemptError.of(exc)
+from .rows import close_to, dlq_row, fetched, hot, pending, processing, raised
 
 
 def _fail(queue: str, error: AttemptError | None, n: int = 1,
@@ -52,7 +41,7 @@ def _dlq(**f: object) -> set[str]:
 
 
 def test_a_dlq_move_stores_the_exception_class_and_message_apart_from_the_traceback() -> None:
-    error = _error("payment gateway timeout")
+    error = raised("payment gateway timeout")
     assert error.traceback.find("ConnectionError: payment gateway timeout") > 1000, "the message is far in"
     [job_id] = _fail("err-dlq", error)
 
@@ -75,10 +64,10 @@ def test_a_dlq_row_without_a_class_shows_the_last_line_of_its_details() -> None:
 
 
 def test_top_errors_group_by_reason_class_and_message_and_the_group_filter_lists_exactly_its_jobs() -> None:
-    timeouts = _fail("err-top", _error("payment gateway timeout"), 3)
-    refused = _fail("err-top", _error("connection refused"), 2)
-    fatal = _fail("err-top", _error("payment gateway timeout"), 1, FailureReason.FATAL_ERROR)
-    values = _fail("err-top", _error("payment gateway timeout", ValueError), 1)
+    timeouts = _fail("err-top", raised("payment gateway timeout"), 3)
+    refused = _fail("err-top", raised("connection refused"), 2)
+    fatal = _fail("err-top", raised("payment gateway timeout"), 1, FailureReason.FATAL_ERROR)
+    values = _fail("err-top", raised("payment gateway timeout", ValueError), 1)
 
     groups = storage.top_errors(10)
     assert [(g.reason, g.error_class, g.error_message, g.count) for g in groups[:2]] == [
@@ -114,7 +103,7 @@ def test_a_group_without_a_class_leads_to_its_jobs_through_its_prefix() -> None:
 def test_a_retry_keeps_the_last_error_and_its_time_on_the_hot_row() -> None:
     job = processing("err-retry", "w1")[0]
     before = timezone.now()
-    storage.complete("w1", [], [Retry(job.id, 1, 600.0, _error("gateway timeout"))], [])
+    storage.complete("w1", [], [Retry(job.id, 1, 600.0, raised("gateway timeout"))], [])
 
     row = hot(job.id)
     assert row is not None and row["status"] == 0
@@ -131,7 +120,7 @@ def test_a_retry_keeps_the_last_error_and_its_time_on_the_hot_row() -> None:
 
 def test_a_circuit_deferral_holds_the_job_and_keeps_its_last_error_until_it_fails_again() -> None:
     job = processing("err-held", "w1")[0]
-    storage.complete("w1", [], [Retry(job.id, 1, 0.0, _error("first"))], [])
+    storage.complete("w1", [], [Retry(job.id, 1, 0.0, raised("first"))], [])
     [again] = storage.fetch_batch("w1", 1, ["err-held"])
     storage.complete("w1", [], [Retry(again.id, 1, 600.0, held_by="test.flaky.v1")], [])
 
@@ -144,7 +133,7 @@ def test_a_circuit_deferral_holds_the_job_and_keeps_its_last_error_until_it_fail
     backdate_due(job.id)
     [third] = storage.fetch_batch("w1", 1, ["err-held"])
     assert storage.mark_processing(third, "w1") == 2
-    storage.complete("w1", [], [Retry(job.id, 2, 600.0, _error("second"))], [])
+    storage.complete("w1", [], [Retry(job.id, 2, 600.0, raised("second"))], [])
     row = hot(job.id)
     assert row is not None and (row["held_by"], row["last_error_message"]) == (None, "second")
 
@@ -153,11 +142,11 @@ def test_the_pending_split_counts_ready_scheduled_retrying_and_held_jobs() -> No
     pending("split", 2)
     pending("split", 1, delay=3600)
     retrying = processing("split-retry", "w1", 2)
-    storage.complete("w1", [], [Retry(j.id, 1, 600.0, _error("down")) for j in retrying], [])
+    storage.complete("w1", [], [Retry(j.id, 1, 600.0, raised("down")) for j in retrying], [])
     held = fetched("split-held", "w1", 3)
     storage.complete("w1", [], [Retry(j.id, 0, 600.0, held_by="test.ok.v1") for j in held], [])
     due_retry = processing("split-due", "w1")[0]
-    storage.complete("w1", [], [Retry(due_retry.id, 1, 0.0, _error("again"))], [])
+    storage.complete("w1", [], [Retry(due_retry.id, 1, 0.0, raised("again"))], [])
     backdate_due(due_retry.id)
 
     stats = storage.summary_stats()
@@ -168,7 +157,7 @@ def test_the_pending_split_counts_ready_scheduled_retrying_and_held_jobs() -> No
 
 def test_queue_lag_counts_only_due_jobs_not_retrying_or_held_ones() -> None:
     waiting = processing("lag-due", "w1")[0]
-    storage.complete("w1", [], [Retry(waiting.id, 1, 600.0, _error("down"))], [])
+    storage.complete("w1", [], [Retry(waiting.id, 1, 600.0, raised("down"))], [])
     held = fetched("lag-held", "w1")[0]
     storage.complete("w1", [], [Retry(held.id, 0, 600.0, held_by="test.ok.v1")], [])
     pending("lag-due", 1)
