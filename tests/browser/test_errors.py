@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import chokaq_core
-from tests.browser.conftest import Deck
+from tests.browser.conftest import Deck, shot
 from tests.browser.test_deck import real_errors
 from tests.deck.conftest import exhausted
 
@@ -21,7 +21,7 @@ Open = Callable[..., Any]
 def test_a_top_errors_click_lists_the_jobs_of_that_group(deck_server: Deck, page_for: Open) -> None:
     timeouts = set(exhausted("payments", "payment gateway timeout", 3))
     refused = set(exhausted("payments", "connection refused", 2))
-    page = page_for("viewer")
+    page = page_for("operator")
     entries = page.locator("#top-errors .error-link")
     assert entries.count() == 2
     assert entries.nth(0).locator(".prefix").inner_text() == "ConnectionError: payment gateway timeout"
@@ -31,6 +31,10 @@ def test_a_top_errors_click_lists_the_jobs_of_that_group(deck_server: Deck, page
     listed = set(page.eval_on_selector_all("#history-rows tr.job-row", "rows => rows.map(r => r.dataset.jobId)"))
     assert listed == refused
     assert "ConnectionError: connection refused" in page.inner_text("#error-group-filter")
+    wrap = page.locator("#job-matrix .table-wrap").bounding_box()
+    for cell in ("td.status", "td:nth-child(9)", "td.duration", "td.actions button"):  # Try is the 9th column
+        box = page.locator(f"#history-rows tr.job-row >> nth=0 >> {cell}").bounding_box()
+        assert box["x"] + box["width"] <= wrap["x"] + wrap["width"], f"{cell} is pushed out of the table's view"
     page.locator("#top-errors .error-link").nth(0).click()
     page.wait_for_function("n => document.querySelectorAll('#history-rows tr.job-row').length === n",
                            arg=len(timeouts))
@@ -50,6 +54,7 @@ def test_a_retrying_job_shows_its_last_error_and_next_attempt(deck_server: Deck,
     assert page.inner_text(f"{row} [data-role=last-error]") == "attempt 1 failed: ChokaQThrottledError: slow down"
     assert page.inner_text(f"{row} [data-role=next-at]").startswith("next attempt at ")
     assert "1 retrying" in page.inner_text("#stat-pending-split")
+    shot(page, "deck-retrying")
     page.click(f"{row} td.type")
     page.wait_for_selector("#inspector-last-error")
     assert page.inner_text("#inspector-last-error") == "ChokaQThrottledError: slow down"
