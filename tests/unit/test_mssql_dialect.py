@@ -1146,3 +1146,23 @@ def test_the_parity_test_covers_mssql() -> None:
     for name in DIALECT_FUNCTIONS:
         expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]
         assert list(inspect.signature(getattr(sql.DIALECT, name)).parameters) == expected, name
+
+
+def test_0009_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0009_error_columns")
+    text = "\n".join(statements)
+    for table, column, declaration in (
+            ("chokaq_jobs_hot", "last_error_class", "nvarchar(255) NULL"),
+            ("chokaq_jobs_hot", "last_error_message", "nvarchar(1000) NULL"),
+            ("chokaq_jobs_hot", "last_error_at", "datetimeoffset NULL"),
+            ("chokaq_jobs_hot", "held_by", "nvarchar(255) NULL"),
+            ("chokaq_jobs_dlq", "error_class", "nvarchar(255) NULL"),
+            ("chokaq_jobs_dlq", "error_message", "nvarchar(1000) NULL")):
+        assert re.search(rf"ALTER TABLE \[{table}\] ADD \[{column}\] {re.escape(declaration)}", text), column
+        if column in sql._MOVED_TYPES:
+            assert sql._MOVED_TYPES[column] == declaration, "the @Moved column has the table's type"
+    split = _statement_for(statements, "hot_pending_split")
+    assert "ON [chokaq_jobs_hot] ([scheduled_at], [last_error_at], [held_by])" in split
+    assert split.endswith("WHERE [status] = 0;"), "a filtered index: Pending rows only"
+    group = _statement_for(statements, "dlq_by_error")
+    assert "ON [chokaq_jobs_dlq] ([failure_reason], [error_class], [failed_at] DESC)" in group
