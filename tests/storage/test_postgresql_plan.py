@@ -128,3 +128,13 @@ def test_claim_query_uses_the_partial_fetch_index(queues: list[str] | None, back
         # partial index (hot_pending_lag); either way it reads Pending rows only.
         assert "hot_fetch_pending" in plan or "hot_pending_lag" in plan, plan
     assert JobsHot.objects.filter(status=0).count() == pending_rows, "capture and EXPLAIN were rolled back"
+
+
+def test_the_pending_split_counts_pending_rows_only_through_hot_pending_split() -> None:
+    """The index carries every column the split reads: with a current visibility map (autovacuum) the count is
+    an index-only scan; inside this test's transaction (no VACUUM) the planner takes a bitmap over it."""
+    from chokaq_core.sql import base
+
+    _fill_hot_table(BACKLOGS["backlog-10k"])
+    plan = _plan(base.pending_split_sql("scheduled_at > now()"), None)
+    assert "hot_pending_split" in plan and "Seq Scan" not in plan, plan
