@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Concatenate, cast
+from typing import Any, Concatenate
 
 from django.db import connections, transaction
 
@@ -135,10 +135,11 @@ class _PreparingCursor:
 def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
     """The driver-level cursor (``%s`` placeholders on every vendor), without Django's debug logging;
     driver errors still surface as Django's (``IntegrityError``, ``OperationalError``, …). ``prepared``:
-    on PostgreSQL, a server-side binding cursor that prepares its statements (see ``_PreparingCursor``)."""
+    where the dialect prepares, a server-side binding cursor that prepares its statements (see
+    ``_PreparingCursor``)."""
     connection = connections[using]
     with connection.cursor() as wrapper, connection.wrap_database_errors:
-        if not prepared or connection.vendor != "postgresql" or not config().SQL.PREPARED_STATEMENTS:
+        if not prepared or not dialect(using).PREPARES or not config().SQL.PREPARED_STATEMENTS:
             yield wrapper.cursor
             return
         import psycopg
@@ -152,8 +153,8 @@ def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
 
 def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True,
            prepared: bool = False) -> T:
-    """Run ``operation(cursor)`` in a transaction with the transient-error retry policy (``prepared``: the
-    vendor lists the statements among its ``PREPARED`` ones)."""
+    """Run ``operation(cursor)`` in a transaction with the transient-error retry policy (``prepared``: its
+    statements are the hot path's fixed texts, see ``Mode``)."""
     if memory_mode():  # the private database's lock is the transaction; nothing there is transient
         return memory.database().run(operation)
     db = using or alias()
@@ -179,28 +180,34 @@ def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: b
             time.sleep(delay_ms / 1000)
 
 
-type Transition[**P, R] = Callable[Concatenate[Dialect, Any, P], R]  # a protocol function, cursor second
-type BatchPurge = Callable[[Dialect, Any, datetime, int], int]  # one batch of a purge by age
+type BatchPurge = Callable[[Any, datetime, int], int]  # one batch of a purge by age: cursor, cutoff, batch size
 
 
-def call[**P, R](transition: Transition[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    """Run one protocol function (``Dialect.get_hot``, …) of the ChokaQ alias's vendor, its result typed by the
-    protocol; in a transaction unless the vendor marks it autocommit-safe."""
-    return _call_on(alias(), transition, False, *args, **kwargs)
+@dataclass(frozen=True)
+class Mode:
+    """How a transition runs. ``alone``: without a BEGIN/COMMIT of its own (it is one statement or only reads;
+    inside a caller's transaction it runs there). ``prepared``: its statements are the hot path's fixed texts,
+    prepared where the dialect prepares (PostgreSQL)."""
+
+    alone: bool = False
+    prepared: bool = False
 
 
-def _call_on[**P, R](db: str, transition: Transition[P, R], one_statement: bool, *args: P.args,
-                     **kwargs: P.kwargs) -> R:
-    """``call`` on alias ``db``; ``one_statement``: the caller knows these arguments make it one statement."""
-    sql = dialect(db)
-    name = transition.__name__
-    function = getattr(sql, name)
-    # inside the caller's transaction a one-statement call still takes its savepoint: a failure must not
-    # poison the caller's transaction
-    alone = one_statement and not connections[db].in_atomic_block
-    result = run(lambda cursor: function(cursor, *args, **kwargs), using=db,
-                 atomic=not alone and name not in sql.AUTOCOMMIT_SAFE, prepared=name in sql.PREPARED)
-    return cast(R, result)
+IN_TRANSACTION = Mode()
+ALONE = Mode(alone=True)
+HOT_PATH = Mode(alone=True, prepared=True)
+
+
+def moves() -> Mode:
+    """How a move between pillars runs: alone where the dialect moves in one statement."""
+    return Mode(alone=dialect().MOVES_IN_ONE_STATEMENT)
+
+
+def call[**P, R](mode: Mode, transition: Callable[Concatenate[Any, P], R], /, *args: P.args,
+                 **kwargs: P.kwargs) -> R:
+    """Run one dialect function of the ChokaQ alias (a bound method of ``dialect()``, the cursor its first
+    argument) as ``mode`` says, with the transient-error retry policy."""
+    return run(lambda cursor: transition(cursor, *args, **kwargs), atomic=not mode.alone, prepared=mode.prepared)
 
 
 def _emit(published: list[events.Event], using: str | None = None) -> None:
@@ -236,7 +243,11 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
         stored = run(lambda cursor: _enqueue_in_memory(cursor, jobs))
     else:
         unkeyed = all(job.idempotency_key is None for job in jobs)
-        stored = _call_on(db, Dialect.enqueue, unkeyed and "enqueue" in dialect(db).ONE_STATEMENT_WITHOUT_KEYS, jobs)
+        # one statement (no idempotency key to resolve) may skip BEGIN/COMMIT, but inside the caller's transaction
+        # it still takes its savepoint: a failure must not poison the caller's transaction
+        sql = dialect(db)
+        alone = unkeyed and sql.ENQUEUE_IN_ONE_STATEMENT and not connections[db].in_atomic_block
+        stored = run(lambda cursor: sql.enqueue(cursor, jobs), using=db, atomic=not alone, prepared=True)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
@@ -261,12 +272,12 @@ def reset_memory() -> None:
 
 
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return call(Dialect.fetch_batch, worker_id, limit, queues)
+    return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:
     """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
-    attempts = call(Dialect.mark_processing, job.id, worker_id)
+    attempts = call(ALONE, dialect().mark_processing, job.id, worker_id)
     if attempts is not None:
         _emit([_processing_event(job, attempts)])
     return attempts
@@ -276,7 +287,7 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str) -> dict[str, i
     """The lease gate for several buffered jobs in one statement: {job id: attempt} of those still ours."""
     if not jobs:
         return {}
-    leased: dict[str, int] = call(Dialect.mark_processing_batch, [job.id for job in jobs], worker_id)
+    leased: dict[str, int] = call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id)
     _emit([_processing_event(job, leased[job.id]) for job in jobs if job.id in leased])
     return leased
 
@@ -287,11 +298,11 @@ def _processing_event(job: HotJob, attempts: int) -> events.Event:
 
 
 def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
-    return call(Dialect.keep_alive, job_ids, worker_id)
+    return call(HOT_PATH, dialect().keep_alive, job_ids, worker_id)
 
 
 def cancel_requests(worker_id: str) -> list[tuple[str, str]]:
-    return call(Dialect.cancel_requests, worker_id)
+    return call(HOT_PATH, dialect().cancel_requests, worker_id)
 
 
 @dataclass(frozen=True)
@@ -319,7 +330,7 @@ def complete(
             sql.record_attempts(cursor, worker_id, failed_attempts)
         return completion
 
-    done = run(operation, prepared="archive_succeeded" in dialect().PREPARED)
+    done = run(operation, prepared=True)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
     published = (
@@ -360,16 +371,16 @@ def _failed_attempts(done: Completion, retries: Sequence[Retry], failures: Seque
 
 def job_attempts(job_id: str) -> list[Attempt]:
     """A job's attempts history: every recorded failed execution, oldest first."""
-    return call(Dialect.job_attempts, job_id)
+    return call(ALONE, dialect().job_attempts, job_id)
 
 
 def purge_attempts(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """Attempts-history rows of executions that failed before ``cutoff``."""
-    return _purge_batches(Dialect.purge_attempts, cutoff, progress)
+    return _purge_batches(ALONE, dialect().purge_attempts, cutoff, progress)
 
 
 def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:
-    return call(Dialect.release_jobs, job_ids, worker_id) if job_ids else 0
+    return call(ALONE, dialect().release_jobs, job_ids, worker_id) if job_ids else 0
 
 
 # ---------------------------------------------------------------- operator commands
@@ -380,7 +391,7 @@ def resurrect(
     actor: str | None = None, revision: int | None = None,
 ) -> bool:
     """DLQ → Hot with optional edits; ``revision``: only if the job is still at that edit version."""
-    moved = bool(call(Dialect.resurrect, job_id, payload, tags, priority, actor, revision))
+    moved = bool(call(moves(), dialect().resurrect, job_id, payload, tags, priority, actor, revision))
     if moved:
         job = get_hot(job_id)
         _emit([events.Event(events.EventKind.JOB_RESURRECTED, {"jobId": job_id, "queue": job.queue if job else None}),
@@ -389,7 +400,7 @@ def resurrect(
 
 
 def resurrect_batch(job_ids: Sequence[str], *, actor: str | None = None) -> int:
-    moved = call(Dialect.resurrect_batch, job_ids, actor)
+    moved = call(moves(), dialect().resurrect_batch, job_ids, actor)
     if moved:
         _emit([events.stats_updated()])
     return len(moved)
@@ -418,7 +429,7 @@ def update_hot_data(
     actor: str | None = None, revision: int | None = None,
 ) -> bool:
     """Edit a Pending job; ``revision``: only if it is still at that edit version."""
-    changed = bool(call(Dialect.update_hot_data, job_id, payload, tags, priority, actor, revision))
+    changed = bool(call(ALONE, dialect().update_hot_data, job_id, payload, tags, priority, actor, revision))
     if changed:
         job = get_hot(job_id)
         if job is not None:
@@ -430,7 +441,7 @@ def update_hot_data(
 def update_dlq_data(job_id: str, *, payload: str | None = None, tags: str | None = None,
                     actor: str | None = None, revision: int | None = None) -> bool:
     """Edit a DLQ job; ``revision``: only if it is still at that edit version."""
-    return bool(call(Dialect.update_dlq_data, job_id, payload, tags, actor, revision))
+    return bool(call(ALONE, dialect().update_dlq_data, job_id, payload, tags, actor, revision))
 
 
 def purge_dlq_ids(job_ids: Sequence[str]) -> int:
@@ -439,7 +450,7 @@ def purge_dlq_ids(job_ids: Sequence[str]) -> int:
     batch = config().SQL.CLEANUP_BATCH_SIZE
     purged: list[str] = []
     while remaining:
-        moved = call(Dialect.purge_dlq_ids, remaining, batch)
+        moved = call(moves(), dialect().purge_dlq_ids, remaining, batch)
         if not moved:
             break
         gone = {i for i, _ in moved}
@@ -454,7 +465,7 @@ def purge_dlq_ids(job_ids: Sequence[str]) -> int:
 
 def _purge_by_age(purge: BatchPurge, source: str, cutoff: datetime,
                   progress: Callable[[int], None] | None = None) -> int:
-    total = _purge_batches(purge, cutoff, progress)
+    total = _purge_batches(moves(), purge, cutoff, progress)
     if total:
         _emit([events.Event(events.EventKind.JOBS_PURGED, {"jobIds": [], "source": source, "count": total}),
                          events.stats_updated()])
@@ -463,26 +474,26 @@ def _purge_by_age(purge: BatchPurge, source: str, cutoff: datetime,
 
 def purge_archive(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """Archive rows finished before ``cutoff``, batch by batch (``progress(n)`` after each)."""
-    return _purge_by_age(Dialect.purge_archive, "Archive", cutoff, progress)
+    return _purge_by_age(dialect().purge_archive, "Archive", cutoff, progress)
 
 
 def purge_dlq_older_than(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """DLQ rows created at or before ``cutoff``, batch by batch (``progress(n)`` after each)."""
-    return _purge_by_age(Dialect.purge_dlq_older_than, "DLQ", cutoff, progress)
+    return _purge_by_age(dialect().purge_dlq_older_than, "DLQ", cutoff, progress)
 
 
 # ---------------------------------------------------------------- maintenance
 
 
 def recover_abandoned(fetched_timeout_s: float) -> int:
-    n = int(call(Dialect.recover_abandoned, fetched_timeout_s))
+    n = int(call(ALONE, dialect().recover_abandoned, fetched_timeout_s))
     if n:
         _emit([events.stats_updated()])
     return n
 
 
 def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
-    moved = call(Dialect.archive_zombies, global_timeout_s)
+    moved = call(moves(), dialect().archive_zombies, global_timeout_s)
     if moved:
         _emit([events.stats_updated()])
     return list(moved)
@@ -499,49 +510,49 @@ def _queue_changed(queue: str) -> None:
 
 
 def set_queue_paused(queue: str, paused: bool) -> None:
-    call(Dialect.set_queue_paused, queue, paused)
+    call(ALONE, dialect().set_queue_paused, queue, paused)
     _queue_changed(queue)
 
 
 def set_queue_active(queue: str, active: bool) -> bool:
-    changed = bool(call(Dialect.set_queue_active, queue, active))
+    changed = bool(call(ALONE, dialect().set_queue_active, queue, active))
     if changed:
         _queue_changed(queue)
     return changed
 
 
 def set_queue_zombie_timeout(queue: str, seconds: int | None) -> None:
-    call(Dialect.set_queue_zombie_timeout, queue, seconds)
+    call(ALONE, dialect().set_queue_zombie_timeout, queue, seconds)
 
 
 def set_queue_max_workers(queue: str, max_workers: int | None) -> None:
-    call(Dialect.set_queue_max_workers, queue, max_workers)
+    call(ALONE, dialect().set_queue_max_workers, queue, max_workers)
 
 
 # ---------------------------------------------------------------- worker registry
 
 
 def upsert_worker(info: WorkerInfo) -> None:
-    call(Dialect.upsert_worker, info)
+    call(ALONE, dialect().upsert_worker, info)
 
 
 def stop_worker(worker_id: str) -> None:
-    call(Dialect.stop_worker, worker_id)
+    call(ALONE, dialect().stop_worker, worker_id)
 
 
 # ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
 
 
 def list_workers() -> list[WorkerInfo]:
-    return call(Dialect.list_workers)
+    return call(ALONE, dialect().list_workers)
 
 
-def _purge_batches(purge: BatchPurge, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
+def _purge_batches(mode: Mode, purge: BatchPurge, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
     """Repeat one-batch deletes (each its own transaction) until a batch comes back short."""
     batch = config().SQL.CLEANUP_BATCH_SIZE
     total = 0
     while True:
-        n = call(purge, cutoff, batch)
+        n = call(mode, purge, cutoff, batch)
         total += n
         if progress is not None and n:
             progress(n)
@@ -551,17 +562,17 @@ def _purge_batches(purge: BatchPurge, cutoff: datetime, progress: Callable[[int]
 
 def purge_workers(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """Worker registry rows whose last heartbeat is before ``cutoff``."""
-    return _purge_batches(Dialect.purge_workers, cutoff, progress)
+    return _purge_batches(ALONE, dialect().purge_workers, cutoff, progress)
 
 
 def purge_metric_buckets(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
     """MetricBuckets rows that started before ``cutoff`` (counters are not touched)."""
-    return _purge_batches(Dialect.purge_metric_buckets, cutoff, progress)
+    return _purge_batches(ALONE, dialect().purge_metric_buckets, cutoff, progress)
 
 
 def tidy_hot_table(min_dead_rows: int) -> bool:
     """Vacuum and analyze the Hot table when churn left too many dead row versions (PostgreSQL only)."""
-    return bool(call(Dialect.tidy_hot_table, min_dead_rows))
+    return bool(call(ALONE, dialect().tidy_hot_table, min_dead_rows))
 
 
 def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
@@ -584,7 +595,7 @@ def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
 
 
 def schedule_ticks() -> dict[str, datetime]:
-    return call(Dialect.schedule_ticks)
+    return call(ALONE, dialect().schedule_ticks)
 
 
 def change_marker() -> int | None:
@@ -592,78 +603,78 @@ def change_marker() -> int | None:
     mode: the worker lives in the writer's own process)."""
     if memory_mode():
         return None
-    return call(Dialect.change_marker)  # type: ignore[no-any-return]
+    return call(ALONE, dialect().change_marker)
 
 
 # ---------------------------------------------------------------- reads
 
 
 def queue_states() -> list[QueueState]:
-    return call(Dialect.queue_states)
+    return call(ALONE, dialect().queue_states)
 
 
 def summary_stats() -> SummaryStats:
-    return call(Dialect.summary_stats)
+    return call(ALONE, dialect().summary_stats)
 
 
 def queue_stats() -> list[QueueStats]:
-    return call(Dialect.queue_stats)
+    return call(ALONE, dialect().queue_stats)
 
 
 def get_hot(job_id: str) -> HotJob | None:
-    return call(Dialect.get_hot, job_id)
+    return call(ALONE, dialect().get_hot, job_id)
 
 
 def get_archived(job_id: str) -> ArchivedJob | None:
-    return call(Dialect.get_archived, job_id)
+    return call(ALONE, dialect().get_archived, job_id)
 
 
 def get_dead(job_id: str) -> DeadJob | None:
-    return call(Dialect.get_dead, job_id)
+    return call(ALONE, dialect().get_dead, job_id)
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
 
 def list_active(filters: JobFilter, limit: int) -> list[JobRow]:
-    return call(Dialect.list_active, filters, limit)
+    return call(ALONE, dialect().list_active, filters, limit)
 
 
 def list_archive(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call(Dialect.list_archive, filters, after_key, limit, sort)
+    return call(ALONE, dialect().list_archive, filters, after_key, limit, sort)
 
 
 def list_dlq(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call(Dialect.list_dlq, filters, after_key, limit, sort)
+    return call(ALONE, dialect().list_dlq, filters, after_key, limit, sort)
 
 
 def locate_jobs(job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    return call(Dialect.locate_jobs, job_ids) if job_ids else {}
+    return call(ALONE, dialect().locate_jobs, job_ids) if job_ids else {}
 
 
 def throughput(since: datetime) -> list[MetricPoint]:
-    return call(Dialect.throughput, since)
+    return call(ALONE, dialect().throughput, since)
 
 
 def deck_snapshot(request: SnapshotRequest) -> DeckSnapshot:
     """The live Deck's one read per tick: one statement on every vendor."""
-    return call(Dialect.deck_snapshot, request)
+    return call(HOT_PATH, dialect().deck_snapshot, request)
 
 
 def queue_health() -> list[QueueLag]:
-    return call(Dialect.queue_health)
+    return call(ALONE, dialect().queue_health)
 
 
 def top_errors(limit: int) -> list[ErrorGroup]:
-    return call(Dialect.top_errors, limit)
+    return call(ALONE, dialect().top_errors, limit)
 
 
 def preview_dlq_bulk(filters: JobFilter, max_jobs: int) -> BulkPreview:
-    return call(Dialect.preview_dlq_bulk, filters, max_jobs)
+    return call(ALONE, dialect().preview_dlq_bulk, filters, max_jobs)
 
 
 def purge_dlq_by_filter(filters: JobFilter, max_jobs: int) -> int:
-    moved = call(Dialect.purge_dlq_by_filter, filters, max_jobs)
+    moved = call(IN_TRANSACTION, dialect().purge_dlq_by_filter, filters, max_jobs)
     if moved:
         _emit([events.Event(events.EventKind.JOBS_PURGED,
                             {"jobIds": [i for i, _ in moved], "source": "DLQ", "count": len(moved)}),
@@ -672,14 +683,14 @@ def purge_dlq_by_filter(filters: JobFilter, max_jobs: int) -> int:
 
 
 def resurrect_dlq_by_filter(filters: JobFilter, max_jobs: int, *, actor: str | None = None) -> int:
-    moved = call(Dialect.resurrect_dlq_by_filter, filters, max_jobs, actor)
+    moved = call(IN_TRANSACTION, dialect().resurrect_dlq_by_filter, filters, max_jobs, actor)
     if moved:
         _emit([events.stats_updated()])
     return len(moved)
 
 
 def purge_archive_ids(job_ids: Sequence[str]) -> int:
-    moved = call(Dialect.purge_archive_ids, job_ids) if job_ids else []
+    moved = call(moves(), dialect().purge_archive_ids, job_ids) if job_ids else []
     if moved:
         _emit([events.Event(events.EventKind.JOBS_PURGED,
                             {"jobIds": [i for i, _ in moved], "source": "Archive", "count": len(moved)}),
@@ -688,11 +699,11 @@ def purge_archive_ids(job_ids: Sequence[str]) -> int:
 
 
 def count_archive_older_than(cutoff: datetime) -> int:
-    return int(call(Dialect.count_archive_older_than, cutoff))
+    return int(call(ALONE, dialect().count_archive_older_than, cutoff))
 
 
 def count_dlq_older_than(cutoff: datetime) -> int:
-    return int(call(Dialect.count_dlq_older_than, cutoff))
+    return int(call(ALONE, dialect().count_dlq_older_than, cutoff))
 
 
 # ---------------------------------------------------------------- wake-up source

@@ -15,9 +15,9 @@ below and exports its instance as ``DIALECT``; ``storage`` is their only caller.
   deleted rows and bumps ``chokaq_stats_summary`` / ``chokaq_metric_buckets``
   in the same transaction (spec 01 §3). Mutations report what they actually
   changed, never the requested count.
-* Each dialect also has ``AUTOCOMMIT_SAFE``: the names of its functions
-  that are a single statement (or only read), which storage may then run
-  without ``BEGIN``/``COMMIT`` round trips when no transaction is open.
+* Reads and the single-row commands are one statement on every vendor;
+  the capabilities below say what else is, so storage may run it without
+  ``BEGIN``/``COMMIT`` round trips when no transaction is open.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ Moved = list[tuple[str, str]]  # (job id, queue) of each row a transition change
 
 class Dialect(Protocol):
     # ------------------------------------------------------------ capabilities
-    AUTOCOMMIT_SAFE: frozenset[str]  # functions that are one statement (or only read): no BEGIN/COMMIT needed
-    PREPARED: frozenset[str]  # statements storage runs through a preparing cursor (PostgreSQL's hot path)
-    ONE_STATEMENT_WITHOUT_KEYS: frozenset[str]  # functions that are one statement when no idempotency key is given
+    MOVES_IN_ONE_STATEMENT: bool  # each move between pillars (resurrect, purges, zombies) is one statement
+    ENQUEUE_IN_ONE_STATEMENT: bool  # an enqueue of jobs without idempotency keys is one statement
+    PREPARES: bool  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     NOTIFY_CHANNEL: str | None  # the channel enqueue NOTIFYs, for an idle worker to LISTEN on; None: no push channel
 
     # ------------------------------------------------------------ enqueue / claim
@@ -73,48 +73,38 @@ class Dialect(Protocol):
         StatsSummary rows of their queues. Returns, per input job and in order, the id
         actually stored: the existing Hot row's id when its idempotency key is taken.
         PostgreSQL also ``NOTIFY chokaq_jobs`` in the same transaction."""
-        ...
 
     def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
         """Claim up to ``limit`` due Pending rows (Pending → Fetched, ``worker_id`` set) of
         ``queues`` (None = every queue), skipping paused/hidden queues and honouring each
         queue's ``max_workers`` bulkhead. Ordered by priority desc, due time asc."""
-        ...
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate: Fetched → Processing if still owned; returns the new attempt count or None."""
-        ...
 
     def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
         """The lease gate for several buffered rows in one statement: {job id: new attempt count} of
         the rows that were still Fetched by this worker (the others must not run)."""
-        ...
 
     def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
         """One UPDATE stamping the heartbeat of every listed Processing row this worker owns;
         returns the ids still owned."""
-        ...
 
     def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
         """(job id, actor) of this worker's Processing rows an operator asked to cancel."""
-        ...
 
     # ------------------------------------------------------------ completion (batched)
     def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
         """Hot → Archive for every item this worker owns (None: no owner guard)."""
-        ...
 
     def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
         """Hot → DLQ with each item's reason and details, owner-guarded."""
-        ...
 
     def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
         """Back to Pending at now + delay, attempt count as given; RetriedTotal += n."""
-        ...
 
     def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
         """Fetched → Pending for unstarted rows this worker owns (pause, shutdown)."""
-        ...
 
     # ------------------------------------------------------------ operator commands
     def resurrect(
@@ -123,19 +113,15 @@ class Dialect(Protocol):
     ) -> bool:
         """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1. ``revision``: only if the DLQ
         row is still at that edit version (None: whatever it is); the Hot row carries it, one up."""
-        ...
 
     def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
         """DLQ → Hot for up to 1000 ids, priority 10, no edits."""
-        ...
 
     def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
         """Pending/Fetched → DLQ Cancelled (Processing rows are left alone)."""
-        ...
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
         """Flag Processing rows for cooperative cancellation; returns the flagged ids."""
-        ...
 
     def update_hot_data(
         self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
@@ -143,7 +129,6 @@ class Dialect(Protocol):
     ) -> bool:
         """Edit a Pending Hot row (coalescing NULLs) and bump its revision; False if not Pending, not at
         ``revision`` (None: any) or nothing to change."""
-        ...
 
     def update_dlq_data(
         self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
@@ -151,28 +136,22 @@ class Dialect(Protocol):
     ) -> bool:
         """Edit a DLQ row, keeping the old payload in ``previous_payload``, and bump its revision; False if not
         at ``revision`` (None: any) or nothing to change."""
-        ...
 
     def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
         """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
-        ...
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal −n."""
-        ...
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal −n."""
-        ...
 
     # ------------------------------------------------------------ maintenance
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
         """Fetched rows untouched for the timeout → Pending."""
-        ...
 
     def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-        ...
 
     # ------------------------------------------------------------ queue controls
     def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None: ...
@@ -183,7 +162,6 @@ class Dialect(Protocol):
 
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
-        ...
 
     # ------------------------------------------------------------ worker registry
     def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None: ...
@@ -193,15 +171,12 @@ class Dialect(Protocol):
     # ------------------------------------------------------------ operations: health, retention, schedule (issue 5)
     def list_workers(self, cursor: Cursor) -> list[WorkerInfo]:
         """Every worker registry row, freshest heartbeat first."""
-        ...
 
     def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of worker rows whose last heartbeat is before ``cutoff``; rows deleted."""
-        ...
 
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
-        ...
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
@@ -209,23 +184,19 @@ class Dialect(Protocol):
         analyze it (one caller fleet-wide at a time); True when it did. Runs outside a transaction. Only
         PostgreSQL needs it (a server with autovacuum off or lagging leaves every claim walking dead index
         entries under stale statistics); elsewhere it does nothing and returns False."""
-        ...
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller
         that moved it (run it in the enqueue's transaction). A name seen for the first time records
         ``tick`` and returns False, so a new schedule starts with its next tick."""
-        ...
 
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
         """The latest claimed tick of every recurring job, by name."""
-        ...
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a
         worker without a push channel polls it every few milliseconds to notice new jobs at once. None where
         the vendor has a push channel (PostgreSQL's LISTEN/NOTIFY) or no such marker; no statement then."""
-        ...
 
     # ------------------------------------------------------------ reads
     def queue_states(self, cursor: Cursor) -> list[QueueState]: ...
@@ -244,82 +215,65 @@ class Dialect(Protocol):
     def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
         (id, type, tags, idempotency key); no payload."""
-        ...
 
     def list_archive(
         self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
     ) -> list[JobRow]:
         """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
         after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
-        ...
 
     def list_dlq(
         self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort
     ) -> list[JobRow]:
         """One keyset page of DLQ rows, as ``list_archive``."""
-        ...
 
     def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Where each id is now: its Hot status, SUCCEEDED (Archive) or FAILED/CANCELLED/ZOMBIE (DLQ); absent ids
         are left out. Primary-key lookups only."""
-        ...
 
     def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
         """Per-second succeeded (outcome 0) and failed (outcome 1) counts from MetricBuckets, oldest first."""
-        ...
 
     def queue_health(self, cursor: Cursor) -> list[QueueLag]:
         """Per ``Queues`` row: due Pending count, average and max lag in seconds (0 when none)."""
-        ...
 
     def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
         """Top (reason, error prefix) groups over the 5000 newest DLQ rows (spec 01 §5)."""
-        ...
 
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
         """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
-        ...
 
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches (failed_at desc, id asc; skip locked); FailedTotal −n."""
-        ...
 
     def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
         """Move the first ``max_jobs`` matches to Hot exactly as ``resurrect_batch``."""
-        ...
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
         """Delete the given Archive rows; SucceededTotal −n."""
-        ...
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         """Archive rows ``purge_archive`` would delete (finished_at < cutoff): a preview, not a render-time count."""
-        ...
 
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         """DLQ rows ``purge_dlq_older_than`` would delete (created_at <= cutoff)."""
-        ...
 
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,
         ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
         ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
         exactly as its own function returns it. The parts travel as JSON (``json_rows`` decodes them)."""
-        ...
 
     # ------------------------------------------------------------ attempts history
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
         """Insert one ``chokaq_job_attempts`` row per failed execution, stamped with the database clock (run it
         in the transaction that reschedules or dead-letters those executions)."""
-        ...
 
     def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
         """Every recorded failed execution of a job, oldest first."""
-        ...
 
     def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of attempts-history rows that failed before ``cutoff``; rows deleted."""
-        ...
 
 
 def json_rows(packed: Any, datetime_at: Sequence[int] = ()) -> list[list[Any]]:

@@ -11,8 +11,9 @@ the edit was stale and nothing changed.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from chokaq_core.domain import (
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
+    FailedAttempt,
     Failure,
     FailureReason,
     HistorySort,
@@ -32,16 +34,18 @@ from chokaq_core.domain import (
     JobRow,
     JobStatus,
     MetricPoint,
+    NewJob,
     QueueLag,
     QueueState,
     QueueStats,
     Retry,
     SnapshotRequest,
+    StorageError,
     Success,
     SummaryStats,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, json_datetime, json_rows
+from chokaq_core.sql import Cursor, Moved, json_datetime, json_rows
 
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
@@ -68,9 +72,10 @@ def error_details(text: str | None) -> str:
     return text if text and text.strip() else UNKNOWN_ERROR
 
 
-def error_columns(item: Retry | Failure) -> tuple[str | None, str | None]:
-    """(error class, error message) a retry or DLQ move stores: what the execution raised, else NULLs."""
-    return (item.error.error_class, item.error.message) if item.error is not None else (None, None)
+def error_columns(item: Retry | Failure) -> dict[str, str | None]:
+    """The error class and message a retry or DLQ move stores: what the execution raised, else NULLs."""
+    error = item.error
+    return {"error_class": error.error_class if error else None, "error_message": error.message if error else None}
 
 
 def last_error_set(error_class: str, message: str, held_by: str, now: str, row: str = "") -> str:
@@ -83,25 +88,9 @@ def last_error_set(error_class: str, message: str, held_by: str, now: str, row: 
             f" held_by = {held_by}")
 
 
-def last_error_params(error_class: str | None, message: str | None, at: Any, held_by: str | None) -> list[Any]:
-    """The parameters of ``last_error_set("%s", "%s", "%s", "%s")``."""
-    return [error_class, error_class, message, error_class, at, held_by]
-
-
 def cancel_details(actor: str | None) -> str:
     """Error details of an operator's cancellation."""
     return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
-
-
-# Functions that are one statement on every vendor, or only read: storage may run them without BEGIN/COMMIT.
-SINGLE_STATEMENTS = frozenset({
-    "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests", "release_jobs", "request_cancel",
-    "update_hot_data", "update_dlq_data", "recover_abandoned", "set_queue_paused", "set_queue_zombie_timeout",
-    "set_queue_max_workers", "set_queue_active", "upsert_worker", "stop_worker", "queue_states", "summary_stats",
-    "queue_stats", "get_hot", "get_archived", "get_dead", "list_active", "list_archive", "list_dlq", "locate_jobs",
-    "throughput", "queue_health", "top_errors", "preview_dlq_bulk", "count_archive_older_than", "count_dlq_older_than",
-    "deck_snapshot", "list_workers", "schedule_ticks", "job_attempts",
-})
 
 
 # ---------------------------------------------------------------- tables and column lists
@@ -220,10 +209,10 @@ ERROR_GROUP_WIDTH = 6  # columns of a top-errors row (``error_group``)
 
 
 def pending_split_sql(later: str, source: str = HOT) -> str:
-    """The Pending split (ready, scheduled, retrying, held) as one row: an index-only count over the partial
-    Pending index ``hot_pending_split``. ``later`` is the vendor's predicate "scheduled_at is after now" (NULL,
-    never scheduled, is due); a job not due is held when an open circuit deferred it, else retrying when an
-    execution failed, else scheduled."""
+    """The Pending split (ready, scheduled, retrying, held) as one row: a count over the partial Pending index
+    ``hot_pending_split``, which carries every column read (index-only where the visibility map allows).
+    ``later`` is the vendor's predicate "scheduled_at is after now" (NULL, never scheduled, is due); a job not
+    due is held when an open circuit deferred it, else retrying when an execution failed, else scheduled."""
     waits = "CASE WHEN p.later = 1 AND p.held_by IS NULL AND p.last_error_at IS {}NULL THEN 1 ELSE 0 END"
     return (
         "SELECT coalesce(sum(1 - p.later), 0) AS ready,"
@@ -321,8 +310,122 @@ def locate_statement(tail: str) -> str:
             f" UNION ALL SELECT id, -1 - failure_reason FROM {DLQ} WHERE id {tail}")
 
 
+@dataclass(frozen=True)
+class Move:
+    """Where a batch of Hot rows goes: the pillar it lands in (None: it stays in Hot) with its columns and stamp,
+    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there)."""
+
+    table: str | None
+    fields: tuple[str, ...]
+    stamp: str
+    counter: str
+    outcome: int | None
+
+
+    @property
+    def carried(self) -> tuple[str, ...]:
+        """The columns a moved row carries into its pillar (all but the stamp)."""
+        return tuple(c for c in self.fields if c != self.stamp)
+
+
+NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no exception caused (cancel, zombie)
+
+
+def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> list[str]:
+    """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
+    message: a Hot row has none) unless overridden."""
+    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION, **overrides}
+    return [overrides.get(c, f"{row}.{c}") for c in columns]
+
+
+def insert_moved(move: Move, source: str, now: str) -> str:
+    """Copy the moved rows in ``source`` into the move's pillar, stamped ``now``."""
+    return (f"INSERT INTO {move.table} ({', '.join(move.fields)})\n"
+            f"    SELECT {', '.join(now if c == move.stamp else c for c in move.fields)} FROM {source}")
+
+
+def stats_add(counter: str, source: str, now: str) -> str:
+    """The counter upsert (spec 01 §4.13): ``counter`` += the rows of ``source`` per queue, a missing row inserted."""
+    return (f"INSERT INTO {STATS} AS s (queue, {counter}, last_activity_at)\n"
+            f"    SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue\n"
+            f"    ON CONFLICT (queue) DO UPDATE SET {counter} = s.{counter} + excluded.{counter},"
+            " last_activity_at = excluded.last_activity_at")
+
+
+def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
+    """The MetricBuckets upsert of this ``second`` (spec 01 §4.13) from ``source`` (queue, failure_reason,
+    duration_ms); the longest duration ignores NULLs."""
+    return (f"INSERT INTO {BUCKETS} AS b (bucket_start, queue, outcome, failure_reason, completed_count,"
+            " duration_count, total_duration_ms, max_duration_ms, last_updated_at)\n"
+            f"    SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
+            f" coalesce(sum(duration_ms), 0), max(duration_ms), {now}\n"
+            f"    FROM {source} WHERE true GROUP BY queue, failure_reason ORDER BY queue, failure_reason\n"
+            "    ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET\n"
+            "        completed_count = b.completed_count + excluded.completed_count,\n"
+            "        duration_count = b.duration_count + excluded.duration_count,\n"
+            "        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,\n"
+            "        max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL THEN b.max_duration_ms\n"
+            "            WHEN b.max_duration_ms IS NULL OR excluded.max_duration_ms > b.max_duration_ms"
+            " THEN excluded.max_duration_ms ELSE b.max_duration_ms END,\n"
+            "        last_updated_at = excluded.last_updated_at")
+
+
+TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
+TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
+RETRY = Move(None, (), "last_updated_at", "retried_total", None)
+ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
+
+
+def bulkhead(window: str, capped: str, limit: str) -> str:
+    """The claim's ranking (spec 01 §4.2) after its ``window`` of due Pending rows (id, queue, priority, sort_at):
+    ``active`` counts the running rows of the ``capped`` queues, ``ranked`` numbers each queue's rows in claim
+    order, ``picked`` keeps the first ``limit`` rows within every queue's ``max_workers``."""
+    return (f"active AS (SELECT queue, count(*) AS n FROM {HOT} WHERE status IN (1, 2) AND queue IN ({capped})"
+            " GROUP BY queue),\n"
+            "ranked AS (SELECT w.id, w.priority, w.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,\n"
+            "    row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at, w.id) AS rnk\n"
+            f"    FROM {window} w LEFT JOIN {QUEUES} q ON q.name = w.queue LEFT JOIN active a ON a.queue = w.queue),\n"
+            "picked AS (SELECT id FROM ranked WHERE max_workers IS NULL OR cur + rnk <= max_workers\n"
+            f"    ORDER BY priority DESC, sort_at, id LIMIT {limit})")
+
+
+# Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
+# "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
+# "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
+# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions.
+_LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
+          " heartbeat_at = {now}, last_updated_at = {now}")
+_TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
+SHARED_STATEMENTS = {
+    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1 RETURNING attempt_count",
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+                                 " RETURNING id, attempt_count",
+    "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
+                      " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
+    "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot SET cancel_requested_by = %s WHERE id {ids} AND {by_id}status = 2"
+                          " RETURNING id",
+    "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot SET payload = coalesce(%s{text}, payload),"
+                      " tags = coalesce(%s{text}, tags), priority = coalesce(%s{int}, priority), last_modified_by = %s,"
+                      f" last_updated_at = {{now}}, {REVISION_BUMP} WHERE id = %s AND status = 0"
+                      f" AND {revision_guard('%s{int}')} RETURNING id",
+    "RELEASE_SQL": f"{_TO_PENDING} WHERE id {{ids}} AND {{by_id}}status = 1 AND worker_id = %s",
+    "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
+    # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
+    # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
+    "TOP_ERRORS_SQL": "WITH recent AS (SELECT failure_reason, failed_at, error_class, error_message, CASE WHEN"
+                      " error_class IS NULL THEN {trim}(substr(coalesce(error_details, ''), 1, 4000),"
+                      " ' ' || {chr}(9) || {chr}(10) || {chr}(13)) END AS e FROM chokaq_jobs_dlq"
+                      " ORDER BY failed_at DESC LIMIT %s)\nSELECT failure_reason, CASE WHEN e IS NULL THEN ''"
+                      " WHEN e = '' THEN %s ELSE substr(e, 1, 160) END AS prefix, count(*) AS n,"
+                      " max(failed_at) AS latest, error_class, error_message\n"
+                      "FROM recent GROUP BY failure_reason, error_class, error_message, prefix"
+                      " ORDER BY n DESC, latest DESC LIMIT %s",
+}
+
+
 class BaseDialect:
-    """The reads of the Dialect protocol written once; a vendor overrides the hooks and statements below."""
+    """Every function of the Dialect protocol written once; a vendor gives its statements and overrides the hooks
+    below (timestamps, LIMIT/TOP, id lists, the claim, the move, the counters, the snapshot, case folding)."""
 
     QUEUE_HEALTH_SQL: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
     TOP_ERRORS_SQL: str  # ERROR_GROUP_WIDTH columns; params: sample size, empty-details text, limit
@@ -332,21 +435,56 @@ class BaseDialect:
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
     NOTIFY_CHANNEL: str | None = None
+    MOVES_IN_ONE_STATEMENT = False
+    ENQUEUE_IN_ONE_STATEMENT = False
+    PREPARES = False
+    TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
+    PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)
+    PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the end of the details
     JOB_ATTEMPTS_SQL = JOB_ATTEMPTS_SQL
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    # The transitions' statements (``clock``: SQLite's time parameter, nothing elsewhere).
+    MARK_PROCESSING_SQL: str  # params: clock, job id, worker → (attempt count)
+    MARK_PROCESSING_BATCH_SQL: str  # params: clock, ids, worker → (id, attempt count)
+    KEEP_ALIVE_SQL: str  # params: clock, ids, worker → (id)
+    CANCEL_REQUESTS_SQL = (f"SELECT id, cancel_requested_by FROM {HOT}"
+                           " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL")  # → (id, actor)
+    CANCEL_BATCH_SQL: str  # params: ids, details, actor → moved
+    REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
+    UPDATE_HOT_SQL: str  # params: clock, payload, tags, priority, actor, job id, revision → (id)
+    UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
+    RELEASE_SQL: str  # params: clock, ids, worker → changed
+    RECOVER_ABANDONED_SQL: str  # params: clock, ago_params(timeout) → changed
+    ARCHIVE_ZOMBIES_SQL: str  # params: seconds_params(global timeout), details → moved
+    RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
+    PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
+    PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
+    PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
+    PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
+    ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
+    MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details, error_columns), guard_params
+    RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields, error_columns, held_by), guard_params
+    RECORD_ATTEMPTS_SQL: str  # params: clock, worker, items_params(n, job id, attempt, error…, started_at)
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
-        defines becomes the vendor's."""
+        defines becomes the vendor's; a vendor with ``TOKENS`` gets the others of ``SHARED_STATEMENTS`` in its words."""
         super().__init_subclass__(**kwargs)
         names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {})) if n.endswith("_SQL")}
         for name in names & set(statements or ()):
             setattr(cls, name, statements[name])  # type: ignore[index]
+        tokens = vars(cls).get("TOKENS")
+        for name, template in SHARED_STATEMENTS.items():
+            if tokens is not None and name not in (statements or ()):
+                setattr(cls, name, template.format_map(tokens))
+
+    def __init__(self) -> None:
+        self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
@@ -371,6 +509,47 @@ class BaseDialect:
 
     def queue_health_params(self) -> list[Any]:
         return []
+
+    def clock(self) -> list[Any]:
+        """The current time as the leading parameter of a statement that stamps rows: none where the
+        statement reads the database clock."""
+        return []
+
+    def item_ts(self, value: datetime | None) -> Any:
+        """A datetime inside a batch item (``items_params``)."""
+        return value
+
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        """A list of job ids (duplicates dropped) as one statement parameter."""
+        return list(dict.fromkeys(ids))
+
+    def seconds_params(self, seconds: float) -> list[Any]:
+        """A duration in seconds as statement parameters."""
+        return [float(seconds)]
+
+    def ago_params(self, seconds: float) -> list[Any]:
+        """The moment ``seconds`` ago as statement parameters: the duration, for the database clock."""
+        return self.seconds_params(seconds)
+
+    def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """Per-item rows of a batch as statement parameters: one array per key by default."""
+        return [list(column) for column in zip(*(row.values() for row in rows), strict=True)]
+
+    def guard_params(self, worker_id: str | None) -> list[Any]:
+        """The owner guard's parameters (None: no guard)."""
+        return [worker_id, worker_id]
+
+    def delay_fields(self, seconds: float) -> dict[str, Any]:
+        """A retry delay as the reschedule statement reads it."""
+        return {"delay_seconds": float(seconds)}
+
+    def moved(self, cursor: Cursor) -> Moved:
+        """(id, queue) of each row the statement just executed moved."""
+        return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
+
+    def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
+        """Lower ``counter`` by the rows a delete removed, per queue, where its statement did not (PostgreSQL
+        and SQL Server count inside the statement)."""
 
     def now(self) -> tuple[str, list[Any]]:
         """``(SQL, params)`` of the current time: the database clock by default."""
@@ -623,69 +802,142 @@ class BaseDialect:
         return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
                              [self.param_ts(cutoff)])[0] or 0)
 
+    # ------------------------------------------------------------ the live Deck's one read, schedules, attempts
 
-class StatementDialect(BaseDialect):
-    """Vendors whose transitions are each one statement (PostgreSQL, SQL Server) over an id-list parameter:
-    the commands below are written once; a vendor gives the statements and ``ids_param``."""
+    def pack(self, sql: str, width: int, order: str) -> str:
+        """A read as one JSON value: the array of its rows as positional arrays (``json_rows`` decodes it), in
+        ``order`` over its columns ``c0``, ``c1``, …"""
+        raise NotImplementedError
 
-    MARK_PROCESSING_SQL: str  # params: job id, worker → (attempt count)
-    MARK_PROCESSING_BATCH_SQL: str  # params: ids, worker → (id, attempt count)
-    KEEP_ALIVE_SQL: str  # params: ids, worker → (id)
-    CANCEL_REQUESTS_SQL: str  # params: worker → (id, actor)
-    CANCEL_BATCH_SQL: str  # params: ids, details, actor → (id, queue)
-    REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
-    UPDATE_HOT_SQL: str  # params: payload, tags, priority, actor, job id, revision → (id)
-    PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
-    PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
-    RELEASE_SQL: str  # params: ids, worker → changed
-    RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
-    UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
-    PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (count)
-    PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (count)
-    RECOVER_ABANDONED_SQL: str  # params: seconds_params(timeout) → changed
-    ARCHIVE_ZOMBIES_SQL: str  # params: seconds_params(global timeout), details → (id, queue)
-    ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → (id, queue)
-    MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details, error_class, error_message),
-    # guard_params → (id, queue)
-    RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields, error_class, error_message, held_by),
-    # guard_params → (id, queue)
+    def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
+        """The ``deck_snapshot`` statement and its parameters: one SELECT of every part, each packed by ``pack``
+        from its own read's statement, a part not asked for skipped by its CASE."""
+        ids = list(dict.fromkeys(request.locate_ids))
+        locate, located_params = self.locate_sql(ids)
+        sql = self._snapshots.get(locate)
+        if sql is None:
+            sql = self._snapshots[locate] = (
+                f"SELECT {self.pack(self.SUMMARY_STATS_SQL, SUMMARY_WIDTH, 'c0')},"
+                f" {self.pack(ACTIVE_SQL.format(where=''), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
+                f" {self.pack(locate, 2, 'c0')},\n"
+                + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
+                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 8, "c0"),
+                    (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
+                    (self.TOP_ERRORS_SQL, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC"))))
+        since = request.throughput_since
+        return sql, [int(request.active_limit), *located_params,
+                     since is not None, self.param_ts(since or datetime.fromtimestamp(0, UTC)),
+                     request.queues, request.queues, request.queues, *self.queue_health_params(), request.workers,
+                     request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit))]
 
-    def ids_param(self, ids: Sequence[str]) -> Any:
-        """A list of job ids (duplicates dropped) as one statement parameter."""
-        return list(dict.fromkeys(ids))
+    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
+        """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
+        return snapshot_of(request, *self._one(cursor, *self.snapshot(request)))
 
-    def seconds_params(self, seconds: float) -> list[Any]:
-        """A duration in seconds as statement parameters."""
-        return [float(seconds)]
+    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
+        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did (a concurrent
+        claimer waits for the row lock, then finds the tick taken)."""
+        now, at = self.now()
+        if self._all(cursor, f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, {self.TS}, {now})"
+                     " ON CONFLICT (name) DO NOTHING RETURNING name", [name, self.param_ts(tick), *at]):
+            return False
+        return bool(self._all(cursor, f"UPDATE {SCHEDULES} SET last_tick_at = {self.TS}, updated_at = {now}"
+                              f" WHERE name = %s AND last_tick_at < {self.TS} RETURNING name",
+                              [self.param_ts(tick), *at, name, self.param_ts(tick)]))
 
-    def moved(self, cursor: Cursor) -> list[tuple[str, str]]:
-        return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
+    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
+        """One INSERT … SELECT over the batch as items, stamped with the database clock, in order."""
+        if attempts:
+            cursor.execute(self.RECORD_ATTEMPTS_SQL, [*self.clock(), worker_id, *self.items_params([
+                {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
+                 "error_message": a.error.message, "traceback": a.error.traceback,
+                 "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])
+
+    def change_marker(self, cursor: Cursor) -> int | None:
+        """None: no cheap commit marker (or a push channel instead); workers poll."""
+        return None
+
+    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
+        """Nothing to do by default: the vendor's own housekeeping keeps the Hot table healthy."""
+        return False
+
+    # ------------------------------------------------------------ enqueue and the claim
+
+    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+        """Insert Pending rows; a taken idempotency key yields its holder's id. A job neither inserted nor
+        resolved (its key's holder left Hot meanwhile, or the vendor lost an insert race) goes again."""
+        if not jobs:
+            return []
+        stored: dict[str, str] = {}
+        todo = list(jobs)
+        for attempt in range(ENQUEUE_PASSES):
+            inserted, holders = self.insert_jobs(cursor, todo, retry=attempt + 1 < ENQUEUE_PASSES)
+            for job in todo:
+                if job.id in inserted:
+                    stored[job.id] = job.id
+                elif job.idempotency_key is not None and job.idempotency_key in holders:
+                    stored[job.id] = holders[job.idempotency_key]
+            todo = [job for job in todo if job.id not in stored]
+            if not todo:
+                break
+        if todo:
+            raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
+        return [stored[job.id] for job in jobs]
+
+    def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
+        """The vendor's insert of Pending rows (taken keys skipped) with their queues' Queues and StatsSummary
+        rows: (ids inserted, {idempotency key: id holding it}). ``retry``: a lost race may be left to the next
+        pass."""
+        raise NotImplementedError
+
+    def key_holders(self, cursor: Cursor, jobs: Sequence[NewJob], inserted: set[str]) -> dict[str, str]:
+        """{idempotency key: Hot id holding it} for the keys of the jobs not inserted."""
+        keys = sorted({j.idempotency_key for j in jobs if j.id not in inserted and j.idempotency_key is not None})
+        if not keys:
+            return {}
+        tail, params = self.id_list(keys)
+        rows = self._all(cursor, f"SELECT idempotency_key, id FROM {HOT} WHERE idempotency_key {tail}", params)
+        return {str(key): str(job_id) for key, job_id in rows}
+
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads, in
+        claim order: priority desc, due time asc, id."""
+        if limit <= 0 or (queues is not None and not queues):
+            return []
+        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)))
+        return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+        """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ the lease, commands and maintenance
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
-        row = self._one(cursor, self.MARK_PROCESSING_SQL, [job_id, worker_id])
+        row = self._one(cursor, self.MARK_PROCESSING_SQL, [*self.clock(), job_id, worker_id])
         return None if row is None else int(row[0])
 
     def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
         if not job_ids:
             return {}
-        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [self.ids_param(job_ids), worker_id])
+        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(), self.ids_param(job_ids), worker_id])
         return {str(job_id): int(attempts) for job_id, attempts in rows}
 
     def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
         if not job_ids:
             return []
-        return [str(r[0]) for r in self._all(cursor, self.KEEP_ALIVE_SQL, [self.ids_param(job_ids), worker_id])]
+        return [str(r[0]) for r in self._all(cursor, self.KEEP_ALIVE_SQL,
+                                             [*self.clock(), self.ids_param(job_ids), worker_id])]
 
     def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
         return [(str(job_id), str(actor)) for job_id, actor in self._all(cursor, self.CANCEL_REQUESTS_SQL, [worker_id])]
 
-    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> list[tuple[str, str]]:
+    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
         """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
         if not job_ids:
             return []
-        cursor.execute(self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
-        return self.moved(cursor)
+        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
         if not job_ids:
@@ -698,41 +950,8 @@ class StatementDialect(BaseDialect):
         nothing to change."""
         if payload is None and tags is None and priority is None:
             return False
-        return bool(self._all(cursor, self.UPDATE_HOT_SQL, [payload, tags, priority, actor, job_id, revision]))
-
-    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> list[tuple[str, str]]:
-        if not job_ids or batch_size <= 0:
-            return []
-        cursor.execute(self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size])
-        return self.moved(cursor)
-
-    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> list[tuple[str, str]]:
-        if not job_ids:
-            return []
-        cursor.execute(self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)])
-        return self.moved(cursor)
-
-    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-        """Fetched → Pending for the unstarted rows this worker owns."""
-        if not job_ids:
-            return 0
-        cursor.execute(self.RELEASE_SQL, [self.ids_param(job_ids), worker_id])
-        return self.changed(cursor)
-
-    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
-                   priority: int | None = None, actor: str | None = None,
-                   revision: int | None = None) -> list[tuple[str, str]]:
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision, payload, tags, priority, actor])
-        return self.moved(cursor)
-
-    def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
-                  actor: str | None, revision: int | None = None) -> bool:
-        """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
-        return bool(self._resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
-
-    def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> list[tuple[str, str]]:
-        """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
-        return self._resurrect(cursor, job_ids, actor=actor) if job_ids else []
+        return bool(self._all(cursor, self.UPDATE_HOT_SQL,
+                              [*self.clock(), payload, tags, priority, actor, job_id, revision]))
 
     def update_dlq_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
                         revision: int | None = None) -> bool:
@@ -741,71 +960,127 @@ class StatementDialect(BaseDialect):
             return False
         return bool(self._all(cursor, self.UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision]))
 
-    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
-        if batch_size <= 0:
+    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
+        """Fetched → Pending for the unstarted rows this worker owns."""
+        if not job_ids:
             return 0
-        self._batch_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size)
-        return self.counted(cursor)
-
-    def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
-        if batch_size <= 0:
-            return 0
-        self._batch_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size)
-        return self.counted(cursor)
+        cursor.execute(self.RELEASE_SQL, [*self.clock(), self.ids_param(job_ids), worker_id])
+        return self.changed(cursor)
 
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
         """Fetched rows untouched for the timeout → Pending."""
-        cursor.execute(self.RECOVER_ABANDONED_SQL, self.seconds_params(fetched_timeout_s))
+        cursor.execute(self.RECOVER_ABANDONED_SQL, [*self.clock(), *self.ago_params(fetched_timeout_s)])
         return self.changed(cursor)
 
-    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> list[tuple[str, str]]:
+    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
-        cursor.execute(self.ARCHIVE_ZOMBIES_SQL, [*self.seconds_params(global_timeout_s), ZOMBIE_DETAILS])
+        return self._move(cursor, TO_DLQ, self.ARCHIVE_ZOMBIES_SQL,
+                          [*self.seconds_params(global_timeout_s), ZOMBIE_DETAILS])
+
+    # ------------------------------------------------------------ DLQ → Hot and the purges
+
+    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
+                   priority: int | None = None, actor: str | None = None, revision: int | None = None) -> Moved:
+        """DLQ → Hot Pending (priority 10 unless given, attempt count 0, edits coalesced); FailedTotal -n."""
+        if not job_ids:
+            return []
+        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision, payload, tags, priority, actor])
         return self.moved(cursor)
+
+    def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
+                  actor: str | None, revision: int | None = None) -> bool:
+        """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
+        return bool(self._resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
+
+    def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
+        """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
+        return self._resurrect(cursor, job_ids, actor=actor)
+
+    def _purge(self, cursor: Cursor, sql: str, params: list[Any], counter: str) -> Moved:
+        """A delete whose statement returns (id, queue) per row; ``counter`` −n per queue."""
+        cursor.execute(sql, params)
+        moved = self.moved(cursor)
+        self.uncount(cursor, counter, Counter(queue for _, queue in moved))
+        return moved
+
+    def _purge_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, counter: str) -> int:
+        """One batch delete whose statement returns (queue, rows) groups; ``counter`` −n per queue."""
+        if batch_size <= 0:
+            return 0
+        self._batch_by_age(cursor, sql, cutoff, batch_size)
+        counts: Counter[str] = Counter()
+        for queue, n in self.rows(cursor):
+            counts[str(queue)] += int(n)
+        self.uncount(cursor, counter, counts)
+        return sum(counts.values())
+
+    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+        if not job_ids or batch_size <= 0:
+            return []
+        return self._purge(cursor, self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size], "failed_total")
+
+    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+        if not job_ids:
+            return []
+        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], "succeeded_total")
+
+    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
+        return self._purge_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size, "failed_total")
+
+    def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
+        return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, "succeeded_total")
+
+    def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
+        """The first ``max_jobs`` filter matches, newest failure first, locked (skipping locked ones) where the
+        vendor can."""
+        where, params = self.dlq_where(filters)
+        return [str(r[0]) for r in self._all(
+            cursor, f"SELECT id FROM {DLQ}{self.PICK_HINT}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}"
+            f"{self.PICK_LOCK}", [*params, int(max_jobs)])]
+
+    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
+        """Delete the first ``max_jobs`` matches; FailedTotal -n."""
+        ids = self._pick_dlq(cursor, filters, max_jobs) if max_jobs > 0 else []
+        return self.purge_dlq_ids(cursor, ids, len(ids))
+
+    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
+        """Move the first ``max_jobs`` matches to Hot exactly as ``resurrect_batch``."""
+        return self._resurrect(cursor, self._pick_dlq(cursor, filters, max_jobs), actor=actor) if max_jobs > 0 else []
 
     # ------------------------------------------------------------ completion (batched moves)
 
-    def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
-        """Per-item rows of a batch as statement parameters: one array per key by default."""
-        return [list(column) for column in zip(*(row.values() for row in rows), strict=True)]
-
-    def guard_params(self, worker_id: str | None) -> list[Any]:
-        """The owner guard's parameters (None: no guard)."""
-        return [worker_id, worker_id]
-
-    def delay_fields(self, seconds: float) -> dict[str, Any]:
-        """A retry delay as the reschedule statement reads it."""
-        return {"delay_seconds": float(seconds)}
-
-    def _move(self, cursor: Cursor, sql: str, worker_id: str | None,
-              rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-        if not rows:
-            return []
-        cursor.execute(sql, [*self.items_params(rows), *self.guard_params(worker_id)])
+    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
+              landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
+        """Run one move statement: (id, queue) of the rows it moved (PostgreSQL and SQL Server move, count and
+        bucket inside the statement; ``landing``: each item's values, by id, which they read from ``params``)."""
+        cursor.execute(sql, params)
         return self.moved(cursor)
 
-    def archive_succeeded(self, cursor: Cursor, worker_id: str | None,
-                          items: Sequence[Success]) -> list[tuple[str, str]]:
+    def _complete(self, cursor: Cursor, move: Move, sql: str, worker_id: str | None,
+                  rows: Sequence[Mapping[str, Any]]) -> Moved:
+        if not rows:
+            return []
+        return self._move(cursor, move, sql, [*self.items_params(rows), *self.guard_params(worker_id)],
+                          {str(row["id"]): row for row in rows})
+
+    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
         """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
         by_id = {item.job_id: item for item in items}
-        return self._move(cursor, self.ARCHIVE_SUCCEEDED_SQL, worker_id, [
+        return self._complete(cursor, TO_ARCHIVE, self.ARCHIVE_SUCCEEDED_SQL, worker_id, [
             {"id": i.job_id, "duration_ms": finite(i.duration_ms), "result": i.result} for i in by_id.values()])
 
-    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> list[tuple[str, str]]:
+    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
         """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
         by_id = {item.job_id: item for item in items}
-        return self._move(cursor, self.MOVE_TO_DLQ_SQL, worker_id, [
+        return self._complete(cursor, TO_DLQ, self.MOVE_TO_DLQ_SQL, worker_id, [
             {"id": i.job_id, "failure_reason": int(i.reason), "error_details": error_details(i.error_details),
-             **dict(zip(("error_class", "error_message"), error_columns(i), strict=True))}
-            for i in by_id.values()])
+             **error_columns(i)} for i in by_id.values()])
 
-    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None,
-                             items: Sequence[Retry]) -> list[tuple[str, str]]:
+    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
         """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
         by_id = {item.job_id: item for item in items}
-        return self._move(cursor, self.RESCHEDULE_SQL, worker_id, [
+        return self._complete(cursor, RETRY, self.RESCHEDULE_SQL, worker_id, [
             {"id": i.job_id, "attempt_count": int(i.attempt_count), **self.delay_fields(i.delay_seconds),
-             **dict(zip(("error_class", "error_message"), error_columns(i), strict=True)), "held_by": i.held_by}
-            for i in by_id.values()])
+             **error_columns(i), "held_by": i.held_by} for i in by_id.values()])

@@ -43,62 +43,42 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
-    ArchivedJob,
-    DeadJob,
-    DeckSnapshot,
-    FailedAttempt,
     FailureReason,
-    HotJob,
-    JobFilter,
     JobStatus,
     NewJob,
     SnapshotRequest,
-    StorageError,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Dialect, Moved
+from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     ACTIVE_ROW,
     ACTIVE_WIDTH,
-    CARRIED_REVISION,
     EMPTY_ERROR,
     ERROR_GROUP_WIDTH,
+    HOT_FIELDS,
     REVISION_BUMP,
-    SINGLE_STATEMENTS,
     SUMMARY_WIDTH,
+    TO_ARCHIVE,
+    TO_DLQ,
     TOP_ERRORS_SAMPLE,
-    StatementDialect,
+    WORKER_FIELDS,
+    BaseDialect,
+    Move,
+    carried_values,
     escaped_like,
-    hot_job,
+    insert_moved,
     last_error_set,
-    located,
     pending_split_sql,
     revision_guard,
-    snapshot_of,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
-ENQUEUE_PASSES = 3
 
-# Functions storage may run without BEGIN/COMMIT: one data-changing statement, or only reads
-# (not fetch_batch: its capped-queue locks must last until the claim commits).
-PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
-ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
-AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"record_attempts"}
-
-# Column lists follow the row dataclasses field for field, so a row maps by position.
-HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
-ARCHIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ArchivedJob))
-DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
-HOT_COLUMNS = ", ".join(HOT_FIELDS)
-ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
-DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
 
 _INT_MAX = 2**31 - 1
 
@@ -133,11 +113,6 @@ _MOVED_TYPES = {
     "error_message": "nvarchar(1000) NULL",
 }
 
-# What a Hot → Archive / Hot → DLQ move carries in ``@Moved`` (the destination row minus its stamp).
-ARCHIVE_MOVED = tuple(c for c in ARCHIVE_FIELDS if c != "finished_at")
-DLQ_MOVED = tuple(c for c in DLQ_FIELDS if c != "failed_at")
-
-
 def _moved_table(columns: Sequence[str]) -> str:
     return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
 
@@ -145,15 +120,7 @@ def _moved_table(columns: Sequence[str]) -> str:
 def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
     """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
     revision goes up by one)."""
-    overrides = {"revision": f"deleted.{CARRIED_REVISION}", "error_class": "NULL", "error_message": "NULL", **overrides}
-    values = ", ".join(overrides.get(c, f"deleted.{c}") for c in columns)
-    return f"OUTPUT {values}\n    INTO @Moved ({', '.join(columns)})"
-
-
-def _insert_from_moved(table: str, columns: Sequence[str], stamp: str) -> str:
-    """Copy ``@Moved`` into ``table`` with ``stamp`` = @Now."""
-    select = ", ".join("@Now" if c == stamp else c for c in columns)
-    return f"INSERT INTO {table} ({', '.join(columns)})\nSELECT {select} FROM @Moved;"
+    return f"OUTPUT {', '.join(carried_values(columns, 'deleted', overrides))}\n    INTO @Moved ({', '.join(columns)})"
 
 
 def _stats_add(counter: str) -> str:
@@ -213,24 +180,29 @@ def _bucket_merge(outcome: int, source: str) -> str:
     )
 
 
+def _params(*declarations: str) -> str:
+    """Each parameter copied into a typed variable (``@Name type``), in order."""
+    return "\n".join(f"DECLARE {declaration} = %s;" for declaration in declarations)
+
+
 def _batch(*statements: str) -> str:
     """A multi-statement batch: NOCOUNT on for the work, off again for the final statement."""
     *work, last = statements
     return "\n".join(["SET NOCOUNT ON;", *work, "SET NOCOUNT OFF;", last])
 
 
-def _completion(declares: Sequence[str], moved: Sequence[str], delete: str, table: str, stamp: str,
-                counter: str, outcome: int, buckets: str) -> str:
-    """A whole Hot → Archive/DLQ move (spec 01 §3): delete with guard, insert, counters, buckets."""
+def _completion(declares: Sequence[str], move: Move, delete: str) -> str:
+    """A whole Hot → Archive/DLQ move (spec 01 §3): ``delete`` (with its guard) fills ``@Moved``, then the insert,
+    the counters and the buckets."""
     return _batch(
         _NOW,
         _BUCKET,
         *declares,
-        _moved_table(moved),
+        _moved_table(move.carried),
         delete,
-        _insert_from_moved(table, (*moved, stamp), stamp),
-        _stats_add(counter),
-        _bucket_merge(outcome, buckets),
+        insert_moved(move, "@Moved", "@Now") + ";",
+        _stats_add(move.counter),
+        _bucket_merge(move.outcome or 0, _SUCCESS_BUCKETS if move is TO_ARCHIVE else _FAILURE_BUCKETS),
         "SELECT id, queue FROM @Moved;",
     )
 
@@ -324,9 +296,7 @@ WHERE h.status = 0;"""
     )
     return _batch(
         _NOW,
-        "DECLARE @WorkerId nvarchar(4000) = %s;",
-        "DECLARE @ScanLimit int = %s;",
-        "DECLARE @Limit int = %s;",
+        _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int"),
         *declare_queues,
         "DECLARE @Capped int;",
         "SELECT @Capped = COUNT(*) FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\n"
@@ -340,8 +310,7 @@ FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
 
 MARK_PROCESSING_SQL = _batch(
     _NOW,
-    "DECLARE @JobId nvarchar(4000) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@JobId nvarchar(4000)", "@WorkerId nvarchar(4000)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
     " last_updated_at = @Now\n"
@@ -353,8 +322,7 @@ _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
 
 MARK_PROCESSING_BATCH_SQL = _batch(
     _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
     " last_updated_at = @Now\n"
@@ -364,68 +332,48 @@ MARK_PROCESSING_BATCH_SQL = _batch(
 
 KEEP_ALIVE_SQL = _batch(
     _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET heartbeat_at = @Now, last_updated_at = @Now\n"
     "OUTPUT inserted.id\n"
     f"WHERE id IN {_IDS} AND status = 2 AND worker_id = @WorkerId;",
 )
 
-CANCEL_REQUESTS_SQL = (
-    "SELECT id, cancel_requested_by FROM chokaq_jobs_hot\n"
-    "WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL"
-)
-
 _WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
 
 
-def _owned_move(moved: Sequence[str], items: Mapping[str, str], table: str, stamp: str, counter: str, outcome: int,
-                buckets: str) -> str:
+def _owned_move(move: Move, items: Mapping[str, str]) -> str:
     """A completion batch: the owned Hot rows named in ``@Items`` (JSON; ``items`` = column: type besides the id,
-    each copied into the moved row) move to ``table``."""
+    each copied into the moved row) make the move."""
     schema = ", ".join(f"{column} {sql_type} '$.{column}'" for column, sql_type in items.items())
     return _completion(
-        ["DECLARE @Items nvarchar(max) = %s;", "DECLARE @WorkerId nvarchar(4000) = %s;"],
-        moved,
+        [_params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)")],
+        move,
         "DELETE h\n"
-        + _output_into(moved, {column: f"i.{column}" for column in items})
+        + _output_into(move.carried, {column: f"i.{column}" for column in items})
         + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
         f"INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', {schema}) AS i ON i.id = h.id\n"
         f"WHERE {_WORKER_GUARD};",
-        table, stamp, counter, outcome, buckets,
     )
 
 
-ARCHIVE_SUCCEEDED_SQL = _owned_move(ARCHIVE_MOVED, {"duration_ms": "float", "result": "nvarchar(max)"},
-                                    "chokaq_jobs_archive", "finished_at", "succeeded_total", 0, _SUCCESS_BUCKETS)
-MOVE_TO_DLQ_SQL = _owned_move(DLQ_MOVED, {"failure_reason": "int", "error_details": "nvarchar(max)",
-                                          "error_class": "nvarchar(255)", "error_message": "nvarchar(1000)"},
-                              "chokaq_jobs_dlq", "failed_at", "failed_total", 1, _FAILURE_BUCKETS)
-
-
+ARCHIVE_SUCCEEDED_SQL = _owned_move(TO_ARCHIVE, {"duration_ms": "float", "result": "nvarchar(max)"})
+MOVE_TO_DLQ_SQL = _owned_move(TO_DLQ, {"failure_reason": "int", "error_details": "nvarchar(max)",
+                                       "error_class": "nvarchar(255)", "error_message": "nvarchar(1000)"})
 CANCEL_BATCH_SQL = _completion(
-    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Details nvarchar(max) = %s;",
-     "DECLARE @Actor nvarchar(4000) = %s;"],
-    DLQ_MOVED,
+    [_params("@Ids nvarchar(max)", "@Details nvarchar(max)", "@Actor nvarchar(4000)")],
+    TO_DLQ,
     "DELETE h\n"
-    + _output_into(DLQ_MOVED, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
-                               "last_modified_by": "@Actor"})
-    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-    f"WHERE h.id IN {_IDS} AND h.status IN (0, 1);",
-    "chokaq_jobs_dlq",
-    "failed_at",
-    "failed_total",
-    1,
-    _FAILURE_BUCKETS,
+    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
+                                    "last_modified_by": "@Actor"})
+    + f"\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\nWHERE h.id IN {_IDS} AND h.status IN (0, 1);",
 )
-
 # Spec 01 §4.12: both OR branches compare a column to a computed cutoff (queue timeout, else global).
 ARCHIVE_ZOMBIES_SQL = _completion(
-    ["DECLARE @GlobalSeconds int = %s;", "DECLARE @GlobalMs int = %s;", "DECLARE @Details nvarchar(max) = %s;",
+    [_params("@GlobalSeconds int", "@GlobalMs int", "@Details nvarchar(max)"),
      "DECLARE @GlobalCutoff datetime2(7) = DATEADD(MILLISECOND, -@GlobalMs, DATEADD(SECOND, -@GlobalSeconds, @Now));"],
-    DLQ_MOVED,
+    TO_DLQ,
     "DELETE h\n"
-    + _output_into(DLQ_MOVED, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
+    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
     + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK, READPAST)\n"
     "LEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
     "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN @GlobalCutoff\n"
@@ -433,17 +381,11 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     "WHERE h.status = 2\n"
     "  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
     "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
-    "chokaq_jobs_dlq",
-    "failed_at",
-    "failed_total",
-    1,
-    _FAILURE_BUCKETS,
 )
 
 RESCHEDULE_SQL = _batch(
     _NOW,
-    "DECLARE @Items nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)"),
     _moved_table(("id", "queue")),
     "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
     "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
@@ -461,8 +403,7 @@ RESCHEDULE_SQL = _batch(
 
 RELEASE_SQL = _batch(
     _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
+    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     "DECLARE @Changed int;",
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
     f"WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;",
@@ -478,10 +419,7 @@ def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
     return _batch(
         _NOW,
         *declares,
-        "DECLARE @Payload nvarchar(max) = %s;",
-        "DECLARE @Tags nvarchar(max) = %s;",
-        "DECLARE @Priority int = %s;",
-        "DECLARE @Actor nvarchar(4000) = %s;",
+        _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)"),
         _moved_table(_RESURRECTED),
         delete,
         "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
@@ -504,8 +442,7 @@ RESURRECT_SQL = _resurrect_sql(
 )
 
 REQUEST_CANCEL_SQL = _batch(
-    "DECLARE @Actor nvarchar(4000) = %s;",
-    "DECLARE @Ids nvarchar(max) = %s;",
+    _params("@Actor nvarchar(4000)", "@Ids nvarchar(max)"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET cancel_requested_by = @Actor\n"
     "OUTPUT inserted.id\n"
     f"WHERE id IN {_IDS} AND status = 2;",
@@ -513,12 +450,8 @@ REQUEST_CANCEL_SQL = _batch(
 
 UPDATE_HOT_SQL = _batch(
     _NOW,
-    "DECLARE @Payload nvarchar(max) = %s;",
-    "DECLARE @Tags nvarchar(max) = %s;",
-    "DECLARE @Priority int = %s;",
-    "DECLARE @Actor nvarchar(4000) = %s;",
-    "DECLARE @JobId nvarchar(4000) = %s;",
-    "DECLARE @Revision int = %s;",
+    _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)",
+            "@JobId nvarchar(4000)", "@Revision int"),
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
     "SET payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags),"
     f" priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now, {REVISION_BUMP}\n"
@@ -528,11 +461,8 @@ UPDATE_HOT_SQL = _batch(
 
 # previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
 UPDATE_DLQ_SQL = _batch(
-    "DECLARE @Payload nvarchar(max) = %s;",
-    "DECLARE @Tags nvarchar(max) = %s;",
-    "DECLARE @Actor nvarchar(4000) = %s;",
-    "DECLARE @JobId nvarchar(4000) = %s;",
-    "DECLARE @Revision int = %s;",
+    _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Actor nvarchar(4000)", "@JobId nvarchar(4000)",
+            "@Revision int"),
     "UPDATE chokaq_jobs_dlq WITH (ROWLOCK)\n"
     "SET previous_payload = CASE WHEN @Payload IS NOT NULL AND (payload IS NULL\n"
     "        OR CAST(payload AS varbinary(max)) <> CAST(@Payload AS varbinary(max)))\n"
@@ -561,29 +491,29 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
         "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
         f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
         _stats_sub(counter),
-        f"SELECT {result} FROM @Moved;",
+        f"SELECT {result};",
     )
 
 
 PURGE_DLQ_IDS_SQL = _purge(
     "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
     "p.id IN (SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)",
-    "p.failed_at, p.id", "failed_total", "id, queue",
+    "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
 )
+_BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
 PURGE_DLQ_OLDER_SQL = _purge(
     "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
-    "failed_total", "COUNT(*)",
+    "failed_total", _BY_QUEUE,
 )
 PURGE_ARCHIVE_SQL = _purge(
     "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
-    "succeeded_total", "COUNT(*)",
+    "succeeded_total", _BY_QUEUE,
 )
 
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _batch(
     _NOW,
-    "DECLARE @TimeoutSeconds int = %s;",
-    "DECLARE @TimeoutMs int = %s;",
+    _params("@TimeoutSeconds int", "@TimeoutMs int"),
     "DECLARE @Changed int;",
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
     "WHERE status = 1\n"
@@ -614,8 +544,7 @@ QUEUE_UPSERT_SQL = {
 }
 
 SET_QUEUE_ACTIVE_SQL = _batch(
-    "DECLARE @Active bit = %s;",
-    "DECLARE @Name nvarchar(4000) = %s;",
+    _params("@Active bit", "@Name nvarchar(4000)"),
     "UPDATE chokaq_queues SET is_active = @Active, is_paused = 1, last_updated_at = SYSUTCDATETIME()\n"
     "OUTPUT inserted.name\n"
     "WHERE name = @Name;",
@@ -623,15 +552,9 @@ SET_QUEUE_ACTIVE_SQL = _batch(
 
 UPSERT_WORKER_SQL = _batch(
     _NOW,
-    "DECLARE @WorkerId nvarchar(4000) = %s;",
-    "DECLARE @Hostname nvarchar(4000) = %s;",
-    "DECLARE @Pid int = %s;",
-    "DECLARE @Queues nvarchar(4000) = %s;",
-    "DECLARE @IsRunning bit = %s;",
-    "DECLARE @Capacity int = %s;",
-    "DECLARE @ActiveCount int = %s;",
-    "DECLARE @RuntimeJson nvarchar(max) = %s;",
-    "DECLARE @CircuitsJson nvarchar(max) = %s;",
+    _params("@WorkerId nvarchar(4000)", "@Hostname nvarchar(4000)", "@Pid int", "@Queues nvarchar(4000)",
+            "@IsRunning bit", "@Capacity int", "@ActiveCount int", "@RuntimeJson nvarchar(max)",
+            "@CircuitsJson nvarchar(max)"),
     "MERGE chokaq_workers WITH (HOLDLOCK) AS t\n"
     "USING (SELECT @WorkerId AS worker_id) AS s ON t.worker_id = s.worker_id\n"
     "WHEN MATCHED THEN UPDATE SET hostname = @Hostname, pid = @Pid, queues = @Queues, last_heartbeat_at = @Now,\n"
@@ -677,10 +600,6 @@ LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)
 LEFT JOIN chokaq_stats_summary AS s WITH (NOLOCK) ON s.queue = q.name"""
 QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 
-GET_HOT_SQL = f"SELECT {HOT_COLUMNS} FROM chokaq_jobs_hot WHERE id = %s"
-GET_ARCHIVED_SQL = f"SELECT {ARCHIVE_COLUMNS} FROM chokaq_jobs_archive WHERE id = %s"
-GET_DEAD_SQL = f"SELECT {DLQ_COLUMNS} FROM chokaq_jobs_dlq WHERE id = %s"
-
 
 # ---------------------------------------------------------------- helpers
 
@@ -699,25 +618,12 @@ def _ts(value: datetime) -> str:
     return aware.isoformat(timespec="microseconds")
 
 
-def _moved(cursor: Cursor) -> Moved:
-    return [(str(job_id), str(queue)) for job_id, queue in _rows(cursor)]
-
-
-def _count(cursor: Cursor) -> int:
-    rows = _rows(cursor)
-    return int(rows[0][0] or 0) if rows else 0
-
-
 def _json(items: Iterable[Mapping[str, Any]]) -> str:
     return json.dumps(list(items), separators=(",", ":"))
 
 
-def _unique_ids(job_ids: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(job_ids))
-
-
 def _ids_json(job_ids: Iterable[str]) -> str:
-    return _json({"id": job_id} for job_id in _unique_ids(job_ids))
+    return _json({"id": job_id} for job_id in dict.fromkeys(job_ids))
 
 
 def _split_seconds(seconds: float) -> tuple[int, int]:
@@ -759,26 +665,8 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
     return _json(items)
 
 
-# ---------------------------------------------------------------- completion (batched)
+# ---------------------------------------------------------------- retention, schedules and reads
 
-
-# ---------------------------------------------------------------- operator commands
-
-
-# ---------------------------------------------------------------- maintenance
-
-
-# ---------------------------------------------------------------- queue controls
-
-
-# ---------------------------------------------------------------- worker registry
-
-
-# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
-
-
-WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
-                 "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
 LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers"
 LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
 
@@ -786,8 +674,7 @@ LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, work
 def _batch_delete(table: str, column: str) -> str:
     """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row."""
     return _batch(
-        "DECLARE @Cutoff datetimeoffset(7) = %s;",
-        "DECLARE @Batch int = %s;",
+        _params("@Cutoff datetimeoffset(7)", "@Batch int"),
         "DECLARE @N int;",
         f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;",
         "SET @N = @@ROWCOUNT;",
@@ -801,8 +688,7 @@ PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
 # UPDLOCK + HOLDLOCK on the name: concurrent claimers queue on it, the first moves the tick forward.
 CLAIM_SCHEDULE_TICK_SQL = _batch(
     _NOW,
-    "DECLARE @Name nvarchar(200) = %s;",
-    "DECLARE @Tick datetimeoffset(7) = %s;",
+    _params("@Name nvarchar(200)", "@Tick datetimeoffset(7)"),
     "DECLARE @Claimed int = 0;",
     "IF NOT EXISTS (SELECT 1 FROM chokaq_schedules WITH (UPDLOCK, HOLDLOCK) WHERE name = @Name)\n"
     "    INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (@Name, @Tick, @Now);\n"
@@ -812,13 +698,8 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "END",
     "SELECT @Claimed;",
 )
-SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
 
 
-# ---------------------------------------------------------------- reads
-
-
-# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
 
 
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
@@ -827,7 +708,6 @@ LOCATE_SELECT = (
     f"UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id IN {_IDS}\n"
     f"UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id IN {_IDS}"
 )
-LOCATE_SQL = _batch("DECLARE @Ids nvarchar(max) = %s;", f"{LOCATE_SELECT};")
 
 
 def _active_select(limit: str, where: str = "") -> str:
@@ -866,9 +746,7 @@ QUEUE_HEALTH_SQL = _batch(_NOW_OFFSET, f"{QUEUE_HEALTH_SELECT}\nORDER BY q.name;
 # Spec 01 §5: the @Sample newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server
 # 2017+), the top @ErrorsLimit groups. Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
 _TOP_ERRORS_DECLARES = (
-    "DECLARE @Sample int = %s;",
-    "DECLARE @EmptyError nvarchar(4000) = %s;",
-    "DECLARE @ErrorsLimit int = %s;",
+    _params("@Sample int", "@EmptyError nvarchar(4000)", "@ErrorsLimit int"),
     "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
 )
 TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
@@ -912,11 +790,8 @@ def _packed(select: str, width: int, order: str | None = None) -> str:
 # variable, checked before the subquery runs (a pass-through predicate in the plan), so it is skipped; FOR JSON of
 # no rows is NULL, which ``json_rows`` reads as no rows.
 DECK_SNAPSHOT_SQL = _batch(
-    "DECLARE @ActiveLimit int = %s;",
-    "DECLARE @Ids nvarchar(max) = %s;",
-    "DECLARE @Since datetimeoffset(7) = %s;",
-    "DECLARE @WithQueues bit = %s;",
-    "DECLARE @WithWorkers bit = %s;",
+    _params("@ActiveLimit int", "@Ids nvarchar(max)", "@Since datetimeoffset(7)", "@WithQueues bit",
+            "@WithWorkers bit"),
     *_TOP_ERRORS_DECLARES,
     _NOW_OFFSET,
     f"""SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)} AS summary,
@@ -948,21 +823,14 @@ RECORD_ATTEMPTS_SQL = (
 )
 
 
-def _naive_utc(value: datetime | None) -> str | None:
-    """A datetime as JSON text ``datetime2`` reads: naive UTC ISO 8601."""
-    return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
-
-
-class SQLServerDialect(StatementDialect, statements=globals()):
+class SQLServerDialect(BaseDialect, statements=globals()):
     """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
     ISO text datetimes and batches whose first results carry no rows."""
 
-    PREPARED = PREPARED
-    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
-    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
 
     TS = "CAST(%s AS datetimeoffset(7))"
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
+    PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
 
     def search_clause(self, column: str) -> str:
         return f"LOWER({column}) LIKE %s ESCAPE '\\'"
@@ -995,72 +863,34 @@ class SQLServerDialect(StatementDialect, statements=globals()):
     def changed(self, cursor: Cursor) -> int:
         return self.counted(cursor)  # each batch selects its @@ROWCOUNT
 
-    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-        """Insert Pending rows; a taken idempotency key yields the holder's id (spec 01 §4.1).
+    def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
+        """One batch inserts the jobs whose key is free (the first job of a key repeated in the batch stands for
+        the others), creates missing Queues/StatsSummary rows and returns the ids inserted plus the holder of
+        every key (spec 01 §4.1). A producer racing on the same key makes the filtered unique index refuse the
+        insert (2601): the statement alone is rolled back and the next pass reads the winner."""
+        first_of_key: dict[str | None, NewJob] = {}
+        batch = [job for job in jobs if job.idempotency_key is None
+                 or first_of_key.setdefault(job.idempotency_key, job) is job]
+        try:
+            cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
+            rows = _rows(cursor)
+        except Exception as exc:
+            if retry and _is_idempotency_race(exc):
+                return set(), {}
+            raise
+        return ({str(job_id) for job_id, key in rows if key is None},
+                {str(key): str(job_id) for job_id, key in rows if key is not None})
 
-        One batch inserts the jobs whose key is free (the first job of a key repeated in the batch
-        stands for the others), creates missing Queues/StatsSummary rows and returns the ids inserted
-        plus the holder of every key. A producer racing on the same key makes the filtered unique index
-        refuse the insert (2601): the statement alone is rolled back and the next pass reads the winner.
-        """
-        if not jobs:
-            return []
-        stored: dict[str, str] = {}
-        todo = list(jobs)
-        for attempt in range(ENQUEUE_PASSES):
-            first_of_key: set[str] = set()
-            batch: list[NewJob] = []
-            for job in todo:
-                if job.idempotency_key is None:
-                    batch.append(job)
-                elif job.idempotency_key not in first_of_key:
-                    first_of_key.add(job.idempotency_key)
-                    batch.append(job)
-            try:
-                cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
-                rows = _rows(cursor)
-            except Exception as exc:
-                if attempt + 1 < ENQUEUE_PASSES and _is_idempotency_race(exc):
-                    continue
-                raise
-            inserted = {str(job_id) for job_id, key in rows if key is None}
-            holders = {str(key): str(job_id) for job_id, key in rows if key is not None}
-            for job in todo:
-                if job.id in inserted:
-                    stored[job.id] = job.id
-                elif job.idempotency_key is not None and job.idempotency_key in holders:
-                    stored[job.id] = holders[job.idempotency_key]
-            todo = [job for job in todo if job.id not in stored]
-            if not todo:
-                break
-        if todo:
-            raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
-        return [stored[job.id] for job in jobs]
-
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
-        if limit <= 0 or (queues is not None and not queues):
-            return []
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified)."""
         if queues is None:
             cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
         else:
-            names = _json({"name": name} for name in dict.fromkeys(queues))
-            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, names])
-        jobs = [hot_job(row) for row in _rows(cursor)]
-        # OUTPUT order is unspecified: priority desc, due time asc, id.
-        return sorted(jobs, key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, _json({"name": name} for name in queues)])
+        return _rows(cursor)
 
-    def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
-        """Upsert ``is_paused``."""
-        cursor.execute(QUEUE_UPSERT_SQL["is_paused"], [queue, bool(paused)])
-
-    def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None:
-        """Upsert ``zombie_timeout_seconds`` (None = the global timeout)."""
-        cursor.execute(QUEUE_UPSERT_SQL["zombie_timeout_seconds"], [queue, seconds])
-
-    def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None:
-        """Upsert ``max_workers`` (None = unlimited)."""
-        cursor.execute(QUEUE_UPSERT_SQL["max_workers"], [queue, max_workers])
+    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
+        cursor.execute(QUEUE_UPSERT_SQL[column], [queue, value])
 
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; sets ``is_paused = 1`` in both directions (spec 01 §4.17)."""
@@ -1088,93 +918,27 @@ class SQLServerDialect(StatementDialect, statements=globals()):
         """Mark a worker stopped (not running, no active executions)."""
         cursor.execute(STOP_WORKER_SQL, [worker_id])
 
-    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
-        """Nothing to do: SQL Server's ghost cleanup removes deleted rows and statistics update automatically."""
-        return False
-
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
-        return _count(cursor) > 0
+        return self.counted(cursor) > 0
 
-    def change_marker(self, cursor: Cursor) -> int | None:
-        """None: no cheap commit marker on SQL Server; workers poll every ``WORKER.POLLING_INTERVAL``."""
-        return None
+    def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
 
-    def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """Where each id is now (primary-key lookups in the three pillars)."""
-        if not job_ids:
-            return {}
-        cursor.execute(LOCATE_SQL, [_ids_json(job_ids)])
-        return located(_rows(cursor))
-
-    def _picked_dlq(self, filters: JobFilter) -> tuple[str, list[Any]]:
-        """``Picked``: the first ``max_jobs`` filter matches, newest failure first, locked rows skipped."""
-        where, params = self.dlq_where(filters, "p.")
-        return (
-            "WITH Picked AS (\n"
-            "    SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)"
-            f"{where}\n"
-            "    ORDER BY p.failed_at DESC, p.id ASC)\n",
-            params,
-        )
-
-    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-        """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
-        if max_jobs <= 0:
-            return []
-        picked, params = self._picked_dlq(filters)
-        cursor.execute(
-            _batch(
-                _NOW,
-                _moved_table(("id", "queue")),
-                picked
-                + "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-                "FROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
-                _stats_sub("failed_total"),
-                "SELECT id, queue FROM @Moved;",
-            ),
-            [int(max_jobs), *params],
-        )
-        return _moved(cursor)
-
-    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-        """Move the first ``max_jobs`` matches (skip locked) to Hot exactly as ``resurrect_batch``."""
-        if max_jobs <= 0:
-            return []
-        picked, params = self._picked_dlq(filters)
-        cursor.execute(
-            _resurrect_sql(
-                [],
-                picked
-                + "DELETE d\n"
-                + _output_into(_RESURRECTED, {})
-                + "\nFROM chokaq_jobs_dlq AS d INNER JOIN Picked AS k ON k.id = d.id;",
-            ),
-            [None, None, None, actor, int(max_jobs), *params],
-        )
-        return _moved(cursor)
-
-    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
-        ids = _unique_ids(request.locate_ids)
+    def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
+        """One batch whose parameters land in typed variables the CASEs test."""
+        ids = list(dict.fromkeys(request.locate_ids))
         since = request.throughput_since
-        errors_limit = max(0, int(request.errors_limit))
-        cursor.execute(DECK_SNAPSHOT_SQL, [
+        return DECK_SNAPSHOT_SQL, [
             int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
-            bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, errors_limit,
-        ])
-        return snapshot_of(request, *_rows(cursor)[0])
+            bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
+        ]
 
-    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        """One INSERT … SELECT over the batch as a JSON array."""
-        if not attempts:
-            return
-        cursor.execute(RECORD_ATTEMPTS_SQL, [worker_id, _json(
-            {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
-             "error_message": a.error.message, "traceback": a.error.traceback,
-             "started_at": _naive_utc(a.started_at)} for n, a in enumerate(attempts)
-        )])
+    def item_ts(self, value: datetime | None) -> Any:
+        """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""
+        return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
+
 
 
 DIALECT: Dialect = SQLServerDialect()

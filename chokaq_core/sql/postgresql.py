@@ -14,69 +14,33 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chokaq_core.domain import (
-    DeckSnapshot,
-    FailedAttempt,
     FailureReason,
-    HotJob,
-    JobFilter,
     NewJob,
-    SnapshotRequest,
-    StorageError,
 )
-from chokaq_core.sql import Cursor, Dialect, Moved
+from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    ACTIVE_SQL,
-    ACTIVE_WIDTH,
-    ARCHIVE_FIELDS,
     CARRIED_REVISION,
-    DLQ_FIELDS,
-    EMPTY_ERROR,
-    ERROR_GROUP_WIDTH,
     HOT_FIELDS,
-    LIST_WORKERS_SQL,
-    QUEUE_STATES_SQL,
-    QUEUE_STATS_SQL,
     REVISION_BUMP,
-    SINGLE_STATEMENTS,
-    SUMMARY_STATS_SQL,
-    SUMMARY_WIDTH,
-    THROUGHPUT_SQL,
-    TOP_ERRORS_SAMPLE,
-    WORKER_FIELDS,
-    StatementDialect,
+    TO_ARCHIVE,
+    TO_DLQ,
+    BaseDialect,
+    Move,
+    bucket_add,
+    bulkhead,
+    carried_values,
     escaped_like,
-    hot_job,
+    insert_moved,
     last_error_set,
-    locate_statement,
     revision_guard,
-    snapshot_of,
+    stats_add,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
-
-# The hot path's statements: fixed texts (arrays, never a growing list of placeholders) that storage runs
-# through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
-# ``enqueue`` of jobs without idempotency keys is one statement (see ENQUEUE_SQL): autocommit is enough.
-ONE_STATEMENT_WITHOUT_KEYS = frozenset({"enqueue"})
-
-PREPARED = frozenset({
-    "enqueue", "fetch_batch", "mark_processing_batch", "keep_alive", "cancel_requests", "archive_succeeded",
-    "move_to_dlq", "reschedule_for_retry", "deck_snapshot",
-})
-
-# Every function but enqueue is one statement (a move is one CTE statement) or a read,
-# so storage may run it in autocommit; enqueue may need a by-key lookup and a re-insert.
-AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {
-    "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "resurrect", "resurrect_batch", "cancel_batch",
-    "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "archive_zombies", "purge_dlq_by_filter",
-    "purge_archive_ids", "purge_workers", "purge_metric_buckets", "tidy_hot_table", "record_attempts", "purge_attempts",
-}
-
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
@@ -85,43 +49,20 @@ ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
 # ---------------------------------------------------------------- SQL builders
 
 
-NO_ERROR = {"error_class": "NULL::varchar", "error_message": "NULL::varchar"}  # a DLQ move no exception caused
-
-
-def _returning(columns: Iterable[str], stamp: str, overrides: Mapping[str, str]) -> str:
-    """``RETURNING`` list of a ``moved`` CTE: ``h.<col>`` unless overridden (a moved row's revision goes up
-    by one); skips the stamp column."""
-    overrides = {"revision": f"h.{CARRIED_REVISION}", **NO_ERROR, **overrides}
-    return ", ".join(f"{overrides[c]} AS {c}" if c in overrides else f"h.{c}" for c in columns if c != stamp)
-
-
-def _insert_moved(table: str, columns: Sequence[str], stamp: str, returning: str) -> str:
-    """``ins`` CTE: copy ``moved`` into ``table`` with ``stamp`` = now()."""
-    select = ", ".join("now()" if c == stamp else c for c in columns)
-    return (
-        f"ins AS (INSERT INTO {table} ({', '.join(columns)})\n"
-        f"    SELECT {select} FROM moved\n"
-        f"    RETURNING {returning})"
-    )
+def _returning(move: Move, overrides: Mapping[str, str]) -> str:
+    """``RETURNING`` list of a ``moved`` CTE: what each row carries into the move's pillar."""
+    values = carried_values(move.carried, "h", overrides)
+    return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(move.carried, values, strict=True))
 
 
 # Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
-ARCHIVE_INSERT = _insert_moved(
-    "chokaq_jobs_archive", ARCHIVE_FIELDS, "finished_at", "queue, -1 AS failure_reason, duration_ms"
-)
-DLQ_INSERT = _insert_moved(
-    "chokaq_jobs_dlq", DLQ_FIELDS, "failed_at", "queue, failure_reason, NULL::float8 AS duration_ms"
-)
+ARCHIVE_INSERT = f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n    RETURNING queue, -1 AS failure_reason, duration_ms)"
+DLQ_INSERT = f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n    RETURNING queue, failure_reason, NULL::float8 AS duration_ms)"
 
 
 def _stats_add(counter: str, source: str) -> str:
     """``stats`` CTE: ``counter += rows of source`` per queue, inserting a missing row."""
-    return (
-        f"stats AS (INSERT INTO chokaq_stats_summary AS s (queue, {counter}, last_activity_at)\n"
-        f"    SELECT queue, count(*), now() FROM {source} GROUP BY queue ORDER BY queue\n"
-        f"    ON CONFLICT (queue) DO UPDATE SET {counter} = s.{counter} + EXCLUDED.{counter},\n"
-        f"        last_activity_at = EXCLUDED.last_activity_at)"
-    )
+    return f"stats AS ({stats_add(counter, source, 'now()')})"
 
 
 def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
@@ -133,28 +74,11 @@ def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
     )
 
 
-def _bucket_add(outcome: int) -> str:
-    """``bucket`` CTE (spec 01 §4.13) fed by ``ins`` (queue, failure_reason, duration_ms)."""
-    return (
-        "bucket AS (INSERT INTO chokaq_metric_buckets AS b (bucket_start, queue, outcome, failure_reason,\n"
-        "        completed_count, duration_count, total_duration_ms, max_duration_ms, last_updated_at)\n"
-        f"    SELECT date_trunc('second', now()), queue, {outcome}, failure_reason, count(*), count(duration_ms),\n"
-        "           coalesce(sum(duration_ms), 0), max(duration_ms), now()\n"
-        "    FROM ins GROUP BY queue, failure_reason ORDER BY queue, failure_reason\n"
-        "    ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET\n"
-        "        completed_count = b.completed_count + EXCLUDED.completed_count,\n"
-        "        duration_count = b.duration_count + EXCLUDED.duration_count,\n"
-        "        total_duration_ms = b.total_duration_ms + EXCLUDED.total_duration_ms,\n"
-        "        max_duration_ms = GREATEST(b.max_duration_ms, EXCLUDED.max_duration_ms),\n"
-        "        last_updated_at = EXCLUDED.last_updated_at)"
-    )
-
-
-def _completion(ctes: str, insert: str, counter: str, outcome: int) -> str:
+def _completion(ctes: str, move: Move) -> str:
     """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
-    return (
-        f"WITH {ctes},\n{insert},\n{_stats_add(counter, 'ins')},\n{_bucket_add(outcome)}\nSELECT id, queue FROM moved"
-    )
+    insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
+    bucket = bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
+    return f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket})\nSELECT id, queue FROM moved"
 
 
 def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
@@ -163,7 +87,7 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
         f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
         f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
         f"{_stats_sub(counter, 'del')}\n"
-        f"SELECT {result} FROM del"
+        f"SELECT {result}"
     )
 
 
@@ -197,8 +121,6 @@ stats AS (
 notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM ins ORDER BY queue) q)
 SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
-
-IDS_BY_KEY_SQL = "SELECT idempotency_key, id FROM chokaq_jobs_hot WHERE idempotency_key = ANY(%s::text[])"
 
 
 def _fetch_sql(queue_filter: bool) -> str:
@@ -250,18 +172,7 @@ locked AS (
 capped AS (
     SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
     WHERE q.max_workers IS NOT NULL),
-active AS (
-    SELECT queue, count(*) AS n FROM chokaq_jobs_hot
-    WHERE status IN (1, 2) AND queue IN (SELECT queue FROM capped) GROUP BY queue),
-ranked AS (
-    SELECT l.id, l.priority, l.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,
-           row_number() OVER (PARTITION BY l.queue ORDER BY l.priority DESC, l.sort_at, l.id) AS rnk
-    FROM locked l LEFT JOIN chokaq_queues q ON q.name = l.queue
-                  LEFT JOIN active a ON a.queue = l.queue),
-picked AS (
-    SELECT id FROM ranked
-    WHERE max_workers IS NULL OR cur + rnk <= max_workers
-    ORDER BY priority DESC, sort_at, id LIMIT %(limit)s),
+{bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
 claimed AS (
     UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
     WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0
@@ -281,88 +192,27 @@ LOCK_CAPPED_QUEUES_SQL = (
     "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
 )
 
-MARK_PROCESSING_SQL = """
-UPDATE chokaq_jobs_hot
-SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
-WHERE id = %s AND worker_id = %s AND status = 1
-RETURNING attempt_count
-"""
-
-MARK_PROCESSING_BATCH_SQL = """
-UPDATE chokaq_jobs_hot
-SET status = 2, attempt_count = attempt_count + 1, started_at = now(), heartbeat_at = now(), last_updated_at = now()
-WHERE id = ANY(%s) AND worker_id = %s AND status = 1
-RETURNING id, attempt_count
-"""
-
-KEEP_ALIVE_SQL = """
-UPDATE chokaq_jobs_hot SET heartbeat_at = now(), last_updated_at = now()
-WHERE id = ANY(%s::text[]) AND status = 2 AND worker_id = %s
-RETURNING id
-"""
-
-CANCEL_REQUESTS_SQL = """
-SELECT id, cancel_requested_by FROM chokaq_jobs_hot
-WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL
-"""
-
+_OWNED_MOVE = ("moved AS (DELETE FROM chokaq_jobs_hot h USING items i WHERE h.id = i.id AND"
+               f" {WORKER_GUARD}\n    RETURNING {{}})")
 ARCHIVE_SUCCEEDED_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
-    "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
-    f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
-    f"    RETURNING {_returning(ARCHIVE_FIELDS, 'finished_at', {'duration_ms': 'i.duration_ms', 'result': 'i.result'})})",
-    ARCHIVE_INSERT,
-    "succeeded_total",
-    0,
-)
-
+    + _OWNED_MOVE.format(_returning(TO_ARCHIVE, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
 MOVE_TO_DLQ_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[])\n"
     "    AS t(id, failure_reason, error_details, error_class, error_message)),\n"
-    "moved AS (DELETE FROM chokaq_jobs_hot h USING items i\n"
-    f"    WHERE h.id = i.id AND {WORKER_GUARD}\n"
-    "    RETURNING "
-    + _returning(DLQ_FIELDS, "failed_at", {c: f"i.{c}" for c in
-                                           ("failure_reason", "error_details", "error_class", "error_message")})
-    + ")",
-    DLQ_INSERT,
-    "failed_total",
-    1,
-)
-
+    + _OWNED_MOVE.format(_returning(TO_DLQ, {c: f"i.{c}" for c in
+                                             ("failure_reason", "error_details", "error_class", "error_message")})),
+    TO_DLQ)
 CANCEL_BATCH_SQL = _completion(
-    "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n"
-    "    RETURNING "
-    + _returning(
-        DLQ_FIELDS,
-        "failed_at",
-        {
-            "failure_reason": str(int(FailureReason.CANCELLED)),
-            "error_details": "%s::text",
-            "last_modified_by": "%s::text",
-        },
-    )
-    + ")",
-    DLQ_INSERT,
-    "failed_total",
-    1,
-)
-
+    "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n    RETURNING "
+    + _returning(TO_DLQ, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "%s::text",
+                          "last_modified_by": "%s::text"}) + ")", TO_DLQ)
 ARCHIVE_ZOMBIES_SQL = _completion(
     "moved AS (DELETE FROM chokaq_jobs_hot h\n"
     "    WHERE h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
     "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), %s::float8))\n"
-    "    RETURNING "
-    + _returning(
-        DLQ_FIELDS,
-        "failed_at",
-        {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"},
-    )
-    + ")",
-    DLQ_INSERT,
-    "failed_total",
-    1,
-)
+    "    RETURNING " + _returning(TO_DLQ, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
+    + ")", TO_DLQ)
 
 RESCHEDULE_SQL = f"""
 WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::text[], %s::text[], %s::text[])
@@ -376,11 +226,6 @@ upd AS (
     RETURNING h.id, h.queue),
 {_stats_add("retried_total", "upd")}
 SELECT id, queue FROM upd
-"""
-
-RELEASE_SQL = """
-UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
-WHERE id = ANY(%s::text[]) AND status = 1 AND worker_id = %s
 """
 
 # Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
@@ -399,20 +244,6 @@ ins AS (
 SELECT id, queue FROM ins
 """
 
-REQUEST_CANCEL_SQL = """
-UPDATE chokaq_jobs_hot SET cancel_requested_by = %s
-WHERE id = ANY(%s::text[]) AND status = 2
-RETURNING id
-"""
-
-UPDATE_HOT_SQL = f"""
-UPDATE chokaq_jobs_hot
-SET payload = coalesce(%s::text, payload), tags = coalesce(%s::text, tags), priority = coalesce(%s::int, priority),
-    last_modified_by = %s, last_updated_at = now(), {REVISION_BUMP}
-WHERE id = %s AND status = 0 AND {revision_guard("%s::int")}
-RETURNING id
-"""
-
 UPDATE_DLQ_SQL = f"""
 WITH edit AS (SELECT %s::text AS new_payload, %s::text AS new_tags, %s::text AS actor)
 UPDATE chokaq_jobs_dlq
@@ -423,65 +254,12 @@ FROM edit WHERE id = %s AND {revision_guard("%s::int")}
 RETURNING id
 """
 
-PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue")
-PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", "count(*)")
-PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", "count(*)")
+_BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
+PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
+PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
+PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", _BY_QUEUE)
 
-RECOVER_ABANDONED_SQL = """
-UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = now()
-WHERE status = 1 AND last_updated_at < now() - make_interval(secs => %s::float8)
-"""
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def _moved(cursor: Cursor) -> Moved:
-    return [(job_id, queue) for job_id, queue in cursor.fetchall()]
-
-
-def _floats(values: Iterable[float | None]) -> list[float | None]:
-    """psycopg picks an array's type from its items: keep them all floats."""
-    return [None if v is None else float(v) for v in values]
-
-
-def _unique_ids(job_ids: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(job_ids))
-
-
-# ---------------------------------------------------------------- enqueue / claim
-
-
-def _insert_jobs(cursor: Cursor, jobs: Sequence[NewJob]) -> dict[str, str]:
-    """One multi-row insert (duplicate keys skipped); ``{id: queue}`` of the rows inserted."""
-    cursor.execute(
-        ENQUEUE_SQL,
-        [
-            [j.id for j in jobs],
-            [j.queue for j in jobs],
-            [j.type for j in jobs],
-            [j.payload for j in jobs],
-            [j.tags for j in jobs],
-            [j.idempotency_key for j in jobs],
-            [int(j.priority) for j in jobs],
-            _floats(j.delay_seconds for j in jobs),
-            [j.created_by for j in jobs],
-        ],
-    )
-    return dict(cursor.fetchall())
-
-
-# ---------------------------------------------------------------- completion (batched)
-
-
-# ---------------------------------------------------------------- operator commands
-
-
-# ---------------------------------------------------------------- maintenance
-
-
-# ---------------------------------------------------------------- operations: retention, schedule, reads
-
+# ---------------------------------------------------------------- retention, schedules, reads
 
 PURGE_WORKERS_SQL = """
 DELETE FROM chokaq_workers WHERE worker_id IN (
@@ -493,18 +271,6 @@ DELETE FROM chokaq_metric_buckets WHERE (bucket_start, queue, outcome, failure_r
     SELECT bucket_start, queue, outcome, failure_reason FROM chokaq_metric_buckets WHERE bucket_start < %s
     ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
 """
-INSERT_SCHEDULE_SQL = """
-INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (%s, %s, now())
-ON CONFLICT (name) DO NOTHING RETURNING name
-"""
-# A concurrent claimer blocks on the row lock, then re-reads last_tick_at and finds the tick taken.
-ADVANCE_SCHEDULE_SQL = """
-UPDATE chokaq_schedules SET last_tick_at = %s, updated_at = now() WHERE name = %s AND last_tick_at < %s
-RETURNING name
-"""
-SCHEDULE_TICKS_SQL = "SELECT name, last_tick_at FROM chokaq_schedules"
-
-
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
 TIDY_LOCK_KEY = 0x43484F4B  # "CHOK": one vacuum of the Hot table at a time, fleet-wide
 TRY_LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
@@ -522,16 +288,6 @@ FROM chokaq_queues q CROSS JOIN LATERAL (
 ORDER BY q.name
 """
 
-TOP_ERRORS_SQL = """
-WITH recent AS (
-    SELECT failure_reason, failed_at, error_class, error_message,
-           CASE WHEN error_class IS NULL THEN btrim(left(coalesce(error_details, ''), 4000), E' \\t\\r\\n') END AS e
-    FROM chokaq_jobs_dlq ORDER BY failed_at DESC LIMIT %s)
-SELECT failure_reason, CASE WHEN e IS NULL THEN '' WHEN e = '' THEN %s ELSE left(e, 160) END AS prefix,
-       count(*) AS n, max(failed_at) AS latest, error_class, error_message
-FROM recent GROUP BY failure_reason, error_class, error_message, prefix ORDER BY n DESC, latest DESC LIMIT %s
-"""
-
 PURGE_ARCHIVE_IDS_SQL = f"""
 WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
 {_stats_sub("succeeded_total", "del")}
@@ -545,51 +301,29 @@ DELETE FROM chokaq_job_attempts WHERE id IN (
 """
 
 
-# ---------------------------------------------------------------- Deck bulk commands
-
-
-# ---------------------------------------------------------------- the live Deck's one read (issue 7)
-
-
-def _packed(sql: str, width: int, order: str) -> str:
-    """A read as one JSON value: an array of positional rows (``sql.json_rows`` decodes it)."""
-    cols = ", ".join(f"c{i}" for i in range(width))
-    return (f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]'::json)"
-            f" FROM ({sql}) AS t({cols}))")
-
-
-_SUMMARY_COLUMNS = ", ".join(f"c{i}" for i in range(SUMMARY_WIDTH))
-DECK_SNAPSHOT_SQL = f"""
-SELECT (SELECT json_build_array({_SUMMARY_COLUMNS}) FROM ({SUMMARY_STATS_SQL}) AS s({_SUMMARY_COLUMNS})),
-       {_packed(ACTIVE_SQL.format(where=""), ACTIVE_WIDTH, "c5 DESC, c0 DESC")},
-       {_packed(locate_statement(ID_ARRAY), 2, "c0")},
-       CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3, "c0")} END,
-       CASE WHEN %s THEN json_build_array({_packed(QUEUE_STATES_SQL, 5, "c0")}, {_packed(QUEUE_STATS_SQL, 8, "c0")},
-                                          {_packed(QUEUE_HEALTH_SQL, 4, "c0")}) END,
-       CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0")} END,
-       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END
-"""
-
-
 # ---------------------------------------------------------------- attempts history
 
 RECORD_ATTEMPTS_SQL = """
 INSERT INTO chokaq_job_attempts
     (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)
 SELECT a.job_id, a.attempt, %s::varchar, a.error_class, a.error_message, a.traceback, now(), a.started_at
-FROM unnest(%s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s::timestamptz[])
-     WITH ORDINALITY AS a(job_id, attempt, error_class, error_message, traceback, started_at, n)
+FROM unnest(%s::int[], %s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s::timestamptz[])
+     AS a(n, job_id, attempt, error_class, error_message, traceback, started_at)
 ORDER BY a.n
 """
 
 
-class PostgreSQLDialect(StatementDialect, statements=globals()):
+class PostgreSQLDialect(BaseDialect, statements=globals()):
     """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
 
-    PREPARED = PREPARED
-    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
-    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
     NOTIFY_CHANNEL: str | None = NOTIFY_CHANNEL
+    # A move is one statement of CTEs; enqueue without keys is ENQUEUE_SQL alone (no by-key lookup to follow). The
+    # hot path's statements are fixed texts (arrays, never a growing list of placeholders): storage runs them
+    # through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
+    MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
+    PICK_LOCK = " FOR UPDATE SKIP LOCKED"
+    TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
+              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr"}
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"
@@ -600,43 +334,25 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
 
-    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
-        """Insert Pending rows; a taken idempotency key yields the holder's id. NOTIFY per queue."""
-        if not jobs:
-            return []
-        stored: dict[str, str] = {}
-        todo = list(jobs)
-        for _ in range(2):  # the second pass re-inserts jobs whose key holder left Hot meanwhile
-            inserted = _insert_jobs(cursor, todo)
-            stored.update((j.id, j.id) for j in todo if j.id in inserted)
-            keys = sorted({j.idempotency_key for j in todo if j.id not in inserted and j.idempotency_key})
-            holders: dict[str, str] = {}
-            if keys:
-                cursor.execute(IDS_BY_KEY_SQL, [keys])
-                holders = dict(cursor.fetchall())
-            stored.update(
-                (j.id, holders[j.idempotency_key])
-                for j in todo
-                if j.id not in inserted and j.idempotency_key is not None and j.idempotency_key in holders
-            )
-            todo = [j for j in todo if j.id not in stored]
-            if not todo:
-                break
-        else:
-            raise StorageError(f"enqueue could not store or resolve {len(todo)} job(s): {[j.id for j in todo][:10]}")
-        return [stored[j.id] for j in jobs]
+    def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
+        """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs."""
+        cursor.execute(ENQUEUE_SQL, [
+            [j.id for j in jobs], [j.queue for j in jobs], [j.type for j in jobs], [j.payload for j in jobs],
+            [j.tags for j in jobs], [j.idempotency_key for j in jobs], [int(j.priority) for j in jobs],
+            [None if j.delay_seconds is None else float(j.delay_seconds) for j in jobs],  # all floats: a float8[]
+            [j.created_by for j in jobs],
+        ])
+        inserted = {str(row[0]) for row in cursor.fetchall()}
+        return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads."""
-        if limit <= 0 or (queues is not None and not queues):
-            return []
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+        """Lock the capped queues in reach, then claim (spec 01 §4.2)."""
         params: dict[str, Any] = {"limit": limit, "worker": worker_id}
-        if queues is not None:
-            params["queues"] = list(queues)
         if queues is None:
             cursor.execute(LOCK_CAPPED_ALL_SQL)
         else:
-            cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": params["queues"]})
+            params["queues"] = queues
+            cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": queues})
         if cursor.fetchall():
             # A capped queue is in reach: lock the spec's window of 10 x limit so the bulkhead ranking has rows of
             # every queue to choose from; twice as many candidates leave room for rows other claimers hold.
@@ -646,7 +362,7 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
             params.update(scan=limit, candidates=limit * 4)
         cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
-        return [hot_job(row) for row in cursor.fetchall()]
+        return list(cursor.fetchall())
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
@@ -664,63 +380,9 @@ class PostgreSQLDialect(StatementDialect, statements=globals()):
             cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
         return True
 
-    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
-        cursor.execute(INSERT_SCHEDULE_SQL, [name, tick])
-        if cursor.fetchone() is not None:
-            return False
-        cursor.execute(ADVANCE_SCHEDULE_SQL, [tick, name, tick])
-        return cursor.fetchone() is not None
-
-    def change_marker(self, cursor: Cursor) -> int | None:
-        """None: workers LISTEN for the NOTIFY of every enqueue instead."""
-        return None
-
-    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-        """Delete the first ``max_jobs`` matches (skip locked); FailedTotal -n."""
-        where, params = self.dlq_where(filters)
-        cursor.execute(
-            f"WITH picked AS (SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s"
-            " FOR UPDATE SKIP LOCKED),\n"
-            "del AS (DELETE FROM chokaq_jobs_dlq d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-            f"{_stats_sub('failed_total', 'del')}\nSELECT id, queue FROM del",
-            [*params, max_jobs],
-        )
-        return _moved(cursor)
-
-    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-        """Lock the first ``max_jobs`` matches (skip locked), then move them to Hot as ``resurrect_batch``."""
-        where, params = self.dlq_where(filters)
-        cursor.execute(
-            f"SELECT id FROM chokaq_jobs_dlq{where} ORDER BY failed_at DESC, id ASC LIMIT %s FOR UPDATE SKIP LOCKED",
-            [*params, max_jobs],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-        return self._resurrect(cursor, ids, actor=actor) if ids else []
-
-    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-        ids = _unique_ids(request.locate_ids)
-        since = request.throughput_since
-        cursor.execute(DECK_SNAPSHOT_SQL, [
-            int(request.active_limit), ids, ids, ids,
-            since is not None, since or datetime.fromtimestamp(0, UTC),
-            request.queues, request.workers,
-            request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
-        ])
-        totals, active, found, points, queues, workers, errors = cursor.fetchone()
-        states, stats, lags = queues or (None, None, None)
-        return snapshot_of(request, [totals], active, found, points, states, stats, lags, workers, errors)
-
-    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        """One INSERT … SELECT over unnest() arrays for the whole batch, in order."""
-        if not attempts:
-            return
-        cursor.execute(RECORD_ATTEMPTS_SQL, [
-            worker_id, [a.job_id for a in attempts], [a.attempt for a in attempts],
-            [a.error.error_class for a in attempts], [a.error.message for a in attempts],
-            [a.error.traceback for a in attempts], [a.started_at for a in attempts],
-        ])
-
+    def pack(self, sql: str, width: int, order: str) -> str:
+        cols = ", ".join(f"c{i}" for i in range(width))
+        return (f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]'::json)"
+                f" FROM ({sql}) AS t({cols}))")
 
 DIALECT: Dialect = PostgreSQLDialect()

@@ -1,91 +1,52 @@
-"""SQLite transitions (the embedded default).
+"""SQLite transitions (the embedded default): the SQL forms and hooks of ``BaseDialect`` that differ here.
 
 Every transition runs inside ``transaction.atomic()``, which the project's
 ``transaction_mode = "IMMEDIATE"`` turns into ``BEGIN IMMEDIATE``: the write
 lock is taken up front, so the read-then-write sequences below are
 serialized without row locks. SQLite's clock is not usable (spec 01 §1.2):
 ``now`` is taken in Python and written in Django's text format, with
-microseconds always present so text comparison orders correctly.
+microseconds always present so text comparison orders correctly (a statement
+that stamps rows reads it from its ``clock`` CTE, the ``clock()`` parameter).
 RETURNING cannot feed an INSERT in SQLite, hence the Python hand-off of the
-deleted rows inside one transaction (spec 01 §3).
+deleted rows inside one transaction (spec 01 §3): ``_move`` lands them.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core.domain import (
-    DeckSnapshot,
-    FailedAttempt,
-    Failure,
-    FailureReason,
-    HotJob,
-    JobFilter,
-    NewJob,
-    Retry,
-    SnapshotRequest,
-    Success,
-)
-from chokaq_core.sql import Dialect
+from chokaq_core.domain import FailureReason, NewJob
+from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
-    ACTIVE_SQL,
-    ACTIVE_WIDTH,
     ARCHIVE,
-    ARCHIVE_FIELDS,
     BUCKETS,
     CARRIED_REVISION,
     DLQ,
-    DLQ_FIELDS,
-    EMPTY_ERROR,
-    ERROR_GROUP_WIDTH,
     HOT,
     HOT_FIELDS,
-    LIST_WORKERS_SQL,
-    QUEUE_STATES_SQL,
-    QUEUE_STATS_SQL,
+    NO_EXCEPTION,
     QUEUES,
     REVISION_BUMP,
-    SCHEDULES,
-    SINGLE_STATEMENTS,
     STATS,
-    SUMMARY_WIDTH,
-    THROUGHPUT_SQL,
-    TOP_ERRORS_SAMPLE,
+    TO_DLQ,
     WORKERS,
     ZOMBIE_DETAILS,
     BaseDialect,
-    cancel_details,
+    Move,
+    bucket_add,
+    bulkhead,
     dlq_row_sql,
-    error_columns,
-    error_details,
-    hot_job,
-    last_error_params,
     last_error_set,
     revision_guard,
-    snapshot_of,
+    stats_add,
     summary_stats_sql,
 )
 
-Cursor = Any
-Moved = list[tuple[str, str]]
-
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
-ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
-DLQ_COLUMNS = ", ".join(DLQ_FIELDS)
-# Columns a move carries out of Hot (indexes into a HOT_COLUMNS row).
-_ID, _QUEUE, _TYPE, _PAYLOAD, _TAGS, _ATTEMPTS, _WORKER, _STARTED, _CREATED, _CREATED_BY, _MODIFIED_BY, _REVISION = (
-    0, 1, 2, 3, 4, 8, 9, 13, 12, 15, 16, 17,
-)
-# "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
-# without statistics it would otherwise walk every row of that status through hot_status_created.
-# Functions storage may run without an explicit transaction: one statement, or reads.
-PREPARED: frozenset[str] = frozenset()  # no preparing cursor: every statement as the driver runs it
-ONE_STATEMENT_WITHOUT_KEYS: frozenset[str] = frozenset()
-AUTOCOMMIT_SAFE = SINGLE_STATEMENTS | {"purge_workers", "purge_metric_buckets", "change_marker", "purge_attempts"}
 MAX_ROWS_PER_INSERT = 500
 
 
@@ -109,23 +70,7 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _sort_key(job: HotJob) -> tuple[int, datetime]:
-    return (-job.priority, job.scheduled_at or job.created_at)
-
-
 # ---------------------------------------------------------------- counters
-
-
-def _bump_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | None) -> None:
-    """Insert-or-increment one counter per queue (spec 01 §4.13)."""
-    for queue, n in counts.items():
-        values = {"succeeded_total": 0, "failed_total": 0, "retried_total": 0, column: n}
-        cursor.execute(
-            f"INSERT INTO {STATS} (queue, {', '.join(values)}, last_activity_at) VALUES (%s, %s, %s, %s, %s)"
-            f" ON CONFLICT (queue) DO UPDATE SET"
-            f" {column} = {column} + excluded.{column}, last_activity_at = excluded.last_activity_at",
-            [queue, *values.values(), now],
-        )
 
 
 def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | None) -> None:
@@ -137,64 +82,55 @@ def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | No
         )
 
 
-def _bump_buckets(cursor: Cursor, now: datetime, outcomes: Iterable[tuple[str, int, int, float | None]]) -> None:
-    """Aggregate (queue, outcome, reason, duration) into the current second's buckets."""
-    groups: dict[tuple[str, int, int], list[float | None]] = defaultdict(list)
-    for queue, outcome, reason, duration in outcomes:
-        groups[(queue, outcome, reason)].append(duration)
-    bucket = _ts(now.replace(microsecond=0))
-    stamp = _ts(now)
-    for (queue, outcome, reason), durations in groups.items():
-        timed = [d for d in durations if d is not None]
-        cursor.execute(
-            f"INSERT INTO {BUCKETS} (bucket_start, queue, outcome, failure_reason, completed_count, duration_count,"
-            f" total_duration_ms, max_duration_ms, last_updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            f" ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET"
-            f" completed_count = completed_count + excluded.completed_count,"
-            f" duration_count = duration_count + excluded.duration_count,"
-            f" total_duration_ms = total_duration_ms + excluded.total_duration_ms,"
-            f" max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL THEN max_duration_ms"
-            f" WHEN max_duration_ms IS NULL OR excluded.max_duration_ms > max_duration_ms"
-            f" THEN excluded.max_duration_ms ELSE max_duration_ms END,"
-            f" last_updated_at = excluded.last_updated_at",
-            [bucket, queue, outcome, reason, len(durations), len(timed), sum(timed),
-             max(timed) if timed else None, stamp],
-        )
+# The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
+_COUNTED = ("(SELECT json_extract(value, '$.queue') AS queue, json_extract(value, '$.failure_reason') AS failure_reason,"
+            " json_extract(value, '$.duration_ms') AS duration_ms FROM json_each(%s))")
 
 
-def _delete_hot(cursor: Cursor, ids: Sequence[str], guard: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    cursor.execute(
-        f"DELETE FROM {HOT} WHERE id IN ({_marks(len(ids))}) {guard} RETURNING {HOT_COLUMNS}", [*ids, *params]
-    )
-    return list(cursor.fetchall())
+# ---------------------------------------------------------------- statements
+
+# "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
+# without statistics it would otherwise walk every row of that status through hot_status_created.
+_CLOCK = "WITH clock(now) AS (SELECT %s) "  # the clock() parameter, read as _NOW
+_NOW = "(SELECT now FROM clock)"
+_IDS = "(SELECT value FROM json_each(%s))"  # the ids_param JSON array
+_ITEM_IDS = "(SELECT json_extract(value, '$.id') FROM json_each(%s))"  # the items_params JSON array's ids
+_OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
+
+UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %s) UPDATE {DLQ}"
+                  " SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload IS NOT payload"
+                  " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
+                  f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
+                  f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
+# Moves out of Hot return the Hot row (plus any columns the move sets) for _move to land.
+ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
+# A move out of Hot no exception caused names its rows' (empty) exception class and message.
+_NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTION.items())
+CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
+                    f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by,"
+                    f" {_NO_EXCEPTION}")
+RESCHEDULE_SQL = (
+    "WITH items AS (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt_count') AS attempts,"
+    " json_extract(value, '$.scheduled_at') AS due, json_extract(value, '$.stamp') AS stamp,"
+    " json_extract(value, '$.error_class') AS error_class, json_extract(value, '$.error_message') AS error_message,"
+    " json_extract(value, '$.held_by') AS held_by FROM json_each(%s))"
+    f" UPDATE {HOT} SET status = 0, attempt_count = items.attempts, scheduled_at = items.due, worker_id = NULL,"
+    " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp, "
+    + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
+    f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
+)
+RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()}"
+                 f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}")
+PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
+                     " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
+PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
+PURGE_DLQ_OLDER_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
+                       " ORDER BY created_at, id LIMIT %s) RETURNING queue, 1")
+PURGE_ARCHIVE_SQL = (f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
+                     " ORDER BY finished_at, id LIMIT %s) RETURNING queue, 1")
 
 
-def _worker_guard(worker_id: str | None) -> tuple[str, list[Any]]:
-    if worker_id is None:
-        return "", []
-    return "AND worker_id = %s", [worker_id]
-
-
-def _insert_dlq(
-    cursor: Cursor, rows: Sequence[tuple[Any, ...]], details: dict[str, tuple[Any, ...]], now: datetime,
-    modified_by: str | None = None, keep_modifier: bool = True,
-) -> Moved:
-    """``details``: id → (reason, details[, error class, error message])."""
-    stamp = _ts(now)
-    values = [
-        (r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], details[r[_ID]][0], details[r[_ID]][1], r[_ATTEMPTS],
-         r[_WORKER], r[_CREATED_BY], r[_MODIFIED_BY] if keep_modifier else modified_by, r[_CREATED], stamp,
-         r[_REVISION] + 1,  # the row carries its revision, one up
-         *(details[r[_ID]][2:] or (None, None)))
-        for r in rows
-    ]
-    cursor.executemany(f"INSERT INTO {DLQ} ({DLQ_COLUMNS}) VALUES ({_marks(len(DLQ_FIELDS))})", values)
-    _bump_stats(cursor, "failed_total", Counter(r[_QUEUE] for r in rows), stamp)
-    _bump_buckets(cursor, now, ((r[_QUEUE], 1, details[r[_ID]][0], None) for r in rows))
-    return [(r[_ID], r[_QUEUE]) for r in rows]
-
-
-# ---------------------------------------------------------------- enqueue / claim
+# ---------------------------------------------------------------- the claim
 
 
 _OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
@@ -229,63 +165,15 @@ def _claim_sql(window: str) -> str:
     """Rank the window per queue, apply the bulkheads, claim (spec 01 §4.2)."""
     return f"""
         WITH win AS ({window}),
-        active AS (SELECT queue, count(*) AS n FROM {HOT}
-                   WHERE status IN (1, 2) AND queue IN (SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL)
-                   GROUP BY queue),
-        cand AS (
-            SELECT w.id, w.priority, w.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,
-                   row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at, w.id) AS rnk
-            FROM win w LEFT JOIN {QUEUES} q ON q.name = w.queue
-                       LEFT JOIN active a ON a.queue = w.queue),
-        picked AS (SELECT id FROM cand WHERE max_workers IS NULL OR cur + rnk <= max_workers
-                   ORDER BY priority DESC, sort_at, id LIMIT %s)
+        {bulkhead("win", f"SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL", "%s")}
         UPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s
         WHERE id IN (SELECT id FROM picked) AND +status = 0  -- by primary key, not a walk of the status index
         RETURNING {HOT_COLUMNS}
         """
 
 
-# ---------------------------------------------------------------- completion
-
-
-# ---------------------------------------------------------------- operator commands
-
-
-def _resurrect_rows(
-    cursor: Cursor, job_ids: Sequence[str], payload: str | None, tags: str | None, priority: int | None,
-    actor: str | None, revision: int | None = None,
-) -> Moved:
-    if not job_ids:
-        return []
-    now = _ts(_now())
-    cursor.execute(
-        f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(job_ids))}) AND {revision_guard()}"
-        f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}",
-        [*job_ids, revision],
-    )
-    rows = cursor.fetchall()
-    if not rows:
-        return []
-    cursor.executemany(
-        f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
-        [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
-          priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
-    )
-    _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
-    return [(r[0], r[1]) for r in rows]
-
-
-# ---------------------------------------------------------------- maintenance
-
-
-# ---------------------------------------------------------------- operations: retention, schedule, reads
-
-
-
-LAST_ERROR_SET = last_error_set("%s", "%s", "%s", "%s")  # params: last_error_params
 SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
-DLQ_ROW = dlq_row_sql("substr(error_details, -400)")
+DLQ_ROW = dlq_row_sql("substr(error_details, -400)")  # the last 400 characters
 
 QUEUE_HEALTH_SQL = f"""
         SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
@@ -299,56 +187,16 @@ QUEUE_HEALTH_SQL = f"""
 """
 
 
-TOP_ERRORS_SQL = f"""
-        WITH recent AS (
-            SELECT failure_reason, failed_at, error_class, error_message,
-                   CASE WHEN error_class IS NULL THEN trim(substr(coalesce(error_details, ''), 1, 4000),
-                                                           ' ' || char(9) || char(10) || char(13)) END AS e
-            FROM {DLQ} ORDER BY failed_at DESC LIMIT %s)
-        SELECT failure_reason, CASE WHEN e IS NULL THEN '' WHEN e = '' THEN %s ELSE substr(e, 1, 160) END AS prefix,
-               count(*) AS n, max(failed_at) AS latest, error_class, error_message
-        FROM recent GROUP BY failure_reason, error_class, error_message, prefix ORDER BY n DESC, latest DESC LIMIT %s
-"""
-
-
-# ---------------------------------------------------------------- Deck bulk commands
-
-
-def _delete_dlq(cursor: Cursor, ids: Sequence[str]) -> Moved:
-    if not ids:
-        return []
-    cursor.execute(f"DELETE FROM {DLQ} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", list(ids))
-    moved = [(row[0], row[1]) for row in cursor.fetchall()]
-    _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
-    return moved
-
-
-# ---------------------------------------------------------------- the live Deck's one read (issue 7)
-
-
-def _packed(sql: str, width: int) -> str:
-    """A read as one JSON value: an array of positional rows in the read's own order (``sql.json_rows``)."""
-    cols = ", ".join(f"c{i}" for i in range(width))
-    return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
-
-
-def _snapshot_sql(locate: str) -> str:
-    return f"""
-SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)}, {_packed(ACTIVE_SQL.format(where=""), ACTIVE_WIDTH)},
-       {_packed(locate, 2)},
-       CASE WHEN %s THEN {_packed(THROUGHPUT_SQL, 3)} END,
-       CASE WHEN %s THEN json_array(json({_packed(QUEUE_STATES_SQL, 5)}), json({_packed(QUEUE_STATS_SQL, 8)}),
-                                    json({_packed(QUEUE_HEALTH_SQL, 4)})) END,
-       CASE WHEN %s THEN {_packed(LIST_WORKERS_SQL, 12)} END,
-       CASE WHEN %s THEN {_packed(TOP_ERRORS_SQL, ERROR_GROUP_WIDTH)} END
-"""
-
-
-# ---------------------------------------------------------------- attempts history
+# ---------------------------------------------------------------- attempts history and retention
 
 ATTEMPTS = "chokaq_job_attempts"
-ATTEMPT_COLUMNS = "job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at"
-ATTEMPT_ROWS_PER_INSERT = 100  # 8 parameters a row, within SQLite's host-parameter limit
+_ITEM = "json_extract(value, '$.{}')"
+RECORD_ATTEMPTS_SQL = (
+    f"{_CLOCK}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at,"
+    f" started_at) SELECT {_ITEM.format('job_id')}, {_ITEM.format('attempt')}, %s, {_ITEM.format('error_class')},"
+    f" {_ITEM.format('error_message')}, {_ITEM.format('traceback')}, {_NOW}, {_ITEM.format('started_at')}"
+    " FROM json_each(%s) ORDER BY key"
+)
 
 
 PURGE_WORKERS_SQL = (f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS}"
@@ -360,12 +208,41 @@ PURGE_ATTEMPTS_SQL = (f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTE
 
 
 class SQLiteDialect(BaseDialect, statements=globals()):
-    """The shared reads over SQLite's text timestamps (the clock is Python's, spec 01 §1.2)."""
+    """The base over SQLite's text timestamps (the clock is Python's, spec 01 §1.2), JSON id lists and the
+    Python hand-off of moved rows."""
 
-    PREPARED = PREPARED
-    AUTOCOMMIT_SAFE = AUTOCOMMIT_SAFE
-    ONE_STATEMENT_WITHOUT_KEYS = ONE_STATEMENT_WITHOUT_KEYS
+    # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
+    # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     DLQ_ROW = DLQ_ROW
+    TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
+              "ago": "%s", "trim": "trim", "chr": "char"}
+
+    def clock(self) -> list[Any]:
+        return [_ts(_now())]
+
+    def ids_param(self, ids: Sequence[str]) -> Any:
+        return json.dumps(list(dict.fromkeys(ids)))
+
+    def ago_params(self, seconds: float) -> list[Any]:
+        return [_ts(_now() - timedelta(seconds=seconds))]  # Django's text format allows no date arithmetic in SQL
+
+    def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        return [json.dumps(list(rows))]
+
+    def delay_fields(self, seconds: float) -> dict[str, Any]:
+        now = _now()
+        return {"scheduled_at": _ts(now + timedelta(seconds=seconds)), "stamp": _ts(now)}
+
+    def item_ts(self, value: datetime | None) -> Any:
+        return _ts(value)
+
+    def pack(self, sql: str, width: int, order: str) -> str:
+        """In the read's own order (a CTE keeps it)."""
+        cols = ", ".join(f"c{i}" for i in range(width))
+        return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
+
+    def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
+        _drop_stats(cursor, counter, Counter(queues), _ts(_now()))
 
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)
@@ -377,7 +254,13 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     def now(self) -> tuple[str, list[Any]]:
         return "%s", [_ts(_now())]
 
-    def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
+    def change_marker(self, cursor: Cursor) -> int | None:
+        """Changes whenever another connection commits; read without a lock (the WAL index)."""
+        cursor.execute("PRAGMA data_version")
+        return int(cursor.fetchone()[0])
+
+    def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
+        """Multi-row inserts (taken keys skipped), then the queues' Queues and StatsSummary rows."""
         now = _now()
         stamp = _ts(now)
         inserted: set[str] = set()
@@ -394,31 +277,16 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                 + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
                 params,
             )
-            inserted.update(row[0] for row in cursor.fetchall())
-        result: list[str] = []
-        for job in jobs:
-            if job.id in inserted:
-                result.append(job.id)
-                continue
-            cursor.execute(f"SELECT id FROM {HOT} WHERE idempotency_key = %s", [job.idempotency_key])
-            row = cursor.fetchone()
-            # Under BEGIN IMMEDIATE nobody can have removed the holder meanwhile.
-            result.append(row[0] if row else job.id)
+            inserted.update(str(row[0]) for row in cursor.fetchall())
         for queue in sorted({job.queue for job in jobs}):
-            cursor.execute(
-                f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
-                " ON CONFLICT (name) DO NOTHING",
-                [queue, stamp],
-            )
-            cursor.execute(
-                f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total, last_activity_at)"
-                " VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING",
-                [queue, stamp],
-            )
-        return result
+            cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
+                           " ON CONFLICT (name) DO NOTHING", [queue, stamp])
+            cursor.execute(f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total,"
+                           " last_activity_at) VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING", [queue, stamp])
+        return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due rows; runs under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+        """The claim under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
 
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
         index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
@@ -445,199 +313,51 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
             params = [now, json.dumps(open_queues), scan]
         cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
-        return sorted((hot_job(row) for row in cursor.fetchall()), key=_sort_key)
+        return list(cursor.fetchall())
 
-    def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
-        now = _ts(_now())
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-            f" last_updated_at = %s WHERE id = %s AND worker_id = %s AND +status = 1 RETURNING attempt_count",
-            [now, now, now, job_id, worker_id],
-        )
-        row = cursor.fetchone()
-        return int(row[0]) if row else None
-
-    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return {}
-        now = _ts(_now())
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 2, attempt_count = attempt_count + 1, started_at = %s, heartbeat_at = %s,"
-            f" last_updated_at = %s WHERE id IN ({_marks(len(ids))}) AND worker_id = %s AND +status = 1"
-            " RETURNING id, attempt_count",
-            [now, now, now, *ids, worker_id],
-        )
-        return {row[0]: int(row[1]) for row in cursor.fetchall()}
-
-    def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
-        if not job_ids:
-            return []
-        now = _ts(_now())
-        cursor.execute(
-            f"UPDATE {HOT} SET heartbeat_at = %s, last_updated_at = %s"
-            f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 2 AND worker_id = %s RETURNING id",
-            [now, now, *job_ids, worker_id],
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-    def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
-        cursor.execute(
-            f"SELECT id, cancel_requested_by FROM {HOT}"
-            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL",
-            [worker_id],
-        )
-        return [(row[0], row[1]) for row in cursor.fetchall()]
-
-    def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-        if not items:
+    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
+              landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
+        """The statement changes Hot (a delete returning each row, or the retry's update); the rows it deleted,
+        with the columns it or ``landing`` set, are inserted into the move's pillar, then counted."""
+        cursor.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        rows = [{**dict(zip(names, row, strict=True)), **(landing or {}).get(str(row[0]), {})}
+                for row in cursor.fetchall()]
+        if not rows:
             return []
         now = _now()
         stamp = _ts(now)
-        durations = {item.job_id: item.duration_ms for item in items}
-        results = {item.job_id: item.result for item in items}
-        guard, params = _worker_guard(worker_id)
-        rows = _delete_hot(cursor, list(durations), guard, params)
+        if move.table is not None:
+            for row in rows:
+                row[move.stamp] = stamp
+                if "revision" in move.fields:
+                    row["revision"] += 1  # the row carries its revision, one up
+            cursor.executemany(f"INSERT INTO {move.table} ({', '.join(move.fields)}) VALUES ({_marks(len(move.fields))})",
+                               [tuple(row[c] for c in move.fields) for row in rows])  # the pillar's columns, in order
+        counted = json.dumps([{"queue": row["queue"], "failure_reason": row.get("failure_reason", -1),
+                               "duration_ms": row.get("duration_ms")} for row in rows])
+        cursor.execute(stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
+        if move.outcome is not None:
+            cursor.execute(bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
+        return [(str(row["id"]), str(row["queue"])) for row in rows]
+
+    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
+                   priority: int | None = None, actor: str | None = None, revision: int | None = None) -> Moved:
+        if not job_ids:
+            return []
+        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision])
+        rows = cursor.fetchall()
         if not rows:
             return []
+        now = _ts(_now())
         cursor.executemany(
-            f"INSERT INTO {ARCHIVE} ({ARCHIVE_COLUMNS}) VALUES ({_marks(14)})",
-            [(r[_ID], r[_QUEUE], r[_TYPE], r[_PAYLOAD], r[_TAGS], r[_ATTEMPTS], r[_WORKER], r[_CREATED_BY],
-              r[_MODIFIED_BY], r[_CREATED], r[_STARTED], stamp, durations[r[_ID]], results[r[_ID]]) for r in rows],
+            f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
+            f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
+            [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
+              priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
         )
-        _bump_stats(cursor, "succeeded_total", Counter(r[_QUEUE] for r in rows), stamp)
-        _bump_buckets(cursor, now, ((r[_QUEUE], 0, -1, durations[r[_ID]]) for r in rows))
-        return [(r[_ID], r[_QUEUE]) for r in rows]
-
-    def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-        if not items:
-            return []
-        details = {
-            item.job_id: (int(item.reason), error_details(item.error_details), *error_columns(item)) for item in items
-        }
-        guard, params = _worker_guard(worker_id)
-        rows = _delete_hot(cursor, list(details), guard, params)
-        return _insert_dlq(cursor, rows, details, _now()) if rows else []
-
-    def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
-        now = _now()
-        stamp = _ts(now)
-        guard, params = _worker_guard(worker_id)
-        moved: Moved = []
-        for item in items:
-            error_class, error_message = error_columns(item)
-            cursor.execute(
-                f"UPDATE {HOT} SET status = 0, attempt_count = %s, scheduled_at = %s, worker_id = NULL,"
-                f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = %s, {LAST_ERROR_SET}"
-                f" WHERE id = %s {guard} RETURNING id, queue",
-                [item.attempt_count, _ts(now + timedelta(seconds=item.delay_seconds)), stamp,
-                 *last_error_params(error_class, error_message, stamp, item.held_by), item.job_id, *params],
-            )
-            moved.extend((row[0], row[1]) for row in cursor.fetchall())
-        _bump_stats(cursor, "retried_total", Counter(queue for _, queue in moved), stamp)
-        return moved
-
-    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-        if not job_ids:
-            return 0
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-            f" WHERE id IN ({_marks(len(job_ids))}) AND +status = 1 AND worker_id = %s",
-            [_ts(_now()), *job_ids, worker_id],
-        )
-        return int(cursor.rowcount)
-
-    def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-        revision: int | None = None,
-    ) -> bool:
-        return bool(_resurrect_rows(cursor, [job_id], payload, tags, priority, actor, revision))
-
-    def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-        return _resurrect_rows(cursor, list(dict.fromkeys(job_ids)), None, None, None, actor)
-
-    def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return []
-        rows = _delete_hot(cursor, ids, "AND status IN (0, 1)", [])
-        if not rows:
-            return []
-        details = {r[_ID]: (int(FailureReason.CANCELLED), cancel_details(actor)) for r in rows}
-        return _insert_dlq(cursor, rows, details, _now(), modified_by=actor, keep_modifier=False)
-
-    def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
-        if not job_ids:
-            return []
-        cursor.execute(
-            f"UPDATE {HOT} SET cancel_requested_by = %s WHERE id IN ({_marks(len(job_ids))}) AND +status = 2"
-            " RETURNING id",
-            [actor, *job_ids],
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-    def update_hot_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None, actor: str | None,
-        revision: int | None = None,
-    ) -> bool:
-        if payload is None and tags is None and priority is None:
-            return False
-        cursor.execute(
-            f"UPDATE {HOT} SET payload = coalesce(%s, payload), tags = coalesce(%s, tags),"
-            f" priority = coalesce(%s, priority), last_modified_by = %s, last_updated_at = %s, {REVISION_BUMP}"
-            f" WHERE id = %s AND status = 0 AND {revision_guard()}",
-            [payload, tags, priority, actor, _ts(_now()), job_id, revision],
-        )
-        return bool(cursor.rowcount)
-
-    def update_dlq_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
-                        revision: int | None = None) -> bool:
-        if payload is None and tags is None:
-            return False
-        cursor.execute(
-            f"UPDATE {DLQ} SET previous_payload = CASE WHEN %s IS NOT NULL AND %s IS NOT payload"
-            " THEN payload ELSE previous_payload END,"
-            f" payload = coalesce(%s, payload), tags = coalesce(%s, tags), last_modified_by = %s, {REVISION_BUMP}"
-            f" WHERE id = %s AND {revision_guard()}",
-            [payload, payload, payload, tags, actor, job_id, revision],
-        )
-        return bool(cursor.rowcount)
-
-    def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return []
-        cursor.execute(
-            f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN ({_marks(len(ids))})"
-            " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue",
-            [*ids, batch_size],
-        )
-        moved = [(row[0], row[1]) for row in cursor.fetchall()]
-        _drop_stats(cursor, "failed_total", Counter(q for _, q in moved), _ts(_now()))
-        return moved
-
-    def _purge_by_age(self, cursor: Cursor, table: str, older: str, order: str, counter: str, cutoff: datetime,
-                      batch_size: int) -> int:
-        """One batch of ``table`` rows matching ``older`` (a predicate on the cutoff); ``counter`` −n."""
-        cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {older}"
-                       f" ORDER BY {order}, id LIMIT %s) RETURNING queue", [_ts(cutoff), batch_size])
-        counts = Counter(row[0] for row in cursor.fetchall())
-        _drop_stats(cursor, counter, counts, _ts(_now()))
-        return sum(counts.values())
-
-    def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        return self._purge_by_age(cursor, DLQ, "created_at <= %s", "created_at", "failed_total", cutoff, batch_size)
-
-    def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        return self._purge_by_age(cursor, ARCHIVE, "finished_at < %s", "finished_at", "succeeded_total", cutoff,
-                                  batch_size)
-
-    def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
-        now = _now()
-        cursor.execute(
-            f"UPDATE {HOT} SET status = 0, worker_id = NULL, last_updated_at = %s"
-            " WHERE status = 1 AND last_updated_at < %s",
-            [_ts(now), _ts(now - timedelta(seconds=fetched_timeout_s))],
-        )
-        return int(cursor.rowcount)
+        _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
+        return [(r[0], r[1]) for r in rows]
 
     def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         now = _now()
@@ -651,85 +371,9 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         for name, timeout in overrides.items():
             clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
             params += [name, _ts(now - timedelta(seconds=timeout))]
-        cursor.execute(
-            f"DELETE FROM {HOT} WHERE status = 2 AND ({' OR '.join(f'({c})' for c in clauses)})"
-            f" RETURNING {HOT_COLUMNS}",
-            params,
-        )
-        rows = cursor.fetchall()
-        if not rows:
-            return []
-        details = {r[_ID]: (int(FailureReason.ZOMBIE), ZOMBIE_DETAILS) for r in rows}
-        return _insert_dlq(cursor, rows, details, now)
-
-    def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
-        """Nothing to do: SQLite reuses freed pages and keeps no dead row versions."""
-        return False
-
-    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        # BEGIN IMMEDIATE serializes the callers: the first to move the tick forward wins.
-        stamp, at = _ts(_now()), _ts(tick)
-        cursor.execute(
-            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
-            [name, at, stamp],
-        )
-        if cursor.rowcount:
-            return False
-        cursor.execute(
-            f"UPDATE {SCHEDULES} SET last_tick_at = %s, updated_at = %s WHERE name = %s AND last_tick_at < %s",
-            [at, stamp, name, at],
-        )
-        return bool(cursor.rowcount)
-
-    def change_marker(self, cursor: Cursor) -> int | None:
-        """Changes whenever another connection commits; read without a lock (the WAL index)."""
-        cursor.execute("PRAGMA data_version")
-        return int(cursor.fetchone()[0])
-
-    def _dlq_pick(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
-        where, params = self.dlq_where(filters)
-        cursor.execute(f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC LIMIT %s", [*params, max_jobs])
-        return [r[0] for r in cursor.fetchall()]
-
-    def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
-        return _delete_dlq(cursor, self._dlq_pick(cursor, filters, max_jobs))
-
-    def resurrect_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int, actor: str | None) -> Moved:
-        return _resurrect_rows(cursor, self._dlq_pick(cursor, filters, max_jobs), None, None, None, actor)
-
-    def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-        ids = list(dict.fromkeys(job_ids))
-        if not ids:
-            return []
-        cursor.execute(f"DELETE FROM {ARCHIVE} WHERE id IN ({_marks(len(ids))}) RETURNING id, queue", ids)
-        moved = [(row[0], row[1]) for row in cursor.fetchall()]
-        _drop_stats(cursor, "succeeded_total", Counter(q for _, q in moved), _ts(_now()))
-        return moved
-
-    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement (parts not asked for are skipped by their CASE)."""
-        locate, ids = self.locate_sql(list(dict.fromkeys(request.locate_ids)))
-        since = request.throughput_since
-        now = _ts(_now())
-        cursor.execute(_snapshot_sql(locate), [
-            int(request.active_limit), *ids,
-            since is not None, _ts(since or _now()),
-            request.queues, now, now,
-            request.workers,
-            request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit)),
-        ])
-        totals, active, found, points, queues, workers, errors = cursor.fetchone()
-        states, stats, lags = json.loads(queues) if queues is not None else (None, None, None)
-        return snapshot_of(request, totals, active, found, points, states, stats, lags, workers, errors)
-
-    def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        now = _ts(_now())
-        for chunk in _chunks(attempts, ATTEMPT_ROWS_PER_INSERT):
-            cursor.execute(
-                f"INSERT INTO {ATTEMPTS} ({ATTEMPT_COLUMNS}) VALUES {', '.join(['(%s, %s, %s, %s, %s, %s, %s, %s)'] * len(chunk))}",
-                [value for a in chunk for value in (a.job_id, a.attempt, worker_id, a.error.error_class,
-                                                    a.error.message, a.error.traceback, now, _ts(a.started_at))],
-            )
-
+        return self._move(cursor, TO_DLQ, f"DELETE FROM {HOT} WHERE status = 2 AND"
+                          f" ({' OR '.join(f'({c})' for c in clauses)}) RETURNING {HOT_COLUMNS},"
+                          f" {int(FailureReason.ZOMBIE)} AS failure_reason, %s AS error_details, {_NO_EXCEPTION}",
+                          [*params, ZOMBIE_DETAILS])
 
 DIALECT: Dialect = SQLiteDialect()

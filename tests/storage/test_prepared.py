@@ -23,7 +23,7 @@ def prepared_statements() -> list[str]:
 
 def test_the_hot_path_is_prepared_and_reused(vendor: str) -> None:
     assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
-    assert "fetch_batch" in postgresql.DIALECT.PREPARED and "enqueue" in postgresql.DIALECT.PREPARED
+    assert postgresql.DIALECT.PREPARES
     archived("prep", 3)  # enqueue, fetch, lease and complete on this thread's connection
     first = prepared_statements()
     assert any("INSERT INTO chokaq_jobs_hot" in s for s in first), first

@@ -191,7 +191,8 @@ def test_every_vendor_defines_every_dialect_function_with_the_same_parameters(ve
         assert callable(function), f"{vendor}.{name} is missing"
         expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]  # drop self
         assert list(inspect.signature(function).parameters) == expected, f"{vendor}.{name}"
-    assert set(dialect.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
+    for capability in ("MOVES_IN_ONE_STATEMENT", "ENQUEUE_IN_ONE_STATEMENT", "PREPARES"):
+        assert isinstance(getattr(dialect, capability), bool), f"{vendor}.{capability}"
 
 
 def test_sql_text_lives_only_in_sql_modules() -> None:

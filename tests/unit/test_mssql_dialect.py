@@ -480,7 +480,7 @@ def _row(names: Sequence[str], **values: Any) -> tuple[Any, ...]:
 
 
 def hot_row(**values: Any) -> tuple[Any, ...]:
-    return _row(sql.HOT_FIELDS, **values)
+    return _row(base.HOT_FIELDS, **values)
 
 
 def new_job(job_id: str, key: str | None = None, delay: float | None = None) -> NewJob:
@@ -652,8 +652,8 @@ CASES = [
     Case("update_dlq_data", ("J1", None, "t", None), [[("J1",)]], True),
     Case("purge_dlq_ids", (["J1", "J2", "J1"], 1000), [[("J1", "mail")]], [("J1", "mail")]),
     Case("purge_dlq_ids", ([], 1000), [], []),
-    Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[(3,)]], 3),
-    Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [(2,)]])], 2),
+    Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[("mail", 2), ("default", 1)]], 3),
+    Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [("mail", 2)]])], 2),
     Case("recover_abandoned", (600.0,), [[(4,)]], 4),
     Case("archive_zombies", (600.5,), [[("J1", "mail")]], [("J1", "mail")]),
     Case("set_queue_paused", ("mail", True), [None], None),
@@ -671,10 +671,10 @@ CASES = [
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
     Case("get_hot", ("J1",), [[]], None),
-    Case("get_archived", ("J1",), [[_row(sql.ARCHIVE_FIELDS, duration_ms=3.5)]],
+    Case("get_archived", ("J1",), [[_row(base.ARCHIVE_FIELDS, duration_ms=3.5)]],
          check=lambda job: isinstance(job, ArchivedJob) and job.duration_ms == 3.5 and job.finished_at == T0),
     Case("get_archived", ("J1",), [[]], None),
-    Case("get_dead", ("J1",), [[_row(sql.DLQ_FIELDS, error_details="boom")]],
+    Case("get_dead", ("J1",), [[_row(base.DLQ_FIELDS, error_details="boom")]],
          check=lambda job: isinstance(job, DeadJob) and job.failure_reason is FailureReason.FATAL_ERROR),
     Case("get_dead", ("J1",), [[]], None),
     Case("list_active", (JobFilter(queue="mail", type="test.ok.v1", status=JobStatus.PENDING, search="50%_[x]",
@@ -701,10 +701,11 @@ CASES = [
          BulkPreview(12, 12, False, ["J1", "J2"])),
     Case("preview_dlq_bulk", (JobFilter(type="t"), 5), [[(12,)], [("J1",)]], BulkPreview(12, 5, True, ["J1"])),
     Case("preview_dlq_bulk", (JobFilter(), 100), [[(0,)]], BulkPreview(0, 0, False, [])),
-    Case("purge_dlq_by_filter", (JobFilter(queue="mail", to_at=T0), 100), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("purge_dlq_by_filter", (JobFilter(queue="mail", to_at=T0), 100), [[("J1",)], [("J1", "mail")]],
+         [("J1", "mail")]),
     Case("purge_dlq_by_filter", (JobFilter(), 0), [], []),
     Case("resurrect_dlq_by_filter", (JobFilter(failure_reason=FailureReason.TRANSIENT), 100, "alice"),
-         [[("J1", "mail")]], [("J1", "mail")]),
+         [[("J1",)], [("J1", "mail")]], [("J1", "mail")]),
     Case("resurrect_dlq_by_filter", (JobFilter(search="x"), 10, None), [[]], []),
     Case("purge_archive_ids", (["J1", "J1"],), [[("J1", "mail")]], [("J1", "mail")]),
     Case("purge_archive_ids", ([],), [], []),
@@ -805,55 +806,92 @@ def test_mssql_django_formats_every_statement(case: Case) -> None:
             assert len(sent_params) == len(params)
 
 
-def test_autocommit_safe_functions_change_one_table_at_most() -> None:
-    assert set(sql.DIALECT.AUTOCOMMIT_SAFE) <= set(DIALECT_FUNCTIONS)
+def run_alone_by_storage() -> set[str]:
+    """The dialect functions ``storage`` runs without a transaction of their own on SQL Server: those it calls
+    ``ALONE`` or on the ``HOT_PATH`` (moves run alone only where the dialect moves in one statement)."""
+    import ast
+
+    from chokaq_core import storage
+
+    assert not sql.DIALECT.MOVES_IN_ONE_STATEMENT and not sql.DIALECT.ENQUEUE_IN_ONE_STATEMENT
+    found = set()
+    for node in ast.walk(ast.parse(inspect.getsource(storage))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("call", "_purge_batches")
+                and len(node.args) > 1 and isinstance(node.args[0], ast.Name)
+                and node.args[0].id in ("ALONE", "HOT_PATH") and isinstance(node.args[1], ast.Attribute)):
+            found.add(node.args[1].attr)
+    return found
+
+
+def test_functions_storage_runs_alone_change_one_table_at_most() -> None:
+    alone = run_alone_by_storage()
+    assert {"get_hot", "keep_alive", "deck_snapshot", "purge_workers"} <= alone <= set(DIALECT_FUNCTIONS)
+    assert "fetch_batch" not in alone, "the claim's capped-queue locks must last until it commits"
     for function, text, _ in _statements():
-        if function not in sql.DIALECT.AUTOCOMMIT_SAFE:
+        if function not in alone:
             continue
         statements = [s for s in _strip_literals(text).split(";") if s.strip()]
         changing = [s for s in statements if DML.match(s) and re.search(r"\bchokaq_\w+", s)]
         assert len(changing) <= 1, function
 
 
-def test_move_batches_have_the_sql_server_shape() -> None:
-    completions = {"archive_succeeded", "move_to_dlq", "cancel_batch", "archive_zombies"}
-    seen = set()
-    for function, text, _ in _statements():
-        if function in completions:
-            seen.add(function)
-            assert text.startswith("SET NOCOUNT ON;")
-            assert re.search(r"DELETE h\s+OUTPUT deleted\.id, deleted\.queue", text)
-            assert "INTO @Moved (" in text
-            assert re.search(r"INSERT INTO chokaq_jobs_(archive|dlq) \(.*\)\s+SELECT .* FROM @Moved;", text)
-            assert "MERGE chokaq_stats_summary WITH (HOLDLOCK) AS t" in text
-            assert "MERGE chokaq_metric_buckets WITH (HOLDLOCK) AS t" in text
-            assert text.endswith("SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;")
-        if function in ("resurrect", "resurrect_batch"):
-            assert "FROM chokaq_jobs_dlq AS d WITH (ROWLOCK)" in text and "INSERT INTO chokaq_jobs_hot" in text
-            assert "metric_buckets" not in text, "resurrection never changes buckets"
-        if function in ("purge_dlq_ids", "purge_dlq_older_than", "purge_archive"):
-            assert "WITH (UPDLOCK, READPAST, ROWLOCK)" in text and "TOP (@Batch)" in text
-        if function.endswith("_by_filter"):
-            assert "SELECT TOP (%s) p.id FROM chokaq_jobs_dlq AS p WITH (UPDLOCK, READPAST, ROWLOCK)" in text
-            assert "ORDER BY p.failed_at DESC, p.id ASC" in text
-        if function.startswith(("purge_", "resurrect")) and function != "purge_metric_buckets":
-            assert "metric_buckets" not in text, "purges and resurrection never touch buckets"
-        assert "BEGIN TRAN" not in text.upper()
-    assert seen == completions
+COMPLETIONS = ("archive_succeeded", "move_to_dlq", "cancel_batch", "archive_zombies")
+CLAIMS = (Case("fetch_batch", ("w1", 10, None), [[]]), Case("fetch_batch", ("w1", 10, ["mail"]), [[]]))
+# (functions, which of their statements (a prefix; "" = all), what each must match, why): SQL Server's forms.
+SHAPES: list[tuple[Sequence[str], str, str, str]] = [
+    *((COMPLETIONS, "", pattern, "a move: delete into @Moved, insert, counters, buckets") for pattern in (
+        r"^SET NOCOUNT ON;", r"DELETE h\s+OUTPUT deleted\.id, deleted\.queue", r"INTO @Moved \(",
+        r"INSERT INTO chokaq_jobs_(archive|dlq) \(.*\)\s+SELECT .* FROM @Moved;",
+        r"MERGE chokaq_stats_summary WITH \(HOLDLOCK\) AS t", r"MERGE chokaq_metric_buckets WITH \(HOLDLOCK\) AS t",
+        r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$")),
+    *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
+        r"FROM chokaq_jobs_dlq AS d WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
+    *((("purge_dlq_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
+      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"TOP \(@Batch\)")),
+    *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
+      for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
+    *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
+        r"FROM chokaq_jobs_hot AS h WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"ROW_NUMBER\(\) OVER \(PARTITION BY e\.queue",
+        r"r\.cur \+ r\.rnk <= r\.max_workers", r"OUTPUT inserted\.id, inserted\.queue",
+        r"h\.status = 0",  # the literal predicate lets the filtered index hot_fetch_pending serve
+        r"(?s)FROM chokaq_queues AS c WITH \(UPDLOCK, ROWLOCK\)\nWHERE c\.max_workers IS NOT NULL.*WITH Eligible AS")),
+    *((("enqueue",), "", pattern, "queue rows under key-range locks") for pattern in (
+        r"FROM chokaq_queues AS q WITH \(UPDLOCK, HOLDLOCK\) WHERE q\.name = n\.queue",
+        r"FROM chokaq_stats_summary AS s WITH \(UPDLOCK, HOLDLOCK\) WHERE s\.queue = n\.queue")),
+]
+# (functions, what none of their statements may contain, why)
+NEVER: list[tuple[Sequence[str], str, str]] = [
+    ([c.function for c in CASES if c.function.startswith(("purge_", "resurrect")) and c.function != "purge_metric_buckets"],
+     "METRIC_BUCKETS", "purges and resurrection never touch buckets"),
+    (DIALECT_FUNCTIONS, "BEGIN TRAN", "storage owns the transaction"),
+    (("resurrect", "resurrect_batch"), "METRIC_BUCKETS", "resurrection never changes buckets"),
+]
 
 
-def test_claims_lock_skip_and_rank_inside_the_claim() -> None:
-    for queues in (None, ["mail"]):
-        _, cursor = _run(Case("fetch_batch", ("w1", 10, queues), [[]]))
-        [(text, params)] = cursor.calls
-        assert "FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)" in text
-        assert "ROW_NUMBER() OVER (PARTITION BY e.queue" in text
-        assert "r.cur + r.rnk <= r.max_workers" in text
-        assert "OUTPUT inserted.id, inserted.queue" in text
-        assert "h.status = 0" in text, "the literal predicate lets the filtered index hot_fetch_pending serve"
-        lock = text.index("FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\nWHERE c.max_workers IS NOT NULL")
-        assert lock < text.index("WITH Eligible AS"), "capped queues' rows are locked before the claim statement"
-        assert "fetch_batch" not in sql.DIALECT.AUTOCOMMIT_SAFE, "those locks must last until the claim commits"
+def _texts(functions: Sequence[str], prefix: str = "") -> dict[str, list[str]]:
+    """The statements each function sends (those starting with ``prefix``) over its render cases."""
+    texts: dict[str, list[str]] = {}
+    for case in [*CASES, *CLAIMS]:
+        if case.function in functions:
+            texts.setdefault(case.function, []).extend(t for t, _ in _run(case)[1].calls if t.startswith(prefix))
+    return texts
+
+
+@pytest.mark.parametrize(("functions", "prefix", "pattern", "why"), SHAPES, ids=lambda v: str(v)[:40])
+def test_statements_have_the_sql_server_shape(functions: Sequence[str], prefix: str, pattern: str, why: str) -> None:
+    texts = _texts(functions, prefix)
+    assert set(texts) == set(functions) and all(texts.values()), f"a function of {functions} sends no such statement"
+    assert all(re.search(pattern, text) for group in texts.values() for text in group), why
+
+
+@pytest.mark.parametrize(("functions", "fragment", "why"), NEVER, ids=lambda v: str(v)[:40])
+def test_statements_never_contain(functions: Sequence[str], fragment: str, why: str) -> None:
+    assert not any(fragment in text.upper() for group in _texts(functions).values() for text in group), why
+
+
+def test_the_claim_sends_worker_window_and_limit() -> None:
+    for case in CLAIMS:
+        [(_, params)] = _run(case)[1].calls
         assert params[:3] == ["w1", 100, 10], "worker, scan window (10 x limit), limit"
 
 
@@ -914,7 +952,7 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
                          ("@WithWorkers = 1", 1), ("@ErrorsLimit > 0", 1)):
         assert select.count(f"CASE WHEN {guard} THEN (SELECT ") == parts, guard
     # The parts are the separate reads' own statements (their ORDER BY re-applied outside the derived table).
-    for alone, part in ((sql.SUMMARY_STATS_SQL, sql.SUMMARY_STATS_SQL), (sql.LOCATE_SQL, sql.LOCATE_SELECT),
+    for alone, part in ((sql.SUMMARY_STATS_SQL, sql.SUMMARY_STATS_SQL),
                         (sql.THROUGHPUT_SQL, sql._throughput_select("CAST(%s AS datetimeoffset(7))")),
                         (sql.QUEUE_STATES_SQL, sql.QUEUE_STATES_SELECT), (sql.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT),
                         (sql.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT), (sql.LIST_WORKERS_SQL, sql.LIST_WORKERS_SELECT),
@@ -927,11 +965,8 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
     assert json_rows(for_json([(T1, True, None)]), datetime_at=[0]) == [[T1, True, None]], "the fake's FOR JSON"
 
 
-def test_enqueue_ensures_queue_rows_under_key_range_locks() -> None:
-    _, cursor = _run(CASES[0])
-    [(text, params)] = cursor.calls
-    assert "FROM chokaq_queues AS q WITH (UPDLOCK, HOLDLOCK) WHERE q.name = n.queue" in text
-    assert "FROM chokaq_stats_summary AS s WITH (UPDLOCK, HOLDLOCK) WHERE s.queue = n.queue" in text
+def test_enqueue_sends_the_first_job_of_each_key_and_split_delays() -> None:
+    [(_, params)] = _run(CASES[0])[1].calls
     sent = json.loads(params[0])
     assert [item["id"] for item in sent] == ["A", "C", "D"], "the first job of a repeated key stands for the others"
     assert (sent[2]["delay_s"], sent[2]["delay_ms"]) == (1, 500)
@@ -943,36 +978,30 @@ def _duplicate_key_error(index: str, number: str = "2601") -> DriverError:
                                 f"key row in object 'dbo.chokaq_jobs_hot' with unique index '{index}'. ({number})")
 
 
-def test_enqueue_losing_a_key_race_rereads_the_winner() -> None:
-    race = _duplicate_key_error(sql.IDEMPOTENCY_INDEX)
-    result, cursor = _run(Case("enqueue", ([new_job("A", "k1"), new_job("B")],),
-                               [race, [("B", None), ("WINNER", "k1")]]))
-    assert result == ["WINNER", "B"]
-    assert len(cursor.calls) == 2
+RACE = _duplicate_key_error(sql.IDEMPOTENCY_INDEX)
+# (jobs, the driver's results pass by pass, the stored ids or the error raised, statements sent)
+ENQUEUE_PASSES: list[tuple[list[NewJob], list[Any], Any, int]] = [
+    ([new_job("A", "k1"), new_job("B")], [RACE, [("B", None), ("WINNER", "k1")]], ["WINNER", "B"], 2),  # lost a race
+    ([new_job("A")], [_duplicate_key_error("PK__chokaq_j__3213E83F", "2627")], DriverError, 1),  # a duplicate job id
+    ([new_job("A", "k1")], [RACE] * base.ENQUEUE_PASSES, DriverError, base.ENQUEUE_PASSES),  # a race never resolved
+    ([new_job("A", "k1")], [[], [("A", None), ("A", "k1")]], ["A"], 2),  # the key's holder left meanwhile: insert
+]
 
 
-def test_enqueue_reraises_a_duplicate_job_id() -> None:
-    clash = _duplicate_key_error("PK__chokaq_j__3213E83F", "2627")
-    with pytest.raises(DriverError):
-        _run(Case("enqueue", ([new_job("A")],), [clash]))
-
-
-def test_enqueue_reraises_a_race_it_cannot_resolve() -> None:
-    race = _duplicate_key_error(sql.IDEMPOTENCY_INDEX)
-    with pytest.raises(DriverError):
-        _run(Case("enqueue", ([new_job("A", "k1")],), [race] * sql.ENQUEUE_PASSES))
-
-
-def test_enqueue_retries_a_key_whose_holder_left_meanwhile() -> None:
-    """Not inserted (the key was taken) and no holder any more: the next pass inserts it."""
-    result, cursor = _run(Case("enqueue", ([new_job("A", "k1")],), [[], [("A", None), ("A", "k1")]]))
-    assert result == ["A"]
-    assert len(cursor.calls) == 2
+@pytest.mark.parametrize(("jobs", "script", "outcome", "calls"), ENQUEUE_PASSES)
+def test_enqueue_passes(jobs: list[NewJob], script: list[Any], outcome: Any, calls: int) -> None:
+    cursor = Recorder(script)
+    if outcome is DriverError:
+        with pytest.raises(DriverError):
+            sql.DIALECT.enqueue(cursor, jobs)
+    else:
+        assert sql.DIALECT.enqueue(cursor, jobs) == outcome
+    assert len(cursor.calls) == calls
 
 
 def test_datetime_parameters_are_naive_utc_and_delays_split_for_dateadd() -> None:
     cutoff = datetime(2026, 3, 1, 14, 0, 0, 250, tzinfo=UTC).astimezone(timezone(timedelta(hours=2)))
-    _, cursor = _run(Case("purge_archive", (cutoff, 10), [[(0,)]]))
+    _, cursor = _run(Case("purge_archive", (cutoff, 10), [[]]))
     assert cursor.calls[0][1][0] == "2026-03-01T14:00:00.000250+00:00", "exact, whatever the driver does with datetimes"
     _, cursor = _run(Case("recover_abandoned", (90.25,), [[(0,)]]))
     assert cursor.calls[0][1] == [90, 250]
