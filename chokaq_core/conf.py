@@ -93,8 +93,9 @@ DEFAULTS: dict[str, Any] = {
         "OVERFLOW_TAG_VALUE": "other",
     },
     # Retention (spec 05 §5): None = keep forever; INTERVAL = the in-worker cleanup period (None = off).
+    # HISTORY_MINUTES_HOURS / HISTORY_HOURS_DAYS: the minute and hour roll-ups behind the Deck's 1 h / 24 h / 7 d views.
     "RETENTION": {"ARCHIVE_DAYS": None, "DLQ_DAYS": None, "METRIC_BUCKETS_HOURS": 24, "WORKER_ROWS_DAYS": 1,
-                  "INTERVAL": 3600},
+                  "HISTORY_MINUTES_HOURS": 48, "HISTORY_HOURS_DAYS": 30, "INTERVAL": 3600},
     # Recurring jobs: {"name": {"CRON": "*/5 * * * *", "TYPE": "type.key", "PAYLOAD": {}, ...}}.
     "SCHEDULE": {},
     "EVENTS": {"COALESCE_INTERVAL": 0.2},
@@ -353,7 +354,7 @@ def _check_operations(cfg: Config, errors: list[str]) -> None:
             errors.append(f"METRICS.{key} must be at most MAX_TAG_VALUE_LENGTH characters")
     retention = cfg.RETENTION
     for key, none_ok in (("ARCHIVE_DAYS", True), ("DLQ_DAYS", True), ("METRIC_BUCKETS_HOURS", False),
-                         ("WORKER_ROWS_DAYS", False)):
+                         ("WORKER_ROWS_DAYS", False), ("HISTORY_MINUTES_HOURS", False), ("HISTORY_HOURS_DAYS", False)):
         value = retention[key]
         if value is None and none_ok:
             continue

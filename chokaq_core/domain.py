@@ -383,15 +383,21 @@ class SummaryStats:
     failed_total: int
     retried_total: int
     last_activity_at: datetime | None = None
+    purged_total: int = 0  # Archive rows deleted by purges (succeeded_total never shrinks)
     ready: int = 0
     scheduled: int = 0
     retrying: int = 0
     held: int = 0
 
     @property
+    def archived(self) -> int:
+        """Archive rows still retained: every success counted minus those purged since."""
+        return max(0, self.succeeded_total - self.purged_total)
+
+    @property
     def total(self) -> int:
         """Hot rows plus retained Archive and DLQ rows, from O(1) counters."""
-        return self.pending + self.fetched + self.processing + self.succeeded_total + self.failed_total
+        return self.pending + self.fetched + self.processing + self.archived + self.failed_total
 
 
 @dataclass(slots=True)
@@ -517,6 +523,91 @@ class MetricPoint:
     at: datetime
     succeeded: int
     failed: int
+
+
+# ---------------------------------------------------------------- history roll-ups
+
+# Upper edges (ms) of the duration histogram's bins, a 1-2-5 log scale: bin i counts durations in
+# [edge[i-1], edge[i]) (bin 0 from 0), the last bin everything from 1,000,000 ms (≈ 17 min) up.
+DURATION_BIN_EDGES_MS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
+                                            20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000)
+DURATION_BINS = len(DURATION_BIN_EDGES_MS) + 1
+HISTORY_GRANULARITIES = {"minute": 60, "hour": 3600}  # bucket widths in seconds
+
+
+def duration_bin(duration_ms: float) -> int:
+    """The histogram bin of one duration."""
+    for i, edge in enumerate(DURATION_BIN_EDGES_MS):
+        if duration_ms < edge:
+            return i
+    return len(DURATION_BIN_EDGES_MS)
+
+
+def percentile(bins: Sequence[int], fraction: float, max_ms: float | None = None) -> float | None:
+    """The ``fraction`` (0–1) percentile of the durations a histogram counts, interpolated linearly inside
+    its bin (the open last bin ends at ``max_ms``, the longest duration seen) and never above ``max_ms``;
+    None when the histogram is empty."""
+    total = sum(bins)
+    if total <= 0:
+        return None
+    rank = fraction * total
+    seen = 0
+    for i, count in enumerate(bins):
+        if count and seen + count >= rank:
+            low = DURATION_BIN_EDGES_MS[i - 1] if i else 0.0
+            high = DURATION_BIN_EDGES_MS[i] if i < len(DURATION_BIN_EDGES_MS) else max(max_ms or low, low)
+            value = low + (high - low) * max(rank - seen, 0) / count
+            return min(value, max_ms) if max_ms is not None else value
+        seen += count
+    return max_ms
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """One minute or hour bucket summed over queues and types: outcomes and the successes' histogram."""
+
+    at: datetime
+    succeeded: int
+    failed: int
+    bins: tuple[int, ...] = (0,) * DURATION_BINS
+    max_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeHistory:
+    """One job type over a history window: outcomes and its successes' duration histogram."""
+
+    type: str
+    succeeded: int
+    failed: int
+    duration_count: int
+    total_duration_ms: float
+    max_ms: float | None
+    bins: tuple[int, ...] = (0,) * DURATION_BINS
+
+    def p(self, fraction: float) -> float | None:
+        return percentile(self.bins, fraction, self.max_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryWindow:
+    """What ``history_buckets`` reads for one granularity since a start: the buckets, oldest first, and the
+    busiest types."""
+
+    points: list[HistoryPoint]
+    types: list[TypeHistory]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """A ``chokaq_schedules`` row: the latest claimed tick, the operator's switch (None: as configured) and the
+    latest job the schedule enqueued."""
+
+    name: str
+    last_tick_at: datetime
+    enabled: bool | None = None
+    last_job_id: str | None = None
+    last_run_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from chokaq_core import metrics, schedule, storage
 from chokaq_core.conf import Config, config
+from chokaq_core.domain import HISTORY_GRANULARITIES
 
 logger = logging.getLogger("chokaq.maintenance")
 
@@ -43,6 +45,8 @@ class RetentionPlan:
     dlq_days: float | None
     metric_buckets_hours: float | None
     worker_rows_days: float | None
+    history_minutes_hours: float | None = None
+    history_hours_days: float | None = None
 
     @classmethod
     def from_settings(cls, cfg: Config | None = None, **overrides: float | None) -> RetentionPlan:
@@ -50,6 +54,8 @@ class RetentionPlan:
         values = {
             "archive_days": retention.ARCHIVE_DAYS, "dlq_days": retention.DLQ_DAYS,
             "metric_buckets_hours": retention.METRIC_BUCKETS_HOURS, "worker_rows_days": retention.WORKER_ROWS_DAYS,
+            "history_minutes_hours": retention.HISTORY_MINUTES_HOURS,
+            "history_hours_days": retention.HISTORY_HOURS_DAYS,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         for key, value in values.items():
@@ -63,18 +69,22 @@ class RetentionPlan:
         spans = {"archive": timedelta(days=self.archive_days) if self.archive_days else None,
                  "dlq": timedelta(days=self.dlq_days) if self.dlq_days else None,
                  "metric_buckets": timedelta(hours=self.metric_buckets_hours) if self.metric_buckets_hours else None,
-                 "workers": timedelta(days=self.worker_rows_days) if self.worker_rows_days else None}
+                 "workers": timedelta(days=self.worker_rows_days) if self.worker_rows_days else None,
+                 "history_minutes": timedelta(hours=self.history_minutes_hours) if self.history_minutes_hours else None,
+                 "history_hours": timedelta(days=self.history_hours_days) if self.history_hours_days else None}
         if self.archive_days and self.dlq_days:  # the attempts history lives as long as the longer of the two
             spans["attempts"] = timedelta(days=max(self.archive_days, self.dlq_days))
         return {target: now - span for target, span in spans.items() if span is not None}
 
 
-CLEANUP_TARGETS = {
+CLEANUP_TARGETS: dict[str, Callable[[datetime, Callable[[int], None] | None], int]] = {
     "archive": storage.purge_archive,
     "dlq": storage.purge_dlq_older_than,
     "metric_buckets": storage.purge_metric_buckets,
     "workers": storage.purge_workers,
     "attempts": storage.purge_attempts,
+    "history_minutes": partial(storage.purge_history, HISTORY_GRANULARITIES["minute"]),
+    "history_hours": partial(storage.purge_history, HISTORY_GRANULARITIES["hour"]),
 }
 
 

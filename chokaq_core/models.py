@@ -189,6 +189,9 @@ class StatsSummary(models.Model):
     failed_total = models.BigIntegerField(default=0, db_default=0)
     retried_total = models.BigIntegerField(default=0, db_default=0)
     last_activity_at = models.DateTimeField(null=True)
+    # Archive rows deleted by purges (by age, by id, memory-mode eviction): succeeded_total never shrinks,
+    # so the rows still retained are succeeded_total - purged_total.
+    purged_total = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         db_table = "chokaq_stats_summary"
@@ -222,6 +225,56 @@ class MetricBuckets(models.Model):
                 fields=["-bucket_start"],
                 name="buckets_recent",
             ),
+        ]
+
+
+HISTORY_BINS = 20  # duration histogram bins per history bucket (domain.DURATION_BIN_EDGES_MS)
+
+
+class HistoryBuckets(models.Model):
+    """Minute and hour roll-ups of outcomes per (queue, type), with a log-scale duration histogram.
+
+    Written in the same transaction as the moves they count; the Deck's 1 h / 24 h / 7 d views read them
+    (never Archive). ``granularity`` is the bucket width in seconds (60 or 3600); ``b00`` … ``b19`` count
+    the successes whose duration fell in each bin of ``domain.DURATION_BIN_EDGES_MS``.
+    """
+
+    pk = models.CompositePrimaryKey("granularity", "bucket_start", "queue", "type", "outcome")
+    granularity = models.IntegerField()
+    bucket_start = models.DateTimeField()
+    queue = models.CharField(max_length=255)
+    type = models.CharField(max_length=255)
+    outcome = models.SmallIntegerField()
+    completed_count = models.BigIntegerField(default=0, db_default=0)
+    duration_count = models.BigIntegerField(default=0, db_default=0)
+    total_duration_ms = models.FloatField(default=0, db_default=0)
+    max_duration_ms = models.FloatField(null=True)
+    b00 = models.BigIntegerField(default=0, db_default=0)
+    b01 = models.BigIntegerField(default=0, db_default=0)
+    b02 = models.BigIntegerField(default=0, db_default=0)
+    b03 = models.BigIntegerField(default=0, db_default=0)
+    b04 = models.BigIntegerField(default=0, db_default=0)
+    b05 = models.BigIntegerField(default=0, db_default=0)
+    b06 = models.BigIntegerField(default=0, db_default=0)
+    b07 = models.BigIntegerField(default=0, db_default=0)
+    b08 = models.BigIntegerField(default=0, db_default=0)
+    b09 = models.BigIntegerField(default=0, db_default=0)
+    b10 = models.BigIntegerField(default=0, db_default=0)
+    b11 = models.BigIntegerField(default=0, db_default=0)
+    b12 = models.BigIntegerField(default=0, db_default=0)
+    b13 = models.BigIntegerField(default=0, db_default=0)
+    b14 = models.BigIntegerField(default=0, db_default=0)
+    b15 = models.BigIntegerField(default=0, db_default=0)
+    b16 = models.BigIntegerField(default=0, db_default=0)
+    b17 = models.BigIntegerField(default=0, db_default=0)
+    b18 = models.BigIntegerField(default=0, db_default=0)
+    b19 = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        db_table = "chokaq_history_buckets"
+        constraints = [
+            models.CheckConstraint(condition=Q(outcome__in=[0, 1]), name="history_outcome_0_1"),
+            models.CheckConstraint(condition=Q(granularity__in=[60, 3600]), name="history_granularity"),
         ]
 
 
@@ -282,6 +335,11 @@ class Schedules(models.Model):
     name = models.CharField(max_length=200, primary_key=True)
     last_tick_at = models.DateTimeField()
     updated_at = models.DateTimeField(db_default=Now())
+    # The operator's switch (the Deck's Recurring panel): NULL follows the entry's ENABLED setting.
+    enabled = models.BooleanField(null=True)
+    # The latest job this schedule enqueued (a claimed tick or an operator's "run now") and when.
+    last_job_id = models.CharField(max_length=50, null=True)
+    last_run_at = models.DateTimeField(null=True)
 
     class Meta:
         db_table = "chokaq_schedules"

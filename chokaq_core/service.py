@@ -17,11 +17,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core import events, health, prometheus, storage
+from chokaq_core import events, health, prometheus, schedule, storage
 from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, serialize_payload
 from chokaq_core.checks import deck_settings_errors
 from chokaq_core.conf import config
 from chokaq_core.domain import (
+    DURATION_BINS,
+    HISTORY_GRANULARITIES,
     HISTORY_SORTS,
     INDEXED_SORTS,
     SORT_KEYS,
@@ -30,6 +32,7 @@ from chokaq_core.domain import (
     BulkPreview,
     DeadJob,
     ErrorGroup,
+    HistoryPoint,
     HistorySort,
     HotJob,
     JobFilter,
@@ -41,8 +44,10 @@ from chokaq_core.domain import (
     QueueStats,
     SnapshotRequest,
     SummaryStats,
+    TypeHistory,
     WorkerInfo,
     check_name,
+    percentile,
 )
 
 MAX_BULK_IDS = 1000
@@ -262,6 +267,80 @@ def _throughput(start: datetime, read: list[MetricPoint]) -> Throughput:
     )
 
 
+# ---------------------------------------------------------------- history roll-ups (the chart's 1 h / 24 h / 7 d views)
+
+# range → (granularity, buckets shown): each view reads at most that many buckets per series
+HISTORY_RANGES: dict[str, tuple[str, int]] = {"1h": ("minute", 60), "24h": ("hour", 24), "7d": ("hour", 168)}
+CHART_RANGES = ("5m", *HISTORY_RANGES)  # 5m is the live per-second chart
+HISTORY_TYPES_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class HistoryBucket:
+    """One bucket of a history view: outcomes and the successes' p50/p95 duration (ms, None without any)."""
+
+    at: datetime
+    succeeded: int
+    failed: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """A history view of the chart: zero-filled buckets (oldest first), totals and the busiest types."""
+
+    range: str
+    granularity: str
+    seconds: int  # bucket width
+    buckets: list[HistoryBucket]
+    types: list[TypeHistory]
+    succeeded: int
+    failed: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+    @property
+    def fail_rate(self) -> float:
+        done = self.succeeded + self.failed
+        return self.failed * 100 / done if done else 0.0
+
+
+def check_chart_range(value: str | None) -> str:
+    """A chart range as the address gives it (``?range=24h``): one of ``CHART_RANGES``, 5m when absent."""
+    value = (value or "5m").strip()
+    if value not in CHART_RANGES:
+        raise ServiceError(f"range must be one of {', '.join(CHART_RANGES)} (got {value[:20]!r})")
+    return value
+
+
+def history_buckets(range_key: str, now: datetime | None = None) -> HistoryView:
+    """The 1h (minute buckets), 24h or 7d (hour buckets) view from the roll-ups: one read of at most 60/24/168
+    buckets per series, never Archive."""
+    if range_key not in HISTORY_RANGES:
+        raise ServiceError(f"range must be one of {', '.join(HISTORY_RANGES)} (got {range_key[:20]!r})")
+    granularity, count = HISTORY_RANGES[range_key]
+    seconds = HISTORY_GRANULARITIES[granularity]
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    current = datetime.fromtimestamp(int(now.timestamp()) // seconds * seconds, UTC)
+    start = current - timedelta(seconds=seconds * (count - 1))
+    window = storage.history_buckets(seconds, start, HISTORY_TYPES_LIMIT)
+    by_start = {p.at.astimezone(UTC): p for p in window.points}
+    empty = (0,) * DURATION_BINS
+    points = [by_start.get(start + timedelta(seconds=seconds * n)) or HistoryPoint(start + timedelta(seconds=seconds * n),
+                                                                                    0, 0, empty)
+              for n in range(count)]
+    bins = tuple(sum(column) for column in zip(*(p.bins for p in points), strict=True))
+    longest = max((p.max_ms for p in points if p.max_ms is not None), default=None)
+    return HistoryView(
+        range=range_key, granularity=granularity, seconds=seconds,
+        buckets=[HistoryBucket(p.at, p.succeeded, p.failed, percentile(p.bins, 0.5, p.max_ms),
+                               percentile(p.bins, 0.95, p.max_ms)) for p in points],
+        types=window.types, succeeded=sum(p.succeeded for p in points), failed=sum(p.failed for p in points),
+        p50_ms=percentile(bins, 0.5, longest), p95_ms=percentile(bins, 0.95, longest),
+    )
+
+
 TOP_ERRORS_LIMIT = 5
 
 
@@ -369,7 +448,7 @@ def history(
         raise ServiceError(f"page size must be within 1..{MAX_PAGE_SIZE}")
     read = storage.list_archive if pillar == "archive" else storage.list_dlq
     summary = storage.summary_stats()
-    retained = summary.succeeded_total if pillar == "archive" else summary.failed_total
+    retained = summary.archived if pillar == "archive" else summary.failed_total
     window = None if sort.key in INDEXED_SORTS[pillar] else SORT_WINDOW
     sort = replace(sort, window=window)
     term = (filters.search or "").strip()
@@ -557,6 +636,39 @@ def purge_archive(job_id: str) -> None:
     job_id = check_job_id(job_id)
     if not storage.purge_archive_ids([job_id]):
         raise ConflictError(f"Job {job_id} is not in the Archive")
+
+
+# ---------------------------------------------------------------- recurring jobs (the Recurring panel)
+
+
+def recurring(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every ``CHOKAQ["SCHEDULE"]`` entry: switch, next run, last run and its job."""
+    return schedule.overview(now)
+
+
+def _schedule_name(name: str) -> str:
+    name = (name or "").strip()
+    if not name or len(name) > 200:
+        raise ServiceError("schedule name must be 1-200 characters")
+    return name
+
+
+def set_schedule_enabled(name: str, enabled: bool, now: datetime | None = None) -> None:
+    """Switch a recurring job on or off fleet-wide (every worker honours it from its next check)."""
+    name = _schedule_name(name)
+    try:
+        schedule.set_enabled(name, bool(enabled), now)
+    except KeyError:
+        raise NotFoundError(f"No recurring job named {name!r} in CHOKAQ['SCHEDULE']") from None
+
+
+def run_schedule_now(name: str, *, actor: str, now: datetime | None = None) -> str:
+    """Enqueue one job of a recurring job now (whatever its switch); the job's id."""
+    name = _schedule_name(name)
+    try:
+        return schedule.run_now(name, actor, now)
+    except KeyError:
+        raise NotFoundError(f"No recurring job named {name!r} in CHOKAQ['SCHEDULE']") from None
 
 
 def purge_dlq(job_id: str) -> None:

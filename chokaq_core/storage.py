@@ -19,6 +19,7 @@ import logging
 import random
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from chokaq_core.domain import (
     FailedAttempt,
     Failure,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -49,6 +51,7 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     Success,
     SummaryStats,
@@ -118,8 +121,9 @@ class _PreparingCursor:
     Django's psycopg cursors bind client-side (every parameter quoted into the SQL text in Python, every
     statement parsed and planned again by PostgreSQL). The engine's hot statements are few, fixed texts
     (arrays, not growing placeholder lists) run thousands of times: preparing them saves the claim's
-    ~3 ms plan per call and the client-side quoting. ``SQL.PREPARED_STATEMENTS = False`` turns it off
-    (e.g. behind a PgBouncer older than 1.21 in transaction pooling)."""
+    ~3 ms plan per call and the client-side quoting. Only on a direct connection (``_direct_session``): behind
+    a pooler the next transaction may run on another server session, where the statement's name is missing or
+    names another client's statement. ``SQL.PREPARED_STATEMENTS = False`` turns it off everywhere."""
 
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
@@ -129,6 +133,25 @@ class _PreparingCursor:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)
+
+
+_DIRECT_SESSIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _direct_session(using: str, raw: Any, cursor: Any) -> bool:
+    """True when this driver connection talks to the database server's own session process: the process id the
+    server reported when the connection opened is the one serving it now. A pooler (PgBouncer, in any pool
+    mode) answers the connection itself with an id of its own, and a transaction pooler hands each transaction
+    to whichever server session is free, so nothing may live in the session (prepared statements). Asked once
+    per connection, in the caller's transaction."""
+    known = _DIRECT_SESSIONS.get(raw)
+    if known is None:
+        pid = dialect(using).session_pid(cursor)
+        known = _DIRECT_SESSIONS[raw] = pid is not None and pid == raw.info.backend_pid
+        if not known:
+            logger.info("the database connection goes through a pooler (server session %s, connection reported"
+                        " %s): the engine's statements are not prepared on it", pid, raw.info.backend_pid)
+    return known
 
 
 @contextmanager
@@ -145,6 +168,9 @@ def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
         import psycopg
 
         raw = wrapper.cursor.connection
+        if not _direct_session(using, raw, wrapper.cursor):
+            yield wrapper.cursor
+            return
         if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked explicitly;
             raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # its client-side cursors never prepare anyway
         with psycopg.Cursor(raw) as cursor:
@@ -328,6 +354,8 @@ def complete(
         failed_attempts = _failed_attempts(completion, retries, failures, started)
         if failed_attempts:
             sql.record_attempts(cursor, worker_id, failed_attempts)
+        sql.record_history(cursor, [i for i, _ in completion.archived], [i for i, _ in completion.failed],
+                           datetime.now(UTC))
         return completion
 
     done = run(operation, prepared=True)
@@ -413,6 +441,7 @@ def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]
     def operation(cursor: Any) -> tuple[list[tuple[str, str]], list[str]]:
         sql = dialect()
         moved = sql.cancel_batch(cursor, job_ids, actor)
+        sql.record_history(cursor, [], [i for i, _ in moved], datetime.now(UTC))
         moved_ids = {i for i, _ in moved}
         flagged = sql.request_cancel(cursor, [i for i in job_ids if i not in moved_ids], actor)
         return moved, flagged
@@ -493,7 +522,13 @@ def recover_abandoned(fetched_timeout_s: float) -> int:
 
 
 def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
-    moved = call(moves(), dialect().archive_zombies, global_timeout_s)
+    def operation(cursor: Any) -> list[tuple[str, str]]:
+        sql = dialect()
+        zombies = sql.archive_zombies(cursor, global_timeout_s)
+        sql.record_history(cursor, [], [i for i, _ in zombies], datetime.now(UTC))
+        return zombies
+
+    moved = run(operation)
     if moved:
         _emit([events.stats_updated()])
     return list(moved)
@@ -549,10 +584,15 @@ def list_workers() -> list[WorkerInfo]:
 
 def _purge_batches(mode: Mode, purge: BatchPurge, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
     """Repeat one-batch deletes (each its own transaction) until a batch comes back short."""
+    return _batches(lambda batch: call(mode, purge, cutoff, batch), progress)
+
+
+def _batches(one_batch: Callable[[int], int], progress: Callable[[int], None] | None) -> int:
+    """Run ``one_batch(batch size)`` until it deletes fewer rows than the batch size; the total deleted."""
     batch = config().SQL.CLEANUP_BATCH_SIZE
     total = 0
     while True:
-        n = call(mode, purge, cutoff, batch)
+        n = one_batch(batch)
         total += n
         if progress is not None and n:
             progress(n)
@@ -570,6 +610,15 @@ def purge_metric_buckets(cutoff: datetime, progress: Callable[[int], None] | Non
     return _purge_batches(ALONE, dialect().purge_metric_buckets, cutoff, progress)
 
 
+def purge_history(granularity: int, cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
+    """History buckets of one granularity (seconds) that started before ``cutoff``, batch by batch."""
+    return _batches(lambda batch: call(ALONE, dialect().purge_history, granularity, cutoff, batch), progress)
+
+
+def history_buckets(granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+    return call(ALONE, dialect().history_buckets, granularity, since, types_limit)
+
+
 def tidy_hot_table(min_dead_rows: int) -> bool:
     """Vacuum and analyze the Hot table when churn left too many dead row versions (PostgreSQL only)."""
     return bool(call(ALONE, dialect().tidy_hot_table, min_dead_rows))
@@ -578,13 +627,26 @@ def tidy_hot_table(min_dead_rows: int) -> bool:
 def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
     """Claim ``tick`` of recurring job ``name`` and enqueue ``job`` in one transaction: the stored id,
     or None when the tick was already claimed (by another worker) or is the schedule's first sight."""
+    return _enqueue_for_schedule(name, tick, job, claim=True)
+
+
+def run_schedule_now(name: str, tick: datetime, job: NewJob) -> str:
+    """Enqueue one job of recurring job ``name`` outside its ticks (an operator's "run now") and remember it as
+    the schedule's latest job, in one transaction; ``tick``: the schedule's due tick, recorded if its row is new."""
+    return str(_enqueue_for_schedule(name, tick, job, claim=False))
+
+
+def _enqueue_for_schedule(name: str, tick: datetime, job: NewJob, *, claim: bool) -> str | None:
+    """Enqueue ``job`` as recurring job ``name``'s latest job, after claiming ``tick`` when ``claim``."""
     db = alias()
 
     def operation(cursor: Any) -> str | None:
         sql = dialect(db)
-        if not sql.claim_schedule_tick(cursor, name, tick):
+        if claim and not sql.claim_schedule_tick(cursor, name, tick):
             return None
-        return str(sql.enqueue(cursor, [job])[0])
+        stored = str(sql.enqueue(cursor, [job])[0])
+        sql.record_schedule_run(cursor, name, stored, tick)
+        return stored
 
     stored = run(operation, using=db)
     if stored == job.id:
@@ -596,6 +658,14 @@ def enqueue_scheduled(name: str, tick: datetime, job: NewJob) -> str | None:
 
 def schedule_ticks() -> dict[str, datetime]:
     return call(ALONE, dialect().schedule_ticks)
+
+
+def schedule_states() -> list[ScheduleState]:
+    return call(ALONE, dialect().schedule_states)
+
+
+def set_schedule_enabled(name: str, enabled: bool, tick: datetime) -> None:
+    call(ALONE, dialect().set_schedule_enabled, name, enabled, tick)
 
 
 def change_marker() -> int | None:
@@ -716,7 +786,7 @@ def wake_source() -> WakeSource:
         return wakeup.Polling()
     channel = dialect().NOTIFY_CHANNEL
     if channel is not None:
-        return wakeup.Listen(connections[alias()].get_connection_params(), channel)
+        return wakeup.Listen(connections[alias()].get_connection_params(), channel, dialect().session_pid)
     try:
         marker = change_marker()
     except Exception:

@@ -18,7 +18,7 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from chokaq_core.domain import ErrorGroup, JobRow, SummaryStats
-from chokaq_core.service import FleetView, QueueOverview, Throughput
+from chokaq_core.service import FleetView, HistoryView, QueueOverview, Throughput
 from deck.permissions import Role
 
 PANELS = "deck/panels.html"
@@ -46,6 +46,26 @@ def chart_context(tp: Throughput) -> dict[str, Any]:
     """The chart's data for uPlot and its text alternative (totals over the window, the last minute's rates)."""
     return {"chart_json": chart_json(tp), "tp": tp, "chart_succeeded": sum(p.succeeded for p in tp.points),
             "chart_failed": sum(p.failed for p in tp.points)}
+
+
+RANGE_LABELS = {"1h": "last hour (per minute)", "24h": "last 24 hours (per hour)", "7d": "last 7 days (per hour)"}
+
+
+def history_json(view: HistoryView) -> str:
+    """uPlot's column data of a history view: epoch seconds, succeeded and failed per bucket, p50/p95 ms."""
+    return json.dumps({
+        "t": [int(b.at.timestamp()) for b in view.buckets],
+        "ok": [b.succeeded for b in view.buckets],
+        "fail": [b.failed for b in view.buckets],
+        "p50": [None if b.p50_ms is None else round(b.p50_ms, 3) for b in view.buckets],
+        "p95": [None if b.p95_ms is None else round(b.p95_ms, 3) for b in view.buckets],
+    }, separators=(",", ":"))
+
+
+def history_context(view: HistoryView) -> dict[str, Any]:
+    """A history view for the chart panel: uPlot's data, its label, and the busiest buckets for the table."""
+    return {"history": view, "history_json": history_json(view), "range_label": RANGE_LABELS[view.range],
+            "history_rows": [b for b in reversed(view.buckets) if b.succeeded or b.failed]}
 
 
 def stats(summary: SummaryStats, tp: Throughput, *, oob: bool = False) -> str:

@@ -41,6 +41,7 @@ PANEL_TEMPLATES = {
     "maintenance": "deck/panels.html#maintenance",
     "workers": "deck/panels.html#workers",
     "breakers": "deck/panels.html#breakers",
+    "recurring": "deck/panels.html#recurring",
     "jobs": "deck/jobs.html#matrix",
 }
 CONSOLE_LINES = 30
@@ -97,12 +98,20 @@ def _matrix(query: QueryDict) -> dict[str, Any]:
     return ctx
 
 
-def _panels(panel: str | None = None) -> dict[str, Any]:
-    """The data of one panel (or of every panel when ``panel`` is None), each read once."""
+def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[str, Any]:
+    """The data of one panel (or of every panel when ``panel`` is None), each read once; ``query``: the address's
+    parameters (the chart's ``range``)."""
     ctx: dict[str, Any] = {}
     if panel in (None, "stats", "chart"):
         tp = service.throughput()
         ctx.update(fragments.chart_context(tp))
+    if panel in (None, "chart"):
+        chart_range = service.check_chart_range((query or QueryDict()).get("range"))
+        ctx.update(chart_range=chart_range, chart_ranges=service.CHART_RANGES)
+        if chart_range != "5m":
+            ctx.update(fragments.history_context(service.history_buckets(chart_range)))
+    if panel in (None, "recurring"):
+        ctx["recurring"] = service.recurring()
     if panel in (None, "stats"):
         ctx["summary"] = service.summary()
     if panel in (None, "queues"):
@@ -126,7 +135,7 @@ def _inspector(job_id: str) -> dict[str, Any]:
 
 
 def _page_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
-    return {**_panels(), **_matrix(request.GET), **fragments.role_context(_role(request)), **extra}
+    return {**_panels(query=request.GET), **_matrix(request.GET), **fragments.role_context(_role(request)), **extra}
 
 
 def _render(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
@@ -193,7 +202,7 @@ def partial(request: HttpRequest, panel: str) -> HttpResponse:
         return redirect(_page_url(request.GET))
     try:
         context: dict[str, Any] = {**fragments.role_context(_role(request))}
-        context.update(_matrix(request.GET) if panel == "jobs" else _panels(panel))
+        context.update(_matrix(request.GET) if panel == "jobs" else _panels(panel, request.GET))
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
     response = _render(request, PANEL_TEMPLATES[panel], context)
@@ -543,6 +552,21 @@ def close_circuit(request: HttpRequest) -> Done:
 def open_circuit(request: HttpRequest) -> Done:
     return _circuit_command(request, service.open_circuit, "opened now (its jobs wait a full break duration)",
                             "warning")
+
+
+@command(Role.OPERATOR)
+def set_schedule_enabled(request: HttpRequest, name: str) -> Done:
+    enabled = forms.clean(forms.Toggle, request.POST)["value"]
+    service.set_schedule_enabled(name, enabled)
+    return Done(f"Recurring job {name} {'enabled' if enabled else 'disabled'} on every worker", scope=name,
+                level="success" if enabled else "warning")
+
+
+@command(Role.OPERATOR)
+def run_schedule_now(request: HttpRequest, name: str) -> Done:
+    job_id = service.run_schedule_now(name, actor=actor(request.user))
+    return Done(f"Recurring job {name} run now as job {job_id}", job_id=job_id, scope=name,
+                extra={"jobId": job_id})
 
 
 @require_POST

@@ -40,6 +40,7 @@ from chokaq_core.domain import (
     FailedAttempt,
     Failure,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -50,6 +51,7 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     Success,
     SummaryStats,
@@ -144,7 +146,8 @@ class Dialect(Protocol):
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal −n."""
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal −n."""
+        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n (SucceededTotal never
+        shrinks)."""
 
     # ------------------------------------------------------------ maintenance
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
@@ -178,6 +181,11 @@ class Dialect(Protocol):
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
 
+    def session_pid(self, cursor: Cursor) -> int | None:
+        """The id of the server process serving this session (PostgreSQL's ``pg_backend_pid()``), so storage can
+        tell a direct connection from one through a pooler; None where the vendor has no such id."""
+        ...
+
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
         ``min_dead_rows`` + 20 % of its live rows (autovacuum's formula with a larger base), vacuum and
@@ -192,6 +200,32 @@ class Dialect(Protocol):
 
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
         """The latest claimed tick of every recurring job, by name."""
+
+    def schedule_states(self, cursor: Cursor) -> list[ScheduleState]:
+        """Every ``chokaq_schedules`` row (tick, operator switch, latest job), by name."""
+
+    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        """The operator's switch of recurring job ``name``, kept in its row (created at ``tick`` when missing);
+        switching on also moves the latest tick up to ``tick`` (its due tick now), so ticks that fell while it
+        was off are not run."""
+
+    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        """Remember ``job_id`` as recurring job ``name``'s latest job, run now (the row created at ``tick`` when
+        missing); run it in the transaction that enqueues the job."""
+
+    # ------------------------------------------------------------ history roll-ups
+    def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
+                       at: datetime) -> None:
+        """Count the rows a completion just moved to the Archive / the DLQ in the minute and the hour buckets
+        of ``at`` (per queue, type and outcome, successes' durations in the histogram bins): run it in the
+        transaction of the move. Ids that are not (or no longer) there count nothing."""
+
+    def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+        """The ``granularity``-second buckets from ``since`` summed over queues and types (oldest first), and the
+        ``types_limit`` busiest types over them: O(buckets × queues × types) rows, never Archive."""
+
+    def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of ``granularity``-second history buckets that started before ``cutoff``."""
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a
@@ -250,7 +284,7 @@ class Dialect(Protocol):
         """Move the first ``max_jobs`` matches to Hot exactly as ``resurrect_batch``."""
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-        """Delete the given Archive rows; SucceededTotal −n."""
+        """Delete the given Archive rows; PurgedTotal +n."""
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         """Archive rows ``purge_archive`` would delete (finished_at < cutoff): a preview, not a render-time count."""

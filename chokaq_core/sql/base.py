@@ -18,6 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
+    DURATION_BIN_EDGES_MS,
+    DURATION_BINS,
+    HISTORY_GRANULARITIES,
     INDEXED_SORTS,
     ArchivedJob,
     Attempt,
@@ -28,7 +31,9 @@ from chokaq_core.domain import (
     FailedAttempt,
     Failure,
     FailureReason,
+    HistoryPoint,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -39,10 +44,12 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     StorageError,
     Success,
     SummaryStats,
+    TypeHistory,
     WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Moved, json_datetime, json_rows
@@ -103,6 +110,8 @@ BUCKETS = "chokaq_metric_buckets"
 QUEUES = "chokaq_queues"
 WORKERS = "chokaq_workers"
 SCHEDULES = "chokaq_schedules"
+HISTORY = "chokaq_history_buckets"
+PURGED = "purged_total"  # the counter an Archive purge raises (succeeded_total never shrinks)
 
 # Column lists follow the row dataclasses field for field, so a fetched row maps by position.
 HOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(HotJob))
@@ -151,9 +160,10 @@ def queue_state(r: Sequence[Any]) -> QueueState:
 
 
 def summary(r: Sequence[Any]) -> SummaryStats:
-    """A row of ``summary_stats_sql``: the counters, then the Pending split (ready, scheduled, retrying, held)."""
-    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]),
-                        *(int(v or 0) for v in r[7:SUMMARY_WIDTH]))
+    """A row of ``summary_stats_sql``: the counters, the purged count, then the Pending split (ready, scheduled,
+    retrying, held)."""
+    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]), int(r[7]),
+                        *(int(v or 0) for v in r[8:SUMMARY_WIDTH]))
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
@@ -204,7 +214,7 @@ QUEUE_STATES_SQL = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, 
 _HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
                " sum(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS fetched,"
                " sum(CASE WHEN status = 2 THEN 1 ELSE 0 END) AS processing")
-SUMMARY_WIDTH = 11  # columns of a summary row (``summary``)
+SUMMARY_WIDTH = 12  # columns of a summary row (``summary``)
 ERROR_GROUP_WIDTH = 6  # columns of a top-errors row (``error_group``)
 
 
@@ -228,10 +238,11 @@ def summary_stats_sql(later: str) -> str:
     """Hot counts by status, the retained counters and the Pending split (``pending_split_sql``)."""
     return f"""
 SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
-       s.last_activity_at, pend.ready, pend.scheduled, pend.retrying, pend.held
+       s.last_activity_at, s.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
 FROM (SELECT {_HOT_COUNTS} FROM {HOT}) h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
-                   coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at
+                   coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at,
+                   coalesce(sum(purged_total), 0) AS purged
             FROM {STATS}) s
 CROSS JOIN ({pending_split_sql(later)}) AS pend
 """
@@ -278,6 +289,75 @@ _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+
+
+# ---------------------------------------------------------------- history roll-ups and schedules
+
+HISTORY_BIN_COLUMNS = tuple(f"b{i:02d}" for i in range(DURATION_BINS))
+HISTORY_KEY = ("granularity", "bucket_start", "queue", "type", "outcome")
+HISTORY_COUNTS = ("completed_count", "duration_count", "total_duration_ms", *HISTORY_BIN_COLUMNS)  # added up
+HISTORY_COLUMNS = (*HISTORY_KEY, *HISTORY_COUNTS, "max_duration_ms")
+
+
+def _bin_counts(column: str) -> str:
+    """One count per histogram bin of the durations in ``column`` (NULL durations count nowhere)."""
+    edges = [repr(int(e)) if float(e).is_integer() else repr(float(e)) for e in DURATION_BIN_EDGES_MS]
+    tests = [f"{column} >= {low} AND {column} < {high}" for low, high in zip(["0", *edges], edges, strict=False)]
+    tests.append(f"{column} >= {edges[-1]}")
+    return ", ".join(f"sum(CASE WHEN {test} THEN 1 ELSE 0 END)" for test in tests)
+
+
+def history_source(archived: str, failed: str, ts: str) -> str:
+    """The history rows of one completion: per (granularity, bucket, queue, type, outcome) of the rows just moved
+    to the Archive (ids matched by ``archived``) or the DLQ (``failed``), for the minute and the hour bucket
+    (``ts``: the parameter form of a timestamp; params: minute start, hour start, archive ids, DLQ ids)."""
+    minute, hour = HISTORY_GRANULARITIES["minute"], HISTORY_GRANULARITIES["hour"]
+    return (
+        f"SELECT g.granularity, g.bucket_start, m.queue, m.type, m.outcome, count(*), count(m.duration_ms),"
+        f" coalesce(sum(m.duration_ms), 0), {_bin_counts('m.duration_ms')}, max(m.duration_ms)"
+        f" FROM (SELECT {minute} AS granularity, {ts} AS bucket_start UNION ALL SELECT {hour}, {ts}) AS g"
+        f" CROSS JOIN (SELECT queue, type, 0 AS outcome, duration_ms FROM {ARCHIVE} WHERE id {archived}"
+        f" UNION ALL SELECT queue, type, 1 AS outcome, NULL AS duration_ms FROM {DLQ} WHERE id {failed}) AS m"
+        " GROUP BY g.granularity, g.bucket_start, m.queue, m.type, m.outcome"
+    )
+
+
+def _history_sums(prefix: str = "") -> str:
+    outcome = ", ".join(f"sum(CASE WHEN outcome = {o} THEN completed_count ELSE 0 END)" for o in (0, 1))
+    return f"{prefix}{outcome}, max(max_duration_ms), {', '.join(f'sum({c})' for c in HISTORY_BIN_COLUMNS)}"
+
+
+# params: granularity, param_ts(since)
+HISTORY_POINTS_SQL = (f"SELECT bucket_start, {_history_sums()} FROM {HISTORY}"
+                      " WHERE granularity = %s AND bucket_start >= {ts} GROUP BY bucket_start ORDER BY bucket_start")
+# params: granularity, param_ts(since), limit
+HISTORY_TYPES_SQL = (f"SELECT type, {_history_sums()}, sum(duration_count), sum(total_duration_ms) FROM {HISTORY}"
+                     " WHERE granularity = %s AND bucket_start >= {ts} GROUP BY type"
+                     " ORDER BY sum(completed_count) DESC, type{limit}")
+SCHEDULE_FIELDS = ("name", "last_tick_at", "enabled", "last_job_id", "last_run_at")
+SCHEDULE_STATES_SQL = f"SELECT {', '.join(SCHEDULE_FIELDS)} FROM {SCHEDULES} ORDER BY name"
+
+
+def history_point(r: Sequence[Any]) -> HistoryPoint:
+    return HistoryPoint(as_utc(r[0]), int(r[1] or 0), int(r[2] or 0), tuple(int(b or 0) for b in r[4:]),
+                        None if r[3] is None else float(r[3]))
+
+
+def type_history(r: Sequence[Any]) -> TypeHistory:
+    bins = tuple(int(b or 0) for b in r[4:4 + DURATION_BINS])
+    duration_count, total = r[4 + DURATION_BINS:]
+    return TypeHistory(str(r[0]), int(r[1] or 0), int(r[2] or 0), int(duration_count or 0), float(total or 0),
+                       None if r[3] is None else float(r[3]), bins)
+
+
+def schedule_state(r: Sequence[Any]) -> ScheduleState:
+    return ScheduleState(str(r[0]), as_utc(r[1]), None if r[2] is None else bool(r[2]), r[3], as_utc(r[4]))
+
+
+def bucket_starts(at: datetime) -> tuple[datetime, datetime]:
+    """The minute and the hour bucket ``at`` (UTC) falls in."""
+    at = at.astimezone(UTC)
+    return at.replace(second=0, microsecond=0), at.replace(minute=0, second=0, microsecond=0)
 
 
 def escaped_like(term: str) -> str:
@@ -435,6 +515,7 @@ class BaseDialect:
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
     NOTIFY_CHANNEL: str | None = None
+    SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
     MOVES_IN_ONE_STATEMENT = False
     ENQUEUE_IN_ONE_STATEMENT = False
     PREPARES = False
@@ -448,6 +529,7 @@ class BaseDialect:
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
+    PURGE_HISTORY_SQL: str  # params: granularity, param_ts(cutoff), batch size → changed
     # The transitions' statements (``clock``: SQLite's time parameter, nothing elsewhere).
     MARK_PROCESSING_SQL: str  # params: clock, job id, worker → (attempt count)
     MARK_PROCESSING_BATCH_SQL: str  # params: clock, ids, worker → (id, attempt count)
@@ -489,6 +571,13 @@ class BaseDialect:
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
         return list(cursor.fetchall())
+
+    def session_pid(self, cursor: Cursor) -> int | None:
+        """The server process serving this session (``SESSION_PID_SQL``); None where the vendor has none."""
+        if self.SESSION_PID_SQL is None:
+            return None
+        cursor.execute(self.SESSION_PID_SQL)
+        return int(cursor.fetchone()[0])
 
     # ------------------------------------------------------------ hooks
 
@@ -548,8 +637,8 @@ class BaseDialect:
         return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
 
     def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        """Lower ``counter`` by the rows a delete removed, per queue, where its statement did not (PostgreSQL
-        and SQL Server count inside the statement)."""
+        """Apply the rows a delete removed to ``counter``, per queue, where its statement did not (PostgreSQL
+        and SQL Server count inside the statement): lower it, or for ``PURGED`` raise it."""
 
     def now(self) -> tuple[str, list[Any]]:
         """``(SQL, params)`` of the current time: the database clock by default."""
@@ -861,6 +950,63 @@ class BaseDialect:
         """Nothing to do by default: the vendor's own housekeeping keeps the Hot table healthy."""
         return False
 
+    # ------------------------------------------------------------ history roll-ups
+
+    def history_upsert(self, source: str) -> str:
+        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets: counts added, the
+        longest duration kept."""
+        added = ", ".join(f"{c} = {HISTORY}.{c} + excluded.{c}" for c in HISTORY_COUNTS)
+        longest = (f"max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL OR {HISTORY}.max_duration_ms >="
+                   f" excluded.max_duration_ms THEN {HISTORY}.max_duration_ms ELSE excluded.max_duration_ms END")
+        return (f"INSERT INTO {HISTORY} ({', '.join(HISTORY_COLUMNS)}) SELECT * FROM ({source}) AS r WHERE 1 = 1"
+                f" ORDER BY 1, 2, 3, 4, 5 ON CONFLICT ({', '.join(HISTORY_KEY)}) DO UPDATE SET {added}, {longest}")
+
+    def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
+                       at: datetime) -> None:
+        archived = list(dict.fromkeys(archived_ids))
+        failed = list(dict.fromkeys(failed_ids))
+        if not archived and not failed:
+            return
+        archived_tail, archived_params = self.id_list(archived)
+        failed_tail, failed_params = self.id_list(failed)
+        minute, hour = bucket_starts(at)
+        cursor.execute(self.history_upsert(history_source(archived_tail, failed_tail, self.TS)),
+                       [self.param_ts(minute), self.param_ts(hour), *archived_params, *failed_params])
+
+    def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+        since_param = self.param_ts(since)
+        points = self._all(cursor, HISTORY_POINTS_SQL.format(ts=self.TS), [int(granularity), since_param])
+        types = self._all(cursor, HISTORY_TYPES_SQL.format(ts=self.TS, limit=self.LIMIT),
+                          [int(granularity), since_param, int(types_limit)])
+        return HistoryWindow([history_point(r) for r in points], [type_history(r) for r in types])
+
+    def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
+        cursor.execute(self.PURGE_HISTORY_SQL, [int(granularity), self.param_ts(cutoff), batch_size])
+        return self.changed(cursor)
+
+    # ------------------------------------------------------------ recurring jobs: the Recurring panel
+
+    def schedule_states(self, cursor: Cursor) -> list[ScheduleState]:
+        return [schedule_state(r) for r in self._all(cursor, SCHEDULE_STATES_SQL)]
+
+    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, enabled) VALUES (%s, {self.TS}, {now}, %s)"
+            " ON CONFLICT (name) DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at,"
+            f" last_tick_at = CASE WHEN excluded.enabled AND excluded.last_tick_at > {SCHEDULES}.last_tick_at"
+            f" THEN excluded.last_tick_at ELSE {SCHEDULES}.last_tick_at END",
+            [name, self.param_ts(tick), *at, bool(enabled)])
+
+    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, last_job_id, last_run_at)"
+            f" VALUES (%s, {self.TS}, {now}, %s, {now}) ON CONFLICT (name) DO UPDATE SET"
+            " updated_at = excluded.updated_at, last_job_id = excluded.last_job_id, last_run_at = excluded.last_run_at",
+            [name, self.param_ts(tick), *at, job_id, *at])
+
+
     # ------------------------------------------------------------ enqueue and the claim
 
     def enqueue(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str]:
@@ -997,14 +1143,15 @@ class BaseDialect:
         return self._resurrect(cursor, job_ids, actor=actor)
 
     def _purge(self, cursor: Cursor, sql: str, params: list[Any], counter: str) -> Moved:
-        """A delete whose statement returns (id, queue) per row; ``counter`` −n per queue."""
+        """A delete whose statement returns (id, queue) per row; ``counter`` −n per queue (``PURGED`` +n)."""
         cursor.execute(sql, params)
         moved = self.moved(cursor)
         self.uncount(cursor, counter, Counter(queue for _, queue in moved))
         return moved
 
     def _purge_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, counter: str) -> int:
-        """One batch delete whose statement returns (queue, rows) groups; ``counter`` −n per queue."""
+        """One batch delete whose statement returns (queue, rows) groups; ``counter`` −n per queue (``PURGED``
+        +n)."""
         if batch_size <= 0:
             return 0
         self._batch_by_age(cursor, sql, cutoff, batch_size)
@@ -1022,15 +1169,15 @@ class BaseDialect:
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
         if not job_ids:
             return []
-        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], "succeeded_total")
+        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], PURGED)
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
         return self._purge_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size, "failed_total")
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of Archive rows finished before ``cutoff``; SucceededTotal -n."""
-        return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, "succeeded_total")
+        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n."""
+        return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
 
     def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
         """The first ``max_jobs`` filter matches, newest failure first, locked (skipping locked ones) where the

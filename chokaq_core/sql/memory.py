@@ -12,7 +12,8 @@ on exit, so the worker must run in the same process
 Soft cap ``IN_MEMORY.MAX_CAPACITY``: an enqueue that finds Hot + Archive +
 DLQ ≥ cap first evicts the 1,000 oldest Archive rows (by finish time), then,
 if still at cap, the 500 oldest DLQ rows (by failure time), decrementing their
-counters as a purge does; Hot rows are never evicted.
+counters as a purge does (evicted Archive rows count as purged); Hot rows are
+never evicted.
 """
 
 from __future__ import annotations
@@ -120,15 +121,15 @@ def evict_if_full(cursor: Any, capacity: int) -> None:
         return
     now = sqlite._ts(sqlite._now())
     evicted = []
-    for table, order, column, n in ((sqlite.ARCHIVE, "finished_at", "succeeded_total", EVICT_ARCHIVE_ROWS),
-                                    (sqlite.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
+    for table, order, counter, n in ((sqlite.ARCHIVE, "finished_at", sqlite.PURGED, EVICT_ARCHIVE_ROWS),
+                                     (sqlite.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
         if stored < capacity:
             evicted.append(0)
             continue
         cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY {order}, id LIMIT %s)"
                        " RETURNING queue", [n])
         queues = Counter(row[0] for row in cursor.fetchall())
-        sqlite._drop_stats(cursor, column, queues, now)
+        sqlite.count_removed(cursor, counter, queues, now)
         stored -= queues.total()
         evicted.append(queues.total())
     level = logging.WARNING if any(evicted) else logging.DEBUG  # Hot alone at the cap: nothing to evict

@@ -59,7 +59,12 @@ from chokaq_core.sql.base import (
     ACTIVE_WIDTH,
     EMPTY_ERROR,
     ERROR_GROUP_WIDTH,
+    HISTORY,
+    HISTORY_COLUMNS,
+    HISTORY_COUNTS,
+    HISTORY_KEY,
     HOT_FIELDS,
+    PURGED,
     REVISION_BUMP,
     SUMMARY_WIDTH,
     TO_ARCHIVE,
@@ -133,6 +138,14 @@ def _stats_add(counter: str) -> str:
         "WHEN NOT MATCHED THEN INSERT (queue, succeeded_total, failed_total, retried_total, last_activity_at)\n"
         f"    VALUES (s.queue, {values}, @Now);"
     )
+
+
+# An Archive purge: ``purged_total += rows deleted`` per queue (``succeeded_total`` never shrinks).
+_STATS_PURGED = (
+    "UPDATE t SET purged_total = t.purged_total + c.n\n"
+    "FROM chokaq_stats_summary AS t\n"
+    "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
+)
 
 
 def _stats_sub(counter: str, touch: bool = False) -> str:
@@ -478,7 +491,8 @@ _CUTOFF = "DECLARE @Cutoff datetimeoffset(7) = %s;"
 
 
 def _purge(table: str, declares: Sequence[str], where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` decrementing ``counter`` (spec 01 §4.10)."""
+    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (``PURGED`` grows, any other
+    counter drops; spec 01 §4.10)."""
     return _batch(
         _NOW,
         *declares,
@@ -490,7 +504,7 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
         "DELETE d\n"
         "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
         f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        _stats_sub(counter),
+        _STATS_PURGED if counter == PURGED else _stats_sub(counter),
         f"SELECT {result};",
     )
 
@@ -507,7 +521,7 @@ PURGE_DLQ_OLDER_SQL = _purge(
 )
 PURGE_ARCHIVE_SQL = _purge(
     "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
-    "succeeded_total", _BY_QUEUE,
+    PURGED, _BY_QUEUE,
 )
 
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
@@ -585,10 +599,11 @@ _HOT_COUNTS = (
 SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        totals.succeeded, totals.failed, totals.retried,
        (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
-        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, pend.ready, pend.scheduled, pend.retrying, pend.held
+        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged, pend.ready, pend.scheduled,
+       pend.retrying, pend.held
 FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
 CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
-                   COALESCE(SUM(y.retried_total), 0) AS retried
+                   COALESCE(SUM(y.retried_total), 0) AS retried, COALESCE(SUM(y.purged_total), 0) AS purged
             FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals
 CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
 
@@ -698,6 +713,36 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "END",
     "SELECT @Claimed;",
 )
+PURGE_HISTORY_SQL = _batch(
+    "DECLARE @Granularity int = %s;",
+    "DECLARE @Cutoff datetimeoffset(7) = %s;",
+    "DECLARE @Batch int = %s;",
+    "DECLARE @N int;",
+    "DELETE TOP (@Batch) FROM chokaq_history_buckets WITH (ROWLOCK, READPAST)"
+    " WHERE granularity = @Granularity AND bucket_start < @Cutoff;",
+    "SET @N = @@ROWCOUNT;",
+    "SELECT @N;",
+)
+# The operator's switch; enabling moves the latest tick up to the due one, so no tick missed while off is run.
+SET_SCHEDULE_ENABLED_SQL = (
+    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
+    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick, CAST(%s AS bit) AS enabled)"
+    " AS s ON t.name = s.name\n"
+    "WHEN MATCHED THEN UPDATE SET enabled = s.enabled, updated_at = SYSUTCDATETIME(),"
+    " last_tick_at = CASE WHEN s.enabled = 1 AND s.tick > t.last_tick_at THEN s.tick ELSE t.last_tick_at END\n"
+    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, enabled)"
+    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.enabled);"
+)
+RECORD_SCHEDULE_RUN_SQL = (
+    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
+    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick,"
+    " CAST(%s AS nvarchar(50)) AS job_id) AS s ON t.name = s.name\n"
+    "WHEN MATCHED THEN UPDATE SET updated_at = SYSUTCDATETIME(), last_job_id = s.job_id, last_run_at = SYSUTCDATETIME()\n"
+    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, last_job_id, last_run_at)"
+    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.job_id, SYSUTCDATETIME());"
+)
+
+
 
 
 
@@ -768,7 +813,7 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
     "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
     "FROM chokaq_jobs_archive AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS};",
-    _stats_sub("succeeded_total"),
+    _STATS_PURGED,
     "SELECT id, queue FROM @Moved;",
 )
 
@@ -922,6 +967,24 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
         return self.counted(cursor) > 0
+
+    def history_upsert(self, source: str) -> str:
+        """One MERGE of the completion's history rows: counts added, the longest duration kept."""
+        matched = " AND ".join(f"t.{c} = s.{c}" for c in HISTORY_KEY)
+        added = ", ".join(f"{c} = t.{c} + s.{c}" for c in HISTORY_COUNTS)
+        return (
+            f"MERGE {HISTORY} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(HISTORY_COLUMNS)})\n"
+            f"ON {matched}\nWHEN MATCHED THEN UPDATE SET {added}, max_duration_ms = CASE WHEN s.max_duration_ms"
+            " IS NULL OR t.max_duration_ms >= s.max_duration_ms THEN t.max_duration_ms ELSE s.max_duration_ms END\n"
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(HISTORY_COLUMNS)})"
+            f" VALUES ({', '.join(f's.{c}' for c in HISTORY_COLUMNS)});"
+        )
+
+    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        cursor.execute(SET_SCHEDULE_ENABLED_SQL, [name, _ts(tick), bool(enabled)])
+
+    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        cursor.execute(RECORD_SCHEDULE_RUN_SQL, [name, _ts(tick), job_id])
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]

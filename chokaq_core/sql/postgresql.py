@@ -25,6 +25,7 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
     HOT_FIELDS,
+    PURGED,
     REVISION_BUMP,
     TO_ARCHIVE,
     TO_DLQ,
@@ -74,6 +75,19 @@ def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
     )
 
 
+def _stats_purged(source: str) -> str:
+    """``dec`` CTE of an Archive purge: ``purged_total += n`` per queue (``succeeded_total`` never shrinks)."""
+    return (
+        "dec AS (UPDATE chokaq_stats_summary s SET purged_total = s.purged_total + c.n\n"
+        f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)"
+    )
+
+
+def _counted(counter: str, source: str) -> str:
+    """The ``dec`` CTE of a purge over ``source``: ``PURGED`` grows, any other counter drops."""
+    return _stats_purged(source) if counter == PURGED else _stats_sub(counter, source)
+
+
 def _completion(ctes: str, move: Move) -> str:
     """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
     insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
@@ -82,11 +96,11 @@ def _completion(ctes: str, move: Move) -> str:
 
 
 def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` decrementing ``counter`` (spec 01 §4.10)."""
+    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (spec 01 §4.10)."""
     return (
         f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
         f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-        f"{_stats_sub(counter, 'del')}\n"
+        f"{_counted(counter, 'del')}\n"
         f"SELECT {result}"
     )
 
@@ -257,7 +271,7 @@ RETURNING id
 _BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
 PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
-PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", "succeeded_total", _BY_QUEUE)
+PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", PURGED, _BY_QUEUE)
 
 # ---------------------------------------------------------------- retention, schedules, reads
 
@@ -271,11 +285,21 @@ DELETE FROM chokaq_metric_buckets WHERE (bucket_start, queue, outcome, failure_r
     SELECT bucket_start, queue, outcome, failure_reason FROM chokaq_metric_buckets WHERE bucket_start < %s
     ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
 """
+PURGE_HISTORY_SQL = """
+DELETE FROM chokaq_history_buckets WHERE (granularity, bucket_start, queue, type, outcome) IN (
+    SELECT granularity, bucket_start, queue, type, outcome FROM chokaq_history_buckets
+    WHERE granularity = %s AND bucket_start < %s ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
-TIDY_LOCK_KEY = 0x43484F4B  # "CHOK": one vacuum of the Hot table at a time, fleet-wide
-TRY_LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
-UNLOCK_SQL = "SELECT pg_advisory_unlock(%s)"
-VACUUM_HOT_SQL = "VACUUM (ANALYZE) chokaq_jobs_hot"
+# One vacuum of the Hot table at a time, fleet-wide, without session state (a session advisory lock would
+# leak behind a transaction pooler): a VACUUM holds SHARE UPDATE EXCLUSIVE on the table while it runs, so a
+# caller that sees it held leaves the work to that one, and SKIP_LOCKED skips the table if one starts meanwhile.
+HOT_VACUUM_RUNNING_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND relation = 'chokaq_jobs_hot'::regclass
+               AND mode = 'ShareUpdateExclusiveLock' AND granted)
+"""
+VACUUM_HOT_SQL = "VACUUM (ANALYZE, SKIP_LOCKED) chokaq_jobs_hot"
+SESSION_PID_SQL = "SELECT pg_backend_pid()"
 
 
 QUEUE_HEALTH_SQL = """
@@ -290,7 +314,7 @@ ORDER BY q.name
 
 PURGE_ARCHIVE_IDS_SQL = f"""
 WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
-{_stats_sub("succeeded_total", "del")}
+{_stats_purged("del")}
 SELECT id, queue FROM del
 """
 
@@ -371,13 +395,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
         if dead < min_dead_rows + 0.2 * live:
             return False
-        cursor.execute(TRY_LOCK_SQL, [TIDY_LOCK_KEY])
-        if not cursor.fetchone()[0]:
+        cursor.execute(HOT_VACUUM_RUNNING_SQL)
+        if cursor.fetchone()[0]:
             return False  # another worker is at it
-        try:
-            cursor.execute(VACUUM_HOT_SQL)
-        finally:
-            cursor.execute(UNLOCK_SQL, [TIDY_LOCK_KEY])
+        cursor.execute(VACUUM_HOT_SQL)
         return True
 
     def pack(self, sql: str, width: int, order: str) -> str:

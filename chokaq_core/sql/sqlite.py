@@ -26,9 +26,11 @@ from chokaq_core.sql.base import (
     BUCKETS,
     CARRIED_REVISION,
     DLQ,
+    HISTORY,
     HOT,
     HOT_FIELDS,
     NO_EXCEPTION,
+    PURGED,
     QUEUES,
     REVISION_BUMP,
     STATS,
@@ -80,6 +82,17 @@ def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | No
             f"UPDATE {STATS} SET {column} = max({column} - %s, 0), last_activity_at = %s WHERE queue = %s",
             [n, now, queue],
         )
+
+
+def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str | None) -> None:
+    """Apply the rows a delete removed to ``counter`` per queue: ``PURGED`` (an Archive purge) grows, any other
+    counter drops (floored at 0)."""
+    if counter != PURGED:
+        _drop_stats(cursor, counter, counts, now)
+        return
+    for queue, n in counts.items():
+        cursor.execute(f"UPDATE {STATS} SET {PURGED} = {PURGED} + %s, last_activity_at = %s WHERE queue = %s",
+                       [n, now, queue])
 
 
 # The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
@@ -203,6 +216,8 @@ PURGE_WORKERS_SQL = (f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_i
                      " WHERE last_heartbeat_at < %s ORDER BY last_heartbeat_at LIMIT %s)")
 PURGE_METRIC_BUCKETS_SQL = (f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
                             " ORDER BY bucket_start LIMIT %s)")
+PURGE_HISTORY_SQL = (f"DELETE FROM {HISTORY} WHERE rowid IN (SELECT rowid FROM {HISTORY} WHERE granularity = %s"
+                     " AND bucket_start < %s ORDER BY bucket_start LIMIT %s)")
 PURGE_ATTEMPTS_SQL = (f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s"
                       " ORDER BY failed_at LIMIT %s)")
 
@@ -242,7 +257,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
 
     def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        _drop_stats(cursor, counter, Counter(queues), _ts(_now()))
+        count_removed(cursor, counter, Counter(queues), _ts(_now()))
 
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)

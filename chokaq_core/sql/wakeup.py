@@ -97,12 +97,17 @@ class CommitMarkerProbe:
 class Listen:
     """PostgreSQL ``LISTEN`` on ``channel`` (the dialect's ``NOTIFY_CHANNEL``, which enqueue notifies) over an
     autocommit psycopg connection opened with ``params`` (a Django connection's ``get_connection_params()``). A lost connection is logged and
-    reopened after :data:`RECONNECT_DELAY`."""
+    reopened after :data:`RECONNECT_DELAY`. Through a pooler (``session_pid``, the dialect's, names another
+    server process than the one the connection reported) a LISTEN would be registered on whichever pooled
+    server session ran it: no LISTEN is sent, and the worker finds new jobs by polling."""
 
     kind: WakeKind = "listen"
 
-    def __init__(self, params: dict[str, Any], channel: str) -> None:
+    def __init__(self, params: dict[str, Any], channel: str,
+                 session_pid: Callable[[Any], int | None] | None = None) -> None:
         self.channel = channel
+        self.session_pid = session_pid
+        self.pooled = False
         self.params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context")}
         self._closed = threading.Event()
         self._conn: Any = None
@@ -125,12 +130,14 @@ class Listen:
 
     def _wait(self, timeout: float) -> bool:
         pause = self._retry_at - time.monotonic()
-        if pause > 0:
-            self._closed.wait(min(timeout, pause))
+        if pause > 0 or self.pooled:
+            self._closed.wait(timeout if self.pooled else min(timeout, pause))
             return False
         try:
             if self._conn is None:
                 self._conn = self._connect()
+            if self._conn is None:  # through a pooler: nothing to listen on
+                return self._wait(timeout)
             return bool(list(self._conn.notifies(timeout=min(timeout, LISTEN_SLICE), stop_after=1)))
         except Exception:
             logger.warning("LISTEN connection lost; falling back to polling for %g s", RECONNECT_DELAY,
@@ -143,6 +150,12 @@ class Listen:
         import psycopg  # the [postgres] extra: only a PostgreSQL database gets here
 
         conn = psycopg.connect(**self.params, autocommit=True)
+        if self.session_pid is not None and self.session_pid(conn.cursor()) != conn.info.backend_pid:
+            conn.close()
+            self.pooled = True
+            logger.info("the database connection goes through a pooler, where LISTEN cannot work: this worker finds"
+                        " new jobs by polling (WORKER.POLLING_INTERVAL)")
+            return None
         conn.execute(f"LISTEN {self.channel}")
         return conn
 

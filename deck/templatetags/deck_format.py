@@ -97,6 +97,12 @@ def duration(ms: Any) -> str:
 
 
 @register.filter
+def percentile_ms(series: Any, p: Any) -> float | None:
+    """The ``p``-th percentile (0–100) of a history series' durations, from its histogram bins."""
+    return series.p(float(p) / 100)  # type: ignore[no-any-return]
+
+
+@register.filter
 def since_ms(moment: datetime | None) -> float | None:
     """Milliseconds from ``moment`` to now (an Active row's running time)."""
     if moment is None:

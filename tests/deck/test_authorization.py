@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, Queues
+from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, Queues, Schedules
 from tests.deck.conftest import HTMX, Jobs, make_user, run
 
 LEVEL = {"anonymous": 0, "nobody": 0, "viewer": 1, "operator": 2, "admin": 3}
@@ -37,7 +37,8 @@ class Endpoint:
 ENDPOINTS = [
     Endpoint("GET", "/deck/", VIEW),
     *(Endpoint("GET", f"/deck/partials/{p}", VIEW)
-      for p in ("stats", "queues", "chart", "top-errors", "console", "maintenance", "jobs")),
+      for p in ("stats", "queues", "chart", "top-errors", "console", "maintenance", "jobs", "recurring")),
+    Endpoint("GET", "/deck/?range=24h", VIEW),
     Endpoint("GET", "/deck/?view=dlq", VIEW),
     Endpoint("GET", "/deck/jobs/{dead}", VIEW),
     Endpoint("GET", "/deck/jobs/{dead}/edit", OPERATE),
@@ -55,6 +56,8 @@ ENDPOINTS = [
     Endpoint("POST", "/deck/api/workers/capacity", OPERATE, (("capacity", "4"),)),
     Endpoint("POST", "/deck/api/circuits/close", OPERATE, (("key", "demo.payment.capture.v1"),)),
     Endpoint("POST", "/deck/api/circuits/open", OPERATE, (("key", "demo.payment.capture.v1"),)),
+    Endpoint("POST", "/deck/api/schedules/nightly/enabled", OPERATE, (("value", "0"),)),
+    Endpoint("POST", "/deck/api/schedules/nightly/run", OPERATE),
     Endpoint("POST", "/deck/api/archive/{archived}/purge", ADMIN),
     Endpoint("POST", "/deck/api/dlq/{dead}/purge", ADMIN),
     Endpoint("POST", "/deck/api/dlq/purge", ADMIN, (("ids", "{dead}"),)),
@@ -75,12 +78,20 @@ def _worker_control(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return sent
 
 
+@pytest.fixture(autouse=True)
+def _recurring(chokaq_settings: Any) -> None:
+    """One recurring job for the Recurring panel's commands."""
+    chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "SCHEDULE": {
+        "nightly": {"CRON": "0 3 * * *", "TYPE": "test.ok.v1"}}}
+
+
 def snapshot() -> tuple[Any, ...]:
     return (sorted(JobsHot.objects.values_list("id", "status", "priority", "payload", "cancel_requested_by")),
             sorted(JobsArchive.objects.values_list("id", flat=True)),
             sorted(JobsDLQ.objects.values_list("id", "payload")),
             sorted(Queues.objects.values_list("name", "is_paused", "is_active", "zombie_timeout_seconds",
-                                              "max_workers")))
+                                              "max_workers")),
+            sorted(Schedules.objects.values_list("name", "enabled", "last_job_id")))
 
 
 @pytest.mark.django_db

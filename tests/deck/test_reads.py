@@ -122,7 +122,8 @@ def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
     assert service.preview_purge_older_than("dlq", 7)[1] == 1
     assert service.preview_purge_older_than("dlq", 30)[1] == 0
     service.purge_archive(new)
-    assert StatsSummary.objects.get(queue="age").succeeded_total == 1
+    stats = StatsSummary.objects.get(queue="age")
+    assert (stats.succeeded_total, stats.purged_total) == (2, 1)
     with pytest.raises(service.ConflictError):
         service.purge_archive(new)
     assert service.purge_older_than("archive", 30) == 1

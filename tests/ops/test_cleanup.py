@@ -15,7 +15,16 @@ from django.db.models import Count
 
 from chokaq_core import enqueue, maintenance, storage
 from chokaq_core.domain import AttemptError, Failure, FailureReason, Retry, Success, WorkerInfo
-from chokaq_core.models import JobAttempts, JobsArchive, JobsDLQ, JobsHot, MetricBuckets, StatsSummary, Workers
+from chokaq_core.models import (
+    HistoryBuckets,
+    JobAttempts,
+    JobsArchive,
+    JobsDLQ,
+    JobsHot,
+    MetricBuckets,
+    StatsSummary,
+    Workers,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +35,7 @@ def counters_match_rows() -> None:
     archived = dict(JobsArchive.objects.values_list("queue").annotate(n=Count("id")))
     dead = dict(JobsDLQ.objects.values_list("queue").annotate(n=Count("id")))
     for row in StatsSummary.objects.all():
-        assert row.succeeded_total == archived.get(row.queue, 0), row.queue
+        assert row.succeeded_total - row.purged_total == archived.get(row.queue, 0), row.queue
         assert row.failed_total == dead.get(row.queue, 0), row.queue
 
 
@@ -49,6 +58,9 @@ def history(chokaq_settings: Any) -> dict[str, Any]:
     for hours in (1, 30, 40):
         MetricBuckets.objects.create(bucket_start=(NOW - timedelta(hours=hours)).replace(microsecond=0), queue="q0",
                                      outcome=0, failure_reason=-1, completed_count=5)
+    for granularity, age in ((60, timedelta(hours=50)), (3600, timedelta(days=31))):  # past both retentions
+        HistoryBuckets.objects.create(granularity=granularity, bucket_start=(NOW - age).replace(microsecond=0),
+                                      queue="q0", type="test.ok.v1", outcome=0, completed_count=5)
     for name, age in (("fresh", timedelta(0)), ("gone-1", timedelta(days=3)), ("gone-2", timedelta(days=5))):
         storage.upsert_worker(WorkerInfo(worker_id=name, hostname="h", pid=1, queues="*", capacity=1, active_count=0))
         Workers.objects.filter(worker_id=name).update(last_heartbeat_at=NOW - age)
@@ -68,7 +80,8 @@ def test_cleanup_deletes_in_batches_and_keeps_counters_exact(history: dict[str, 
     assert "DLQ: deleted 4 rows" in output
     assert "MetricBuckets: deleted 2 rows" in output
     assert "Workers: deleted 2 rows" in output
-    assert "Retention cleanup done: 14 rows deleted." in output
+    assert "History (min): deleted 1 rows" in output and "History (hour): deleted 1 rows" in output
+    assert "Retention cleanup done: 16 rows deleted." in output
     assert re.search(r"Archive\s+\[#{30}\] 6/6", output)
     assert not JobsArchive.objects.filter(id__in=history["old_archive"]).exists()
     assert not JobsDLQ.objects.filter(id__in=history["old_dlq"]).exists()
@@ -116,7 +129,10 @@ def test_in_worker_run_waits_for_its_interval(history: dict[str, Any], chokaq_se
     assert maintenance.run_cleanup_if_due(state) is None  # the first run is one interval after start
     assert JobsArchive.objects.count() == 12
     state["cleanup_due"] = 0
-    assert maintenance.run_cleanup_if_due(state) == {"archive": 6, "metric_buckets": 2, "workers": 2}
+    assert maintenance.run_cleanup_if_due(state) == {"archive": 6, "metric_buckets": 2, "workers": 2,
+                                                     "history_minutes": 1, "history_hours": 1}
+    assert not HistoryBuckets.objects.filter(bucket_start__lt=NOW - timedelta(hours=48)).exists()
+    assert HistoryBuckets.objects.filter(granularity=60).exists(), "this run's own minute buckets are kept"
     assert maintenance.run_cleanup_if_due(state) is None
     counters_match_rows()
     chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "RETENTION": {"INTERVAL": None}}

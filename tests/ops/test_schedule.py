@@ -70,6 +70,55 @@ def test_overview_for_the_deck(nightly: None) -> None:
     assert (rows["paused"]["enabled"], rows["paused"]["nextRunUtc"]) == (False, None)
 
 
+def test_the_tick_job_is_remembered_as_the_last_run(nightly: None) -> None:
+    schedule.run_due(now=T0)
+    fired = schedule.run_due(now=T0 + timedelta(seconds=31))["nightly"]
+    row = {r["name"]: r for r in schedule.overview(now=T0 + timedelta(minutes=1))}["nightly"]
+    assert row["lastJobId"] == fired and row["lastRunUtc"] is not None
+    assert row["lastTickUtc"] == datetime(2026, 3, 1, 3, 0, tzinfo=UTC)
+
+
+def test_a_switched_off_entry_is_skipped_by_every_worker_from_its_next_check(nightly: None) -> None:
+    schedule.run_due(now=T0)  # first sight
+    schedule.set_enabled("nightly", False, now=T0 + timedelta(seconds=10))
+    assert schedule.run_due(now=T0 + timedelta(seconds=31)) == {}, "the switch is read at every check"
+    assert JobsHot.objects.count() == 0
+    rows = {r["name"]: r for r in schedule.overview(now=T0 + timedelta(minutes=1))}
+    assert (rows["nightly"]["enabled"], rows["nightly"]["overridden"], rows["nightly"]["nextRunUtc"]) == (
+        False, True, None)
+    # switched on again the next day: yesterday's missed tick is not run, the next one is
+    schedule.set_enabled("nightly", True, now=T0 + timedelta(days=1))
+    assert schedule.run_due(now=T0 + timedelta(days=1, seconds=1)) == {}
+    assert list(schedule.run_due(now=T0 + timedelta(days=1, seconds=31))) == ["nightly"]
+
+
+def test_the_operator_switch_wins_over_the_setting(nightly: None) -> None:
+    schedule.set_enabled("paused", True, now=T0)
+    assert list(schedule.run_due(now=T0 + timedelta(minutes=1))) == ["paused"]
+    assert {r["name"]: r["enabled"] for r in schedule.overview(now=T0)}["paused"] is True
+
+
+def test_run_now_enqueues_one_job_whatever_the_switch(nightly: None) -> None:
+    schedule.set_enabled("nightly", False, now=T0)
+    first = schedule.run_now("nightly", "alice", now=T0)
+    second = schedule.run_now("nightly", "alice", now=T0)
+    assert first != second
+    job = storage.get_hot(second)
+    assert job is not None and (job.type, job.queue, job.priority) == ("test.ok.v1", "reports", 50)
+    assert (job.tags, job.created_by, job.idempotency_key) == ("schedule:nightly,run:now", "alice", None)
+    row = {r["name"]: r for r in schedule.overview(now=T0)}["nightly"]
+    assert row["lastJobId"] == second and row["enabled"] is False
+    assert schedule.run_due(now=T0 + timedelta(seconds=31)) == {}, "run now claims no tick"
+
+
+def test_unknown_names_are_refused(nightly: None) -> None:
+    with pytest.raises(KeyError):
+        schedule.set_enabled("nope", False)
+    with pytest.raises(KeyError):
+        schedule.run_now("nope", "alice")
+    assert storage.schedule_states() == []
+
+
 def test_an_unknown_type_is_logged_not_raised(chokaq_settings: Any, caplog: pytest.LogCaptureFixture) -> None:
     chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "SCHEDULE": {
         "broken": {"CRON": "* * * * *", "TYPE": "no.such.type"}}}

@@ -247,7 +247,7 @@ TOKEN = st.one_of(
     .map(lambda t: base64.urlsafe_b64encode(json.dumps(list(t)).encode()).decode().rstrip("=")),
 )
 QUERY_KEYS = ("view", "status", "sort", "dir", "size", "after", "before", "queue", "type", "q", "reason", "start",
-              "end", "job", "max_jobs", "confirm", "action", "pillar")
+              "end", "job", "max_jobs", "confirm", "action", "pillar", "range")
 CHOICES = {
     "view": ["active", "archive", "dlq", "ARCHIVE", "hot"], "status": ["0", "1", "2", "3", "-1"],
     "sort": ["date", "id", "queue", "type", "created", "worker", "attempts", "duration", "reason", "DROP"],
@@ -255,6 +255,7 @@ CHOICES = {
     "reason": ["0", "1", "2", "6", "10", "11", "-1"], "pillar": ["archive", "dlq", "hot"],
     "confirm": ["PURGE", "REQUEUE", "purge"], "action": ["purge", "requeue", "<script>"],
     "job": ["a/b", "..", "x/../../metrics", "a\x00b", "../../api/dlq/X/purge?"],
+    "range": ["5m", "1h", "24h", "7d", "30d", "", "7D"],
 }
 
 
@@ -285,7 +286,8 @@ FILTER_FIELDS = ("queue", "type", "q", "reason", "start", "end")
 ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("index", "GET", "/deck/", QUERY_KEYS),
     *[(f"partial-{p}", "GET", f"/deck/partials/{p}", QUERY_KEYS)
-      for p in ("stats", "queues", "chart", "top-errors", "console", "maintenance", "workers", "breakers", "jobs")],
+      for p in ("stats", "queues", "chart", "top-errors", "console", "maintenance", "workers", "breakers", "jobs",
+                "recurring")],
     ("partial-unknown", "GET", "/deck/partials/{name}", QUERY_KEYS),
     ("health", "GET", "/deck/health/", ("tags",)),
     ("metrics", "GET", "/deck/metrics", ()),
@@ -311,6 +313,8 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("set-worker-capacity", "POST", "/deck/api/workers/capacity", ("capacity",)),
     ("close-circuit", "POST", "/deck/api/circuits/close", ("key",)),
     ("open-circuit", "POST", "/deck/api/circuits/open", ("key",)),
+    ("set-schedule-enabled", "POST", "/deck/api/schedules/{name}/enabled", ("value",)),
+    ("run-schedule-now", "POST", "/deck/api/schedules/{name}/run", ()),
     ("preview-purge-older-than", "POST", "/deck/api/maintenance/preview", ("pillar", "days")),
     ("purge-archive-older-than", "POST", "/deck/api/maintenance/purge-archive", ("days",)),
     ("purge-dlq-older-than", "POST", "/deck/api/maintenance/purge-dlq", ("days",)),

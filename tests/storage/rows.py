@@ -136,6 +136,13 @@ def counters(queue: str) -> tuple[int, int, int]:
     return row["succeeded_total"], row["failed_total"], row["retried_total"]
 
 
+def purged(queue: str) -> int:
+    """``purged_total`` of ``queue``: Archive rows purged (``succeeded_total`` never shrinks)."""
+    row = stats(queue)
+    assert row is not None, f"no StatsSummary row for {queue!r}"
+    return int(row["purged_total"])
+
+
 def set_counters(queue: str, **values: int) -> None:
     assert StatsSummary.objects.filter(queue=queue).update(**values) == 1
 

@@ -22,6 +22,7 @@ from .rows import (
     of_kind,
     pending,
     processing,
+    purged,
 )
 
 
@@ -200,11 +201,15 @@ def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
     assert service.preview_purge_older_than("dlq", 30)[1] == 1
     assert service.preview_purge_older_than("dlq", 50)[1] == 0
     service.purge_archive(new)
-    assert counters("age") == (1, 0, 0)
+    assert counters("age") == (2, 0, 0) and purged("age") == 1, "a purge never lowers succeeded: purged counts it"
     with pytest.raises(service.ConflictError):
         service.purge_archive(new)
+    assert purged("age") == 1
     assert service.purge_older_than("archive", 30) == 1
     assert archive_ids() == set() and storage.get_archived(old) is None
+    assert counters("age") == (2, 0, 0) and purged("age") == 2
+    summary = storage.summary_stats()
+    assert (summary.succeeded_total, summary.purged_total, summary.archived) == (2, 2, 0)
     assert storage.get_dead(gone) is not None
 
 
@@ -213,7 +218,7 @@ def test_purge_archive_ids(published: list) -> None:
     published.clear()
     assert storage.purge_archive_ids([ids[0], ids[0], "no-such-job"]) == 1
     assert archive_ids() == set(ids[1:])
-    assert counters("pai") == (2, 0, 0)
+    assert counters("pai") == (3, 0, 0) and purged("pai") == 1
     [event] = of_kind(published, "JobsPurged")
     assert (event["source"], event["jobIds"]) == ("Archive", [ids[0]])
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from chokaq_core import storage
 from chokaq_core.domain import Failure, FailureReason, Retry, Success
-from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot
+from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, StatsSummary
 
 from .rows import backdate, new_job
 
@@ -28,15 +28,16 @@ def per_queue(model: type, **filters: object) -> Counter[str]:
 def check_invariant(retried: Counter[str]) -> None:
     archive, dlq = per_queue(JobsArchive), per_queue(JobsDLQ)
     stats = {s.queue: s for s in storage.queue_stats()}
+    purged = dict(StatsSummary.objects.values_list("queue", "purged_total"))
     hot = {status: per_queue(JobsHot, status=status) for status in (0, 1, 2)}
     for queue in QUEUES:
         s = stats[queue]
-        assert s.succeeded_total == archive[queue], f"{queue}: succeeded_total vs Archive"
+        assert s.succeeded_total - purged[queue] == archive[queue], f"{queue}: succeeded - purged vs Archive"
         assert s.failed_total == dlq[queue], f"{queue}: failed_total vs DLQ"
         assert s.retried_total == retried[queue], f"{queue}: retried_total vs reschedules"
         assert (s.pending, s.fetched, s.processing) == (hot[0][queue], hot[1][queue], hot[2][queue])
     summary = storage.summary_stats()
-    assert summary.succeeded_total == sum(archive.values())
+    assert summary.archived == sum(archive.values()) == summary.succeeded_total - summary.purged_total
     assert summary.failed_total == sum(dlq.values())
     assert summary.pending + summary.fetched + summary.processing == JobsHot.objects.count()
 

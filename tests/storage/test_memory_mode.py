@@ -20,7 +20,7 @@ from chokaq_core.domain import FailureReason, JobStatus, SnapshotRequest
 from chokaq_core.models import JobsArchive, JobsDLQ
 from tests import jobs
 
-from .rows import age, archive_ids, archived, counters, dead, dlq_ids, hot, hot_ids, new_job, of_kind, pending
+from .rows import age, archive_ids, archived, counters, dead, dlq_ids, hot, hot_ids, new_job, of_kind, pending, purged
 
 pytestmark = pytest.mark.memory_only
 
@@ -110,7 +110,7 @@ def test_an_enqueue_at_the_cap_evicts_the_1000_oldest_archive_rows(capacity: Cal
     assert archive_ids() == set(batches[10] + batches[11]), "the 1000 oldest by finish time are gone"
     assert dlq_ids() == set(failed), "still below the cap after the Archive eviction: the DLQ is kept"
     assert hot_ids() == {*waiting, job.id}
-    assert counters("arc") == (200, 0, 0), "evictions decrement the counters like purges"
+    assert counters("arc") == (1200, 0, 0) and purged("arc") == 1000, "evictions count as purged, like purges"
     assert counters("dlq") == (0, 300, 0)
     assert storage.summary_stats().total == 200 + 300 + 6
 
@@ -127,7 +127,7 @@ def test_then_the_500_oldest_dlq_rows_when_still_at_the_cap(capacity: Callable[[
     assert archive_ids() == set(), f"all {len(old_archive)} Archive rows went first"
     assert dlq_ids() == set(batches[5]), "then the 500 oldest by failure time"
     assert hot_ids() == {*waiting, job.id}, "Hot rows are never evicted"
-    assert (counters("arc"), counters("dlq")) == ((0, 0, 0), (0, 100, 0))
+    assert (counters("arc"), counters("dlq"), purged("arc")) == ((100, 0, 0), (0, 100, 0), 100)
 
 
 def test_hot_rows_are_never_evicted_and_the_cap_is_soft(capacity: Callable[[int], None]) -> None:

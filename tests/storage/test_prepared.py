@@ -45,3 +45,17 @@ def test_turned_off_nothing_is_prepared(vendor: str, chokaq_settings: Any) -> No
     archived("prep-off", 3)
 
     assert prepared_statements() == []
+
+
+def test_through_a_pooler_nothing_is_prepared(vendor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session served by another process than the one the connection reported at start (a pooler's own id,
+    as PgBouncer gives) may change between transactions: no statement may live in it."""
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    connection.close()  # a fresh session: no statement prepared by an earlier test
+    serving = type(storage.dialect()).session_pid
+    monkeypatch.setattr(type(storage.dialect()), "session_pid", lambda self, cursor: serving(self, cursor) + 1)
+
+    archived("prep-pooled", 3)
+
+    assert prepared_statements() == []
+    assert storage.summary_stats().succeeded_total >= 3

@@ -11,7 +11,7 @@ from django.utils import timezone
 from chokaq_core import storage
 from chokaq_core.models import JobsArchive, JobsDLQ
 
-from .rows import ago, all_buckets, archived, counters, dead, of_kind, set_counters
+from .rows import ago, all_buckets, archived, counters, dead, of_kind, purged, set_counters
 
 
 @pytest.fixture
@@ -98,12 +98,12 @@ def test_purge_archive_by_age(small_batches: int, batch_calls: dict) -> None:
     JobsArchive.objects.filter(id__in=[*old, *old_other]).update(finished_at=ago(3 * 86400))
     snapshot = all_buckets()
 
-    purged = storage.purge_archive(timezone.now() - timedelta(days=1))
+    deleted = storage.purge_archive(timezone.now() - timedelta(days=1))
 
-    assert purged == 6
+    assert deleted == 6
     assert set(JobsArchive.objects.values_list("id", flat=True)) == set(recent)
-    assert counters("pa") == (2, 0, 0)
-    assert counters("pa-2") == (0, 0, 0)
+    assert counters("pa") == (7, 0, 0) and purged("pa") == 5, "succeeded never shrinks on purge"
+    assert counters("pa-2") == (1, 0, 0) and purged("pa-2") == 1
     assert all_buckets() == snapshot
     calls = batch_calls["purge_archive"]
     assert all(size == small_batches and n <= small_batches for size, n in calls)

@@ -53,7 +53,9 @@ from chokaq_core.domain import (
     FailedAttempt,
     Failure,
     FailureReason,
+    HistoryPoint,
     HistorySort,
+    HistoryWindow,
     HotJob,
     JobFilter,
     JobRow,
@@ -64,9 +66,11 @@ from chokaq_core.domain import (
     QueueState,
     QueueStats,
     Retry,
+    ScheduleState,
     SnapshotRequest,
     Success,
     SummaryStats,
+    TypeHistory,
     WorkerInfo,
 )
 from chokaq_core.sql import DIALECT_FUNCTIONS, Dialect, base, json_rows
@@ -525,7 +529,7 @@ SNAPSHOT_IDS = ["J1", "J2", "J3", "J1"]
 
 # What each separate read's statement returns on SQL Server (pyodbc types: datetimeoffset aware, bit bool).
 SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
-    "summary_stats": [(1, 2, 3, 10, 4, 5, T1, 0, 0, 1, 0)],
+    "summary_stats": [(1, 2, 3, 10, 4, 5, T1, 2, 0, 0, 1, 0)],
     "list_active": [_row(ACTIVE_FIELDS, id="J2", status=2, priority=5, created_at=T1, started_at=T1, tags="a,b"),
                     _row(ACTIVE_FIELDS, id="J1", status=0, priority=10, scheduled_at=T1, created_by="me")],
     "locate_jobs": [("J1", 2), ("J2", 3), ("J3", -2)],
@@ -587,14 +591,14 @@ EMPTY_NATIVE = {name: rows if name == "summary_stats" else [] for name, rows in 
 
 
 def _full_snapshot(snap: Any) -> bool:
-    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1, retrying=1)
+    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1, 2, retrying=1)
             and [r.id for r in snap.active] == ["J2", "J1"] and len(snap.located) == 3
             and all(part is not None for part in (snap.throughput, snap.queue_states, snap.queue_stats,
                                                   snap.queue_lags, snap.workers, snap.errors)))
 
 
 def _bare_snapshot(snap: Any) -> bool:
-    return (isinstance(snap, DeckSnapshot) and snap.summary.total == 20 and len(snap.active) == 2
+    return (isinstance(snap, DeckSnapshot) and snap.summary.total == 18 and len(snap.active) == 2
             and snap.located == {} and snap.throughput is None and snap.queue_states is None
             and snap.queue_stats is None and snap.queue_lags is None and snap.workers is None and snap.errors is None)
 
@@ -603,6 +607,8 @@ def _empty_snapshot(snap: Any) -> bool:
     return (isinstance(snap, DeckSnapshot) and snap.active == [] and snap.located == {} and snap.throughput == []
             and snap.queue_states == snap.queue_stats == snap.queue_lags == snap.workers == snap.errors == [])
 
+
+BINS = (0, 0, 0, 0, 1, 2, *([0] * 14))
 
 CASES = [
     Case("enqueue", ([new_job("A", "k1"), new_job("B", "k1"), new_job("C"), new_job("D", "k2", 1.5)],),
@@ -665,8 +671,8 @@ CASES = [
     Case("stop_worker", ("w1",), [None], None),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
-    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 0, 0, 1, 0)]],
-         SummaryStats(1, 2, 3, 10, 4, 5, T0, 0, 0, 1, 0)),
+    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2, 0, 0, 1, 0)]],
+         SummaryStats(1, 2, 3, 10, 4, 5, T0, 2, 0, 0, 1, 0)),
     Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None)]),
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
@@ -719,9 +725,21 @@ CASES = [
     Case("purge_workers", (T0, 100), [[(3,)]], 3),
     Case("purge_metric_buckets", (T0, 100), [[(0,)]], 0),
     Case("tidy_hot_table", (20_000,), [], False),  # SQL Server's ghost cleanup: nothing to run
+    Case("session_pid", (), [], None),  # no pooler to tell apart: nothing to run
     Case("claim_schedule_tick", ("nightly", T0), [[(1,)]], True),
     Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
     Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
+    Case("schedule_states", (), [[("nightly", T0, None, "J1", T1), ("hourly", T0.replace(tzinfo=None), 0, None, None)]],
+         [ScheduleState("nightly", T0, None, "J1", T1), ScheduleState("hourly", T0, False)]),
+    Case("set_schedule_enabled", ("nightly", False, T0), [None], None),
+    Case("set_schedule_enabled", ("nightly", True, T0), [None], None),
+    Case("record_schedule_run", ("nightly", "J1", T0), [None], None),
+    Case("record_history", (["J1", "J2", "J1"], ["J3"], T0), [None], None),
+    Case("record_history", ([], [], T0), [], None),
+    Case("history_buckets", (60, T0, 20), [[(T0, 3, 1, 12.5, *BINS)], [("t", 3, 1, 12.5, *BINS, 3, 30.0)]],
+         HistoryWindow([HistoryPoint(T0, 3, 1, BINS, 12.5)], [TypeHistory("t", 3, 1, 3, 30.0, 12.5, BINS)])),
+    Case("history_buckets", (3600, T0, 20), [[], []], HistoryWindow([], [])),
+    Case("purge_history", (60, T0, 100), [[(3,)]], 3),
     Case("change_marker", (), [], None),  # no statement: workers poll on SQL Server
     Case("record_attempts", ("w1", [FailedAttempt("J1", 1, ATTEMPT_ERROR, T0), FailedAttempt("J2", 3, ATTEMPT_ERROR)]),
          [None], None),
@@ -1135,6 +1153,16 @@ def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
         assert f"ALTER TABLE [{table}] REBUILD WITH (DATA_COMPRESSION = PAGE);" in statements
         assert f"ALTER INDEX ALL ON [{table}] REBUILD WITH (DATA_COMPRESSION = PAGE, FILLFACTOR = 80);" in statements
     assert len(statements) == 8
+
+
+def test_0010_creates_the_history_buckets_page_compressed_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0010_history")
+    [create] = [s for s in statements if s.startswith("CREATE TABLE [chokaq_history_buckets]")]
+    assert "PRIMARY KEY ([granularity], [bucket_start], [queue], [type], [outcome])" in create
+    assert all(f"[b{i:02d}] bigint" in create for i in range(20))
+    assert "ALTER TABLE [chokaq_history_buckets] REBUILD WITH (DATA_COMPRESSION = PAGE);" in statements
+    added = " ".join(s for s in statements if s.startswith("ALTER TABLE [chokaq_s"))
+    assert all(f"[{column}]" in added for column in ("purged_total", "enabled", "last_job_id", "last_run_at"))
 
 
 class _RecordingEditor:

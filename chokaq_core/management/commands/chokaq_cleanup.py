@@ -1,4 +1,5 @@
-"""``python manage.py chokaq_cleanup``: retention cleanup of Archive, DLQ, MetricBuckets and Workers (spec 05 §5).
+"""``python manage.py chokaq_cleanup``: retention cleanup of Archive, DLQ, MetricBuckets, the history roll-ups and
+Workers (spec 05 §5).
 
 Defaults come from ``CHOKAQ["RETENTION"]`` (Archive and DLQ are kept forever
 unless a number of days is given). Rows go in batches of
@@ -16,10 +17,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chokaq_core import maintenance, storage
-from chokaq_core.models import JobAttempts, JobsArchive, JobsDLQ, MetricBuckets, Workers
+from chokaq_core.domain import HISTORY_GRANULARITIES
+from chokaq_core.models import HistoryBuckets, JobAttempts, JobsArchive, JobsDLQ, MetricBuckets, Workers
 
 LABELS = {"archive": "Archive", "dlq": "DLQ", "metric_buckets": "MetricBuckets", "workers": "Workers",
-          "attempts": "JobAttempts"}
+          "attempts": "JobAttempts", "history_minutes": "History (min)", "history_hours": "History (hour)"}
 BAR_WIDTH = 30
 
 
@@ -34,6 +36,9 @@ def count_older(target: str, cutoff: datetime) -> int:
         return MetricBuckets.objects.using(using).filter(bucket_start__lt=cutoff).count()
     if target == "attempts":
         return JobAttempts.objects.using(using).filter(failed_at__lt=cutoff).count()
+    if target.startswith("history_"):
+        granularity = HISTORY_GRANULARITIES[target.removeprefix("history_").removesuffix("s")]
+        return HistoryBuckets.objects.using(using).filter(granularity=granularity, bucket_start__lt=cutoff).count()
     return Workers.objects.using(using).filter(last_heartbeat_at__lt=cutoff).count()
 
 

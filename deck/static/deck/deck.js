@@ -12,6 +12,7 @@
   var RECONNECT_CAP_MS = 1500;
   var progress = {};
   var plot = null;
+  var historyPlot = null;
   var everOpened = false;
   var retries = 0;
   var socket = null;
@@ -30,7 +31,9 @@
       document.documentElement.dataset.theme = select.value;
       try { localStorage.setItem("deck-theme", select.value); } catch (e) { /* private mode */ }
       plot = null;
+      historyPlot = null;
       refreshChart();
+      refreshHistory();
     });
   }
 
@@ -241,6 +244,29 @@
     }, data, holder);
   }
 
+  /* The 1h / 24h / 7d views: outcomes per bucket (left axis) and the successes' p95 in ms (right axis). */
+  function refreshHistory() {
+    var holder = $("history-chart");
+    var dataEl = $("history-data");
+    if (!holder || !dataEl || !window.uPlot) return;
+    var d;
+    try { d = JSON.parse(dataEl.dataset.points); } catch (e) { return; }
+    var data = [d.t, d.ok, d.fail, d.p95];
+    if (historyPlot && holder.contains(historyPlot.root)) { historyPlot.setData(data); return; }
+    holder.innerHTML = "";
+    var axis = { stroke: cssVar("--muted"), grid: { stroke: cssVar("--grid"), width: 1 }, ticks: { stroke: cssVar("--grid") } };
+    historyPlot = new uPlot({
+      width: Math.max(200, holder.clientWidth), height: 150, legend: { show: false }, cursor: { y: false },
+      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } },
+                ms: { range: function (u, min, max) { return [0, Math.max(1, max || 0)]; } } },
+      axes: [axis, Object.assign({ size: 44 }, axis),
+             Object.assign({ scale: "ms", side: 1, size: 50, grid: { show: false } }, { stroke: cssVar("--muted") })],
+      series: [{}, { label: "succeeded", stroke: cssVar("--success"), fill: cssVar("--success-fill"), width: 1.5 },
+               { label: "failed", stroke: cssVar("--danger"), fill: cssVar("--danger-fill"), width: 1.5 },
+               { label: "p95 ms", scale: "ms", stroke: cssVar("--warning"), width: 1, dash: [4, 3], spanGaps: false }]
+    }, data, holder);
+  }
+
   /* ------------------------------------------------------------------ selection and confirmations */
   function selected() { return Array.prototype.slice.call(document.querySelectorAll("#job-matrix .row-check:checked")); }
 
@@ -398,7 +424,7 @@
     body.addEventListener("htmx:wsOpen", onOpen);
     body.addEventListener("htmx:wsClose", onClose);
     body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); });
-    body.addEventListener("htmx:afterSettle", function () { refreshChart(); applyProgress(); updateSelection(); });
+    body.addEventListener("htmx:afterSettle", function () { refreshChart(); refreshHistory(); applyProgress(); updateSelection(); });
     body.addEventListener("htmx:responseError", onResponseError);
     body.addEventListener("htmx:beforeSwap", onBeforeSwap);
     body.addEventListener("htmx:beforeHistoryUpdate", onBeforeHistoryUpdate);
@@ -457,9 +483,12 @@
     window.addEventListener("resize", function () {
       var holder = $("chart");
       if (plot && holder) plot.setSize({ width: Math.max(200, holder.clientWidth), height: 150 });
+      var history = $("history-chart");
+      if (historyPlot && history) historyPlot.setSize({ width: Math.max(200, history.clientWidth), height: 150 });
     });
     setInterval(tickDurations, 1000);
     refreshChart();
+    refreshHistory();
     trimConsole();
   }
 

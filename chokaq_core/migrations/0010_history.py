@@ -1,0 +1,60 @@
+"""History roll-ups (minute and hour buckets with a duration histogram), the purged counter, and the
+Recurring panel's columns (operator switch, the latest job of each schedule)."""
+
+from django.db import migrations, models
+from django.utils import timezone
+
+from chokaq_core.vendor_ops import SqlServerPageCompression
+
+BINS = 20
+
+
+def ledger(apps, schema_editor):
+    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
+        version=10,
+        defaults={"name": "History", "description": "History buckets, purged counter, schedule switches",
+                  "applied_at": timezone.now()},
+    )
+
+
+def unledger(apps, schema_editor):
+    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
+        version=10
+    ).delete()
+
+
+class Migration(migrations.Migration):
+    dependencies = [("chokaq_core", "0008_edit_revision")]
+    operations = [
+        migrations.AddField("statssummary", "purged_total", models.BigIntegerField(default=0, db_default=0)),
+        migrations.AddField("schedules", "enabled", models.BooleanField(null=True)),
+        migrations.AddField("schedules", "last_job_id", models.CharField(max_length=50, null=True)),
+        migrations.AddField("schedules", "last_run_at", models.DateTimeField(null=True)),
+        migrations.CreateModel(
+            name="HistoryBuckets",
+            fields=[
+                ("pk", models.CompositePrimaryKey("granularity", "bucket_start", "queue", "type", "outcome",
+                                                  blank=True, editable=False, primary_key=True, serialize=False)),
+                ("granularity", models.IntegerField()),
+                ("bucket_start", models.DateTimeField()),
+                ("queue", models.CharField(max_length=255)),
+                ("type", models.CharField(max_length=255)),
+                ("outcome", models.SmallIntegerField()),
+                ("completed_count", models.BigIntegerField(default=0, db_default=0)),
+                ("duration_count", models.BigIntegerField(default=0, db_default=0)),
+                ("total_duration_ms", models.FloatField(default=0, db_default=0)),
+                ("max_duration_ms", models.FloatField(null=True)),
+                *((f"b{i:02d}", models.BigIntegerField(default=0, db_default=0)) for i in range(BINS)),
+            ],
+            options={
+                "db_table": "chokaq_history_buckets",
+                "constraints": [
+                    models.CheckConstraint(condition=models.Q(outcome__in=[0, 1]), name="history_outcome_0_1"),
+                    models.CheckConstraint(condition=models.Q(granularity__in=[60, 3600]),
+                                           name="history_granularity"),
+                ],
+            },
+        ),
+        SqlServerPageCompression("HistoryBuckets", fillfactor=80),
+        migrations.RunPython(ledger, unledger),
+    ]
