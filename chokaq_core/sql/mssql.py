@@ -1,4 +1,4 @@
-"""SQL Server dialect (mssql-django): every transition of the ``Dialect`` protocol as T-SQL.
+"""SQL Server dialect (mssql-django): the T-SQL forms and hooks of ``BaseDialect`` that differ here.
 
 Rules followed by every function here (spec 01 §1.2, §1.3, §3, §4):
 
@@ -198,6 +198,11 @@ def _params(*declarations: str) -> str:
     return "\n".join(f"DECLARE {declaration} = %s;" for declaration in declarations)
 
 
+def _changed(*declares: str, statement: str) -> str:
+    """A batch whose one changing ``statement`` reports how many rows it changed."""
+    return _batch(*declares, "DECLARE @Changed int;", statement, "SET @Changed = @@ROWCOUNT;", "SELECT @Changed;")
+
+
 def _batch(*statements: str) -> str:
     """A multi-statement batch: NOCOUNT on for the work, off again for the final statement."""
     *work, last = statements
@@ -321,13 +326,13 @@ WHERE h.status = 0;"""
 FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
 
+_LEASE = ("UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
+          "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
+          " last_updated_at = @Now\n")
 MARK_PROCESSING_SQL = _batch(
     _NOW,
     _params("@JobId nvarchar(4000)", "@WorkerId nvarchar(4000)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-    "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
-    " last_updated_at = @Now\n"
-    "OUTPUT inserted.attempt_count\n"
+    _LEASE + "OUTPUT inserted.attempt_count\n"
     "WHERE id = @JobId AND worker_id = @WorkerId AND status = 1;",
 )
 
@@ -336,10 +341,7 @@ _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
 MARK_PROCESSING_BATCH_SQL = _batch(
     _NOW,
     _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-    "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
-    " last_updated_at = @Now\n"
-    "OUTPUT inserted.id, inserted.attempt_count\n"
+    _LEASE + "OUTPUT inserted.id, inserted.attempt_count\n"
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
 )
 
@@ -414,44 +416,28 @@ RESCHEDULE_SQL = _batch(
     "SELECT id, queue FROM @Moved;",
 )
 
-RELEASE_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    "DECLARE @Changed int;",
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
-    f"WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;",
-    "SET @Changed = @@ROWCOUNT;",
-    "SELECT @Changed;",
-)
+_TO_PENDING = "SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
+RELEASE_SQL = _changed(_NOW, _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"), statement=(
+    f"UPDATE chokaq_jobs_hot WITH (ROWLOCK) {_TO_PENDING}WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;"))
 
 _RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision")
 
 
-def _resurrect_sql(declares: Sequence[str], delete: str) -> str:
-    """DLQ → Hot (spec 01 §4.7/§4.8): ``delete`` moves the chosen DLQ rows into ``@Moved``."""
-    return _batch(
-        _NOW,
-        *declares,
-        _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)"),
-        _moved_table(_RESURRECTED),
-        delete,
-        "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-        " last_updated_at, created_by, last_modified_by, revision)\n"
-        "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
-        " created_at, @Now, created_by, @Actor, revision\n"
-        "FROM @Moved;",
-        _stats_sub("failed_total", touch=True),
-        "SELECT id, queue FROM @Moved;",
-    )
-
-
-# One batch for the single (edited) and the batch form: parameters ids, revision, payload, tags, priority, actor.
-RESURRECT_SQL = _resurrect_sql(
-    ["DECLARE @Ids nvarchar(max) = %s;", "DECLARE @Revision int = %s;"],
-    "DELETE d\n"
-    + _output_into(_RESURRECTED, {})
-    + "\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
+# DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
+RESURRECT_SQL = _batch(
+    _NOW,
+    _params("@Ids nvarchar(max)", "@Revision int", "@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int",
+            "@Actor nvarchar(4000)"),
+    _moved_table(_RESURRECTED),
+    f"DELETE d\n{_output_into(_RESURRECTED, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
+    "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
+    " last_updated_at, created_by, last_modified_by, revision)\n"
+    "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
+    " created_at, @Now, created_by, @Actor, revision\n"
+    "FROM @Moved;",
+    _stats_sub("failed_total", touch=True),
+    "SELECT id, queue FROM @Moved;",
 )
 
 REQUEST_CANCEL_SQL = _batch(
@@ -525,16 +511,9 @@ PURGE_ARCHIVE_SQL = _purge(
 )
 
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
-RECOVER_ABANDONED_SQL = _batch(
-    _NOW,
-    _params("@TimeoutSeconds int", "@TimeoutMs int"),
-    "DECLARE @Changed int;",
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
-    "WHERE status = 1\n"
-    "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));",
-    "SET @Changed = @@ROWCOUNT;",
-    "SELECT @Changed;",
-)
+RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
+    f"UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) {_TO_PENDING}WHERE status = 1\n"
+    "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
 
 
 def _queue_upsert(column: str, sql_type: str) -> str:
@@ -688,13 +667,8 @@ LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, work
 
 def _batch_delete(table: str, column: str) -> str:
     """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row."""
-    return _batch(
-        _params("@Cutoff datetimeoffset(7)", "@Batch int"),
-        "DECLARE @N int;",
-        f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;",
-        "SET @N = @@ROWCOUNT;",
-        "SELECT @N;",
-    )
+    return _changed(_params("@Cutoff datetimeoffset(7)", "@Batch int"),
+                    statement=f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;")
 
 
 PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
@@ -869,9 +843,8 @@ RECORD_ATTEMPTS_SQL = (
 
 
 class SQLServerDialect(BaseDialect, statements=globals()):
-    """The shared simple reads over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3),
-    ISO text datetimes and batches whose first results carry no rows."""
-
+    """The base over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3), JSON batches, ISO
+    text datetimes and batches whose first results carry no rows."""
 
     TS = "CAST(%s AS datetimeoffset(7))"
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"

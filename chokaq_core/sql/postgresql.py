@@ -1,4 +1,4 @@
-"""PostgreSQL dialect: every transition of the ``Dialect`` protocol as raw SQL.
+"""PostgreSQL dialect: the SQL forms and hooks of ``BaseDialect`` that differ here.
 
 Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 
@@ -338,7 +338,8 @@ ORDER BY a.n
 
 
 class PostgreSQLDialect(BaseDialect, statements=globals()):
-    """The shared reads with PostgreSQL's id arrays and lower() LIKE (the same match as ILIKE, cheaper on a scan)."""
+    """The base over PostgreSQL's statements: array parameters, the database clock, lower() LIKE (the same match
+    as ILIKE, cheaper on a scan)."""
 
     NOTIFY_CHANNEL: str | None = NOTIFY_CHANNEL
     # A move is one statement of CTEs; enqueue without keys is ENQUEUE_SQL alone (no by-key lookup to follow). The

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,7 +49,6 @@ from chokaq_core.sql.base import (
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
-MAX_ROWS_PER_INSERT = 500
 
 
 def _now() -> datetime:
@@ -65,11 +64,6 @@ def _ts(value: datetime | None) -> str | None:
 
 def _marks(count: int) -> str:
     return ", ".join(["%s"] * count)
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 # ---------------------------------------------------------------- counters
@@ -95,19 +89,18 @@ def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str |
                        [n, now, queue])
 
 
-# The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
-_COUNTED = ("(SELECT json_extract(value, '$.queue') AS queue, json_extract(value, '$.failure_reason') AS failure_reason,"
-            " json_extract(value, '$.duration_ms') AS duration_ms FROM json_each(%s))")
-
-
 # ---------------------------------------------------------------- statements
 
 # "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
 # without statistics it would otherwise walk every row of that status through hot_status_created.
+_ITEM = "json_extract(value, '$.{}')"  # a key of the JSON array items json_each walks
 _CLOCK = "WITH clock(now) AS (SELECT %s) "  # the clock() parameter, read as _NOW
 _NOW = "(SELECT now FROM clock)"
 _IDS = "(SELECT value FROM json_each(%s))"  # the ids_param JSON array
-_ITEM_IDS = "(SELECT json_extract(value, '$.id') FROM json_each(%s))"  # the items_params JSON array's ids
+_ITEM_IDS = f"(SELECT {_ITEM.format('id')} FROM json_each(%s))"  # the items_params JSON array's ids
+# The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
+_COUNTED = ("(SELECT " + ", ".join(f"{_ITEM.format(c)} AS {c}" for c in ("queue", "failure_reason", "duration_ms"))
+            + " FROM json_each(%s))")
 _OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
 
 UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %s) UPDATE {DLQ}"
@@ -115,6 +108,13 @@ UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %
                   " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
                   f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
                   f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
+_JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at"
+ENQUEUE_SQL = (
+    f"INSERT INTO {HOT} ({_JOB}, status, attempt_count, created_at, last_updated_at)"
+    f" SELECT {', '.join(_ITEM.format(c) for c in _JOB.split(', '))}, 0, 0, %s, %s"
+    " FROM json_each(%s) WHERE true ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+    " RETURNING id"
+)
 # Moves out of Hot return the Hot row (plus any columns the move sets) for _move to land.
 ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
 # A move out of Hot no exception caused names its rows' (empty) exception class and message.
@@ -203,7 +203,6 @@ QUEUE_HEALTH_SQL = f"""
 # ---------------------------------------------------------------- attempts history and retention
 
 ATTEMPTS = "chokaq_job_attempts"
-_ITEM = "json_extract(value, '$.{}')"
 RECORD_ATTEMPTS_SQL = (
     f"{_CLOCK}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at,"
     f" started_at) SELECT {_ITEM.format('job_id')}, {_ITEM.format('attempt')}, %s, {_ITEM.format('error_class')},"
@@ -275,29 +274,20 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return int(cursor.fetchone()[0])
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
-        """Multi-row inserts (taken keys skipped), then the queues' Queues and StatsSummary rows."""
+        """One insert of the batch as JSON items (taken keys skipped), then the queues' rows."""
         now = _now()
         stamp = _ts(now)
-        inserted: set[str] = set()
-        for chunk in _chunks(jobs, MAX_ROWS_PER_INSERT):
-            params: list[Any] = []
-            for job in chunk:
-                scheduled = _ts(now + timedelta(seconds=job.delay_seconds)) if job.delay_seconds is not None else None
-                params += [job.id, job.queue, job.type, job.payload, job.tags, job.idempotency_key, job.priority,
-                           scheduled, stamp, stamp, job.created_by]
-            cursor.execute(
-                f"INSERT INTO {HOT} (id, queue, type, payload, tags, idempotency_key, priority, status, attempt_count,"
-                f" scheduled_at, created_at, last_updated_at, created_by) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s, %s, %s)"] * len(chunk))
-                + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
-                params,
-            )
-            inserted.update(str(row[0]) for row in cursor.fetchall())
-        for queue in sorted({job.queue for job in jobs}):
-            cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) VALUES (%s, 0, 1, %s)"
-                           " ON CONFLICT (name) DO NOTHING", [queue, stamp])
-            cursor.execute(f"INSERT INTO {STATS} (queue, succeeded_total, failed_total, retried_total,"
-                           " last_activity_at) VALUES (%s, 0, 0, 0, %s) ON CONFLICT (queue) DO NOTHING", [queue, stamp])
+        cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
+            {"id": j.id, "queue": j.queue, "type": j.type, "payload": j.payload, "tags": j.tags,
+             "idempotency_key": j.idempotency_key, "priority": int(j.priority), "created_by": j.created_by,
+             "scheduled_at": None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds))}
+            for j in jobs])])
+        inserted = {str(row[0]) for row in cursor.fetchall()}
+        queues = json.dumps(sorted({job.queue for job in jobs}))
+        cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) SELECT value, 0, 1, %s"
+                       " FROM json_each(%s) WHERE true ON CONFLICT (name) DO NOTHING", [stamp, queues])
+        cursor.execute(f"INSERT INTO {STATS} (queue, last_activity_at) SELECT value, %s FROM json_each(%s) WHERE true"
+                       " ON CONFLICT (queue) DO NOTHING", [stamp, queues])
         return inserted, self.key_holders(cursor, jobs, inserted)
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:

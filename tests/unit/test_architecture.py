@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import typing
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,7 @@ def test_every_vendor_defines_every_dialect_function_with_the_same_parameters(ve
         assert callable(function), f"{vendor}.{name} is missing"
         expected = list(inspect.signature(getattr(Dialect, name)).parameters)[1:]  # drop self
         assert list(inspect.signature(function).parameters) == expected, f"{vendor}.{name}"
+        assert typing.get_type_hints(function) == typing.get_type_hints(getattr(Dialect, name)), f"{vendor}.{name}"
     for capability in ("MOVES_IN_ONE_STATEMENT", "ENQUEUE_IN_ONE_STATEMENT", "PREPARES"):
         assert isinstance(getattr(dialect, capability), bool), f"{vendor}.{capability}"
 
