@@ -35,7 +35,7 @@ class Migration(migrations.Migration):
         migrations.AddField("jobsdlq", "error_message", models.CharField(max_length=1000, null=True)),
         migrations.AddIndex(
             "jobshot",
-            models.Index(fields=["scheduled_at", "last_error_at", "held_by"], condition=Q(status=0),
+            models.Index(fields=["status", "scheduled_at", "last_error_at", "held_by"], condition=Q(status=0),
                          name="hot_pending_split"),
         ),
         migrations.AddIndex(

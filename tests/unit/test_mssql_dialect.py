@@ -1209,7 +1209,7 @@ def test_0009_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_conne
         if column in sql._MOVED_TYPES:
             assert sql._MOVED_TYPES[column] == declaration, "the @Moved column has the table's type"
     split = _statement_for(statements, "hot_pending_split")
-    assert "ON [chokaq_jobs_hot] ([scheduled_at], [last_error_at], [held_by])" in split
+    assert "ON [chokaq_jobs_hot] ([status], [scheduled_at], [last_error_at], [held_by])" in split
     assert split.endswith("WHERE [status] = 0;"), "a filtered index: Pending rows only"
     group = _statement_for(statements, "dlq_by_error")
     assert "ON [chokaq_jobs_dlq] ([failure_reason], [error_class], [failed_at] DESC)" in group
