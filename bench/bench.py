@@ -108,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chokaq", default="{}", help="JSON overrides of CHOKAQ sections (default none: the user's defaults)")
     p.add_argument("--only", default=None,
                    help=f"comma-separated steps (default all: {','.join(STEPS)}; with --scale {','.join(SCALE_STEPS)})")
+    p.add_argument("--rate-limit", default=None, metavar="RATE",
+                   help="also run paired drains, unlimited then with the no-op type rate-limited to RATE (e.g.\n"
+                        "'1000000/s', far above the drain rate): the overhead of a rate limit in the claim")
     p.add_argument("--json", dest="json_out", default=None, help="also write all results to this JSON file")
     p.add_argument("--child", choices=["sqlite", "postgresql"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -228,6 +231,12 @@ def render(r: dict[str, Any]) -> str:
             rows.append((f"  {title}: peak PostgreSQL connections", str(d["db_connections"]), "", ""))
     if "bulk" in r and r["vendor"] != "postgresql":
         rows.append(("bulk enqueue (no target on SQLite)", fmt(r["bulk"]["rate"], "jobs/s"), "", ""))
+    if "rate_limit" in r:
+        rl = r["rate_limit"]
+        rows.append((f"drain under a rate limit of {rl['rate']}, excluding start-up",
+                     fmt(rl["limited"]["steady_rate"], "jobs/s"), "", ""))
+        rows.append((f"  limited / unlimited (median of {len(rl['pairs'])} paired drains)", f"{rl['ratio']:.3f}",
+                     "≥ 0.900", "PASS" if rl["ratio"] >= 0.9 else "FAIL"))
     if "pickup" in r:
         rows.append(("  pickup: min / mean / max", f"{r['pickup']['min_ms']:.2f} / {r['pickup']['mean_ms']:.2f} / "
                      f"{r['pickup']['max_ms']:.2f} ms", "", ""))
@@ -531,6 +540,29 @@ class Child:
             runs.append(self.drain(self.args.jobs, label, extra))
         return {**max(runs, key=lambda d: d["steady_rate"]), "runs": runs}
 
+    def rate_limited_drains(self, rate: str) -> dict[str, Any]:
+        """Paired drains, unlimited then with the no-op type limited to ``rate`` (the worker reads the limit from
+        BENCH_CHOKAQ); the median ratio of their steady rates is the limit's overhead in the claim."""
+        overrides = json.loads(os.environ.get("BENCH_CHOKAQ", "{}"))
+        pairs = []
+        for _ in range(self.args.repeat):
+            pair = []
+            for limited in (False, True):
+                self.reset()
+                self.fill(self.args.jobs)
+                self.settle()
+                os.environ["BENCH_CHOKAQ"] = json.dumps(
+                    {**overrides, "RATE_LIMITS": {f"type:{NOOP}": rate}} if limited else overrides)
+                try:
+                    pair.append(self.drain(self.args.jobs, "ratelimit" if limited else "unlimited"))
+                finally:
+                    os.environ["BENCH_CHOKAQ"] = json.dumps(overrides)
+            pairs.append(pair)
+        ratio = statistics.median(lim["steady_rate"] / (base["steady_rate"] or 1) for base, lim in pairs)
+        log(f"{self.vendor}: rate limit {rate}: limited / unlimited drain {ratio:.3f}")
+        return {"rate": rate, "pairs": pairs, "ratio": ratio,
+                "limited": max((lim for _, lim in pairs), key=lambda d: d["steady_rate"])}
+
     # ------------------------------------------------------------ pickup latency
 
     def pickup(self, label: str = "pickup") -> dict[str, Any]:
@@ -632,6 +664,8 @@ class Child:
         if "pickup" in steps:
             self.reset()
             result["pickup"] = self.pickup()
+        if self.args.rate_limit:
+            result["rate_limit"] = self.rate_limited_drains(self.args.rate_limit)
         result["loadavg_after"] = os.getloadavg()
         self.reset()
         return result

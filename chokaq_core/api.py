@@ -42,6 +42,7 @@ from chokaq_core.domain import (
     UnknownJobTypeError,
     check_name,
     new_ulid,
+    parse_rate,
 )
 from chokaq_core.handlers import JobDefinition, get_definition, register
 
@@ -64,6 +65,7 @@ class EnqueueOptions:
     created_by: str | None = None
     job_id: str | None = None
     allow_unregistered: bool = False
+    rate_key: str | None = None
 
 
 def enqueue(
@@ -79,11 +81,13 @@ def enqueue(
     created_by: str | None = None,
     job_id: str | None = None,
     allow_unregistered: bool = False,
+    rate_key: str | None = None,
     using: str | None = None,
 ) -> str:
-    """Enqueue one job; returns its id (the existing job's id when the idempotency key is active)."""
+    """Enqueue one job; returns its id (the existing job's id when the idempotency key is active).
+    ``rate_key``: the partition of a per-key rate limit the job counts against (default: the @job's key)."""
     options = EnqueueOptions(type_key, payload or {}, queue, priority, delay, run_at, idempotency_key, tags,
-                             created_by, job_id, allow_unregistered)
+                             created_by, job_id, allow_unregistered, rate_key)
     return storage.enqueue([build(options)], using=using)[0]
 
 
@@ -134,7 +138,24 @@ def build(options: EnqueueOptions) -> NewJob:
         priority=priority,
         delay_seconds=_delay(options.delay, options.run_at),
         created_by=_text("created_by", options.created_by, 100) or None,
+        rate_key=_rate_key(definition, options),
     )
+
+
+def _rate_key(definition: JobDefinition | None, options: EnqueueOptions) -> str | None:
+    """The job's rate key: the one given, else the @job's ``rate_key`` over the payload; EnvelopeError (a
+    ValueError) when the key function raises or the key is not 1-255 characters of the key alphabet."""
+    key: Any = options.rate_key
+    if key is None and definition is not None and definition.rate_key is not None:
+        try:
+            key = definition.partition_key(dict(options.payload))
+        except Exception as exc:
+            raise EnvelopeError(f"the rate_key of {definition.type_key!r} raised {type(exc).__name__}: {exc}") from exc
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise EnvelopeError(f"rate key must be a string, got {type(key).__name__}")
+    return _name("rate key", key)
 
 
 def _name(field_name: str, value: Any) -> str:
@@ -370,18 +391,25 @@ class BoundJob:
 def job(
     type_key: str, *, queue: str = "default", priority: int = 10,
     idempotency_key: str | Callable[[dict[str, Any]], str] | None = None, result_ttl: float | None = None,
+    rate_limit: str | None = None, rate_key: str | Callable[[dict[str, Any]], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register ``func`` as the handler of ``type_key`` (a stable contract name, e.g. ``email.send.v1``).
 
-    ``idempotency_key``/``result_ttl`` opt the job into the idempotency middleware. The type key and the queue
-    must fit the alphabets ``enqueue()`` checks (``EnvelopeError`` at decoration, not at the first enqueue).
+    ``idempotency_key``/``result_ttl`` opt the job into the idempotency middleware. ``rate_limit`` ("100/m",
+    "50/s burst 10", "1000/h") caps how many jobs of the type the whole fleet starts per window; with
+    ``rate_key`` (a format string over the payload, "tenant:{tenant_id}", or a callable payload -> key) each key
+    gets that allowance. The type key and the queue must fit the alphabets ``enqueue()`` checks, and the rate
+    must parse (``EnvelopeError``/``ValueError`` at decoration, not at the first enqueue).
     """
     key = _name("type key", type_key)
     queue = _name("queue", queue)
+    rate = parse_rate(rate_limit) if rate_limit is not None else None
+    if rate_key is not None and not (callable(rate_key) or isinstance(rate_key, str)):
+        raise TypeError(f"rate_key must be a format string or a callable, got {type(rate_key).__name__}")
 
     def decorate(func: Callable[..., Any]) -> Job:
         definition = Job(type_key=key, func=func, queue=queue, priority=priority,
-                         idempotency_key=idempotency_key, result_ttl=result_ttl)
+                         idempotency_key=idempotency_key, result_ttl=result_ttl, rate_limit=rate, rate_key=rate_key)
         register(definition)
         return definition
 

@@ -5,7 +5,8 @@ id            level    rule
 ============  =======  =====================================================================
 chokaq.E001   Error    a ``CHOKAQ`` setting is unknown, of the wrong type or out of range
                        (durations, intervals, retry/worker/SQL limits, HEALTH thresholds,
-                       METRICS guard, RETENTION, SCHEDULE entries and cron expressions)
+                       METRICS guard, RETENTION, SCHEDULE entries and cron expressions,
+                       RATE_LIMITS names, rates, PER_KEY and MAX_KEYS)
 chokaq.E002   Error    ``CHOKAQ["DATABASE"]`` names no ``DATABASES`` alias
 chokaq.E003   Error    the database vendor is not postgresql, sqlite or microsoft
 chokaq.E004   Error    a ``CHOKAQ_DECK`` setting is invalid (spec 05 §1.2)

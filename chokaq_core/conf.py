@@ -19,7 +19,15 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from chokaq_core.domain import KEY_CHARACTERS, is_valid_name
+from chokaq_core.domain import (
+    DEFAULT_MAX_RATE_KEYS,
+    KEY_CHARACTERS,
+    RateLimit,
+    is_valid_name,
+    parse_rate,
+    rate_limit_name,
+    split_rate_limit_name,
+)
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
@@ -98,6 +106,9 @@ DEFAULTS: dict[str, Any] = {
                   "HISTORY_MINUTES_HOURS": 48, "HISTORY_HOURS_DAYS": 30, "INTERVAL": 3600},
     # Recurring jobs: {"name": {"CRON": "*/5 * * * *", "TYPE": "type.key", "PAYLOAD": {}, ...}}.
     "SCHEDULE": {},
+    # Fleet-wide rate limits: {"type:payment.capture.v1": "100/m", "queue:emails": {"RATE": "10/s burst 5",
+    # "PER_KEY": True, "MAX_KEYS": 1000}}; an operator may override, pause or lift each from the Deck.
+    "RATE_LIMITS": {},
     "EVENTS": {"COALESCE_INTERVAL": 0.2},
     "IDEMPOTENCY": {
         "IN_PROGRESS_TTL": 30 * 60,
@@ -132,7 +143,7 @@ _DURATION_KEYS = {
     "IDEMPOTENCY": {"IN_PROGRESS_TTL", "DEFAULT_RESULT_TTL", "MIN_RESULT_TTL", "MAX_RESULT_TTL"},
 }
 # Sections holding user-named entries rather than fixed keys.
-_FREE_SECTIONS = ("QUEUES", "SCHEDULE")
+_FREE_SECTIONS = ("QUEUES", "SCHEDULE", "RATE_LIMITS")
 # Durations that may be 0 (checked >= 0 below).
 _NON_NEGATIVE = {("RETRY", "JITTER_MAX_DELAY"), ("HEALTH", "QUEUE_LAG_DEGRADED_THRESHOLD")}
 _OPTIONAL_DURATIONS = {("RETENTION", "INTERVAL"), ("RETRY", "MAX_JOB_AGE"), ("IDEMPOTENCY", "DEFAULT_RESULT_TTL"),
@@ -184,6 +195,7 @@ class Config:
     METRICS: Section
     RETENTION: Section
     SCHEDULE: dict[str, Any]
+    RATE_LIMITS: dict[str, RateLimit]
 
     def breaker_settings(self, type_key: str | None = None) -> dict[str, float]:
         """The breaker policy of a type key: its POLICIES entry over DEFAULT."""
@@ -242,9 +254,44 @@ def _merge(errors: list[str]) -> Config:
                 errors.append(f"QUEUES.{queue_name}.EXECUTION_TIMEOUT: {exc}")
         queues[str(queue_name).lower()] = queue_section
     merged["QUEUES"] = queues
+    merged["RATE_LIMITS"] = _rate_limits(merged["RATE_LIMITS"], errors)
     values: dict[str, Any] = {k: Section(v) if isinstance(v, dict) and k not in _FREE_SECTIONS else v
                               for k, v in merged.items()}
     return Config(**values)
+
+
+RATE_LIMIT_KEYS = {"RATE", "PER_KEY", "MAX_KEYS"}
+
+
+def rate_limit_entry(name: Any, entry: Any) -> RateLimit:
+    """One ``RATE_LIMITS`` entry (a rate string, or a dict of RATE, PER_KEY, MAX_KEYS) as a limit; ValueError
+    saying what is wrong."""
+    scope, target = split_rate_limit_name(name)
+    options = entry if isinstance(entry, dict) else {"RATE": entry}
+    unknown = set(options) - RATE_LIMIT_KEYS
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)} (use {sorted(RATE_LIMIT_KEYS)})")
+    per_key = options.get("PER_KEY", False)
+    if not isinstance(per_key, bool):
+        raise ValueError(f"PER_KEY must be True or False (got {per_key!r})")
+    max_keys = options.get("MAX_KEYS", DEFAULT_MAX_RATE_KEYS)
+    if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+        raise ValueError(f"MAX_KEYS must be an integer >= 1 (got {max_keys!r})")
+    return RateLimit(rate_limit_name(scope, target), parse_rate(options.get("RATE")), per_key, max_keys)
+
+
+def _rate_limits(entries: Any, errors: list[str]) -> dict[str, RateLimit]:
+    if not isinstance(entries, dict):
+        errors.append("RATE_LIMITS must be a dict of 'queue:<name>' / 'type:<key>' entries")
+        return {}
+    limits = {}
+    for name, entry in entries.items():
+        try:
+            limit = rate_limit_entry(name, entry)
+            limits[limit.name] = limit
+        except ValueError as exc:
+            errors.append(f"RATE_LIMITS[{name!r}]: {exc}")
+    return limits
 
 
 def _check(cfg: Config, errors: list[str]) -> None:

@@ -6,6 +6,7 @@ layer (storage, worker, service, Deck) can import.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import threading
@@ -127,6 +128,7 @@ class StorageError(ChokaQError):
 # ---------------------------------------------------------------- ids
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode("ascii"))
 _ulid_lock = threading.Lock()
 _ulid_last: tuple[int, int] = (0, 0)
 
@@ -142,8 +144,8 @@ def new_ulid() -> str:
         else:
             rand = int.from_bytes(os.urandom(10), "big")
         _ulid_last = (ms, rand)
-    value = (ms << 80) | rand
-    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+    # base32 of the 128 bits as 20 bytes: its last 26 characters are the 26 five-bit groups, Crockford-spelled
+    return base64.b32encode(((ms << 80) | rand).to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD).decode("ascii")
 
 
 # ---------------------------------------------------------------- rows
@@ -162,6 +164,7 @@ class NewJob:
     priority: int = 10
     delay_seconds: float | None = None
     created_by: str | None = None
+    rate_key: str | None = None  # the partition of a per-key rate limit this job counts against
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +189,7 @@ class HotJob:
     created_by: str | None
     last_modified_by: str | None
     revision: int = 0  # the edit version an operator's edit must name (see update_hot_data)
+    rate_key: str | None = None  # the partition of a per-key rate limit this job counts against
     last_error_class: str | None = None  # the latest failed execution's exception class path (a retrying job)
     last_error_message: str | None = None
     last_error_at: datetime | None = None
@@ -368,6 +372,12 @@ class QueueStats:
     failed_total: int
     retried_total: int
     last_activity_at: datetime | None
+    purged_total: int = 0  # Archive rows of this queue deleted by purges (succeeded_total never shrinks)
+
+    @property
+    def archived(self) -> int:
+        """Archive rows of this queue still retained."""
+        return max(0, self.succeeded_total - self.purged_total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -732,6 +742,7 @@ NAME_ALPHABETS: dict[str, tuple[str, int]] = {
     "queue": (NAME_CHARACTERS, 255),
     "type key": (NAME_CHARACTERS, 255),
     "idempotency key": (KEY_CHARACTERS, 255),
+    "rate key": (KEY_CHARACTERS, 255),
 }
 NAME_PATTERNS = {name: re.compile(f"[{chars}]{{1,{limit}}}") for name, (chars, limit) in NAME_ALPHABETS.items()}
 
@@ -752,3 +763,169 @@ def check_name(field_name: str, value: str) -> str:
 def is_valid_name(field_name: str, value: object) -> bool:
     """Whether ``value`` fits the alphabet of ``field_name`` (for rendering rows stored before it existed)."""
     return isinstance(value, str) and bool(NAME_PATTERNS[field_name].fullmatch(value)) and bool(value.strip("."))
+
+
+# ---------------------------------------------------------------- rate limits (fleet-wide, enforced in the claim)
+
+RATE_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
+RATE_SCOPES = ("queue", "type")
+DEFAULT_MAX_RATE_KEYS = 1000
+MAX_RATE_COUNT = 1_000_000
+_RATE = re.compile(r"(?P<count>[+-]?\d+)\s*/\s*(?P<size>[+-]?\d+(?:\.\d+)?)?\s*(?P<unit>[a-z]+)"
+                   r"(?:\s+burst\s+(?P<burst>[+-]?\d+))?", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A rate cap: at most ``count`` jobs per ``window`` seconds, with a token bucket of ``burst`` tokens
+    (so any window holds at most ``count + burst`` claims). ``count`` 0 holds every job (a paused limit)."""
+
+    count: int
+    window: float
+    burst: int
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.window
+
+    @property
+    def capacity(self) -> int:
+        """The bucket's size: ``burst`` tokens (none when the limit is paused)."""
+        return self.burst if self.count else 0
+
+    @property
+    def text(self) -> str:
+        """The canonical spelling, which ``parse_rate`` reads back (``100/m``, ``50/s burst 10``)."""
+        unit = {3600: "h", 60: "m", 1: "s"}
+        size = next((f"{self.window / u:g}{name}" for u, name in unit.items() if self.window % u == 0), None)
+        window = size or f"{self.window:g}s"
+        if window[:1] == "1" and not window[1:2].isdigit() and window[1:2] != ".":
+            window = window[1:]
+        text = f"{self.count}/{window}"
+        return text if self.burst == default_burst(self.count) else f"{text} burst {self.burst}"
+
+
+def default_burst(count: int) -> int:
+    """A tenth of the window's allowance (at least one token): short bursts, an even flow."""
+    return max(1, count // 10)
+
+
+def parse_rate(text: object) -> Rate:
+    """``"100/m"``, ``"50/s"``, ``"1000/h"``, ``"10/5m"``, optionally ``" burst 20"``; ValueError saying what is
+    wrong otherwise (a count that is no whole number >= 0, a window that is not > 0, an unknown unit)."""
+    if not isinstance(text, str):
+        raise ValueError(f"a rate limit is a string such as '100/m', got {type(text).__name__}")
+    match = _RATE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"rate limit {text!r} does not parse: write COUNT/WINDOW such as '100/m', '50/s', "
+                         "'1000/h' or '10/5m', optionally followed by 'burst N'")
+    count, unit = int(match["count"]), match["unit"].lower()
+    if unit not in RATE_UNITS:
+        raise ValueError(f"rate limit {text!r}: unknown unit {match['unit']!r} (use s, m or h)")
+    size = float(match["size"]) if match["size"] is not None else 1.0
+    if size <= 0:
+        raise ValueError(f"rate limit {text!r}: the window must be > 0")
+    if not 0 <= count <= MAX_RATE_COUNT:
+        raise ValueError(f"rate limit {text!r}: the count must be within 0-{MAX_RATE_COUNT}")
+    burst = int(match["burst"]) if match["burst"] is not None else default_burst(count)
+    if not 1 <= burst <= MAX_RATE_COUNT:
+        raise ValueError(f"rate limit {text!r}: the burst must be within 1-{MAX_RATE_COUNT}")
+    return Rate(count, size * RATE_UNITS[unit], burst)
+
+
+def rate_limit_name(scope: str, target: str) -> str:
+    """A limit's name, ``queue:<queue>`` or ``type:<type key>``; ValueError for another scope or a bad target."""
+    if scope not in RATE_SCOPES:
+        raise ValueError(f"a rate limit applies to a queue or a type, not {scope!r}")
+    if scope == "queue":
+        return f"queue:{check_name('queue', target)}"
+    return f"type:{check_name('type key', target).lower()}"  # type keys compare case-insensitively
+
+
+def split_rate_limit_name(name: str) -> tuple[str, str]:
+    """``("type", "payment.capture.v1")`` of ``"type:payment.capture.v1"``; ValueError for a name without a
+    known scope."""
+    scope, _, target = str(name).partition(":")
+    rate_limit_name(scope, target)
+    return scope, target
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """One limit in force: its name, rate, and whether each ``rate_key`` gets its own allowance (at most
+    ``max_keys`` keys live at once)."""
+
+    name: str
+    rate: Rate
+    per_key: bool = False
+    max_keys: int = DEFAULT_MAX_RATE_KEYS
+
+    def covers(self, queue: str, type_key: str) -> bool:
+        scope, _, target = self.name.partition(":")
+        return queue == target if scope == "queue" else type_key.lower() == target
+
+    def bucket_key(self, rate_key: str | None) -> str:
+        """The bucket a job counts against: its rate key under a per-key limit, else the limit's one ''."""
+        return (rate_key or "") if self.per_key else ""
+
+
+@dataclass(frozen=True, slots=True)
+class RateBucket:
+    """The token bucket of one limit (and key): its tokens as of ``refilled_at``, and the claims of the
+    current display window (``window_used`` since ``window_started_at``)."""
+
+    limit_name: str
+    rate_key: str
+    tokens: float
+    refilled_at: datetime
+    window_started_at: datetime
+    window_used: int
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitState:
+    """A limit as the Deck shows it: declared (settings, ``@job``) and overridden (an operator), with its use."""
+
+    name: str
+    declared: Rate | None
+    override: Rate | None
+    lifted: bool
+    per_key: bool
+    max_keys: int
+    updated_by: str | None
+    updated_at: datetime | None
+    used: int = 0  # claims in the current window, summed over the keys
+    live_keys: int = 0
+    held_until: datetime | None = None  # when the next token arrives, while the bucket is empty
+
+    @property
+    def rate(self) -> Rate | None:
+        """The rate in force: the operator's override over the declared one; None once lifted."""
+        if self.lifted:
+            return None
+        return self.override or self.declared
+
+    @property
+    def limit(self) -> RateLimit | None:
+        rate = self.rate
+        return RateLimit(self.name, rate, self.per_key, self.max_keys) if rate is not None else None
+
+
+class ClaimedJobs(list[HotJob]):
+    """The jobs a claim under rate limits took, and in how many seconds a limit that held jobs back has its
+    next token (None: nothing was held, or only by a paused limit)."""
+
+    held_for: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimHold:
+    """What a claim must skip because its limit has no token left: whole queues, job types (lower-cased) and
+    ``(scope, target, rate_key)`` partitions of per-key limits."""
+
+    queues: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    keys: tuple[tuple[str, str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.types or self.keys)

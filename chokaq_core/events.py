@@ -11,6 +11,8 @@ Catalogue of event kinds (``data`` fields):
 * ``JobsPurged`` — jobIds, source ("DLQ"/"Archive"), count.
 * ``QueueStateChanged`` — queueName, isPaused, isActive.
 * ``StatsUpdated`` — {} after any change of counters.
+* ``BulkProgress`` — actionId, command, done, total, finished, level, message. A bulk-by-filter run of the
+  Deck committed a batch (or ended); ``actionId`` is the run's audit entry.
 * ``OperatorAction`` — actionId, command. The Deck logged an operator command (its console reads the audit
   log only when this arrives, so open tabs cost no audit-log query per tick).
 
@@ -58,6 +60,7 @@ class EventKind(StrEnum):
     QUEUE_STATE_CHANGED = "QueueStateChanged"
     STATS_UPDATED = "StatsUpdated"
     OPERATOR_ACTION = "OperatorAction"
+    BULK_PROGRESS = "BulkProgress"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +118,13 @@ def dispatch(events: list[Event]) -> None:
 # ---------------------------------------------------------------- helpers for producers
 
 
-def job_updated(job_id: str, type_key: str, queue: str, status: int, attempt_count: int, **extra: Any) -> Event:
-    return Event(
-        EventKind.JOB_UPDATED,
-        {"jobId": job_id, "type": type_key, "queue": queue, "status": int(status), "attemptCount": attempt_count,
-         "priority": extra.get("priority"), "durationMs": extra.get("duration_ms"),
-         "createdBy": extra.get("created_by"), "startedAtUtc": extra.get("started_at")},
-    )
+def job_updated(job_id: str, type_key: str, queue: str, status: int, attempt_count: int, *, ts: str | None = None,
+                **extra: Any) -> Event:
+    """``ts``: the event's time when the caller stamps a whole batch with one (default: now)."""
+    data = {"jobId": job_id, "type": type_key, "queue": queue, "status": int(status), "attemptCount": attempt_count,
+            "priority": extra.get("priority"), "durationMs": extra.get("duration_ms"),
+            "createdBy": extra.get("created_by"), "startedAtUtc": extra.get("started_at")}
+    return Event(EventKind.JOB_UPDATED, data) if ts is None else Event(EventKind.JOB_UPDATED, data, ts)
 
 
 def stats_updated() -> Event:
@@ -130,6 +133,12 @@ def stats_updated() -> Event:
 
 def operator_action(action_id: int, command: str) -> Event:
     return Event(EventKind.OPERATOR_ACTION, {"actionId": action_id, "command": command})
+
+
+def bulk_progress(action_id: int, command: str, done: int, total: int, *, finished: bool, level: str,
+                  message: str) -> Event:
+    return Event(EventKind.BULK_PROGRESS, {"actionId": action_id, "command": command, "done": done, "total": total,
+                                           "finished": finished, "level": level, "message": message})
 
 
 # ---------------------------------------------------------------- channel-layer publisher
@@ -203,6 +212,8 @@ def _coalesce_key(event: Event) -> tuple[str, str] | None:
         return ("stats", "")
     if event.kind in (EventKind.JOB_UPDATED, EventKind.JOB_PROGRESS):
         return (str(event.kind), str(event.data.get("jobId")))
+    if event.kind == EventKind.BULK_PROGRESS:  # the latest count of a run (its last one says it finished)
+        return (str(event.kind), str(event.data.get("actionId")))
     return None
 
 

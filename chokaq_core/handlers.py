@@ -22,7 +22,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.module_loading import autodiscover_modules
 
 from chokaq_core.conf import config
-from chokaq_core.domain import CancellationReason, JobCancelledError
+from chokaq_core.domain import CancellationReason, JobCancelledError, Rate, RateLimit, rate_limit_name
 
 logger = logging.getLogger("chokaq.handlers")
 
@@ -42,6 +42,10 @@ class JobDefinition:
     # ("order:{order_id}") or a callable payload -> key; and how long completion is remembered.
     idempotency_key: str | Callable[[dict[str, Any]], str] | None = None
     result_ttl: float | None = None
+    # A fleet-wide rate limit of this type (``type:<key>``), and how a job's key is found when each key gets
+    # its own allowance: a format string over the payload ("tenant:{tenant_id}") or a callable payload -> key.
+    rate_limit: Rate | None = None
+    rate_key: str | Callable[[dict[str, Any]], str] | None = None
 
     def execution_key(self, payload: dict[str, Any]) -> str | None:
         """The idempotency-middleware key of one execution, or None when the job does not opt in."""
@@ -50,6 +54,15 @@ class JobDefinition:
         if callable(self.idempotency_key):
             return str(self.idempotency_key(payload))
         return self.idempotency_key.format(**payload)
+
+    def partition_key(self, payload: dict[str, Any]) -> str | None:
+        """The rate key of a job of this type from its payload (None when the type declares no ``rate_key``);
+        whatever the key function raises propagates."""
+        if self.rate_key is None:
+            return None
+        if callable(self.rate_key):
+            return self.rate_key(payload)
+        return self.rate_key.format(**payload)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calling the definition runs the handler directly (handy in tests)."""
@@ -65,6 +78,17 @@ def register(definition: JobDefinition) -> None:
                 f"job type {definition.type_key!r} is already registered by {_qualname(existing.func)}"
             )
         _registry[lowered] = definition
+
+
+def declared_rate_limits() -> list[RateLimit]:
+    """The limits the code declares: ``CHOKAQ["RATE_LIMITS"]`` over each ``@job(rate_limit=…)`` of its type."""
+    with _registry_lock:
+        definitions = list(_registry.values())
+    limits = {limit.name: limit for limit in (
+        RateLimit(rate_limit_name("type", d.type_key), d.rate_limit, per_key=d.rate_key is not None)
+        for d in definitions if d.rate_limit is not None)}
+    limits.update(config().RATE_LIMITS)
+    return [limits[name] for name in sorted(limits)]
 
 
 def _qualname(func: Callable[..., Any]) -> str:

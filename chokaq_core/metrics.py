@@ -10,7 +10,9 @@ Two kinds of series live in :data:`REGISTRY`:
   ``chokaq_jobs_retried_total``, ``chokaq_workers_active``,
   ``chokaq_jobs_heartbeat_failures_total``,
   ``chokaq_jobs_state_transition_conflicts_total``,
-  ``chokaq_idempotency_claims_total``, ``chokaq_circuits_events_total``.
+  ``chokaq_idempotency_claims_total``, ``chokaq_circuits_events_total``,
+  ``chokaq_rate_limit_claimed_total`` and ``chokaq_rate_limit_held_total`` (jobs a claim took under a rate
+  limit / sent back to Pending for want of a token; label ``limit``, the limit's name — keys are never labels).
   The same instruments go to the OpenTelemetry meter ``ChokaQ`` 1.0.0 under
   their dotted names (a no-op unless the host configures a MeterProvider).
 * **fleet gauges** read from the database at scrape time, added to the same
@@ -84,7 +86,8 @@ queue_tag = TagGuard("queue", "MAX_QUEUE_TAG_VALUES")
 type_tag = TagGuard("type", "MAX_JOB_TYPE_TAG_VALUES")
 error_tag = TagGuard("error", "MAX_ERROR_TAG_VALUES")
 reason_tag = TagGuard("reason", "MAX_FAILURE_REASON_TAG_VALUES")  # reason, transition, outcome, state, event
-GUARDS = (queue_tag, type_tag, error_tag, reason_tag)
+limit_tag = TagGuard("limit", "MAX_JOB_TYPE_TAG_VALUES")  # rate-limit names (queue:… / type:…), never their keys
+GUARDS = (queue_tag, type_tag, error_tag, reason_tag, limit_tag)
 
 
 # ---------------------------------------------------------------- instruments
@@ -111,6 +114,10 @@ CONFLICTS = Counter("chokaq_jobs_state_transition_conflicts", "Worker transition
                     ["queue", "type", "transition"], registry=REGISTRY)
 IDEMPOTENCY_CLAIMS = Counter("chokaq_idempotency_claims", "Idempotency middleware outcomes.", ["outcome"],
                              registry=REGISTRY)
+RATE_LIMIT_CLAIMED = Counter("chokaq_rate_limit_claimed", "Jobs claimed under a rate limit (its use).", ["limit"],
+                             registry=REGISTRY)
+RATE_LIMIT_HELD = Counter("chokaq_rate_limit_held", "Claimed jobs sent back to Pending: the limit had no token.",
+                          ["limit"], registry=REGISTRY)
 CIRCUIT_EVENTS = Counter("chokaq_circuits_events", "Circuit breaker events.", ["type", "state", "event"],
                          registry=REGISTRY)
 
@@ -138,7 +145,8 @@ class _Otel:
         meter = otel.get_meter(OTEL_METER_NAME, OTEL_METER_VERSION)
         counters = ("chokaq.jobs.enqueued", "chokaq.jobs.completed", "chokaq.jobs.failed", "chokaq.jobs.dlq",
                     "chokaq.jobs.retried", "chokaq.jobs.heartbeat_failures", "chokaq.jobs.state_transition_conflicts",
-                    "chokaq.idempotency.claims", "chokaq.circuits.events")
+                    "chokaq.idempotency.claims", "chokaq.circuits.events", "chokaq.rate_limit.claimed",
+                    "chokaq.rate_limit.held")
         instruments: dict[str, Any] = {name: meter.create_counter(name) for name in counters}
         instruments["chokaq.jobs.processing_duration"] = meter.create_histogram("chokaq.jobs.processing_duration",
                                                                                 unit="ms")
@@ -204,8 +212,13 @@ def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
 
 @_safely
 def jobs_enqueued(jobs: Sequence[NewJob]) -> None:
+    """One increment per (queue, type) of the batch, by its count (a bulk enqueue is one or a few pairs)."""
+    counts: dict[tuple[str, str], int] = {}
     for job in jobs:
-        _add(ENQUEUED, "chokaq.jobs.enqueued", _job_labels(job.queue, job.type))
+        key = (job.queue, job.type)
+        counts[key] = counts.get(key, 0) + 1
+    for (queue, job_type), n in counts.items():
+        _add(ENQUEUED, "chokaq.jobs.enqueued", _job_labels(queue, job_type), n)
 
 
 @_safely
@@ -289,3 +302,12 @@ def idempotency_claim(outcome: str) -> None:
 def circuit_event(key: str, event: str, state: str) -> None:
     labels = {"type": type_tag(key), "state": reason_tag(state), "event": reason_tag(event)}
     _add(CIRCUIT_EVENTS, "chokaq.circuits.events", labels)
+
+
+@_safely
+def rate_limited(claimed: dict[str, int], held: dict[str, int]) -> None:
+    """A committed claim under rate limits: jobs taken and jobs sent back, per limit."""
+    for name, count in claimed.items():
+        _add(RATE_LIMIT_CLAIMED, "chokaq.rate_limit.claimed", {"limit": limit_tag(name)}, count)
+    for name, count in held.items():
+        _add(RATE_LIMIT_HELD, "chokaq.rate_limit.held", {"limit": limit_tag(name)}, count)

@@ -59,6 +59,9 @@ class JobsHot(models.Model):
     # The edit version: +1 on every operator edit and on every move between Hot and the DLQ (the row
     # carries it), so an edit made against an older state is refused instead of overwriting a newer one.
     revision = models.IntegerField(default=0, db_default=0)
+    # The partition of a per-key rate limit the job counts against (``.using(rate_key=…)`` or the @job's
+    # rate_key function); NULL: the limit's shared allowance.
+    rate_key = models.CharField(max_length=255, null=True)
     # The latest failed execution of a job waiting for its retry (class path, message, time), and the job type
     # whose open circuit deferred it: the Deck shows why a Pending job waits and when it runs next.
     last_error_class = models.CharField(max_length=255, null=True)
@@ -368,3 +371,41 @@ class JobAttempts(models.Model):
             models.Index(fields=["job_id", "id"], name="attempts_by_job"),
             models.Index(fields=["failed_at"], name="attempts_by_time"),
         ]
+
+
+class RateLimits(models.Model):
+    """Fleet-wide rate limits, one row per ``queue:<name>`` / ``type:<key>``: the declared rate (settings and
+    ``@job``, written by each worker at start) and an operator's override (a rate, 0 = paused, or lifted).
+    A claim locks the rows of the limits in force, so the buckets below change one claim at a time."""
+
+    name = models.CharField(max_length=300, primary_key=True)
+    declared_count = models.IntegerField(null=True)
+    declared_window = models.FloatField(null=True)
+    declared_burst = models.IntegerField(null=True)
+    override_count = models.IntegerField(null=True)
+    override_window = models.FloatField(null=True)
+    override_burst = models.IntegerField(null=True)
+    is_lifted = models.BooleanField(default=False, db_default=False)
+    per_key = models.BooleanField(default=False, db_default=False)
+    max_keys = models.IntegerField(default=1000, db_default=1000)
+    updated_by = models.CharField(max_length=100, null=True)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "chokaq_rate_limits"
+
+
+class RateBuckets(models.Model):
+    """The token bucket of one limit and key ('' for a limit's shared allowance), updated in the claim's
+    transaction; ``window_used`` counts the claims since ``window_started_at`` (what the Deck shows)."""
+
+    pk = models.CompositePrimaryKey("limit_name", "rate_key")
+    limit_name = models.CharField(max_length=300)
+    rate_key = models.CharField(max_length=255, default="", db_default="")
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+    window_started_at = models.DateTimeField()
+    window_used = models.IntegerField(default=0, db_default=0)
+
+    class Meta:
+        db_table = "chokaq_rate_buckets"

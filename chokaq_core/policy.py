@@ -11,16 +11,22 @@ import random
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum, IntEnum
 
 from chokaq_core.domain import (
     CancellationReason,
     ChokaQFatalError,
+    ClaimHold,
     FailureReason,
+    HotJob,
     JobCancelledError,
+    Rate,
+    RateBucket,
+    RateLimit,
 )
 from chokaq_core.handlers import retry_after_seconds
 
@@ -318,3 +324,138 @@ class CircuitBreakers:
 def is_circuit_fatal(exc: BaseException) -> bool:
     """Only exceptions marked circuit-fatal open the circuit at once (spec 02 §5.2)."""
     return bool(getattr(root_cause(exc), "chokaq_circuit_fatal", False))
+
+
+# ---------------------------------------------------------------- rate limits: token buckets
+
+
+def refilled(rate: Rate, bucket: RateBucket | None, now: datetime) -> float:
+    """A bucket's tokens at ``now``: what it held, plus ``rate`` per second since, at most its capacity. A bucket
+    never written (or dropped once refilled) holds one token: a new limit, or a new key, starts at its rate, and
+    only an idle spell lets it save up a burst (so a saturated drain starts no burst on top of the rate)."""
+    if bucket is None:
+        return float(min(1, rate.capacity))
+    elapsed = max(0.0, (now - bucket.refilled_at).total_seconds())
+    return min(float(rate.capacity), bucket.tokens + elapsed * rate.per_second)
+
+
+def next_token_at(rate: Rate, tokens: float, now: datetime) -> datetime | None:
+    """When a bucket holding ``tokens`` has one whole token: ``now`` if it has; None if it never will (paused)."""
+    if tokens >= 1:
+        return now
+    if rate.count == 0:
+        return None
+    return now + timedelta(seconds=(1 - tokens) / rate.per_second)
+
+
+def window_use(rate: Rate, bucket: RateBucket | None, now: datetime) -> int:
+    """The claims counted in the bucket's current window (0 once that window is over)."""
+    if bucket is None or (now - bucket.window_started_at).total_seconds() >= rate.window:
+        return 0
+    return bucket.window_used
+
+
+@dataclass
+class RatePlan:
+    """What one claim may take under the limits in force, decided from their buckets at the database's time
+    ``now``: ``hold`` tells the claim what to skip, ``admit`` keeps the claimed jobs within the tokens (in claim
+    order) and ``changes`` gives the buckets to write in the same transaction."""
+
+    limits: Sequence[RateLimit]
+    buckets: dict[tuple[str, str], RateBucket]
+    now: datetime
+    taken: Counter[tuple[str, str]] = field(default_factory=Counter)
+    held: Counter[str] = field(default_factory=Counter)  # jobs admit sent back, per limit that had no token
+
+    @classmethod
+    def of(cls, limits: Sequence[RateLimit], buckets: Sequence[RateBucket], now: datetime) -> RatePlan:
+        return cls(limits, {(b.limit_name, b.rate_key): b for b in buckets}, now)
+
+    def _live_keys(self, limit: RateLimit) -> int:
+        """Stored partitions of a per-key limit that have not refilled (a refilled one may be dropped)."""
+        return sum(1 for (name, _), b in self.buckets.items()
+                   if name == limit.name and refilled(limit.rate, b, self.now) < limit.rate.capacity) + sum(
+            1 for (name, key) in self.taken if name == limit.name and (name, key) not in self.buckets)
+
+    def available(self, limit: RateLimit, key: str) -> float:
+        """Tokens left for partition ``key`` of ``limit`` after what this claim took."""
+        slot = (limit.name, key)
+        bucket = self.buckets.get(slot)
+        if bucket is None and limit.per_key and slot not in self.taken and self._live_keys(limit) >= limit.max_keys:
+            return 0.0  # a new key while max_keys keys are live: held until one refills
+        return refilled(limit.rate, bucket, self.now) - self.taken[slot]
+
+    def hold(self) -> ClaimHold:
+        """The queues, types and partitions without a whole token."""
+        queues: list[str] = []
+        types: list[str] = []
+        keys: list[tuple[str, str, str]] = []
+        for limit in self.limits:
+            scope, _, target = limit.name.partition(":")
+            if limit.rate.capacity == 0 or (not limit.per_key and self.available(limit, "") < 1):
+                (queues if scope == "queue" else types).append(target if scope == "queue" else target.lower())
+            elif limit.per_key:
+                keys += [(scope, target, key) for (name, key) in self.buckets
+                         if name == limit.name and self.available(limit, key) < 1]
+        return ClaimHold(tuple(queues), tuple(types), tuple(keys))
+
+    def admit(self, jobs: Sequence[HotJob]) -> tuple[list[HotJob], list[HotJob]]:
+        """``(kept, released)``: each job is kept while every limit covering it has a token for its key."""
+        kept: list[HotJob] = []
+        released: list[HotJob] = []
+        for job in jobs:
+            slots = [(limit, limit.bucket_key(job.rate_key)) for limit in self.limits
+                     if limit.covers(job.queue, job.type)]
+            short = [limit.name for limit, key in slots if self.available(limit, key) < 1]
+            if short:
+                self.held.update(short)
+                released.append(job)
+            else:
+                self.taken.update((limit.name, key) for limit, key in slots)
+                kept.append(job)
+        return kept, released
+
+    def claimed(self) -> dict[str, int]:
+        """Jobs this claim took, per limit (summed over its keys)."""
+        per_limit: Counter[str] = Counter()
+        for (name, _), count in self.taken.items():
+            per_limit[name] += count
+        return dict(per_limit)
+
+    def next_token_in(self) -> float | None:
+        """Seconds until the first limit without a whole token has one (None when none lacks one, or only paused
+        ones do)."""
+        waits = []
+        for limit in self.limits:
+            keys = {key for (name, key) in (*self.buckets, *self.taken) if name == limit.name} | {""}
+            for key in keys if limit.per_key else {""}:
+                tokens = self.available(limit, key)
+                at = next_token_at(limit.rate, tokens, self.now) if tokens < 1 else None
+                if at is not None:
+                    waits.append((at - self.now).total_seconds())
+        return min(waits, default=None)
+
+    def changes(self) -> tuple[list[RateBucket], list[RateBucket], list[tuple[str, str]]]:
+        """``(changed, added, dropped)`` buckets: the ones this claim took tokens from, and the refilled
+        partitions of per-key limits (deleted, so the table holds only live keys; a key that comes back starts
+        again from one token, never more than it would have had)."""
+        changed: list[RateBucket] = []
+        added: list[RateBucket] = []
+        dropped: list[tuple[str, str]] = []
+        by_name = {limit.name: limit for limit in self.limits}
+        for (name, key), count in self.taken.items():
+            limit, bucket = by_name[name], self.buckets.get((name, key))
+            used = window_use(limit.rate, bucket, self.now)
+            tokens = refilled(limit.rate, bucket, self.now) - count
+            if bucket is None:
+                added.append(RateBucket(name, key, tokens, self.now, self.now, count))
+            else:
+                started = bucket.window_started_at if used else self.now
+                changed.append(RateBucket(name, key, tokens, max(self.now, bucket.refilled_at), started, count + used))
+        for (name, key), stored in self.buckets.items():
+            owner = by_name.get(name)
+            if (owner is not None and owner.per_key and (name, key) not in self.taken
+                    and refilled(owner.rate, stored, self.now) >= owner.rate.capacity
+                    and window_use(owner.rate, stored, self.now) == 0):
+                dropped.append((name, key))
+        return changed, added, dropped

@@ -1,7 +1,8 @@
 """Prometheus exposition (spec 05 §2): the process instruments of ``chokaq_core.metrics`` plus fleet
 gauges read from the database at scrape time (one cheap read per family): queue depth by status, queue
-lag, retained Archive/DLQ counters, outcomes of the last minute, worker heartbeat age and capacity, and
-circuit states reported by the worker registry.
+lag, retained Archive/DLQ counters, outcomes of the last minute, worker heartbeat age and capacity,
+circuit states reported by the worker registry, and each rate limit's count, use this window and the due
+jobs it holds back (label ``limit``: the limit's name; keys are never labels).
 
 The web process serves it as ``/deck/metrics`` (:func:`exposition`); a worker with
 ``chokaq_worker --metrics-port N`` (:func:`serve`).
@@ -21,7 +22,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from chokaq_core import storage
-from chokaq_core.metrics import REGISTRY, queue_tag, reason_tag, type_tag
+from chokaq_core.domain import RateBucket, RateLimitState
+from chokaq_core.metrics import REGISTRY, limit_tag, queue_tag, reason_tag, type_tag
+from chokaq_core.policy import refilled, window_use
 
 logger = logging.getLogger("chokaq.metrics")
 
@@ -57,7 +60,7 @@ class FleetCollector(Collector):
             queue = queue_tag(q.queue)
             for status, value in (("pending", q.pending), ("fetched", q.fetched), ("processing", q.processing)):
                 depth.add_metric([queue, status], value)
-            retained.add_metric([queue, "archive"], q.succeeded_total)
+            retained.add_metric([queue, "archive"], q.archived)
             retained.add_metric([queue, "dlq"], q.failed_total)
         yield depth
         yield retained
@@ -80,6 +83,35 @@ class FleetCollector(Collector):
         minute.add_metric(["dlq"], sum(p.failed for p in points))
         yield minute
         yield from _worker_families(storage.list_workers(), now)
+        limits = storage.rate_limits()
+        if limits:
+            buckets = storage.rate_buckets([state.name for state in limits])
+            yield from _rate_limit_families(limits, buckets, storage.pending_by_key(), now)
+
+
+def _rate_limit_families(states: Sequence[RateLimitState], buckets: Sequence[RateBucket],
+                         pending: Sequence[tuple[str, str, str | None, int]], now: datetime,
+                         ) -> Iterator[GaugeMetricFamily]:
+    count = GaugeMetricFamily("chokaq_rate_limit_count", "Jobs a rate limit allows per window (0: paused).",
+                              labels=["limit"])
+    window = GaugeMetricFamily("chokaq_rate_limit_window_seconds", "A rate limit's window.", labels=["limit"])
+    used = GaugeMetricFamily("chokaq_rate_limit_used", "Jobs claimed in the limit's current window (all keys).",
+                             labels=["limit"])
+    held = GaugeMetricFamily("chokaq_rate_limit_held_jobs", "Due Pending jobs the limit holds back (no token).",
+                             labels=["limit"])
+    stored = {(b.limit_name, b.rate_key): b for b in buckets}
+    for state in states:
+        limit = state.limit
+        if limit is None:
+            continue
+        label = [limit_tag(limit.name)]
+        count.add_metric(label, limit.rate.count)
+        window.add_metric(label, limit.rate.window)
+        used.add_metric(label, sum(window_use(limit.rate, b, now) for (name, _), b in stored.items()
+                                   if name == limit.name))
+        held.add_metric(label, sum(n for queue, job_type, key, n in pending if limit.covers(queue, job_type)
+                                   and refilled(limit.rate, stored.get((limit.name, limit.bucket_key(key))), now) < 1))
+    yield from (count, window, used, held)
 
 
 def _worker_families(workers: Sequence[Any], now: datetime) -> Iterator[GaugeMetricFamily]:

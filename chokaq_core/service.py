@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -42,13 +43,20 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    RateLimitState,
     SnapshotRequest,
     SummaryStats,
     TypeHistory,
     WorkerInfo,
     check_name,
+    parse_rate,
     percentile,
+    rate_limit_name,
+    split_rate_limit_name,
 )
+from chokaq_core.policy import next_token_at, refilled, window_use
+
+logger = logging.getLogger("chokaq.service")
 
 MAX_BULK_IDS = 1000
 
@@ -182,11 +190,97 @@ def set_queue_zombie_timeout(queue: str, seconds: int | str | None, *, must_exis
     return value
 
 
+# ---------------------------------------------------------------- rate limits
+
+
+def check_rate_limit_name(name: str) -> str:
+    """A limit name (``queue:<name>``, ``type:<key>``) as the Deck or the CLI received it, or ServiceError."""
+    try:
+        return rate_limit_name(*split_rate_limit_name((name or "").strip()))
+    except ValueError as exc:
+        raise ServiceError(f"{exc} (a rate limit is named queue:<queue> or type:<type key>)") from None
+
+
+def rate_limits(now: datetime | None = None) -> list[RateLimitState]:
+    """Every limit with its use: claims in the current window (summed over keys), live keys and, while its
+    shared bucket is empty, when the next job may start."""
+    states = storage.rate_limits()
+    buckets = storage.rate_buckets([state.name for state in states])
+    now = now or datetime.now(UTC)
+    shown = []
+    for state in states:
+        rate = state.rate
+        own = [b for b in buckets if b.limit_name == state.name]
+        if rate is None:
+            shown.append(state)
+            continue
+        shared = next((b for b in own if b.rate_key == ""), None)
+        tokens = refilled(rate, shared, now)
+        shown.append(replace(
+            state, used=sum(window_use(rate, b, now) for b in own),
+            live_keys=sum(1 for b in own if b.rate_key and refilled(rate, b, now) < rate.capacity),
+            held_until=None if state.per_key or tokens >= 1 else next_token_at(rate, tokens, now)))
+    return shown
+
+
+def set_rate_limit(name: str, rate: str | None, *, actor: str | None = None) -> RateLimitState:
+    """An operator's rate for limit ``name`` ("100/m"; "0/m" pauses it; None/"" returns to the declared rate);
+    workers follow within about a second."""
+    name = check_rate_limit_name(name)
+    text = (rate or "").strip()
+    try:
+        parsed = parse_rate(text) if text else None
+    except ValueError as exc:
+        raise ServiceError(str(exc)) from None
+    storage.set_rate_limit(name, parsed, actor=actor)
+    return _rate_limit(name, actor, parsed.text if parsed else "the declared rate")
+
+
+def pause_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
+    """Hold every job of the limit (its count becomes 0, its window stays)."""
+    name = check_rate_limit_name(name)
+    window = next((s.rate.window for s in storage.rate_limits() if s.name == name and s.rate), 60.0)
+    storage.set_rate_limit(name, parse_rate(f"0/{window:g}s"), actor=actor)
+    return _rate_limit(name, actor, "paused")
+
+
+def lift_rate_limit(name: str, *, actor: str | None = None) -> RateLimitState:
+    """No limit at all, whatever is declared, until an operator sets or resets it."""
+    name = check_rate_limit_name(name)
+    storage.set_rate_limit(name, None, lifted=True, actor=actor)
+    return _rate_limit(name, actor, "lifted")
+
+
+def rate_hold(job: HotJob, now: datetime | None = None) -> str | None:
+    """Why a Pending job waits on a rate limit ("held by rate limit type:x until 12:00:01 UTC"), or None."""
+    if job.status != JobStatus.PENDING:
+        return None
+    now = now or datetime.now(UTC)
+    limits = [limit for state in storage.rate_limits()
+              if (limit := state.limit) is not None and limit.covers(job.queue, job.type)]
+    buckets = {(b.limit_name, b.rate_key): b for b in storage.rate_buckets([limit.name for limit in limits])}
+    for limit in limits:
+        key = limit.bucket_key(job.rate_key)
+        tokens = refilled(limit.rate, buckets.get((limit.name, key)), now)
+        if tokens < 1:
+            until = next_token_at(limit.rate, tokens, now)
+            label = f"{limit.name} ({key})" if key else limit.name
+            return f"held by rate limit {label} " + (f"until {until:%H:%M:%S} UTC" if until else "(paused)")
+    return None
+
+
+def _rate_limit(name: str, actor: str | None, change: str) -> RateLimitState:
+    """The limit after an operator's change, which is logged (the row keeps who changed it and when)."""
+    logger.info("rate limit %s: %s by %s", name, change, actor or "unknown")
+    return next(state for state in rate_limits() if state.name == name)
+
+
 # ---------------------------------------------------------------- Deck reads: panels, live view, keyset history
 
 ACTIVE_LIMIT = 100
 MAX_PAGE_SIZE = 1000
-MAX_BULK_FILTER_JOBS = 1000
+BULK_BATCH = 500  # rows per transaction of a bulk-by-filter run ("all matching"): never a long lock on Hot
+NO_CAP = 2**31 - 1  # a bulk-by-filter run without a max-jobs bound
 THROUGHPUT_WINDOW = 300
 TAGS_MAX = 1000
 SORT_WINDOW = 50_000  # a sort no index serves ranks the newest 50,000 matches (domain.INDEXED_SORTS)
@@ -684,11 +778,10 @@ def purge_dlq_many(job_ids: Sequence[str]) -> list[str]:
 
 
 def _max_jobs(max_jobs: int | None) -> int:
-    if max_jobs is None or max_jobs <= 0:
-        return 100
-    if max_jobs > MAX_BULK_FILTER_JOBS:
-        raise ServiceError(f"max jobs must be at most {MAX_BULK_FILTER_JOBS}")
-    return max_jobs
+    """A bulk-by-filter run's bound: None = every match (no cap), ≤ 0 = 100 (spec 04 §6), else that many."""
+    if max_jobs is None:
+        return NO_CAP
+    return 100 if max_jobs <= 0 else max_jobs
 
 
 def _dlq_filter(filters: JobFilter) -> JobFilter:
@@ -702,21 +795,66 @@ def preview_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> Bul
     return storage.preview_dlq_bulk(_dlq_filter(filters), _max_jobs(max_jobs))
 
 
-def _dlq_matching(filters: JobFilter, max_jobs: int | None) -> list[str]:
-    """The ids a DLQ bulk-by-filter command acts on: the newest ``max_jobs`` failures matching ``filters`` (read
-    from the DLQ itself, so they need no second look-up before the command)."""
-    rows = storage.list_dlq(_dlq_filter(filters), None, _max_jobs(max_jobs), HistorySort("date", True))
-    return [r.id for r in rows]
+Progress = Callable[[list[str], int, int], None]  # after each batch: (its ids, rows done so far, rows to do)
+Step = Callable[[str | None, str, int], storage.MatchBatch]  # (after, upto, size) → one committed batch
 
 
-def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None) -> list[str]:
-    """Delete the DLQ rows matching ``filters`` (at most ``max_jobs``); returns the ids deleted."""
-    return _moved_out_of_dlq(_dlq_matching(filters, max_jobs), storage.purge_dlq_ids)
+def _run_matching(pillar: str, filters: JobFilter, step: Step, max_jobs: int,
+                  on_batch: Progress | None) -> tuple[list[str], list[str]]:
+    """Walk the rows matching ``filters`` in ``pillar`` in batches of ≤ ``BULK_BATCH`` (each its own
+    transaction, keyset by id), up to ``max_jobs`` of them; rows that begin to match after the run started
+    (a larger id) are left alone. Returns (ids done, ids flagged)."""
+    total, upto = storage.count_matching(pillar, filters)
+    total = min(total, max_jobs)
+    done: list[str] = []
+    flagged: list[str] = []
+    after: str | None = None
+    while upto is not None:
+        size = min(BULK_BATCH, max_jobs - len(done) - len(flagged))
+        if size <= 0:
+            break
+        batch = step(after, upto, size)
+        done += batch.done
+        flagged += batch.flagged
+        if on_batch is not None:
+            on_batch([*batch.done, *batch.flagged], len(done) + len(flagged), max(total, len(done) + len(flagged)))
+        if batch.after is None:
+            break
+        after = batch.after
+    return done, flagged
 
 
-def resurrect_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str) -> list[str]:
-    """Move the DLQ rows matching ``filters`` (at most ``max_jobs``) back to Hot; returns the ids moved."""
-    return _moved_out_of_dlq(_dlq_matching(filters, max_jobs), lambda ids: storage.resurrect_batch(ids, actor=actor))
+def preview_cancel_matching(filters: JobFilter) -> BulkPreview:
+    """Dry run of ``cancel_matching``: how many Hot rows match the Active view's filters, up to 10 of them."""
+    matched, _ = storage.count_matching("hot", filters)
+    sample = [r.id for r in storage.list_active(filters, 10)] if matched else []
+    return BulkPreview(matched, matched, False, sample)
+
+
+def cancel_matching(filters: JobFilter, *, actor: str, on_batch: Progress | None = None) -> tuple[list[str], list[str]]:
+    """Cancel every Hot job matching the Active view's ``filters``, batch by batch (no cap): Pending/Fetched
+    → DLQ Cancelled, Processing ones flagged for cooperative cancellation. Returns (moved, flagged)."""
+    return _run_matching("hot", filters,
+                         lambda after, upto, size: storage.cancel_matching(filters, after, upto, size, actor=actor),
+                         NO_CAP, on_batch)
+
+
+def purge_dlq_matching(filters: JobFilter, max_jobs: int | None = None, *,
+                       on_batch: Progress | None = None) -> list[str]:
+    """Delete the DLQ rows matching ``filters`` (every one, or at most ``max_jobs``), batch by batch; returns
+    the ids deleted."""
+    filters = _dlq_filter(filters)
+    return _run_matching("dlq", filters, lambda after, upto, size: storage.purge_dlq_matching(
+        filters, after, upto, size), _max_jobs(max_jobs), on_batch)[0]
+
+
+def resurrect_matching(filters: JobFilter, max_jobs: int | None = None, *, actor: str,
+                       on_batch: Progress | None = None) -> list[str]:
+    """Move the DLQ rows matching ``filters`` (every one, or at most ``max_jobs``) back to Hot, batch by
+    batch; returns the ids moved."""
+    filters = _dlq_filter(filters)
+    return _run_matching("dlq", filters, lambda after, upto, size: storage.resurrect_matching(
+        filters, after, upto, size, actor=actor), _max_jobs(max_jobs), on_batch)[0]
 
 
 def _cutoff(days: int) -> datetime:

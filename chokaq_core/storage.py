@@ -34,6 +34,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimedJobs,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -50,6 +51,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     ScheduleState,
     SnapshotRequest,
@@ -57,6 +62,7 @@ from chokaq_core.domain import (
     SummaryStats,
     WorkerInfo,
 )
+from chokaq_core.policy import RatePlan
 from chokaq_core.sql import Dialect, dialect_for, memory, sqlite, wakeup
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
@@ -277,9 +283,10 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
+    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
     _emit(
-        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, priority=j.priority, created_by=j.created_by)
-         for j in fresh] + ([events.stats_updated()] if fresh else []),
+        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
+                            created_by=j.created_by) for j in fresh] + ([events.stats_updated()] if fresh else []),
         using=db,
     )
     return stored
@@ -297,15 +304,64 @@ def reset_memory() -> None:
     memory.database().reset()
 
 
-def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None) -> list[HotJob]:
-    return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
+def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
+                rate_limits: Sequence[RateLimit] = ()) -> list[HotJob]:
+    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim's transaction also locks those limits,
+    skips what has no token left, keeps the claimed rows within the tokens (the rest go back to Pending, no
+    attempt counted) and writes the buckets; without limits it is the claim alone."""
+    if not rate_limits:
+        return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
+    names = sorted({limit.name for limit in rate_limits})
+    plans: list[RatePlan] = []
+
+    def operation(cursor: Any) -> ClaimedJobs:
+        sql = dialect()
+        now, buckets = sql.lock_rate_buckets(cursor, names)
+        plan = RatePlan.of(rate_limits, buckets, now)
+        plans[:] = [plan]  # the committed attempt's (a transient retry plans again)
+        hold = plan.hold()
+        kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
+        if released:
+            sql.release_jobs(cursor, [job.id for job in released], worker_id)
+        sql.save_rate_buckets(cursor, *plan.changes())
+        claimed = ClaimedJobs(kept)
+        claimed.held_for = plan.next_token_in() if hold or released else None
+        return claimed
+
+    claimed = run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
+    metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))
+    return claimed
+
+
+def rate_limits() -> list[RateLimitState]:
+    """Every rate-limit row (declared and overridden), without its use."""
+    return call(ALONE, dialect().rate_limits)
+
+
+def rate_buckets(names: Sequence[str]) -> list[RateBucket]:
+    return call(ALONE, dialect().rate_buckets, names)
+
+
+def pending_by_key() -> list[tuple[str, str, str | None, int]]:
+    """Due Pending rows per (queue, type, rate key)."""
+    return call(ALONE, dialect().pending_by_key)
+
+
+def declare_rate_limits(limits: Sequence[RateLimit]) -> None:
+    """Record the limits the code and settings declare (a worker does at start)."""
+    call(IN_TRANSACTION, dialect().declare_rate_limits, limits)
+
+
+def set_rate_limit(name: str, rate: Rate | None, *, lifted: bool = False, actor: str | None = None) -> None:
+    """An operator's override: a rate (count 0 pauses), lifted, or neither (back to the declared rate)."""
+    call(IN_TRANSACTION, dialect().set_rate_limit, name, rate, lifted, actor)
 
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:
     """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
-    attempts = call(ALONE, dialect().mark_processing, job.id, worker_id)
+    attempts = call(HOT_PATH, dialect().mark_processing, job.id, worker_id)
     if attempts is not None:
-        _emit([_processing_event(job, attempts)])
+        _emit(_processing_events([(job, attempts)]))
     return attempts
 
 
@@ -314,13 +370,16 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str) -> dict[str, i
     if not jobs:
         return {}
     leased: dict[str, int] = call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id)
-    _emit([_processing_event(job, leased[job.id]) for job in jobs if job.id in leased])
+    _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
     return leased
 
 
-def _processing_event(job: HotJob, attempts: int) -> events.Event:
-    return events.job_updated(job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, priority=job.priority,
-                              created_by=job.created_by, started_at=datetime.now(UTC).isoformat())
+def _processing_events(leased: Sequence[tuple[HotJob, int]]) -> list[events.Event]:
+    """One JobUpdated (Processing) per leased job, all stamped with the lease's one moment."""
+    now = datetime.now(UTC).isoformat()
+    return [events.job_updated(job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, ts=now,
+                               priority=job.priority, created_by=job.created_by, started_at=now)
+            for job, attempts in leased]
 
 
 def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
@@ -361,12 +420,13 @@ def complete(
     done = run(operation, prepared=True)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
+    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
     published = (
-        [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}) for i, q in done.archived]
+        [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}, now) for i, q in done.archived]
         + [events.Event(events.EventKind.JOB_UPDATED, {"jobId": i, "queue": q, "status": int(JobStatus.PENDING),
-                                                       "attemptCount": attempts[i]}) for i, q in done.rescheduled]
-        + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name})
-           for i, q in done.failed]
+                                                       "attemptCount": attempts[i]}, now) for i, q in done.rescheduled]
+        + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name},
+                        now) for i, q in done.failed]
     )
     if published:
         _emit([*published, events.stats_updated()])
@@ -757,6 +817,81 @@ def resurrect_dlq_by_filter(filters: JobFilter, max_jobs: int, *, actor: str | N
     if moved:
         _emit([events.stats_updated()])
     return len(moved)
+
+
+# Bulk-by-filter runs (the Deck's "all matching" commands): the caller walks the matching rows batch by batch,
+# newest id first, with a keyset cursor (``upto``: the largest matching id when the run started, from
+# ``count_matching``, so rows added later are left alone; ``after``: the last id of the previous batch). Each batch is ONE short transaction: it reads the next ids and acts on
+# exactly those, so no lock outlives a batch and a run stopped halfway leaves only whole batches done.
+
+
+@dataclass(frozen=True)
+class MatchBatch:
+    """What one batch of a bulk-by-filter run did: the ids it moved (or purged), the running ones it asked to
+    stop (cancel only), and where the next batch starts (None: the run is complete)."""
+
+    done: list[str]
+    flagged: list[str]
+    after: str | None
+
+
+def count_matching(pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+    """(rows matching, their largest id) in ``pillar`` ("hot" or "dlq")."""
+    return call(ALONE, dialect().count_matching, pillar, filters)
+
+
+def _match_batch(pillar: str, filters: JobFilter, after: str | None, upto: str, limit: int,
+                 act: Callable[[Dialect, Any, list[str]], tuple[list[str], list[str]]]) -> MatchBatch:
+    def operation(cursor: Any) -> tuple[list[str], tuple[list[str], list[str]]]:
+        sql = dialect()
+        ids = sql.matching_ids(cursor, pillar, filters, after, upto, limit)
+        return ids, act(sql, cursor, ids) if ids else ([], [])
+
+    ids, (done, flagged) = run(operation)
+    return MatchBatch(done, flagged, ids[-1] if len(ids) == limit else None)
+
+
+def cancel_matching(filters: JobFilter, after: str | None, upto: str, limit: int, *, actor: str) -> MatchBatch:
+    """One batch of "cancel all matching" over Hot: Pending/Fetched → DLQ Cancelled, Processing flagged for
+    cooperative cancellation (as ``cancel``)."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        moved = {i for i, _ in sql.cancel_batch(cursor, ids, actor)}
+        return [i for i in ids if i in moved], sql.request_cancel(cursor, [i for i in ids if i not in moved], actor)
+
+    batch = _match_batch("hot", filters, after, upto, limit, act)
+    if batch.done or batch.flagged:
+        _emit([events.stats_updated()])
+    return batch
+
+
+def purge_dlq_matching(filters: JobFilter, after: str | None, upto: str, limit: int) -> MatchBatch:
+    """One batch of "purge all matching" over the DLQ; FailedTotal −n."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        gone = {i for i, _ in sql.purge_dlq_ids(cursor, ids, len(ids))}
+        return [i for i in ids if i in gone], []
+
+    batch = _match_batch("dlq", filters, after, upto, limit, act)
+    if batch.done:
+        _emit([events.Event(events.EventKind.JOBS_PURGED,
+                            {"jobIds": batch.done, "source": "DLQ", "count": len(batch.done)}),
+               events.stats_updated()])
+    return batch
+
+
+def resurrect_matching(filters: JobFilter, after: str | None, upto: str, limit: int, *,
+                       actor: str | None) -> MatchBatch:
+    """One batch of "requeue all matching": DLQ → Hot exactly as ``resurrect_batch``."""
+
+    def act(sql: Dialect, cursor: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+        moved = {i for i, _ in sql.resurrect_batch(cursor, ids, actor)}
+        return [i for i in ids if i in moved], []
+
+    batch = _match_batch("dlq", filters, after, upto, limit, act)
+    if batch.done:
+        _emit([events.stats_updated()])
+    return batch
 
 
 def purge_archive_ids(job_ids: Sequence[str]) -> int:

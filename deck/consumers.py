@@ -24,6 +24,11 @@ How the Deck stays live (ARCHITECTURE §4 "push cheaply"):
   in-process listener (``events.add_listener``; the hand-off into the loop is
   ``loop.call_soon_threadsafe``) for commands and in-process work, and the
   once-a-second poll shows what separate worker processes did.
+* The open inspector follows its job: the tab sends ``{"type": "follow", "jobId": …}`` (the socket's only
+  message besides ping; a subscription, not a command). Each read also locates the followed jobs in the same
+  statement, and a frame names (``data-touched``) a followed job that an event mentioned or whose place or
+  status changed since the last read; ``deck.js`` then re-fetches that inspector (at most 4 times a second).
+  Without a cross-process layer this is how a worker's moves of an old job still reach its inspector.
 * Events are hints, the database is the truth: a row reaches the page only
   as rendered from storage, and nothing is pushed for a rolled-back
   transaction (storage publishes after commit only). After a reconnect the
@@ -50,6 +55,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -97,6 +103,16 @@ def live_settings_problems(deck: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _job_ids(message: dict[str, Any]) -> list[str]:
+    """The job ids an event message names (``jobId``, or a purge's ``jobIds``)."""
+    data = message.get("data")
+    if not isinstance(data, dict):
+        return []
+    many = data.get("jobIds")
+    ids: list[Any] = many if isinstance(many, list) else [data.get("jobId")]
+    return [i for i in ids if isinstance(i, str) and i]
+
+
 def session_digest(session_key: str | None) -> str | None:
     """What identifies a session on the wire (logout messages): never the session key itself."""
     return hashlib.sha256(session_key.encode()).hexdigest() if session_key else None
@@ -110,6 +126,7 @@ class DeckConsumer(AsyncWebsocketConsumer):
     session: str | None = None  # session_digest() of the session that opened the socket
     user_pk: Any = None
     session_key: str | None = None
+    following: str | None = None  # the job id of this tab's open inspector (``{"type": "follow"}``)
     closing = False
     # No channel of its own: the broadcaster receives ``chokaq.deck`` once for all tabs and calls ``push``.
     # With the default alias every tab would also block on its own channel-layer receive (50 tabs = 50
@@ -144,8 +161,22 @@ class DeckConsumer(AsyncWebsocketConsumer):
             message = json.loads(text_data or "{}")
         except (ValueError, RecursionError):  # e.g. 200k "[": too deep for the parser, ignored like bad JSON
             return
-        if isinstance(message, dict) and message.get("type") == "ping":
+        if not isinstance(message, dict):
+            return
+        if message.get("type") == "ping":
             await self.send(text_data=json.dumps({"type": "pong"}))
+        elif message.get("type") == "follow":
+            self.follow(message.get("jobId"))
+
+    def follow(self, job_id: Any) -> None:
+        """The job this tab's inspector shows (None: no inspector): the broadcaster also locates it on every read,
+        so its moves are announced even when no event reaches this process (no cross-process channel layer)
+        and it is not among the Active rows. A subscription, not a command: it changes nothing but what is
+        read. Anything but a job id (``service.check_job_id``) is ignored."""
+        try:
+            self.following = service.check_job_id(job_id) if isinstance(job_id, str) else None
+        except service.ServiceError:
+            self.following = None
 
     async def push(self, frame: str) -> None:
         if not self.closing:
@@ -244,6 +275,7 @@ class _State:
     throughput: service.Throughput | None = None
     errors_read_at: float = 0.0
     last_action_id: int | None = None
+    followed: dict[str, JobStatus | None] = field(default_factory=dict)  # followed job → where the last read saw it
     sent: dict[tuple[str, bool], str] = field(default_factory=dict)  # (fragment, can_operate) → last html
 
 
@@ -256,6 +288,8 @@ class _Due:
     queues: bool = False  # a QueueStateChanged event
     actions: bool = False  # an OperatorAction event: the console reads the audit log
     progress: dict[str, int] = field(default_factory=dict)  # job id → percentage, pushed without a read
+    touched: set[str] = field(default_factory=set)  # followed jobs an event named: their inspectors re-fetch
+    bulk: dict[int, dict[str, Any]] = field(default_factory=dict)  # bulk run → its latest BulkProgress, no read
 
 
 class Broadcaster:
@@ -417,6 +451,7 @@ class Broadcaster:
         """Fold the received messages into what the next read (or progress frame) must carry."""
         with self._lock:
             pending, self._pending = self._pending, []
+        followed = {c.following for c in self.consumers if c.following}
         for m in pending:
             kind = m.get("event")
             if kind == events.EventKind.JOB_PROGRESS:
@@ -424,7 +459,13 @@ class Broadcaster:
                 if data.get("jobId"):
                     due.progress[str(data["jobId"])] = int(data.get("percentage") or 0)
                 continue
+            if kind == events.EventKind.BULK_PROGRESS:
+                data = m.get("data") or {}
+                if isinstance(data.get("actionId"), int):
+                    due.bulk[data["actionId"]] = data
+                continue
             due.dirty = True
+            due.touched.update(i for i in _job_ids(m) if i in followed)
             due.queues = due.queues or kind == events.EventKind.QUEUE_STATE_CHANGED
             due.actions = due.actions or kind == events.EventKind.OPERATOR_ACTION
 
@@ -437,7 +478,7 @@ class Broadcaster:
         while True:
             now = time.monotonic()
             deadline = max(last_read + self.read_interval, now) if due.dirty else next_poll
-            if due.progress:
+            if due.progress or due.bulk:
                 deadline = min(deadline, max(last_flush + self.tick, now))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - now))
@@ -448,19 +489,21 @@ class Broadcaster:
                 due.dirty = due.full = True
                 next_poll = now + self.poll_interval
             read = due.dirty and now - last_read >= self.read_interval
-            if not read and not (due.progress and now - last_flush >= self.tick):
+            if not read and not ((due.progress or due.bulk) and now - last_flush >= self.tick):
                 continue
             variants = {c.role >= Role.OPERATOR for c in self.consumers}
             if not variants:  # the last tab is leaving: do not spin until detach() stops this task
                 await asyncio.sleep(self.tick)
                 continue
             taken, due = due, _Due(dirty=due.dirty and not read, full=due.full and not read,
-                                   queues=due.queues and not read, actions=due.actions and not read)
+                                   queues=due.queues and not read, actions=due.actions and not read,
+                                   touched=set() if read else due.touched)
             if read:
                 last_read = now
             try:
                 assert self._executor is not None
-                frames = await self.loop.run_in_executor(self._executor, self._build, taken, read, variants)
+                followed = sorted({c.following for c in self.consumers if c.following})
+                frames = await self.loop.run_in_executor(self._executor, self._build, taken, read, variants, followed)
             except Exception:
                 logger.exception("deck broadcaster tick failed")
                 await self.loop.run_in_executor(self._executor, connections.close_all)  # type: ignore[arg-type]
@@ -480,18 +523,24 @@ class Broadcaster:
 
     # ------------------------------------------------------------ reading and rendering (reader thread)
 
-    def _build(self, due: _Due, read: bool, variants: set[bool]) -> dict[bool, str]:
-        """One read (ONE storage statement) when ``read``, then one frame per role variant (``can_operate``)."""
+    def _build(self, due: _Due, read: bool, variants: set[bool],
+               followed: Sequence[str] = ()) -> dict[bool, str]:
+        """One read (ONE storage statement) when ``read``, then one frame per role variant (``can_operate``).
+        ``followed``: the jobs open inspectors show, located by the same statement."""
         parts: dict[bool, list[str]] = {v: [] for v in variants}
+        runs = sorted(due.bulk.values(), key=lambda d: d["actionId"])
         if not read:
             for can_operate in variants:
-                parts[can_operate].append(fragments.inbox([], due.progress))
+                bulk = runs if can_operate else []
+                if due.progress or bulk:
+                    parts[can_operate].append(fragments.inbox([], due.progress, bulk=bulk))
             return {v: "".join(p) for v, p in parts.items() if p}
         state = self._state
         now = time.monotonic()
         errors_due = state.errors_read_at == 0 or (
             state.failed_total != state.errors_failed_total and now - state.errors_read_at >= TOP_ERRORS_MIN_INTERVAL)
-        view = service.live_view(locate=list(state.rows or ()), throughput=due.full or state.throughput is None,
+        view = service.live_view(locate=[*(state.rows or ()), *followed],
+                                 throughput=due.full or state.throughput is None,
                                  queues=due.full or due.queues, fleet=due.full, errors=errors_due, limit=ACTIVE_ROWS)
         summary = view.summary
         state.failed_total = summary.failed_total
@@ -499,6 +548,7 @@ class Broadcaster:
             state.errors_read_at = now
             state.errors_failed_total = summary.failed_total
         changed, gone = self._diff(view.active, view.located)
+        touched = sorted(due.touched | self._moved(followed, view.located))
         state.throughput = view.throughput or state.throughput
         console = self._console(gone, due.actions)
         for can_operate in variants:
@@ -516,8 +566,9 @@ class Broadcaster:
             if view.errors is not None:
                 self._once(out, ("errors", can_operate), fragments.top_errors(view.errors, fragments.now(), oob=True))
             rendered = [fragments.row(r, role) for r in changed] + [fragments.row(r, role, gone=True) for r in gone]
-            if rendered or due.progress:
-                out.append(fragments.inbox(rendered, due.progress))
+            bulk = runs if can_operate else []  # progress of bulk runs: operator tabs only
+            if rendered or due.progress or touched or bulk:
+                out.append(fragments.inbox(rendered, due.progress, touched, bulk))
             if console:
                 out.append(fragments.console(console))
         return {v: "".join(p) for v, p in parts.items() if p}
@@ -526,6 +577,14 @@ class Broadcaster:
         if self._state.sent.get(key) != html:
             self._state.sent[key] = html
             out.append(html)
+
+    def _moved(self, followed: Sequence[str], located: dict[str, JobStatus]) -> set[str]:
+        """Followed jobs (open inspectors) whose place or status changed since the last read, or that a tab
+        started following since (its inspector may have been rendered before the change: it re-fetches once)."""
+        previous = self._state.followed
+        now = {job_id: located.get(job_id) for job_id in followed}
+        self._state.followed = now
+        return {job_id for job_id, where in now.items() if job_id not in previous or previous[job_id] != where}
 
     def _diff(self, rows: list[JobRow], located: dict[str, JobStatus]) -> tuple[list[JobRow], list[JobRow]]:
         """Rows new or changed since the last read, and rows that left Hot (with their new status: ``located``

@@ -35,7 +35,8 @@ PAGE_SIZES = (10, 100, 500, 1000)
 SORT_LABELS = {"date": "Date", "duration": "Duration", "type": "Type", "queue": "Queue", "attempts": "Attempts",
                "created": "Created", "id": "Id", "worker": "Worker", "reason": "Reason"}
 REASONS = [(int(r), r.display_name) for r in FailureReason]
-TOKENS = {"purge": "PURGE", "requeue": "REQUEUE"}
+TOKENS = {"purge": "PURGE", "requeue": "REQUEUE", "cancel": "CANCEL"}
+MAX_RUN = 2**31 - 1  # the largest max-jobs bound of a bulk-by-filter run (blank: every match)
 
 
 class InvalidInput(ValueError):
@@ -198,12 +199,12 @@ def jobs_query(data: QueryDict) -> JobsQuery:
 class DlqBulk(_Filters):
     """The DLQ bulk-by-filter form (preview / purge / requeue)."""
 
-    max_jobs = forms.IntegerField(required=False, max_value=MAX_BATCH, label="Max jobs")
+    max_jobs = forms.IntegerField(required=False, max_value=MAX_RUN, label="Max jobs")
     confirm = forms.CharField(required=False, max_length=20, label="Confirmation word")
 
-    def max(self) -> int:
-        value = self.cleaned_data.get("max_jobs")
-        return 100 if value is None or value <= 0 else value
+    def max(self) -> int | None:
+        """The run's bound: blank = every match (no cap; the run goes in batches), ≤ 0 = 100 (spec 04 §6)."""
+        return self.cleaned_data.get("max_jobs")
 
 
 def dlq_bulk(data: QueryDict) -> DlqBulk:
@@ -267,6 +268,14 @@ class Toggle(forms.Form):
 
 class ZombieTimeout(forms.Form):
     value = forms.IntegerField(required=False, min_value=1, max_value=86_400, label="Zombie timeout (seconds)")
+
+
+class RateValue(forms.Form):
+    """A rate limit as typed ("100/m", "50/s burst 10"; empty: back to the declared rate); the name when the
+    address does not carry it (a new limit)."""
+
+    value = forms.CharField(required=False, max_length=100, label="Rate")
+    name = forms.CharField(required=False, max_length=300, label="Limit")
 
 
 class MaxWorkers(forms.Form):

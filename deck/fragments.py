@@ -96,9 +96,12 @@ def row(job: JobRow, role: Role, *, view: str = "active", gone: bool = False) ->
     return render(JOBS, "row", {"job": job, "view": view, "gone": gone, **role_context(role)})
 
 
-def inbox(rows: Iterable[str], progress: dict[str, int]) -> str:
-    """Rows to upsert (or, marked ``data-gone``, to retire) and progress values, for ``deck.js``."""
-    return render(PANELS, "inbox", {"rows": list(rows), "progress": sorted(progress.items())})
+def inbox(rows: Iterable[str], progress: dict[str, int], touched: Iterable[str] = (),
+          bulk: Iterable[dict[str, Any]] = ()) -> str:
+    """Rows to upsert (or, marked ``data-gone``, to retire), progress values, the ids of jobs that changed (an
+    open inspector showing one re-fetches itself) and the progress of bulk runs (toasts), for ``deck.js``."""
+    return render(PANELS, "inbox", {"rows": list(rows), "progress": sorted(progress.items()),
+                                    "touched": list(touched), "bulk": list(bulk)})
 
 
 def console(entries: Iterable[Any]) -> str:

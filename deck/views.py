@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -24,8 +25,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chokaq_core import events, service
-from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, JobStatus
-from deck import forms, fragments
+from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, BulkPreview, JobStatus, RateLimitState
+from deck import forms, fragments, runs
 from deck.models import BULK_MEMBER_SCOPE, OperatorAction, console_actions
 from deck.permissions import Role, actor, refuse, require, role_of
 
@@ -41,6 +42,7 @@ PANEL_TEMPLATES = {
     "maintenance": "deck/panels.html#maintenance",
     "workers": "deck/panels.html#workers",
     "breakers": "deck/panels.html#breakers",
+    "rate-limits": "deck/panels.html#rate-limits",
     "recurring": "deck/panels.html#recurring",
     "jobs": "deck/jobs.html#matrix",
 }
@@ -124,14 +126,29 @@ def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[st
         ctx["fleet"] = service.fleet()
     if panel in (None, "workers", "breakers"):
         ctx["fleet_view"] = service.fleet_view()
+    if panel in (None, "rate-limits"):
+        ctx["rate_limits"] = service.rate_limits()
     return ctx
 
 
-def _inspector(job_id: str) -> dict[str, Any]:
+PLACES = {"hot": "ACTIVE", "archive": "ARCHIVE", "dlq": "MORGUE"}  # a pillar → its label in the inspector
+
+
+def _inspector(job_id: str, request: HttpRequest | None = None) -> dict[str, Any]:
+    """The inspector's data. A live re-fetch of an open inspector (``deck.js`` follows its job: header
+    ``X-Deck-Follow`` = the job id, ``X-Deck-Was`` = the pillar it showed) also says where the job came from,
+    and that a job it showed and that is now in no pillar was purged."""
     job_id = forms.job_id(job_id)
     jv = service.find_job(job_id)
     history = list(OperatorAction.objects.filter(job_id=job_id)[:20]) if jv else []
-    return {"job_id": job_id, "jv": jv, "history": history}
+    where = jv.pillar if jv else "gone"
+    followed = request is not None and request.headers.get("X-Deck-Follow") == job_id
+    was = request.headers.get("X-Deck-Was") if followed and request is not None else None
+    moved_from = PLACES.get(was or "") if was != where else None
+    purged = followed and jv is None and was in PLACES
+    held = service.rate_hold(jv.hot) if jv is not None and jv.hot is not None else None
+    return {"job_id": job_id, "jv": jv, "history": history, "rate_held": held, "where": where, "place": PLACES.get(where),
+            "moved_from": moved_from, "purged": purged, "last_pillar": was if purged else where if jv else ""}
 
 
 def _page_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
@@ -220,7 +237,7 @@ def _job_not_found(job_id: str) -> str:
 @require(Role.VIEWER)
 def inspector(request: HttpRequest, job_id: str) -> HttpResponse:
     try:
-        context = _inspector(job_id)
+        context = _inspector(job_id, request)
     except (forms.InvalidInput, service.ServiceError) as exc:
         if _htmx(request):
             return _bad(request, exc)
@@ -272,6 +289,7 @@ class Done:
     body: Callable[[], str] | None = None  # renders the htmx fragment to return instead of 204 (after the audit)
     job_ids: list[str] = field(default_factory=list)  # every job a bulk command affected: each gets an entry
     extra: dict[str, Any] = field(default_factory=dict)
+    run: runs.Run | None = None  # a bulk run to carry out in the background once its audit entry exists
 
 
 def command(minimum: Role) -> Callable[[Callable[..., Done]], Callable[..., HttpResponse]]:
@@ -285,12 +303,17 @@ def command(minimum: Role) -> Callable[[Callable[..., Done]], Callable[..., Http
                 done = run(request, *args, **kwargs)
             except (forms.InvalidInput, service.ServiceError) as exc:
                 if isinstance(exc, service.ConflictError):
-                    _audit(request, name, Done(str(exc), 0, "warning", scope=_scope(args, kwargs)), COMMAND_REJECTED)
+                    _audit(request, name, Done(str(exc), 0, "warning", scope=_scope(args, kwargs)),
+                           COMMAND_REJECTED)
                 else:
                     logger.info("%s by %s refused: %s", name, actor(request.user), exc,
                                 extra={"event_id": COMMAND_REJECTED})
                 return _bad(request, exc)
-            _audit(request, name, done, COMMAND_COMPLETED)
+            entry_id = _audit(request, name, done, COMMAND_COMPLETED)
+            if done.run is not None:  # its thread starts once the audit entry is committed
+                bulk = done.run
+                transaction.on_commit(lambda: runs.start(bulk, entry_id), using=OperatorAction.objects.db)
+                done.extra["runId"] = entry_id
             if _htmx(request):
                 response = HttpResponse(done.body() if done.body else "", status=200 if done.body else 204)
                 response["HX-Trigger"] = json.dumps({"deck:toast": {"level": done.level, "message": done.message},
@@ -307,9 +330,10 @@ def _scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return " ".join(str(v) for v in (*args, *kwargs.values()))[:1000]
 
 
-def _audit(request: HttpRequest, name: str, done: Done, event_id: int) -> None:
+def _audit(request: HttpRequest, name: str, done: Done, event_id: int) -> int:
     """One audit entry per command, plus one per job a bulk command affected (so each job's history shows it;
-    those member entries stay out of the console); one ``chokaq.deck`` log line with the command's event id."""
+    those member entries stay out of the console); one ``chokaq.deck`` log line with the command's event id.
+    Returns the entry's id."""
     who = actor(request.user)
     log = logger.warning if "purge" in name else logger.info
     log("%s by %s%s: %s", name, who, " refused" if event_id == COMMAND_REJECTED else "", done.message,
@@ -324,6 +348,7 @@ def _audit(request: HttpRequest, name: str, done: Done, event_id: int) -> None:
                             level=done.level, message=f"{done.message} (bulk action #{entry.id})")
              for job_id in done.job_ids], batch_size=500)
     events.publish([events.operator_action(entry.id, name)], using=OperatorAction.objects.db)
+    return int(entry.id)
 
 
 def _inspector_body(request: HttpRequest, job_id: str) -> Callable[[], str]:
@@ -485,6 +510,38 @@ def set_queue_max_workers(request: HttpRequest, name: str) -> Done:
     return _queue_done(name, f"max workers {value}" if value else "max workers unlimited")
 
 
+def _rate_done(state: RateLimitState, text: str) -> Done:
+    rate = state.rate
+    return Done(f"Rate limit {state.name}: {text} (in force: {rate.text if rate else 'none'})", scope=state.name)
+
+
+@command(Role.OPERATOR)
+def set_rate_limit(request: HttpRequest, name: str | None = None) -> Done:
+    """Set a limit's rate (a new limit when the form names it); an empty rate returns to the declared one."""
+    data = forms.clean(forms.RateValue, request.POST)
+    state = service.set_rate_limit(name or data.get("name") or "", data.get("value"), actor=actor(request.user))
+    return _rate_done(state, f"set to {data['value']}" if data.get("value") else "reset to the declared rate")
+
+
+@command(Role.OPERATOR)
+def pause_rate_limit(request: HttpRequest, name: str) -> Done:
+    return _rate_done(service.pause_rate_limit(name, actor=actor(request.user)), "paused")
+
+
+@command(Role.OPERATOR)
+def lift_rate_limit(request: HttpRequest, name: str) -> Done:
+    return _rate_done(service.lift_rate_limit(name, actor=actor(request.user)), "lifted")
+
+
+def _preview(request: HttpRequest, preview: BulkPreview, action: str, max_jobs: int | None) -> HttpResponse:
+    if not _htmx(request):
+        return JsonResponse({"ok": True, "matched": preview.matched, "willAffect": preview.will_affect,
+                             "truncated": preview.truncated, "sampleIds": preview.sample_ids})
+    return _render(request, "deck/panels.html#bulk-preview",
+                   {"preview": preview, "action": action, "max_jobs": max_jobs, "tokens": forms.TOKENS,
+                    "batch": service.BULK_BATCH})
+
+
 @require_POST
 @require(Role.ADMIN)
 def preview_dlq_matching(request: HttpRequest) -> HttpResponse:
@@ -494,35 +551,66 @@ def preview_dlq_matching(request: HttpRequest) -> HttpResponse:
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
     action = request.POST.get("action", "purge")
-    if not _htmx(request):
-        return JsonResponse({"ok": True, "matched": preview.matched, "willAffect": preview.will_affect,
-                             "truncated": preview.truncated, "sampleIds": preview.sample_ids})
-    return _render(request, "deck/panels.html#bulk-preview",
-                   {"preview": preview, "action": action if action in forms.TOKENS else "purge",
-                    "max_jobs": form.max(), "tokens": forms.TOKENS})
+    return _preview(request, preview, action if action in ("purge", "requeue") else "purge", form.max())
 
 
-def _confirmed(form: forms.DlqBulk, action: str) -> None:
-    if form.cleaned_data.get("confirm") != forms.TOKENS[action]:
+@require_POST
+@require(Role.OPERATOR)
+def preview_cancel_matching(request: HttpRequest) -> HttpResponse:
+    try:
+        preview = service.preview_cancel_matching(forms.jobs_query(request.POST).active_filters())
+    except (forms.InvalidInput, service.ServiceError) as exc:
+        return _bad(request, exc)
+    return _preview(request, preview, "cancel", None)
+
+
+def _confirmed(data: Mapping[str, Any], action: str) -> None:
+    if data.get("confirm") != forms.TOKENS[action]:
         raise forms.InvalidInput(f"type {forms.TOKENS[action]} to confirm")
+
+
+def _bulk_run(request: HttpRequest, run: runs.Run, level: str = "success") -> Done:
+    """A confirmed bulk-by-filter command (``deck.runs``): done inside the request when it fits one batch, else
+    started in the background (its audit entry is then rewritten as the batches commit)."""
+    scope = request.POST.urlencode()[:1000]
+    if run.total and not run.inline:
+        return Done(run.message(0, running=True), affected=0, level="info", scope=scope, run=run,
+                    extra={"total": run.total, "background": True})
+    done, flagged = run.work(None)
+    n = len(done) + len(flagged)
+    return Done(run.message(n, len(flagged), total=max(run.total, n)), affected=n,
+                level=level if n else "warning", scope=scope, job_ids=[*done, *flagged])
+
+
+@command(Role.OPERATOR)
+def cancel_matching(request: HttpRequest) -> Done:
+    """CANCEL ALL MATCHING (Active view, its current filters): every matching Hot job, not only the loaded rows."""
+    form = forms.jobs_query(request.POST)
+    _confirmed(request.POST, "cancel")
+    filters, who = form.active_filters(), actor(request.user)
+    total = service.preview_cancel_matching(filters).matched
+    return _bulk_run(request, runs.Run("cancel_matching", who, "Cancelled", total, lambda on_batch: (
+        service.cancel_matching(filters, actor=who, on_batch=on_batch))))
 
 
 @command(Role.ADMIN)
 def purge_dlq_matching(request: HttpRequest) -> Done:
     form = forms.dlq_bulk(request.POST)
-    _confirmed(form, "purge")
-    purged = service.purge_dlq_matching(form.filters("dlq"), form.max())
-    return Done(f"{len(purged)} jobs affected (DLQ purge by filter)", affected=len(purged), level="warning",
-                scope=request.POST.urlencode()[:1000], job_ids=purged)
+    _confirmed(form.cleaned_data, "purge")
+    filters, limit = form.filters("dlq"), form.max()
+    total = service.preview_dlq_matching(filters, limit).will_affect
+    return _bulk_run(request, runs.Run("purge_dlq_matching", actor(request.user), "Purged", total, lambda on_batch: (
+        service.purge_dlq_matching(filters, limit, on_batch=on_batch), [])), level="warning")
 
 
 @command(Role.ADMIN)
 def resurrect_matching(request: HttpRequest) -> Done:
     form = forms.dlq_bulk(request.POST)
-    _confirmed(form, "requeue")
-    moved = service.resurrect_matching(form.filters("dlq"), form.max(), actor=actor(request.user))
-    return Done(f"{len(moved)} jobs affected (DLQ requeue by filter)", affected=len(moved),
-                scope=request.POST.urlencode()[:1000], job_ids=moved)
+    _confirmed(form.cleaned_data, "requeue")
+    filters, limit, who = form.filters("dlq"), form.max(), actor(request.user)
+    total = service.preview_dlq_matching(filters, limit).will_affect
+    return _bulk_run(request, runs.Run("resurrect_matching", who, "Requeued", total, lambda on_batch: (
+        service.resurrect_matching(filters, limit, actor=who, on_batch=on_batch), [])))
 
 
 @command(Role.OPERATOR)

@@ -24,8 +24,8 @@ def unledger(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    # written on 0008_edit_revision; chained after 0010_history (merged first) so the graph has one leaf
-    dependencies = [("chokaq_core", "0010_history")]
+    # written on 0008_edit_revision; chained after main's latest (0011_rate_limits) so the graph has one leaf
+    dependencies = [("chokaq_core", "0011_rate_limits")]
     operations = [
         migrations.AddField("jobshot", "last_error_class", models.CharField(max_length=255, null=True)),
         migrations.AddField("jobshot", "last_error_message", models.CharField(max_length=1000, null=True)),

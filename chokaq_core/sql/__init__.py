@@ -34,6 +34,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -50,6 +51,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     ScheduleState,
     SnapshotRequest,
@@ -76,10 +81,12 @@ class Dialect(Protocol):
         actually stored: the existing Hot row's id when its idempotency key is taken.
         PostgreSQL also ``NOTIFY chokaq_jobs`` in the same transaction."""
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
         """Claim up to ``limit`` due Pending rows (Pending → Fetched, ``worker_id`` set) of
-        ``queues`` (None = every queue), skipping paused/hidden queues and honouring each
-        queue's ``max_workers`` bulkhead. Ordered by priority desc, due time asc."""
+        ``queues`` (None = every queue), skipping paused/hidden queues, honouring each
+        queue's ``max_workers`` bulkhead and skipping what ``hold`` names (rate limits without
+        a token). Ordered by priority desc, due time asc."""
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate: Fetched → Processing if still owned; returns the new attempt count or None."""
@@ -165,6 +172,29 @@ class Dialect(Protocol):
 
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; sets ``is_paused = true`` in both directions (spec 01 §4.17)."""
+
+    # ------------------------------------------------------------ rate limits
+    def rate_limits(self, cursor: Cursor) -> list[RateLimitState]:
+        """Every limit row (declared and overridden), by name."""
+
+    def rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> list[RateBucket]:
+        """The token buckets of the limits ``names``."""
+
+    def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
+        """Due Pending rows per (queue, type, rate key)."""
+
+    def declare_rate_limits(self, cursor: Cursor, limits: Sequence[RateLimit]) -> None:
+        """The declared columns become ``limits``; other rows lose their declared rate."""
+
+    def set_rate_limit(self, cursor: Cursor, name: str, rate: Rate | None, lifted: bool, actor: str | None) -> None:
+        """An operator's override of one limit (created if absent)."""
+
+    def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """Lock the limits' rows until commit; the database's time and the limits' buckets."""
+
+    def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
+                          dropped: Sequence[tuple[str, str]]) -> None:
+        """Write a claim's bucket changes."""
 
     # ------------------------------------------------------------ worker registry
     def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None: ...
@@ -276,6 +306,17 @@ class Dialect(Protocol):
 
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
         """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
+
+    def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        """(rows matching, their largest id) of a bulk-by-filter run over ``pillar`` ("hot": the Active view's
+        filters, "dlq": the DLQ view's): the run's size and its bound (rows added later lie beyond it)."""
+        ...
+
+    def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
+                     limit: int) -> list[str]:
+        """One keyset batch of a bulk-by-filter run, newest id first: at most ``limit`` ids matching ``filters``
+        in ``pillar`` below ``after`` (the previous batch's last id), or, for the first batch, up to ``upto``."""
+        ...
 
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches (failed_at desc, id asc; skip locked); FailedTotal −n."""

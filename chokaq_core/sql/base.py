@@ -25,6 +25,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -43,6 +44,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     ScheduleState,
     SnapshotRequest,
@@ -110,6 +115,9 @@ BUCKETS = "chokaq_metric_buckets"
 QUEUES = "chokaq_queues"
 WORKERS = "chokaq_workers"
 SCHEDULES = "chokaq_schedules"
+RATE_LIMITS = "chokaq_rate_limits"
+RATE_BUCKETS = "chokaq_rate_buckets"
+MAX_HELD_KEYS = 100  # partitions of per-key limits a claim skips by name; more are sent back after the claim
 HISTORY = "chokaq_history_buckets"
 PURGED = "purged_total"  # the counter an Archive purge raises (succeeded_total never shrinks)
 
@@ -167,7 +175,8 @@ def summary(r: Sequence[Any]) -> SummaryStats:
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]))
+    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]),
+                      int(r[8]))
 
 
 def active_row(r: Sequence[Any]) -> JobRow:
@@ -251,7 +260,8 @@ CROSS JOIN ({pending_split_sql(later)}) AS pend
 SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > now()")
 QUEUE_STATS_SQL = f"""
 SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
-       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at
+       coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at,
+       coalesce(s.purged_total, 0)
 FROM {QUEUES} q
 LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM {HOT} GROUP BY queue) h ON h.queue = q.name
 LEFT JOIN {STATS} s ON s.queue = q.name
@@ -289,6 +299,24 @@ _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+RATE_LIMIT_FIELDS = ("name", "declared_count", "declared_window", "declared_burst", "override_count", "override_window",
+                     "override_burst", "is_lifted", "per_key", "max_keys", "updated_by", "updated_at")
+RATE_BUCKET_FIELDS = ("limit_name", "rate_key", "tokens", "refilled_at", "window_started_at", "window_used")
+
+
+def _rate(count: Any, window: Any, burst: Any) -> Rate | None:
+    return None if count is None or window is None else Rate(int(count), float(window), int(burst or 1))
+
+
+def rate_limit_state(r: Sequence[Any]) -> RateLimitState:
+    return RateLimitState(name=r[0], declared=_rate(r[1], r[2], r[3]), override=_rate(r[4], r[5], r[6]),
+                          lifted=bool(r[7]), per_key=bool(r[8]), max_keys=int(r[9]), updated_by=r[10],
+                          updated_at=as_utc(r[11]) if r[11] is not None else None)
+
+
+def rate_bucket(r: Sequence[Any]) -> RateBucket:
+    return RateBucket(limit_name=r[0], rate_key=r[1], tokens=float(r[2]), refilled_at=as_utc(r[3]),
+                      window_started_at=as_utc(r[4]), window_used=int(r[5]))
 
 
 # ---------------------------------------------------------------- history roll-ups and schedules
@@ -453,6 +481,10 @@ def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
+# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``).
+TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
+                    "last_updated_at", "created_by", "last_modified_by", "revision"), "last_updated_at", "failed_total",
+              None)
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
@@ -472,13 +504,16 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
 # Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
 # "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
 # "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
-# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions.
+# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions; "lazy" ends the
+# WHERE of a statement whose own commit need not wait for the disk (the lease: bench/README, "Asynchronous
+# commit of the claim and the lease").
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
 SHARED_STATEMENTS = {
-    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1 RETURNING attempt_count",
-    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
+                           " RETURNING attempt_count",
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                                  " RETURNING id, attempt_count",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
                       " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
@@ -769,6 +804,118 @@ class BaseDialect:
         rows = self._all(cursor, sql, params)
         return rows[0] if rows else None
 
+    # ------------------------------------------------------------ rate limits (declared, overridden, their buckets)
+
+    ROW_LOCK_HINT = ""  # a table hint that locks the rows a read returns until commit (SQL Server)
+    ROW_LOCK_TAIL = ""  # the clause after a read that locks its rows until commit (PostgreSQL: FOR UPDATE)
+    IGNORE_DUPLICATE = " ON CONFLICT DO NOTHING"  # an INSERT … SELECT that loses a race to a twin inserts nothing
+
+    def rate_limits(self, cursor: Cursor) -> list[RateLimitState]:
+        """Every limit row, by name (without its use: ``rate_buckets``)."""
+        return [rate_limit_state(r) for r in self._all(
+            cursor, f"SELECT {', '.join(RATE_LIMIT_FIELDS)} FROM {RATE_LIMITS} ORDER BY name")]
+
+    def rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> list[RateBucket]:
+        """The buckets of the limits ``names``."""
+        if not names:
+            return []
+        tail, params = self.name_list(names)
+        return [rate_bucket(r) for r in self._all(
+            cursor, f"SELECT {', '.join(RATE_BUCKET_FIELDS)} FROM {RATE_BUCKETS} WHERE limit_name {tail}", params)]
+
+    def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
+        """Due Pending rows per (queue, type, rate key): what rate limits may be holding back."""
+        now, at = self.now()
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._all(
+            cursor, f"SELECT queue, type, rate_key, count(*) FROM {HOT} WHERE status = 0"
+                    f" AND (scheduled_at IS NULL OR scheduled_at <= {now}) GROUP BY queue, type, rate_key", at)]
+
+    def hold_clause(self, hold: ClaimHold | None, alias: str = "h") -> tuple[str, list[Any]]:
+        """``(" AND NOT (…)", params)``: the predicate a claim adds to its candidate rows (``alias``) to skip what
+        a rate limit holds back — whole queues, types, and at most ``MAX_HELD_KEYS`` partitions (the rest are
+        sent back by the plan after the claim); ``("", [])`` when nothing is held."""
+        if not hold:
+            return "", []
+        terms: list[str] = []
+        params: list[Any] = []
+        for column, names in ((f"{alias}.queue", hold.queues), (f"lower({alias}.type)", hold.types)):
+            if names:
+                tail, values = self.name_list(names)
+                terms.append(f"{column} {tail}")
+                params += values
+        for scope, target, key in hold.keys[:MAX_HELD_KEYS]:
+            column = f"{alias}.queue" if scope == "queue" else f"lower({alias}.type)"
+            terms.append(f"({column} = %s AND coalesce({alias}.rate_key, '') = %s)")
+            params += [target, key]
+        return f" AND NOT ({' OR '.join(terms)})", params
+
+    def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
+        """``(predicate tail, params)`` matching a name column against ``names`` (as ``id_list``)."""
+        return self.id_list(names)
+
+    def _ensure_rate_limit(self, cursor: Cursor, name: str, per_key: bool, max_keys: int) -> None:
+        now, at = self.now()
+        cursor.execute(
+            f"INSERT INTO {RATE_LIMITS} (name, is_lifted, per_key, max_keys, updated_at) SELECT %s, %s, %s, %s, {now}"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {RATE_LIMITS}{self.ROW_LOCK_HINT} WHERE name = %s)"
+            f"{self.IGNORE_DUPLICATE}", [name, False, per_key, max_keys, *at, name])
+
+    def declare_rate_limits(self, cursor: Cursor, limits: Sequence[RateLimit]) -> None:
+        """Make the declared columns the given limits (settings and ``@job``): rows of other names lose their
+        declared rate (an operator's override stays)."""
+        tail, params = self.name_list([limit.name for limit in limits]) if limits else ("IS NULL", [])
+        cursor.execute(f"UPDATE {RATE_LIMITS} SET declared_count = NULL, declared_window = NULL, declared_burst = NULL"
+                       f" WHERE declared_count IS NOT NULL AND NOT (name {tail})", params)
+        for limit in limits:
+            self._ensure_rate_limit(cursor, limit.name, limit.per_key, limit.max_keys)
+            cursor.execute(f"UPDATE {RATE_LIMITS} SET declared_count = %s, declared_window = %s, declared_burst = %s,"
+                           " per_key = %s, max_keys = %s WHERE name = %s",
+                           [limit.rate.count, limit.rate.window, limit.rate.burst, limit.per_key, limit.max_keys,
+                            limit.name])
+
+    def set_rate_limit(self, cursor: Cursor, name: str, rate: Rate | None, lifted: bool, actor: str | None) -> None:
+        """An operator's override of limit ``name``: a rate (count 0 pauses), lifted, or neither (back to the
+        declared rate)."""
+        self._ensure_rate_limit(cursor, name, False, 1000)
+        now, at = self.now()
+        cursor.execute(
+            f"UPDATE {RATE_LIMITS} SET override_count = %s, override_window = %s, override_burst = %s, is_lifted = %s,"
+            f" updated_by = %s, updated_at = {now} WHERE name = %s",
+            [rate.count if rate else None, rate.window if rate else None, rate.burst if rate else None, bool(lifted),
+             actor, *at, name])
+
+    def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time) and read
+        their buckets, in one statement: the database's time and the buckets."""
+        now, at = self.now()
+        tail, params = self.name_list(names)
+        columns = ", ".join(f"b.{c}" for c in RATE_BUCKET_FIELDS)
+        rows = self._all(cursor, f"SELECT {now}, {columns} FROM {RATE_LIMITS} AS l{self.ROW_LOCK_HINT}"
+                                 f" LEFT JOIN {RATE_BUCKETS} AS b ON b.limit_name = l.name WHERE l.name {tail}"
+                                 f" ORDER BY l.name{self.ROW_LOCK_TAIL}", [*at, *params])
+        if not rows:
+            return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), []
+        return as_utc(rows[0][0]), [rate_bucket(r[1:]) for r in rows if r[1] is not None]
+
+    def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
+                          dropped: Sequence[tuple[str, str]]) -> None:
+        """Write the buckets a claim changed or added, and delete the refilled ones it dropped (under the
+        limits' row locks, so no other claim writes them meanwhile)."""
+        ts = self.TS  # a statement per bucket: a claim writes a few (the same texts on every vendor's driver)
+        for b in changed:
+            cursor.execute(
+                f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
+                " window_used = %s WHERE limit_name = %s AND rate_key = %s",
+                [b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at), b.window_used,
+                 b.limit_name, b.rate_key])
+        for b in added:
+            cursor.execute(
+                f"INSERT INTO {RATE_BUCKETS} ({', '.join(RATE_BUCKET_FIELDS)}) VALUES (%s, %s, %s, {ts}, {ts}, %s)",
+                [b.limit_name, b.rate_key, b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at),
+                 b.window_used])
+        for name, key in dropped:
+            cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
+
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 
     def changed(self, cursor: Cursor) -> int:
@@ -831,12 +978,16 @@ class BaseDialect:
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
         return {str(name): as_utc(at) for name, at in self._all(cursor, f"SELECT name, last_tick_at FROM {SCHEDULES}")}
 
-    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+    def active_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
+        """The Active view's filters: status, queue, type and the search (id, type, tags, idempotency key)."""
         clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
         if filters.status is not None:
             clauses.append("status = %s")
             params.append(int(filters.status))
-        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+        where, params = self.active_where(filters)
         sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
         return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
 
@@ -883,6 +1034,29 @@ class BaseDialect:
                 [*params, min(max_jobs, 10)])]
         return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
+    def matching_where(self, pillar: str, filters: JobFilter) -> tuple[str, str, list[Any]]:
+        """(table, WHERE …, params) of a bulk-by-filter run: Hot as the Active view filters it ("hot"), else
+        the DLQ as its view does."""
+        if pillar == "hot":
+            return (HOT, *self.active_where(filters))
+        return (DLQ, *self.dlq_where(filters))
+
+    def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        table, where, params = self.matching_where(pillar, filters)
+        count, upto = self._one(cursor, f"SELECT count(*), max(id) FROM {table}{where}", params)
+        return int(count or 0), None if upto is None else str(upto)
+
+    def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
+                     limit: int) -> list[str]:
+        """DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
+        take no lock (the cancel's own statements decide, so a row a worker is claiming is not skipped)."""
+        table, where, params = self.matching_where(pillar, filters)
+        hint, lock = (self.PICK_HINT, self.PICK_LOCK) if pillar == "dlq" else ("", "")
+        bound, value = ("id <= %s", upto) if after is None else ("id < %s", after)
+        where = f"{where} AND " if where else " WHERE "
+        sql = f"SELECT id FROM {table}{hint}{where}{bound} ORDER BY id DESC{self.LIMIT}{lock}"
+        return [str(r[0]) for r in self._all(cursor, sql, [*params, value, int(limit)])]
+
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
         return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",
                              [self.param_ts(cutoff)])[0] or 0)
@@ -910,7 +1084,7 @@ class BaseDialect:
                 f" {self.pack(ACTIVE_SQL.format(where=''), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
                 f" {self.pack(locate, 2, 'c0')},\n"
                 + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
-                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 8, "c0"),
+                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),
                     (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
                     (self.TOP_ERRORS_SQL, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC"))))
         since = request.throughput_since
@@ -1045,16 +1219,20 @@ class BaseDialect:
         rows = self._all(cursor, f"SELECT idempotency_key, id FROM {HOT} WHERE idempotency_key {tail}", params)
         return {str(key): str(job_id) for key, job_id in rows}
 
-    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None) -> list[HotJob]:
-        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide and bulkheads, in
-        claim order: priority desc, due time asc, id."""
+    def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    hold: ClaimHold | None = None) -> list[HotJob]:
+        """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide, bulkheads and what rate
+        limits hold back (``hold``), in claim order: priority desc, due time asc, id."""
         if limit <= 0 or (queues is not None and not queues):
             return []
-        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)))
+        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)),
+                          hold or None)
         return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
-        """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched."""
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
+        """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched, its candidate rows
+        filtered by ``hold_clause(hold)`` when a hold is given (None: the plain claim, not one statement more)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ the lease, commands and maintenance
@@ -1130,8 +1308,8 @@ class BaseDialect:
         """DLQ → Hot Pending (priority 10 unless given, attempt count 0, edits coalesced); FailedTotal -n."""
         if not job_ids:
             return []
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision, payload, tags, priority, actor])
-        return self.moved(cursor)
+        return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
+                          [self.ids_param(job_ids), revision, payload, tags, priority, actor])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:

@@ -47,6 +47,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
+    ClaimHold,
     FailureReason,
     JobStatus,
     NewJob,
@@ -234,16 +235,17 @@ ENQUEUE_SQL = _batch(
     "DECLARE @NewQueues TABLE (queue nvarchar(255) NOT NULL PRIMARY KEY);",
     # The idempotency check rides on the insert; the filtered unique index is the safety net (2601).
     "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,"
-    " attempt_count, scheduled_at, created_at, last_updated_at, created_by)\n"
+    " attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)\n"
     "OUTPUT inserted.id INTO @Inserted (id)\n"
     "SELECT j.id, j.queue, j.type, j.payload, j.tags, j.idempotency_key, j.priority, 0, 0,\n"
     "    CASE WHEN j.delay_s IS NULL THEN NULL ELSE DATEADD(MILLISECOND, j.delay_ms, DATEADD(SECOND, j.delay_s, @Now))"
     " END,\n"
-    "    @Now, @Now, j.created_by\n"
+    "    @Now, @Now, j.created_by, j.rate_key\n"
     "FROM OPENJSON(@Jobs) WITH (id nvarchar(4000) '$.id', queue nvarchar(4000) '$.queue',"
     " type nvarchar(4000) '$.type', payload nvarchar(max) '$.payload', tags nvarchar(4000) '$.tags',"
     " idempotency_key nvarchar(4000) '$.idempotency_key', priority int '$.priority', delay_s int '$.delay_s',"
-    " delay_ms int '$.delay_ms', created_by nvarchar(4000) '$.created_by') AS j\n"
+    " delay_ms int '$.delay_ms', created_by nvarchar(4000) '$.created_by', rate_key nvarchar(4000) '$.rate_key')"
+    " AS j\n"
     "WHERE j.idempotency_key IS NULL\n"
     "    OR NOT EXISTS (SELECT 1 FROM chokaq_jobs_hot AS k WHERE k.idempotency_key = j.idempotency_key);",
     # Queues and counters rows: an unlocked look first, so only brand-new queues take the range locks.
@@ -266,8 +268,9 @@ ENQUEUE_SQL = _batch(
 )
 
 
-def _fetch_sql(queue_filter: bool) -> str:
-    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
+def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
+    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim (``hold``: the
+    predicate skipping what rate limits hold back, its parameters last).
 
     As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
     claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
@@ -284,7 +287,7 @@ def _fetch_sql(queue_filter: bool) -> str:
     FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
     LEFT JOIN chokaq_queues AS q ON q.name = h.queue
     WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){queue_predicate}
-      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1
+      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{hold}
     ORDER BY h.priority DESC, sort_at, h.id),
 ActiveCounts AS (
     SELECT a.queue, COUNT(*) AS n FROM chokaq_jobs_hot AS a
@@ -587,7 +590,8 @@ CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SU
 CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
 
 QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at
+       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at,
+       COALESCE(s.purged_total, 0)
 FROM chokaq_queues AS q WITH (NOLOCK)
 LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK) GROUP BY x.queue) AS h
     ON h.queue = q.name
@@ -654,7 +658,7 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
         items.append({
             "id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
             "idempotency_key": job.idempotency_key, "priority": int(job.priority), "delay_s": delay_s,
-            "delay_ms": delay_ms, "created_by": job.created_by,
+            "delay_ms": delay_ms, "created_by": job.created_by, "rate_key": job.rate_key,
         })
     return _json(items)
 
@@ -818,7 +822,7 @@ DECK_SNAPSHOT_SQL = _batch(
        CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
        CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 8, "c0")} END AS queue_stats,
+       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
        CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
        CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END AS errors;""",
@@ -847,6 +851,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     text datetimes and batches whose first results carry no rows."""
 
     TS = "CAST(%s AS datetimeoffset(7))"
+    ROW_LOCK_HINT = " WITH (UPDLOCK, HOLDLOCK, ROWLOCK)"
+    IGNORE_DUPLICATE = ""  # the locking hint of the NOT EXISTS read makes a racing twin wait instead
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
 
@@ -858,6 +864,9 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def param_ts(self, value: datetime | None) -> Any:
         return None if value is None else _ts(value)
+
+    def now(self) -> tuple[str, list[Any]]:
+        return "SYSUTCDATETIME()", []
 
     def rows(self, cursor: Cursor) -> list[Any]:
         return _rows(cursor)
@@ -899,12 +908,16 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return ({str(job_id) for job_id, key in rows if key is None},
                 {str(key): str(job_id) for job_id, key in rows if key is not None})
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
-        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified)."""
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
+        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified); the locked
+        Eligible read skips what rate limits hold back."""
+        clause, held = self.hold_clause(hold)
         if queues is None:
-            cursor.execute(FETCH_ALL_SQL, [worker_id, limit * 10, limit])
+            cursor.execute(_fetch_sql(False, clause) if clause else FETCH_ALL_SQL, [worker_id, limit * 10, limit, *held])
         else:
-            cursor.execute(FETCH_QUEUES_SQL, [worker_id, limit * 10, limit, _json({"name": name} for name in queues)])
+            cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
+                           [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return _rows(cursor)
 
     def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
@@ -961,6 +974,10 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
+
+    def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
+        return ("IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)",
+                [_json({"name": name} for name in names)])
 
     def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
         """One batch whose parameters land in typed variables the CASEs test."""

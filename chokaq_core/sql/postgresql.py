@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chokaq_core.domain import (
+    ClaimHold,
     FailureReason,
     NewJob,
 )
@@ -25,6 +26,7 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     CARRIED_REVISION,
     HOT_FIELDS,
+    MAX_HELD_KEYS,
     PURGED,
     REVISION_BUMP,
     TO_ARCHIVE,
@@ -42,6 +44,9 @@ from chokaq_core.sql.base import (
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
+# Always true; makes the commit of the statement's own transaction asynchronous (transaction-local: the
+# connection's next transaction commits as configured again). Only the claim and the lease say it.
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
@@ -113,14 +118,14 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
 ENQUEUE_SQL = f"""
 WITH src AS (
     SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                         %s::int[], %s::float8[], %s::text[])
-        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by)),
+                         %s::int[], %s::float8[], %s::text[], %s::text[])
+        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by, rate_key)),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,
-        attempt_count, scheduled_at, created_at, last_updated_at, created_by)
+        attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)
     SELECT id, queue, type, payload, tags, idempotency_key, priority, 0, 0,
            CASE WHEN delay_seconds IS NULL THEN NULL ELSE now() + make_interval(secs => delay_seconds) END,
-           now(), now(), created_by
+           now(), now(), created_by, rate_key
     FROM src
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue),
@@ -137,7 +142,23 @@ SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
 
 
-def _fetch_sql(queue_filter: bool) -> str:
+# What rate limits hold back (ClaimHold), as arrays: one statement text whatever is held.
+HOLD_SQL = """ AND NOT (h.queue = ANY(%(held_queues)s::text[]) OR lower(h.type) = ANY(%(held_types)s::text[])
+           OR (h.queue, coalesce(h.rate_key, '')) IN (
+               SELECT * FROM unnest(%(held_queue_targets)s::text[], %(held_queue_keys)s::text[]))
+           OR (lower(h.type), coalesce(h.rate_key, '')) IN (
+               SELECT * FROM unnest(%(held_type_targets)s::text[], %(held_type_keys)s::text[])))"""
+
+
+def _hold_params(hold: ClaimHold) -> dict[str, list[str]]:
+    keys = hold.keys[:MAX_HELD_KEYS]
+    by_scope = {scope: [(target, key) for s, target, key in keys if s == scope] for scope in ("queue", "type")}
+    return {"held_queues": list(hold.queues), "held_types": list(hold.types),
+            **{f"held_{scope}_{part}": [pair[i] for pair in pairs]
+               for scope, pairs in by_scope.items() for i, part in enumerate(("targets", "keys"))}}
+
+
+def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
     """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
 
     The window is found through ``hot_fetch_pending`` instead of sorting every Pending
@@ -162,17 +183,18 @@ def _fetch_sql(queue_filter: bool) -> str:
 """
         names = "SELECT queue AS name FROM pending_queues WHERE queue IS NOT NULL"
     stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
-         WHERE h.queue = n.name AND h.status = 0 AND {due}
+         WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
          ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
+    hold = HOLD_SQL if held else ""
     return f"""
 WITH {recursive}open_queues AS (
     SELECT n.name FROM ({names}) n LEFT JOIN chokaq_queues q ON q.name = n.name
     WHERE coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true)),
 candidates AS (
     SELECT c.id, c.priority, c.sort_at FROM open_queues n CROSS JOIN LATERAL (
-        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL")}
+        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL", hold=hold)}
         UNION ALL
-        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()")}) c
+        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()", hold=hold)}) c
     ORDER BY c.priority DESC, c.sort_at, c.id
     LIMIT %(candidates)s),
 locked AS (
@@ -189,7 +211,7 @@ capped AS (
 {bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
 claimed AS (
     UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
-    WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0
+    WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0 AND {ASYNC_COMMIT}
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
 SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
 """
@@ -197,6 +219,8 @@ SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at)
 
 FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
+FETCH_ALL_HELD_SQL = _fetch_sql(queue_filter=False, held=True)
+FETCH_QUEUES_HELD_SQL = _fetch_sql(queue_filter=True, held=True)
 # Claimers of a capped queue take turns: the claim statement counts the queue's active rows in
 # its own snapshot, which cannot see another claimer's uncommitted claim. Locking the capped
 # queues' control rows first (held to commit) makes the next claim statement's fresh READ
@@ -348,13 +372,16 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
-              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr"}
+              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
+              "lazy": f" AND {ASYNC_COMMIT}"}
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"
 
     def search_pattern(self, term: str) -> str:
         return escaped_like(term.lower())
+
+    ROW_LOCK_TAIL = " FOR UPDATE OF l"
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
@@ -365,13 +392,14 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             [j.id for j in jobs], [j.queue for j in jobs], [j.type for j in jobs], [j.payload for j in jobs],
             [j.tags for j in jobs], [j.idempotency_key for j in jobs], [int(j.priority) for j in jobs],
             [None if j.delay_seconds is None else float(j.delay_seconds) for j in jobs],  # all floats: a float8[]
-            [j.created_by for j in jobs],
+            [j.created_by for j in jobs], [j.rate_key for j in jobs],
         ])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
-        """Lock the capped queues in reach, then claim (spec 01 §4.2)."""
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
+        """Lock the capped queues in reach, then claim (spec 01 §4.2), skipping what rate limits hold back."""
         params: dict[str, Any] = {"limit": limit, "worker": worker_id}
         if queues is None:
             cursor.execute(LOCK_CAPPED_ALL_SQL)
@@ -386,7 +414,11 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             # No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those (every
             # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
             params.update(scan=limit, candidates=limit * 4)
-        cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
+        if hold:
+            params.update(_hold_params(hold))
+            cursor.execute(FETCH_ALL_HELD_SQL if queues is None else FETCH_QUEUES_HELD_SQL, params)
+        else:
+            cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
         return list(cursor.fetchall())
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:

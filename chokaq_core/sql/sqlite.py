@@ -19,12 +19,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core.domain import FailureReason, NewJob
+from chokaq_core.domain import ClaimHold, FailureReason, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ARCHIVE,
     BUCKETS,
-    CARRIED_REVISION,
     DLQ,
     HISTORY,
     HOT,
@@ -108,7 +107,7 @@ UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %
                   " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
                   f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
                   f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
-_JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at"
+_JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at, rate_key"
 ENQUEUE_SQL = (
     f"INSERT INTO {HOT} ({_JOB}, status, attempt_count, created_at, last_updated_at)"
     f" SELECT {', '.join(_ITEM.format(c) for c in _JOB.split(', '))}, 0, 0, %s, %s"
@@ -132,8 +131,9 @@ RESCHEDULE_SQL = (
     + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
     f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
 )
-RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()}"
-                 f" RETURNING id, queue, type, payload, tags, created_by, created_at, {CARRIED_REVISION}")
+RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING id, queue, type,"
+                 " coalesce(%s, payload) AS payload, coalesce(%s, tags) AS tags, coalesce(%s, 10) AS priority,"
+                 " 0 AS status, 0 AS attempt_count, created_at, created_by, %s AS last_modified_by, revision")
 PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
                      " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
 PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
@@ -163,15 +163,17 @@ SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.
 # Per open queue, its first due rows in claim order, read in index order (no sort of the backlog): rows
 # without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
 # walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
+# ``{hold}``: what rate limits hold back (BaseDialect.hold_clause), empty without limits.
 _UNSCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.created_at AS sort_at FROM {HOT} h INDEXED BY hot_fetch_pending
-    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL
+    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 _SCHEDULED_STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.scheduled_at AS sort_at FROM {HOT} h INDEXED BY hot_pending_lag
-    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s
+    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s{{hold}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
+MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
 
 def _claim_sql(window: str) -> str:
@@ -229,7 +231,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     DLQ_ROW = DLQ_ROW
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
-              "ago": "%s", "trim": "trim", "chr": "char"}
+              "ago": "%s", "trim": "trim", "chr": "char", "lazy": ""}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]
@@ -280,6 +282,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
             {"id": j.id, "queue": j.queue, "type": j.type, "payload": j.payload, "tags": j.tags,
              "idempotency_key": j.idempotency_key, "priority": int(j.priority), "created_by": j.created_by,
+             "rate_key": j.rate_key,
              "scheduled_at": None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds))}
             for j in jobs])])
         inserted = {str(row[0]) for row in cursor.fetchall()}
@@ -290,7 +293,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                        " ON CONFLICT (queue) DO NOTHING", [stamp, queues])
         return inserted, self.key_holders(cursor, jobs, inserted)
 
-    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None) -> list[Any]:
+    def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+              hold: ClaimHold | None = None) -> list[Any]:
         """The claim under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
 
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
@@ -303,26 +307,29 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             cursor.execute(PENDING_QUEUES_SQL)
         else:
             cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
-        open_queues = sorted(row[0] for row in cursor.fetchall())
+        held_queues = set(hold.queues) if hold else set()
+        open_queues = sorted(row[0] for row in cursor.fetchall() if row[0] not in held_queues)
         if not open_queues:
             return []
         scan = limit * 10
-        if len(open_queues) <= MAX_STREAMED_QUEUES:
-            streams = " UNION ALL ".join(f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}" for _ in open_queues)
-            window = f"SELECT * FROM ({streams}) ORDER BY priority DESC, sort_at, id LIMIT %s"
-            params: list[Any] = [p for name in open_queues for p in (name, scan, name, now, scan)] + [scan]
+        clause, held = self.hold_clause(hold)
+        if len(open_queues) <= MAX_STREAMED_QUEUES and len(held) * len(open_queues) <= MAX_STREAMED_HOLD_PARAMS:
+            stream = f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}".format(hold=clause)
+            window = f"SELECT * FROM ({' UNION ALL '.join([stream] * len(open_queues))}) ORDER BY priority DESC, sort_at, id LIMIT %s"
+            params: list[Any] = [p for name in open_queues
+                                 for p in (name, *held, scan, name, now, *held, scan)] + [scan]
         else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
             window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
                 FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
-                  AND h.queue IN (SELECT value FROM json_each(%s))
+                  AND h.queue IN (SELECT value FROM json_each(%s)){clause}
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
-            params = [now, json.dumps(open_queues), scan]
+            params = [now, json.dumps(open_queues), *held, scan]
         cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
         return list(cursor.fetchall())
 
     def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
               landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
-        """The statement changes Hot (a delete returning each row, or the retry's update); the rows it deleted,
+        """The statement changes a pillar (a delete returning each row, or the retry's update); the rows it deleted,
         with the columns it or ``landing`` set, are inserted into the move's pillar, then counted."""
         cursor.execute(sql, params)
         names = [d[0] for d in cursor.description]
@@ -339,30 +346,15 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                     row["revision"] += 1  # the row carries its revision, one up
             cursor.executemany(f"INSERT INTO {move.table} ({', '.join(move.fields)}) VALUES ({_marks(len(move.fields))})",
                                [tuple(row[c] for c in move.fields) for row in rows])  # the pillar's columns, in order
+        if move.table == HOT:  # back to Pending: off its counter
+            self.uncount(cursor, move.counter, Counter(row["queue"] for row in rows))
+            return [(str(row["id"]), str(row["queue"])) for row in rows]
         counted = json.dumps([{"queue": row["queue"], "failure_reason": row.get("failure_reason", -1),
                                "duration_ms": row.get("duration_ms")} for row in rows])
         cursor.execute(stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
         if move.outcome is not None:
             cursor.execute(bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
         return [(str(row["id"]), str(row["queue"])) for row in rows]
-
-    def _resurrect(self, cursor: Cursor, job_ids: Sequence[str], payload: str | None = None, tags: str | None = None,
-                   priority: int | None = None, actor: str | None = None, revision: int | None = None) -> Moved:
-        if not job_ids:
-            return []
-        cursor.execute(self.RESURRECT_SQL, [self.ids_param(job_ids), revision])
-        rows = cursor.fetchall()
-        if not rows:
-            return []
-        now = _ts(_now())
-        cursor.executemany(
-            f"INSERT INTO {HOT} (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-            f" last_updated_at, created_by, last_modified_by, revision) VALUES ({_marks(6)}, 0, 0, {_marks(5)})",
-            [(r[0], r[1], r[2], payload if payload is not None else r[3], tags if tags is not None else r[4],
-              priority if priority is not None else 10, r[6], now, r[5], actor, r[7]) for r in rows],
-        )
-        _drop_stats(cursor, "failed_total", Counter(r[1] for r in rows), now)
-        return [(r[0], r[1]) for r in rows]
 
     def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         now = _now()

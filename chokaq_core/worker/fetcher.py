@@ -1,8 +1,11 @@
 """The fetcher: claims batches of Pending rows into the prefetch buffer (spec 03 §2).
 
-A full batch means more is waiting, so it claims again at once; a short one makes it wait for a
-wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
+It claims when a whole batch fits (never one row per freed slot: under a backlog that made the claim a
+transaction per job). A full batch means more is waiting, so it claims again at once; a short one makes it
+wait for a wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
 thread) or the polling interval. A burst fetcher stops the worker once nothing is eligible any more.
+Under rate limits (followed from the database by :class:`RateLimits`) a claim that was held back
+waits only until the limit's next token.
 """
 
 from __future__ import annotations
@@ -10,24 +13,56 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from chokaq_core import storage
+from chokaq_core.domain import ClaimedJobs, RateLimit
 from chokaq_core.worker.limits import InFlight, PrefetchBuffer
 
 logger = logging.getLogger("chokaq.worker")
 
 BURST_WAIT = 0.05  # seconds a burst fetcher waits between two looks at an empty table
 WAKE_SLICE = 1.0  # seconds of one wait on the wake source (stop() also closes it, ending the wait)
+FOLLOW_INTERVAL = 0.5  # seconds between two reads of the rate limits (an operator's change applies within ~1 s)
+MIN_TOKEN_WAIT = 0.01  # seconds: the shortest wait for a limit's next token
+
+
+class RateLimits:
+    """The rate limits in force for this worker's queues, as the database holds them (declared, overridden,
+    paused or lifted), read again at most every ``interval`` seconds."""
+
+    def __init__(self, queues: Sequence[str] | None, interval: float = FOLLOW_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.queues = set(queues) if queues else None
+        self.interval = interval
+        self.clock = clock
+        self._limits: list[RateLimit] = []
+        self._read_at: float | None = None
+
+    def current(self) -> list[RateLimit]:
+        now = self.clock()
+        if self._read_at is None or now - self._read_at >= self.interval:
+            self._read_at = now
+            try:
+                self._limits = [limit for state in storage.rate_limits()
+                                if (limit := state.limit) is not None and self._concerns(limit)]
+            except Exception:
+                logger.exception("reading the rate limits failed; the last ones read stay in force")
+        return self._limits
+
+    def _concerns(self, limit: RateLimit) -> bool:
+        scope, _, target = limit.name.partition(":")
+        return scope != "queue" or self.queues is None or target in self.queues
 
 
 class Fetcher:
     def __init__(self, worker_id: str, queues: list[str] | None, batch_size: int, polling_interval: float,
                  buffer: PrefetchBuffer, in_flight: InFlight, stopping: threading.Event,
                  burst_idle: Callable[[], bool] | None = None, on_burst_done: Callable[[], None] | None = None,
-                 ) -> None:
+                 rate_limits: RateLimits | None = None) -> None:
         """``burst_idle`` (nothing buffered, running or uncommitted) makes a burst fetcher: it calls
-        ``on_burst_done`` and ends once the table had nothing eligible twice in a row."""
+        ``on_burst_done`` and ends once the table had nothing eligible twice in a row. ``rate_limits``: the
+        limits the claims follow (none when not given)."""
         self.worker_id = worker_id
         self.queues = queues
         self.batch_size = batch_size
@@ -39,34 +74,44 @@ class Fetcher:
         self.on_burst_done = on_burst_done
         self.wakeup = threading.Event()
         self._idle_since: float | None = None
+        self._backlog = False  # the last claim came back full
+        self.rate_limits = rate_limits
 
     def run(self) -> None:
         burst_idle = self.burst_idle
         while not self.stopping.is_set():
-            if not self.buffer.wait_for_space(timeout=self.polling_interval):
+            if not self.buffer.wait_for_space(timeout=self.polling_interval, room=self.batch_size):
                 continue
             if self.stopping.is_set():
                 break
-            limit = max(1, min(self.batch_size, self.buffer.free()))
+            # a full claim means a backlog: then take all the room there is (fewer claims per job)
+            limit = max(1, self.buffer.free() if self._backlog else min(self.batch_size, self.buffer.free()))
             self.wakeup.clear()
             try:
-                jobs = storage.fetch_batch(self.worker_id, limit, self.queues)
+                rate_limits = self.rate_limits.current() if self.rate_limits is not None else []
+                jobs = (storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits) if rate_limits
+                        else storage.fetch_batch(self.worker_id, limit, self.queues))
             except Exception:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
                 self.stopping.wait(5)
                 continue
+            self._backlog = len(jobs) == limit
+            held_for = jobs.held_for if isinstance(jobs, ClaimedJobs) else None
             if jobs:
                 self.in_flight.add(len(jobs))
                 self.buffer.put_many(jobs)
                 self._idle_since = None
-                if len(jobs) == limit:
+                if self._backlog:
                     continue
-            elif burst_idle is not None and self._burst_done(burst_idle()):
+            elif burst_idle is not None and held_for is None and self._burst_done(burst_idle()):
                 logger.info("burst: nothing eligible left, stopping")
                 if self.on_burst_done is not None:
                     self.on_burst_done()
                 break
-            self.wakeup.wait(BURST_WAIT if burst_idle is not None else self.polling_interval)
+            wait = BURST_WAIT if burst_idle is not None else self.polling_interval
+            if rate_limits:  # follow the limits' changes, and take the next token when it comes
+                wait = min(wait, FOLLOW_INTERVAL, max(MIN_TOKEN_WAIT, held_for) if held_for is not None else wait)
+            self.wakeup.wait(wait)
 
     def _burst_done(self, idle: bool) -> bool:
         """Idle twice in a row."""

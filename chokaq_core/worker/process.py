@@ -23,6 +23,7 @@ from django.utils.module_loading import import_string
 from chokaq_core import events, maintenance, metrics, storage
 from chokaq_core.conf import Config, config
 from chokaq_core.domain import CancellationReason, WorkerInfo
+from chokaq_core.handlers import declared_rate_limits
 from chokaq_core.middleware import load_middleware
 from chokaq_core.policy import BreakerPolicy, CircuitBreakers, CircuitStatus, RetryPolicy
 from chokaq_core.worker.completer import Completer
@@ -30,7 +31,7 @@ from chokaq_core.worker.control import Control
 from chokaq_core.worker.dispatcher import Dispatcher
 from chokaq_core.worker.executions import Executions
 from chokaq_core.worker.executor import Executor, ExecutorPool
-from chokaq_core.worker.fetcher import Fetcher
+from chokaq_core.worker.fetcher import Fetcher, RateLimits
 from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 from chokaq_core.worker.supervisor import Registry, Supervisor, rescue_loop, rescue_once
 from chokaq_core.worker.threads import start_thread
@@ -83,7 +84,8 @@ class Worker:
                                    self.stopped)
         self.fetcher = Fetcher(self.worker_id, self.queues, self.batch_size, wk.POLLING_INTERVAL, self.buffer,
                                self.in_flight, self.stopping,
-                               burst_idle=self._burst_idle if self.options.burst else None, on_burst_done=self.stop)
+                               burst_idle=self._burst_idle if self.options.burst else None, on_burst_done=self.stop,
+                               rate_limits=RateLimits(self.queues))
         self.executor = Executor(cfg, _retry_policy(cfg), self.breakers, load_middleware(list(cfg.MIDDLEWARE)),
                                  import_string(str(cfg.PIPE_HANDLER)) if cfg.MODE == "pipe" else None,
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
@@ -113,6 +115,7 @@ class Worker:
         """Start every service on its thread; returns at once (use :meth:`run` to block)."""
         burst, rescue = self.options.burst, self.options.rescue
         self.registry.write()
+        storage.declare_rate_limits(declared_rate_limits())
         if rescue:
             rescue_once(self.cfg)
         self.pool.grow(self.limiter.capacity)

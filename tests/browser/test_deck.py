@@ -155,3 +155,27 @@ def test_login_page_and_theme_switch(deck_server: Deck, browser: Any) -> None:
     page.wait_for_selector("#conn[data-state=online]")
     assert page.evaluate("document.documentElement.dataset.theme") == "daylight"
     context.close()
+
+
+def test_an_operator_changes_pauses_and_lifts_a_rate_limit_in_the_panel(deck_server: Deck, page_for: Open) -> None:
+    from chokaq_core import storage
+    from chokaq_core.domain import RateLimit, parse_rate
+
+    storage.declare_rate_limits([RateLimit("type:demo.email.send.v1", parse_rate("100/m"))])
+    page = page_for("operator")
+    row = page.locator("#rate-limits-panel tr[data-limit='type:demo.email.send.v1']")
+    row.wait_for(timeout=20_000)
+    assert "100/m" in row.inner_text()
+
+    row.locator("input.rate-input").fill("7/s")
+    row.locator("input.rate-input").dispatch_event("change")
+    wait_until(lambda: service.rate_limits()[0].rate == parse_rate("7/s"))
+    page.wait_for_function("() => document.querySelector(\"#rate-limits-panel tr[data-limit='type:demo.email.send.v1']\")"
+                           ".textContent.includes('7/s')", timeout=20_000)
+    row = page.locator("#rate-limits-panel tr[data-limit='type:demo.email.send.v1']")
+    row.locator("button", has_text="PAUSE").click()
+    wait_until(lambda: (service.rate_limits()[0].rate or parse_rate("1/s")).count == 0)
+    page.locator("#rate-limits-panel tr[data-limit='type:demo.email.send.v1']").locator(
+        "button", has_text="LIFT").click()
+    wait_until(lambda: service.rate_limits()[0].rate is None)
+    assert real_errors(page) == []

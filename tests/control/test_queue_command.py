@@ -74,3 +74,38 @@ def test_out_of_range_limits_are_refused_and_nothing_changes(args: list[str], me
 def test_blank_queue_name_is_refused() -> None:
     with pytest.raises(CommandError, match="queue name must be 1-255 characters"):
         call_command("chokaq_queue", "pause", "   ")
+
+
+def test_set_rate_sets_pauses_lifts_and_resets_a_queue_or_type_limit() -> None:
+    from chokaq_core import service
+    from chokaq_core.domain import parse_rate
+
+    def rate(name: str) -> object:
+        return {s.name: s for s in service.rate_limits()}[name].rate
+
+    out = io.StringIO()
+    call_command("chokaq_queue", "set", "emails", "--rate", "100/m", stdout=out)
+    assert rate("queue:emails") == parse_rate("100/m") and "rate limit queue:emails: 100/m" in out.getvalue()
+    call_command("chokaq_queue", "set", "--type", "Pay.Capture.v1", "--rate", "0/m")
+    assert rate("type:pay.capture.v1") == parse_rate("0/m")
+    call_command("chokaq_queue", "set", "emails", "--rate", "none")
+    assert rate("queue:emails") is None
+    call_command("chokaq_queue", "set", "emails", "--rate", "reset")
+    assert rate("queue:emails") is None, "nothing declared to return to"
+    listed = io.StringIO()
+    call_command("chokaq_queue", "list", stdout=listed)
+    assert "type:pay.capture.v1\trate=0/m\tused=0/0" in listed.getvalue()
+    assert {s.name: s for s in service.rate_limits()}["queue:emails"].updated_by == "manage.py chokaq_queue"
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["set", "emails", "--rate", "lots"], "does not parse"),
+    (["set", "emails", "--rate", "10/0s"], "window must be > 0"),
+    (["set", "--type", "bad type", "--rate", "1/s"], "type key must be"),
+])
+def test_a_bad_rate_is_a_command_error_and_nothing_changes(args: list[str], error: str) -> None:
+    from chokaq_core import service
+
+    with pytest.raises(CommandError, match=error):
+        call_command("chokaq_queue", *args)
+    assert service.rate_limits() == []

@@ -49,6 +49,8 @@ ENDPOINTS = [
     Endpoint("POST", "/deck/api/jobs/{pending}/priority", OPERATE, (("priority", "20"),)),
     Endpoint("POST", "/deck/api/jobs/bulk/cancel", OPERATE, (("ids", "{pending}"),)),
     Endpoint("POST", "/deck/api/jobs/bulk/resurrect", OPERATE, (("ids", "{dead}"),)),
+    Endpoint("POST", "/deck/api/jobs/bulk/cancel-matching/preview", OPERATE, (("queue", "main"),)),
+    Endpoint("POST", "/deck/api/jobs/bulk/cancel-matching", OPERATE, (("queue", "main"), ("confirm", "CANCEL"))),
     Endpoint("POST", "/deck/api/queues/main/pause", OPERATE, (("value", "1"),)),
     Endpoint("POST", "/deck/api/queues/main/active", OPERATE, (("value", "0"),)),
     Endpoint("POST", "/deck/api/queues/main/zombie-timeout", OPERATE, (("value", "120"),)),

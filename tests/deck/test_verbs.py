@@ -45,7 +45,7 @@ def test_every_url_is_named_after_its_view() -> None:
 
 def test_every_command_view_is_named_after_a_service_verb() -> None:
     commands = [view_name(p) for p in deck_patterns() if str(p.pattern).startswith("api/")]
-    assert len(commands) == 24
+    assert len(commands) == 30
     assert [c for c in commands if not callable(getattr(service, BY_PILLAR.get(c, c), None))] == []
     assert all(callable(getattr(views, c)) for c in commands)
 

@@ -97,6 +97,8 @@ def test_worker_instruments_count_what_happened(client: Client, burst: Callable[
     assert value(after, "chokaq_jobs_retained", queue="m-bad", pillar="dlq") == 1
     assert value(after, "chokaq_outcomes_last_minute", outcome="succeeded") >= 4
     assert value(after, "chokaq_scrape_error") == 0
+    storage.purge_archive_ids(ok[:1])
+    assert value(scrape(client), "chokaq_jobs_retained", queue="m-ok", pillar="archive") == 2, "purged rows are gone"
 
 
 def test_fleet_gauges(client: Client) -> None:
@@ -241,3 +243,33 @@ def test_worker_metrics_port(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 0, (tmp_path / "worker.log").read_text()
     assert not Workers.objects.filter(is_running=True).exists()
+
+
+def test_rate_limit_instruments_and_gauges_name_the_limit_never_a_key(client: Client) -> None:
+    from chokaq_core.domain import RateLimit, parse_rate
+
+    capped = RateLimit("type:test.ok.v1", parse_rate("10/s burst 2"))
+    tenants = RateLimit("queue:m-keys", parse_rate("10/s burst 1"), per_key=True)
+    storage.declare_rate_limits([capped, tenants])
+    for _ in range(5):
+        enqueue("test.ok.v1", {}, queue="m-rl")
+    for tenant in ("tenant:secret-1", "tenant:secret-1", "tenant:secret-2"):
+        enqueue("test.other.v1", {}, queue="m-keys", rate_key=tenant, allow_unregistered=True)
+    before = scrape(client)
+
+    claimed = storage.fetch_batch("w1", 10, None, [capped, tenants])
+
+    assert len(claimed) == 3, "one of the capped type (a new limit starts with one token), one per tenant"
+    after = scrape(client)
+    assert value(after, "chokaq_rate_limit_claimed_total", limit="type:test.ok.v1") - value(
+        before, "chokaq_rate_limit_claimed_total", limit="type:test.ok.v1") == 1
+    assert value(after, "chokaq_rate_limit_held_total", limit="type:test.ok.v1") - value(
+        before, "chokaq_rate_limit_held_total", limit="type:test.ok.v1") == 4
+    assert value(after, "chokaq_rate_limit_count", limit="type:test.ok.v1") == 10
+    assert value(after, "chokaq_rate_limit_window_seconds", limit="type:test.ok.v1") == 1
+    assert value(after, "chokaq_rate_limit_used", limit="type:test.ok.v1") == 1
+    assert value(after, "chokaq_rate_limit_held_jobs", limit="type:test.ok.v1") == 4
+    assert value(after, "chokaq_rate_limit_used", limit="queue:m-keys") == 2
+    assert value(after, "chokaq_rate_limit_held_jobs", limit="queue:m-keys") == 1
+    labels = {v for (_, pairs) in after for (_, v) in pairs}
+    assert not any("secret" in label for label in labels), "rate keys are never labels"

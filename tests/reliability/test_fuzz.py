@@ -253,7 +253,7 @@ CHOICES = {
     "sort": ["date", "id", "queue", "type", "created", "worker", "attempts", "duration", "reason", "DROP"],
     "dir": ["asc", "desc", "up"], "size": ["10", "100", "500", "1000", "0", "1001"],
     "reason": ["0", "1", "2", "6", "10", "11", "-1"], "pillar": ["archive", "dlq", "hot"],
-    "confirm": ["PURGE", "REQUEUE", "purge"], "action": ["purge", "requeue", "<script>"],
+    "confirm": ["PURGE", "REQUEUE", "CANCEL", "purge"], "action": ["purge", "requeue", "<script>"],
     "job": ["a/b", "..", "x/../../metrics", "a\x00b", "../../api/dlq/X/purge?"],
     "range": ["5m", "1h", "24h", "7d", "30d", "", "7D"],
 }
@@ -295,6 +295,9 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("editor", "GET", "/deck/jobs/{job}/edit", ()),
     ("cancel-many", "POST", "/deck/api/jobs/bulk/cancel", ("ids",)),
     ("resurrect-many", "POST", "/deck/api/jobs/bulk/resurrect", ("ids",)),
+    ("preview-cancel-matching", "POST", "/deck/api/jobs/bulk/cancel-matching/preview", ("q", "queue", "type",
+                                                                                        "status")),
+    ("cancel-matching", "POST", "/deck/api/jobs/bulk/cancel-matching", ("q", "queue", "type", "status", "confirm")),
     ("cancel", "POST", "/deck/api/jobs/{job}/cancel", ()),
     ("resurrect-plain", "POST", "/deck/api/jobs/{job}/resurrect", ()),
     ("resurrect", "POST", "/deck/api/jobs/{job}/resurrect", EDIT_FIELDS),
@@ -310,6 +313,10 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("set-queue-active", "POST", "/deck/api/queues/{name}/active", ("value",)),
     ("set-queue-zombie-timeout", "POST", "/deck/api/queues/{name}/zombie-timeout", ("value",)),
     ("set-queue-max-workers", "POST", "/deck/api/queues/{name}/max-workers", ("value",)),
+    ("set-rate-limit", "POST", "/deck/api/rate-limits/{name}/rate", ("value",)),
+    ("set-rate-limit-new", "POST", "/deck/api/rate-limits", ("name", "value")),
+    ("pause-rate-limit", "POST", "/deck/api/rate-limits/{name}/pause", ()),
+    ("lift-rate-limit", "POST", "/deck/api/rate-limits/{name}/lift", ()),
     ("set-worker-capacity", "POST", "/deck/api/workers/capacity", ("capacity",)),
     ("close-circuit", "POST", "/deck/api/circuits/close", ("key",)),
     ("open-circuit", "POST", "/deck/api/circuits/open", ("key",)),
@@ -319,13 +326,15 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("purge-archive-older-than", "POST", "/deck/api/maintenance/purge-archive", ("days",)),
     ("purge-dlq-older-than", "POST", "/deck/api/maintenance/purge-dlq", ("days",)),
 ]
-CHOICES.update({"value": ["1", "0", "true", "off", "60", "86400", "86401", "10000", "10001"],
+CHOICES.update({"value": ["1", "0", "true", "off", "60", "86400", "86401", "10000", "10001", "100/m", "0/m",
+                          "50/s burst 10", "10/0s", "-1/m", "1/d", "", "9" * 30 + "/s"],
+                "name": ["queue:main", "type:test.ok.v1", "host:x", "queue:", "type:<b>", ""],
                 "days": ["1", "365", "0", "366", "-5"], "capacity": ["0", "1", "100", "101"],
                 "priority": ["0", "10", "1000000", "1000001", "-1"],
                 "payload": ['{"n": 2}', "[]", "{}", '{"n": NaN}', '{"\\u0000": "\\u0000"}', "   ",
                             '{"x": ' + "[" * 64 + "]" * 64 + "}", '{"x": ' + "[" * 5000 + "]" * 5000 + "}",
                             "[" * 200_000],
-                "max_jobs": ["1", "1000", "1001", "0", "-3"],
+                "max_jobs": ["1", "1000", "1001", "0", "-3", "2147483648", "99999999999999999999"],
                 "key": ["demo.payment.capture.v1", "a/b", "..", "<img src=x onerror=1>", "x" * 300]})
 
 
@@ -381,7 +390,8 @@ def test_deck_endpoint_never_500(admin_client: Client, endpoint: tuple[str, str,
     ids = _ensure_jobs()
     real = ids["hot"] + ids["archive"] + ids["dlq"]
     path = template.format(job=_quote(_path_value(data, real)),
-                           name=_quote(_path_value(data, ["main", "busy", "failing", "stats"])))
+                           name=_quote(_path_value(data, ["main", "busy", "failing", "stats", "queue:main",
+                                                          "type:test.ok.v1"])))
     htmx = {"HTTP_HX_REQUEST": "true"} if data.draw(st.booleans()) else {}
     raw_body = method == "POST" and data.draw(st.integers(0, 7)) == 0
     json_body = method == "POST" and "payload" in keys and not raw_body and data.draw(st.integers(0, 3)) == 0

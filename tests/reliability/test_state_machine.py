@@ -11,7 +11,9 @@ invariants are checked with plain ORM reads (never through the code under test):
 * Hot statuses are only 0–2 and each row has the status and owner the model expects;
 * per queue, ``StatsSummary.succeeded_total`` equals the Archive rows and ``failed_total`` the DLQ rows;
 * idempotency keys are unique among Hot rows;
-* a job's attempt count never decreases, except when it is resurrected from the DLQ.
+* a job's attempt count never decreases, except when it is resurrected from the DLQ;
+* claims under a rate limit (queue ``sm-b``) never take more than its tokens, never starve the unlimited
+  queue, never count as an attempt, and the bucket's window counter equals the rows claimed in the window.
 
 Runs on the test database of the run (SQLite and PostgreSQL through ``scripts/test``); every example
 starts from empty ChokaQ tables.
@@ -37,8 +39,17 @@ from hypothesis.stateful import (
 )
 
 from chokaq_core import api, storage
-from chokaq_core.domain import Failure, FailureReason, HotJob, JobStatus, Retry, Success
-from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, MetricBuckets, Queues, StatsSummary
+from chokaq_core.domain import Failure, FailureReason, HotJob, JobStatus, Rate, RateLimit, Retry, Success
+from chokaq_core.models import (
+    JobsArchive,
+    JobsDLQ,
+    JobsHot,
+    MetricBuckets,
+    Queues,
+    RateBuckets,
+    RateLimits,
+    StatsSummary,
+)
 
 QUEUES = ("sm-a", "sm-b")
 WORKERS = ("sm-w1", "sm-w2")
@@ -47,6 +58,8 @@ HOT, ARCHIVE, DLQ, PURGED = "hot", "archive", "dlq", "purged"
 ZOMBIE_TIMEOUT = 300.0  # rows backdated by BACKDATE are past it, fresh ones are not
 BACKDATE = 900.0
 STALE_ID = "01STALE0000000000000000000"
+# 3 an hour: no token comes back during a run; the ``refill`` rule stands for an idle spell (the burst, 2)
+LIMITED = RateLimit("queue:sm-b", Rate(3, 3600.0, 2))
 
 
 @dataclass
@@ -61,7 +74,7 @@ class Job:
 
 
 def wipe() -> None:
-    for model in (JobsHot, JobsArchive, JobsDLQ, StatsSummary, MetricBuckets, Queues):
+    for model in (JobsHot, JobsArchive, JobsDLQ, StatsSummary, MetricBuckets, Queues, RateBuckets, RateLimits):
         model.objects.all().delete()
 
 
@@ -77,6 +90,8 @@ class JobLifecycle(RuleBasedStateMachine):
         self.jobs: dict[str, Job] = {}
         self.resurrected: set[str] = set()  # ids resurrected since the last invariant check
         self.last_attempts: dict[str, int] = {}
+        self.tokens = 1  # whole tokens of LIMITED's bucket (a new bucket holds one)
+        self.window_claims = 0  # rows claimed under LIMITED since its window began
 
     # ------------------------------------------------------------ helpers
 
@@ -97,6 +112,7 @@ class JobLifecycle(RuleBasedStateMachine):
     @initialize()
     def clean(self) -> None:
         wipe()
+        storage.declare_rate_limits([LIMITED])
 
     def teardown(self) -> None:
         wipe()
@@ -124,6 +140,31 @@ class JobLifecycle(RuleBasedStateMachine):
         for job_id in got:
             job = self.jobs[job_id]
             job.status, job.worker = 1, worker
+
+    @rule(worker=st.sampled_from(WORKERS), limit=st.integers(1, 4))
+    def claim_under_limit(self, worker: str, limit: int) -> None:
+        due = {i for i in self.ids(HOT, 0) if self.jobs[i].due}
+        claimed = storage.fetch_batch(worker, limit, list(QUEUES), [LIMITED])
+        got = [j.id for j in claimed]
+        assert set(got) <= due, f"claimed rows that were not due Pending: {set(got) - due}"
+        limited = [i for i in got if self.jobs[i].queue == "sm-b"]
+        assert len(limited) <= self.tokens, "a claim took more than the limit's tokens"
+        if not self.tokens:
+            free = sum(1 for i in due if self.jobs[i].queue != "sm-b")
+            assert len(got) == min(limit, free), "an exhausted limit held back the unlimited queue"
+        self.tokens -= len(limited)
+        self.window_claims += len(limited)
+        for job_id in got:
+            job = self.jobs[job_id]
+            job.status, job.worker = 1, worker
+
+    @rule()
+    def refill(self) -> None:
+        """An idle spell: the bucket saved up its burst and its window is over."""
+        RateBuckets.objects.filter(limit_name=LIMITED.name).delete()
+        RateBuckets.objects.create(limit_name=LIMITED.name, rate_key="", tokens=float(LIMITED.rate.burst),
+                                   refilled_at=timezone.now(), window_started_at=ago(BACKDATE * 10), window_used=0)
+        self.tokens, self.window_claims = LIMITED.rate.burst, 0
 
     @precondition(lambda self: self.ids(HOT, 1))
     @rule(data=st.data(), wrong=st.booleans())
@@ -285,6 +326,17 @@ class JobLifecycle(RuleBasedStateMachine):
         self.resurrected.clear()
         keys = Counter(r["idempotency_key"] for r in hot.values() if r["idempotency_key"] is not None)
         assert all(n == 1 for n in keys.values()), f"idempotency key held twice in Hot: {keys}"
+
+    @invariant()
+    def the_rate_limits_bucket_counts_its_claims(self) -> None:
+        bucket = RateBuckets.objects.filter(limit_name=LIMITED.name, rate_key="").first()
+        if bucket is None:
+            assert (self.tokens, self.window_claims) == (1, 0), "claims under the limit wrote no bucket"
+            return
+        assert bucket.tokens > -1e-9, f"the bucket was overdrawn: {bucket.tokens}"
+        assert int(bucket.tokens + 1e-6) == self.tokens, f"tokens {bucket.tokens}, model {self.tokens}"
+        assert bucket.window_used == self.window_claims, "the window's counter differs from the rows claimed"
+        assert bucket.window_used <= LIMITED.rate.count + LIMITED.rate.burst, "a window was exceeded"
 
     @invariant()
     def counters_equal_real_counts(self) -> None:

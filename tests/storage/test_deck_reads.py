@@ -210,6 +210,8 @@ def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
     assert counters("age") == (2, 0, 0) and purged("age") == 2
     summary = storage.summary_stats()
     assert (summary.succeeded_total, summary.purged_total, summary.archived) == (2, 2, 0)
+    by_queue = {q.queue: q for q in storage.queue_stats()}["age"]
+    assert (by_queue.succeeded_total, by_queue.purged_total, by_queue.archived) == (2, 2, 0)
     assert storage.get_dead(gone) is not None
 
 

@@ -47,6 +47,7 @@ from chokaq_core.domain import (
     Attempt,
     AttemptError,
     BulkPreview,
+    ClaimHold,
     DeadJob,
     DeckSnapshot,
     ErrorGroup,
@@ -65,6 +66,10 @@ from chokaq_core.domain import (
     QueueLag,
     QueueState,
     QueueStats,
+    Rate,
+    RateBucket,
+    RateLimit,
+    RateLimitState,
     Retry,
     ScheduleState,
     SnapshotRequest,
@@ -280,9 +285,10 @@ def _split_top(text: str) -> list[str]:
 
 
 def _openjson_schemas(text: str) -> list[tuple[str, dict[str, str]]]:
-    """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept)."""
+    """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept); a JSON
+    parameter given inline, ``OPENJSON(%s)``, has the variable ``%s``."""
     schemas = []
-    for match in re.finditer(r"OPENJSON\((@\w+)\)\s+WITH\s*\(", text, re.I):
+    for match in re.finditer(r"OPENJSON\((@\w+|%s)\)\s+WITH\s*\(", text, re.I):
         columns = {}
         for entry in _split_top(_balanced(text, match.end() - 1)):
             path = re.search(r"'([^']*)'", entry)
@@ -332,6 +338,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
     # JSON parameters carry every key their OPENJSON paths read (lax paths silently yield NULL).
     bound = _declared_params(text, params)
     for variable, schema in _openjson_schemas(text):
+        if variable == "%s":  # an inline JSON parameter: no DECLARE to check
+            continue
         if variable not in bound:
             problems.append(f"OPENJSON reads {variable}, which no DECLARE binds to a parameter")
             continue
@@ -535,7 +543,7 @@ SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
     "locate_jobs": [("J1", 2), ("J2", 3), ("J3", -2)],
     "throughput": [(T0, 3, 1), (T1, 0, 2)],
     "queue_states": [("default", False, True, None, None), ("mail", True, False, 60, 3)],
-    "queue_stats": [("default", 0, 0, 0, 0, 0, 0, None), ("mail", 1, 0, 2, 7, 1, 0, T1)],
+    "queue_stats": [("default", 0, 0, 0, 0, 0, 0, None, 0), ("mail", 1, 0, 2, 7, 1, 0, T1, 1)],
     "queue_health": [("default", 0, Decimal("0"), Decimal("0")), ("mail", 2, Decimal("1.500000"), Decimal("2.250000"))],
     "list_workers": [_row(sql.WORKER_FIELDS, worker_id="w2", hostname="h", pid=7, queues="mail", capacity=4,
                           active_count=1, is_running=True, runtime_json='{"x": "1/2"}', circuits_json="[]",
@@ -669,11 +677,32 @@ CASES = [
     Case("set_queue_active", ("nope", True), [[]], False),
     Case("upsert_worker", (WORKER,), [None], None),
     Case("stop_worker", ("w1",), [None], None),
+    Case("rate_limits", (), [[("type:pay.v1", 100, 60.0, 10, 0, 60.0, 1, False, True, 50, "ops", T0.replace(tzinfo=None))]],
+         [RateLimitState("type:pay.v1", Rate(100, 60.0, 10), Rate(0, 60.0, 1), False, True, 50, "ops", T0)]),
+    Case("rate_buckets", (["type:pay.v1"],), [[("type:pay.v1", "", 2.5, T0, T0, 7)]],
+         [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)]),
+    Case("rate_buckets", ([],), [], []),
+    Case("fetch_batch", ("w1", 5, ["mail"], ClaimHold(("mail",), ("pay.v1",), (("type", "pay.v1", "tenant:1"),))),
+         [[hot_row(id="J1", priority=1), hot_row(id="J3", priority=50, created_at=T0 + timedelta(seconds=5)),
+           hot_row(id="J2", priority=50, scheduled_at=T0 - timedelta(seconds=5))]], check=_is_hot_batch),
+    Case("pending_by_key", (), [[("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]],
+         [("mail", "pay.v1", "tenant:1", 3), ("mail", "pay.v1", None, 1)]),
+    Case("declare_rate_limits", ([RateLimit("type:pay.v1", Rate(100, 60.0, 10), True, 50)],), [None, None, None], None),
+    Case("declare_rate_limits", ([],), [None], None),
+    Case("set_rate_limit", ("queue:mail", Rate(0, 60.0, 1), False, "ops"), [None, None], None),
+    Case("set_rate_limit", ("queue:mail", None, True, "ops"), [None, None], None),
+    Case("lock_rate_buckets", (["queue:mail", "type:pay.v1"],),
+         [[(T0, None, None, None, None, None, None), (T0, "type:pay.v1", "", 2.5, T0, T0, 7)]],
+         (T0, [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)])),
+    Case("lock_rate_buckets", (["queue:gone"],), [[], [(T0,)]], (T0, [])),
+    Case("save_rate_buckets", ([RateBucket("type:pay.v1", "", 0.5, T0, T0, 3)],
+                               [RateBucket("type:pay.v1", "tenant:1", 1.0, T0, T0, 1)], [("type:pay.v1", "tenant:2")]),
+         [None, None, None], None),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
     Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2, 0, 0, 1, 0)]],
          SummaryStats(1, 2, 3, 10, 4, 5, T0, 2, 0, 0, 1, 0)),
-    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None)]),
+    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None, 3)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None, 3)]),
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
     Case("get_hot", ("J1",), [[]], None),
@@ -707,6 +736,11 @@ CASES = [
          BulkPreview(12, 12, False, ["J1", "J2"])),
     Case("preview_dlq_bulk", (JobFilter(type="t"), 5), [[(12,)], [("J1",)]], BulkPreview(12, 5, True, ["J1"])),
     Case("preview_dlq_bulk", (JobFilter(), 100), [[(0,)]], BulkPreview(0, 0, False, [])),
+    Case("count_matching", ("hot", JobFilter(queue="mail", status=JobStatus.PENDING, search="x")), [[(3, "J9")]],
+         (3, "J9")),
+    Case("count_matching", ("dlq", JobFilter(failure_reason=FailureReason.TIMEOUT)), [[(0, None)]], (0, None)),
+    Case("matching_ids", ("hot", JobFilter(queue="mail"), None, "J9", 500), [[("J9",), ("J8",)]], ["J9", "J8"]),
+    Case("matching_ids", ("dlq", JobFilter(), "J8", "J9", 500), [[]], []),
     Case("purge_dlq_by_filter", (JobFilter(queue="mail", to_at=T0), 100), [[("J1",)], [("J1", "mail")]],
          [("J1", "mail")]),
     Case("purge_dlq_by_filter", (JobFilter(), 0), [], []),
@@ -877,6 +911,17 @@ NEVER: list[tuple[Sequence[str], str, str]] = [
     (DIALECT_FUNCTIONS, "BEGIN TRAN", "storage owns the transaction"),
     (("resurrect", "resurrect_batch"), "METRIC_BUCKETS", "resurrection never changes buckets"),
 ]
+
+
+def test_bulk_matching_batches_are_keyset_pages_newest_id_first() -> None:
+    _, cursor = _run(Case("matching_ids", ("hot", JobFilter(queue="mail"), "J8", "J9", 500), [[]]))
+    [(text, params)] = cursor.calls
+    assert text.startswith("SELECT id FROM chokaq_jobs_hot WHERE queue = %s AND id < %s ORDER BY id DESC")
+    assert text.endswith("OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY") and params == ["mail", "J8", 500]
+    _, cursor = _run(Case("matching_ids", ("dlq", JobFilter(), None, "J9", 500), [[]]))
+    [(text, params)] = cursor.calls
+    assert text.startswith("SELECT id FROM chokaq_jobs_dlq WITH (UPDLOCK, READPAST, ROWLOCK) WHERE id <= %s ORDER BY "
+                           "id DESC") and params == ["J9", 500], "a DLQ batch skips rows another transaction holds"
 
 
 def _texts(functions: Sequence[str], prefix: str = "") -> dict[str, list[str]]:
@@ -1213,3 +1258,17 @@ def test_0009_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_conne
     assert split.endswith("WHERE [status] = 0;"), "a filtered index: Pending rows only"
     group = _statement_for(statements, "dlq_by_error")
     assert "ON [chokaq_jobs_dlq] ([failure_reason], [error_class], [failed_at] DESC)" in group
+
+
+def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read() -> None:
+    cursor = Recorder([[]])
+    sql.DIALECT.fetch_batch(cursor, "w1", 5, None, ClaimHold(("mail",), ("pay.v1",), (("queue", "bulk", "t1"),)))
+    text, params = cursor.calls[0]
+    eligible = text[text.index("WITH Eligible AS"):text.index("ActiveCounts AS")]
+    names = "IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)"
+    assert (f"AND NOT (h.queue {names} OR lower(h.type) {names} OR (h.queue = %s AND coalesce(h.rate_key, '') = %s))"
+            in eligible)
+    assert params == ["w1", 50, 5, '[{"name":"mail"}]', '[{"name":"pay.v1"}]', "bulk", "t1"]
+    plain = Recorder([[]])
+    sql.DIALECT.fetch_batch(plain, "w1", 5, None)
+    assert plain.calls[0][0] == sql.FETCH_ALL_SQL, "without a hold the claim is the plain statement"

@@ -1,4 +1,6 @@
-"""``python manage.py chokaq_queue pause|resume|hide|show QUEUE`` and ``set QUEUE --max-workers N --zombie-timeout S``."""
+"""``python manage.py chokaq_queue pause|resume|hide|show QUEUE``, ``set QUEUE --max-workers N --zombie-timeout S``
+and rate limits: ``set QUEUE --rate 100/m`` (``0/m`` pauses, ``none`` lifts, ``reset`` returns to the declared rate;
+``--type KEY`` for a job type's limit instead of the queue's)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,11 @@ class Command(BaseCommand):
                             help="fleet-wide cap on running jobs of the queue (1-10000; 'none' clears)")
         parser.add_argument("--zombie-timeout", default=None,
                             help="seconds without heartbeat before a running job is a zombie (1-86400; 'none' clears)")
+        parser.add_argument("--rate", default=None,
+                            help="fleet-wide rate limit: '100/m', '50/s burst 10', '1000/h'; '0/m' pauses, 'none' "
+                                 "lifts, 'reset' returns to the declared rate")
+        parser.add_argument("--type", default=None, dest="type_key",
+                            help="with --rate: the limit of this job type (QUEUE may then be omitted)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action, queue = options["action"], options["queue"]
@@ -28,6 +35,13 @@ class Command(BaseCommand):
                     f"{state.name}\tpaused={state.is_paused}\tactive={state.is_active}\t"
                     f"max_workers={state.max_workers or '-'}\tzombie_timeout={state.zombie_timeout_seconds or '-'}"
                 )
+            for limit in service.rate_limits():
+                rate = limit.rate
+                self.stdout.write(f"{limit.name}\trate={rate.text if rate else 'lifted' if limit.lifted else '-'}"
+                                  f"\tused={limit.used}/{rate.count if rate else '-'}")
+            return
+        if action == "set" and options["rate"] is not None and options["type_key"]:
+            self._set_rate(f"type:{options['type_key']}", options["rate"])
             return
         if not queue:
             raise CommandError(f"{action} needs a QUEUE")
@@ -38,8 +52,10 @@ class Command(BaseCommand):
                 if not service.set_queue_active(queue, action == "show"):
                     raise CommandError(f"queue {queue!r} does not exist")
             else:
-                if options["max_workers"] is None and options["zombie_timeout"] is None:
-                    raise CommandError("set needs --max-workers and/or --zombie-timeout")
+                if options["max_workers"] is None and options["zombie_timeout"] is None and options["rate"] is None:
+                    raise CommandError("set needs --max-workers, --zombie-timeout and/or --rate")
+                if options["rate"] is not None:
+                    self._set_rate(f"queue:{queue}", options["rate"])
                 if options["max_workers"] is not None:
                     service.set_queue_max_workers(queue, _none(options["max_workers"]))
                 if options["zombie_timeout"] is not None:
@@ -47,6 +63,19 @@ class Command(BaseCommand):
         except service.ServiceError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"queue {queue}: {action} done")
+
+    def _set_rate(self, name: str, rate: str) -> None:
+        """Set, pause (0/…), lift ('none') or reset ('reset') one limit; what is in force is printed."""
+        actor = "manage.py chokaq_queue"
+        value = rate.strip().lower()
+        try:
+            if value in ("none", "lift", "off"):
+                state = service.lift_rate_limit(name, actor=actor)
+            else:
+                state = service.set_rate_limit(name, None if value == "reset" else rate, actor=actor)
+        except service.ServiceError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"rate limit {state.name}: {state.rate.text if state.rate else 'none'}")
 
 
 def _none(value: str) -> str | None:

@@ -39,8 +39,13 @@
 
   /* ------------------------------------------------------------------ toasts and console */
   function toast(level, message) {
+    var el = makeToast(level, message);
+    if (el) setTimeout(function () { el.remove(); }, TOAST_MS);
+  }
+
+  function makeToast(level, message) {
     var box = $("toasts");
-    if (!box) return;
+    if (!box) return null;
     var el = document.createElement("div");
     el.className = "toast level-" + level;
     el.setAttribute("role", level === "error" ? "alert" : "status");
@@ -54,7 +59,32 @@
     el.appendChild(text);
     el.appendChild(close);
     box.appendChild(el);
-    setTimeout(function () { el.remove(); }, TOAST_MS);
+    return el;
+  }
+
+  /* a bulk run's progress ("Cancelled 12,500 / 27,000 …"): one toast per run, updated in place until the run
+   * ends; its end goes to the console too and the panels reconcile */
+  var runToasts = {};
+
+  function showRuns(inbox) {
+    Array.prototype.forEach.call(inbox.querySelectorAll("[data-bulk-run]"), function (el) {
+      var id = el.dataset.bulkRun;
+      var box = runToasts[id];
+      if (el.dataset.finished) {
+        if (box) box.remove();
+        delete runToasts[id];
+        log(el.dataset.level || "info", el.textContent);
+        htmx.trigger(document.body, "deck:changed");
+        return;
+      }
+      if (!box || !document.body.contains(box)) {
+        box = runToasts[id] = makeToast("info", "");
+        if (!box) return;
+        box.classList.add("run");
+        box.dataset.run = id;
+      }
+      box.querySelector("span").textContent = el.textContent;
+    });
   }
 
   function consoleLine(level, message) {
@@ -112,6 +142,7 @@
     if (evt.detail && evt.detail.socketWrapper) socket = evt.detail.socketWrapper;
     setConn("online");
     retries = 0;
+    announceFollow(true);  // a new socket knows nothing yet
     if (everOpened) {
       htmx.trigger(document.body, "deck:resync");
       log("info", "Reconnected: panels re-synced from the database");
@@ -157,9 +188,59 @@
     setTimeout(function () { tr.remove(); }, TOAST_MS);
   }
 
+  /* ------------------------------------------------------------------ the open inspector follows its job */
+  var FOLLOW_MIN_MS = 250;  // at most 4 re-fetches a second per open inspector
+  var follow = { id: null, last: 0, timer: null, busy: false, again: false };
+
+  /** The job the open inspector shows (none for an editor, an empty panel or a job that is gone): the socket
+   * is told, so the server also locates it on every read and names it when it moves. */
+  function announceFollow(force) {
+    var el = $("inspector");
+    var id = el && el.dataset.where !== "gone" ? el.dataset.jobId || null : null;
+    if (id === follow.id && !force) return;
+    follow.id = id;
+    if (socket) socket.send(JSON.stringify({ type: "follow", jobId: id }));
+  }
+
+  /** Did this push name the inspected job: an event or a move of it, its row, or progress while the
+   * inspector shows no progress bar (it started running)? */
+  function namesInspected(inbox, el) {
+    var id = el.dataset.jobId;
+    var nodes = inbox.querySelectorAll("[data-touched], tr[data-job-id], [data-progress-for]");
+    for (var i = 0; i < nodes.length; i++) {
+      var d = nodes[i].dataset;
+      if (d.touched === id || d.jobId === id) return true;
+      if (d.progressFor === id && !el.querySelector(".progress")) return true;
+    }
+    return false;
+  }
+
+  /** Re-fetch the open inspector: single flight, at most once per FOLLOW_MIN_MS, and a trailing re-fetch
+   * when more news arrived meanwhile (so the last state always shows). */
+  function refreshInspector() {
+    var el = $("inspector");
+    if (!el || !el.dataset.jobId || !window.htmx) return;
+    if (follow.busy) { follow.again = true; return; }
+    var wait = follow.last + FOLLOW_MIN_MS - Date.now();
+    if (wait > 0) {
+      if (!follow.timer) follow.timer = setTimeout(function () { follow.timer = null; refreshInspector(); }, wait);
+      return;
+    }
+    follow.busy = true;
+    follow.last = Date.now();
+    var done = function () {
+      follow.busy = false;
+      if (follow.again) { follow.again = false; refreshInspector(); }
+    };
+    htmx.ajax("GET", el.getAttribute("hx-get"), { source: el, target: el, swap: "outerHTML" }).then(done, done);
+  }
+
   function processInbox() {
     var inbox = $("row-inbox");
     if (!inbox || !inbox.firstChild) return;
+    var inspected = $("inspector");
+    if (inspected && inspected.dataset.where !== "gone" && namesInspected(inbox, inspected)) refreshInspector();
+    showRuns(inbox);
     var tbody = $("active-rows");
     var rows = Array.prototype.slice.call(inbox.querySelectorAll("tr[data-job-id]"));
     // rows arrive newest first: insert from the oldest so the newest ends on top
@@ -342,6 +423,7 @@
   function emptySide() {
     var panel = $("side-panel");
     if (panel) panel.innerHTML = '<div id="side-empty" class="side-empty"><p class="muted">No active panel.</p></div>';
+    announceFollow(false);
   }
 
   /** Close the inspector/editor: the address goes back to the list's (a new history entry, so Back reopens it). */
@@ -372,6 +454,10 @@
     if (side && d.xhr.status === 404 && type.indexOf("text/html") === 0) {
       d.shouldSwap = true;  // the inspector of a job that is gone: the panel says so
       d.isError = false;
+    }
+    if (side && target.id === "inspector" && !document.body.contains(target)) {
+      d.shouldSwap = false;  // a live re-fetch answered after the operator opened something else
+      return;
     }
     if (!d.shouldSwap) return;
     var ok = type.indexOf("text/html") === 0 || (!side && !d.xhr.responseText);
@@ -424,7 +510,9 @@
     body.addEventListener("htmx:wsOpen", onOpen);
     body.addEventListener("htmx:wsClose", onClose);
     body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); });
-    body.addEventListener("htmx:afterSettle", function () { refreshChart(); refreshHistory(); applyProgress(); updateSelection(); });
+    body.addEventListener("htmx:afterSettle", function () {
+      refreshChart(); refreshHistory(); applyProgress(); updateSelection(); announceFollow(false);
+    });
     body.addEventListener("htmx:responseError", onResponseError);
     body.addEventListener("htmx:beforeSwap", onBeforeSwap);
     body.addEventListener("htmx:beforeHistoryUpdate", onBeforeHistoryUpdate);
@@ -492,7 +580,7 @@
     trimConsole();
   }
 
-  window.Deck = { toast: toast, log: log, processInbox: processInbox, progress: progress };
+  window.Deck = { toast: toast, log: log, processInbox: processInbox, progress: progress, follow: follow };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();

@@ -1,0 +1,60 @@
+"""Fleet-wide rate limits: the job's ``rate_key``, the limits (declared + operator overrides) and their token
+buckets. SQL Server gets the same DDL from the schema editor (the tables are small: no compression)."""
+
+import django.db.models.functions.datetime
+from django.db import migrations, models
+from django.utils import timezone
+
+
+def ledger(apps, schema_editor):
+    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
+        version=11,
+        defaults={"name": "RateLimits", "description": "Fleet-wide rate limits per queue, job type and key",
+                  "applied_at": timezone.now()},
+    )
+
+
+def unledger(apps, schema_editor):
+    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
+        version=11
+    ).delete()
+
+
+class Migration(migrations.Migration):
+    dependencies = [("chokaq_core", "0010_history")]  # re-chained onto main's latest (written against 0008_edit_revision)
+    operations = [
+        migrations.AddField("jobshot", "rate_key", models.CharField(max_length=255, null=True)),
+        migrations.CreateModel(
+            name="RateLimits",
+            fields=[
+                ("name", models.CharField(max_length=300, primary_key=True, serialize=False)),
+                ("declared_count", models.IntegerField(null=True)),
+                ("declared_window", models.FloatField(null=True)),
+                ("declared_burst", models.IntegerField(null=True)),
+                ("override_count", models.IntegerField(null=True)),
+                ("override_window", models.FloatField(null=True)),
+                ("override_burst", models.IntegerField(null=True)),
+                ("is_lifted", models.BooleanField(db_default=False, default=False)),
+                ("per_key", models.BooleanField(db_default=False, default=False)),
+                ("max_keys", models.IntegerField(db_default=1000, default=1000)),
+                ("updated_by", models.CharField(max_length=100, null=True)),
+                ("updated_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+            ],
+            options={"db_table": "chokaq_rate_limits"},
+        ),
+        migrations.CreateModel(
+            name="RateBuckets",
+            fields=[
+                ("pk", models.CompositePrimaryKey("limit_name", "rate_key", blank=True, editable=False,
+                                                  primary_key=True, serialize=False)),
+                ("limit_name", models.CharField(max_length=300)),
+                ("rate_key", models.CharField(db_default="", default="", max_length=255)),
+                ("tokens", models.FloatField()),
+                ("refilled_at", models.DateTimeField()),
+                ("window_started_at", models.DateTimeField()),
+                ("window_used", models.IntegerField(db_default=0, default=0)),
+            ],
+            options={"db_table": "chokaq_rate_buckets"},
+        ),
+        migrations.RunPython(ledger, unledger),
+    ]
