@@ -28,6 +28,7 @@ from chokaq_core.domain import (
     INDEXED_SORTS,
     SORT_KEYS,
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     ErrorGroup,
@@ -105,6 +106,7 @@ class JobView:
     hot: HotJob | None = None
     archived: ArchivedJob | None = None
     dead: DeadJob | None = None
+    attempts: tuple[Attempt, ...] = ()  # the attempts history: every failed execution, oldest first
 
     @property
     def pillar(self) -> str:
@@ -122,12 +124,14 @@ def queue_states() -> list[QueueState]:
 def find_job(job_id: str) -> JobView | None:
     """Look a job up in Hot, then Archive, then DLQ."""
     if hot := storage.get_hot(job_id):
-        return JobView(hot=hot)
-    if archived := storage.get_archived(job_id):
-        return JobView(archived=archived)
-    if dead := storage.get_dead(job_id):
-        return JobView(dead=dead)
-    return None
+        view = JobView(hot=hot)
+    elif archived := storage.get_archived(job_id):
+        view = JobView(archived=archived)
+    elif dead := storage.get_dead(job_id):
+        view = JobView(dead=dead)
+    else:
+        return None
+    return replace(view, attempts=tuple(storage.job_attempts(job_id)))
 
 
 MAX_WORKERS_RANGE = (1, 10_000)
