@@ -1240,8 +1240,8 @@ def test_the_parity_test_covers_mssql() -> None:
     assert "mssql" in importlib.import_module("tests.unit.test_architecture").VENDORS
 
 
-def test_0009_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_connection: Any) -> None:
-    statements = collect_sql(mssql_connection, "0009_error_columns")
+def test_0012_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0012_error_columns")
     text = "\n".join(statements)
     for table, column, declaration in (
             ("chokaq_jobs_hot", "last_error_class", "nvarchar(255) NULL"),
