@@ -6,6 +6,7 @@ layer (storage, worker, service, Deck) can import.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import threading
@@ -127,6 +128,7 @@ class StorageError(ChokaQError):
 # ---------------------------------------------------------------- ids
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode("ascii"))
 _ulid_lock = threading.Lock()
 _ulid_last: tuple[int, int] = (0, 0)
 
@@ -142,8 +144,8 @@ def new_ulid() -> str:
         else:
             rand = int.from_bytes(os.urandom(10), "big")
         _ulid_last = (ms, rand)
-    value = (ms << 80) | rand
-    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+    # base32 of the 128 bits as 20 bytes: its last 26 characters are the 26 five-bit groups, Crockford-spelled
+    return base64.b32encode(((ms << 80) | rand).to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD).decode("ascii")
 
 
 # ---------------------------------------------------------------- rows

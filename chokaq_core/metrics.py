@@ -212,8 +212,13 @@ def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
 
 @_safely
 def jobs_enqueued(jobs: Sequence[NewJob]) -> None:
+    """One increment per (queue, type) of the batch, by its count (a bulk enqueue is one or a few pairs)."""
+    counts: dict[tuple[str, str], int] = {}
     for job in jobs:
-        _add(ENQUEUED, "chokaq.jobs.enqueued", _job_labels(job.queue, job.type))
+        key = (job.queue, job.type)
+        counts[key] = counts.get(key, 0) + 1
+    for (queue, job_type), n in counts.items():
+        _add(ENQUEUED, "chokaq.jobs.enqueued", _job_labels(queue, job_type), n)
 
 
 @_safely

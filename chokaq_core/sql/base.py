@@ -444,13 +444,16 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
 # Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
 # "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
 # "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
-# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions.
+# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions; "lazy" ends the
+# WHERE of a statement whose own commit need not wait for the disk (the lease: bench/README, "Asynchronous
+# commit of the claim and the lease").
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
 SHARED_STATEMENTS = {
-    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1 RETURNING attempt_count",
-    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
+                           " RETURNING attempt_count",
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                                  " RETURNING id, attempt_count",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
                       " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",

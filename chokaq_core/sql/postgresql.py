@@ -43,6 +43,9 @@ from chokaq_core.sql.base import (
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
+# Always true; makes the commit of the statement's own transaction asynchronous (transaction-local: the
+# connection's next transaction commits as configured again). Only the claim and the lease say it.
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
@@ -207,7 +210,7 @@ capped AS (
 {bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
 claimed AS (
     UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
-    WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0
+    WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0 AND {ASYNC_COMMIT}
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
 SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
 """
@@ -364,7 +367,8 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
-              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr"}
+              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
+              "lazy": f" AND {ASYNC_COMMIT}"}
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"

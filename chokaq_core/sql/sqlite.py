@@ -217,7 +217,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
-              "ago": "%s", "trim": "trim", "chr": "char"}
+              "ago": "%s", "trim": "trim", "chr": "char", "lazy": ""}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]

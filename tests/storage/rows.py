@@ -184,8 +184,10 @@ def age(seconds: int, tables: Iterable[type[Model]] = AGED) -> None:
     connection = connections[router.db_for_write(JobsHot)]
     for model in tables:
         columns = [f.column for f in model._meta.concrete_fields if isinstance(f, DateTimeField)]
-        if connection.vendor == "sqlite":  # text: shift the whole seconds, keep the fraction as written
-            shifted = "strftime('%Y-%m-%d %H:%M:%S', {c}, '-{n} seconds') || substr({c}, 20)"
+        if connection.vendor == "sqlite":  # text: shift the whole seconds, keep the fraction as written (the
+            # date functions read only the first 19 characters: they round to milliseconds, so a fraction of
+            # .9995 or more would carry into the seconds and the row would not move at all)
+            shifted = "strftime('%Y-%m-%d %H:%M:%S', substr({c}, 1, 19), '-{n} seconds') || substr({c}, 20)"
         elif connection.vendor == "postgresql":
             shifted = "{c} - make_interval(secs => {n})"
         else:
