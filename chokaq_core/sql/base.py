@@ -335,19 +335,35 @@ def _bin_counts(column: str) -> str:
     return ", ".join(f"sum(CASE WHEN {test} THEN 1 ELSE 0 END)" for test in tests)
 
 
-def history_source(archived: str, failed: str, ts: str) -> str:
-    """The history rows of one completion: per (granularity, bucket, queue, type, outcome) of the rows just moved
-    to the Archive (ids matched by ``archived``) or the DLQ (``failed``), for the minute and the hour bucket
-    (``ts``: the parameter form of a timestamp; params: minute start, hour start, archive ids, DLQ ids)."""
-    minute, hour = HISTORY_GRANULARITIES["minute"], HISTORY_GRANULARITIES["hour"]
+def history_rows(rows: str, minute: str, hour: str) -> str:
+    """The history bucket rows (``HISTORY_COLUMNS`` order) of ``rows`` (a derived table of the moved rows' queue,
+    type, outcome, duration_ms): per (granularity, bucket, queue, type, outcome), in the minute bucket starting
+    at ``minute`` and the hour bucket starting at ``hour`` (SQL expressions)."""
     return (
         f"SELECT g.granularity, g.bucket_start, m.queue, m.type, m.outcome, count(*), count(m.duration_ms),"
         f" coalesce(sum(m.duration_ms), 0), {_bin_counts('m.duration_ms')}, max(m.duration_ms)"
-        f" FROM (SELECT {minute} AS granularity, {ts} AS bucket_start UNION ALL SELECT {hour}, {ts}) AS g"
-        f" CROSS JOIN (SELECT queue, type, 0 AS outcome, duration_ms FROM {ARCHIVE} WHERE id {archived}"
-        f" UNION ALL SELECT queue, type, 1 AS outcome, NULL AS duration_ms FROM {DLQ} WHERE id {failed}) AS m"
+        f" FROM (SELECT {HISTORY_GRANULARITIES['minute']} AS granularity, {minute} AS bucket_start"
+        f" UNION ALL SELECT {HISTORY_GRANULARITIES['hour']}, {hour}) AS g CROSS JOIN {rows} AS m"
         " GROUP BY g.granularity, g.bucket_start, m.queue, m.type, m.outcome"
     )
+
+
+def history_source(archived: str, failed: str, ts: str) -> str:
+    """The history rows of one completion read back by id: the rows just moved to the Archive (ids matched by
+    ``archived``) or the DLQ (``failed``); params: minute start, hour start, archive ids, DLQ ids."""
+    return history_rows(f"(SELECT queue, type, 0 AS outcome, duration_ms FROM {ARCHIVE} WHERE id {archived}"
+                        f" UNION ALL SELECT queue, type, 1 AS outcome, NULL AS duration_ms FROM {DLQ}"
+                        f" WHERE id {failed})", ts, ts)
+
+
+def history_add(source: str) -> str:
+    """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets: counts added, the longest
+    duration kept (``INSERT … ON CONFLICT``; SQL Server merges instead)."""
+    added = ", ".join(f"{c} = {HISTORY}.{c} + excluded.{c}" for c in HISTORY_COUNTS)
+    longest = (f"max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL OR {HISTORY}.max_duration_ms >="
+               f" excluded.max_duration_ms THEN {HISTORY}.max_duration_ms ELSE excluded.max_duration_ms END")
+    return (f"INSERT INTO {HISTORY} ({', '.join(HISTORY_COLUMNS)}) SELECT * FROM ({source}) AS r WHERE 1 = 1"
+            f" ORDER BY 1, 2, 3, 4, 5 ON CONFLICT ({', '.join(HISTORY_KEY)}) DO UPDATE SET {added}, {longest}")
 
 
 def _history_sums(prefix: str = "") -> str:
@@ -552,6 +568,7 @@ class BaseDialect:
     NOTIFY_CHANNEL: str | None = None
     SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
     MOVES_IN_ONE_STATEMENT = False
+    MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets
     ENQUEUE_IN_ONE_STATEMENT = False
     PREPARES = False
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
@@ -1127,13 +1144,8 @@ class BaseDialect:
     # ------------------------------------------------------------ history roll-ups
 
     def history_upsert(self, source: str) -> str:
-        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets: counts added, the
-        longest duration kept."""
-        added = ", ".join(f"{c} = {HISTORY}.{c} + excluded.{c}" for c in HISTORY_COUNTS)
-        longest = (f"max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL OR {HISTORY}.max_duration_ms >="
-                   f" excluded.max_duration_ms THEN {HISTORY}.max_duration_ms ELSE excluded.max_duration_ms END")
-        return (f"INSERT INTO {HISTORY} ({', '.join(HISTORY_COLUMNS)}) SELECT * FROM ({source}) AS r WHERE 1 = 1"
-                f" ORDER BY 1, 2, 3, 4, 5 ON CONFLICT ({', '.join(HISTORY_KEY)}) DO UPDATE SET {added}, {longest}")
+        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``history_add``)."""
+        return history_add(source)
 
     def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
                        at: datetime) -> None:

@@ -37,6 +37,8 @@ from chokaq_core.sql.base import (
     bulkhead,
     carried_values,
     escaped_like,
+    history_add,
+    history_rows,
     insert_moved,
     last_error_set,
     revision_guard,
@@ -62,8 +64,10 @@ def _returning(move: Move, overrides: Mapping[str, str]) -> str:
 
 
 # Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
-ARCHIVE_INSERT = f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n    RETURNING queue, -1 AS failure_reason, duration_ms)"
-DLQ_INSERT = f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n    RETURNING queue, failure_reason, NULL::float8 AS duration_ms)"
+ARCHIVE_INSERT = (f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n"
+                  "    RETURNING queue, -1 AS failure_reason, duration_ms, type)")
+DLQ_INSERT = (f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n"
+              "    RETURNING queue, failure_reason, NULL::float8 AS duration_ms, type)")
 
 
 def _stats_add(counter: str, source: str) -> str:
@@ -97,7 +101,10 @@ def _completion(ctes: str, move: Move) -> str:
     """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
     insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
     bucket = bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
-    return f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket})\nSELECT id, queue FROM moved"
+    history = history_add(history_rows(f"(SELECT queue, type, {move.outcome or 0} AS outcome, duration_ms FROM ins)",
+                                       "date_trunc('minute', now())", "date_trunc('hour', now())"))
+    return (f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket}),\nhist AS ({history})\n"
+            "SELECT id, queue FROM moved")
 
 
 def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
@@ -370,6 +377,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     # hot path's statements are fixed texts (arrays, never a growing list of placeholders): storage runs them
     # through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
+    MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
               "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
