@@ -11,7 +11,7 @@ from django.utils import timezone
 
 def ledger(apps, schema_editor):
     apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=9,
+        version=12,
         defaults={"name": "ErrorColumns", "description": "Error class and message apart from the traceback",
                   "applied_at": timezone.now()},
     )
@@ -19,7 +19,7 @@ def ledger(apps, schema_editor):
 
 def unledger(apps, schema_editor):
     apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=9
+        version=12
     ).delete()
 
 
