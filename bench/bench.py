@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 
 BENCH_DIR = ROOT / "var" / "bench"
 SQLITE_PATH = BENCH_DIR / "bench.sqlite3"
-DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/wt_bench_run"
+DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/chokaq_bench"
 NOOP = "bench.noop.v1"
 PICKUP = "bench.pickup.v1"
 HISTORY_TYPE = "bench.history.v1"
@@ -142,7 +142,7 @@ def prepare_postgresql(url: str) -> str:
     from psycopg import sql
 
     parsed = urlparse(url)
-    name = parsed.path.lstrip("/") or "wt_bench_run"
+    name = parsed.path.lstrip("/") or "chokaq_bench"
     admin = urlunparse(parsed._replace(scheme="postgresql", path="/postgres"))
     with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():

@@ -413,11 +413,17 @@ def complete(
         failed_attempts = _failed_attempts(completion, retries, failures, started)
         if failed_attempts:
             sql.record_attempts(cursor, worker_id, failed_attempts)
-        sql.record_history(cursor, [i for i, _ in completion.archived], [i for i, _ in completion.failed],
-                           datetime.now(UTC))
+        if not sql.MOVES_RECORD_HISTORY:
+            sql.record_history(cursor, [i for i, _ in completion.archived], [i for i, _ in completion.failed],
+                               datetime.now(UTC))
         return completion
 
-    done = run(operation, prepared=True)
+    sql = dialect()
+    # a batch of successes only is one statement where the dialect moves and counts (history included) in one
+    # statement: no BEGIN/COMMIT round trips
+    alone = (not retries and not failures and sql.MOVES_IN_ONE_STATEMENT and sql.MOVES_RECORD_HISTORY
+             and not memory_mode() and not connections[alias()].in_atomic_block)
+    done = run(operation, atomic=not alone, prepared=True)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
     now = datetime.now(UTC).isoformat()  # one moment for the whole batch
@@ -501,7 +507,8 @@ def cancel(job_ids: Sequence[str], *, actor: str) -> tuple[list[str], list[str]]
     def operation(cursor: Any) -> tuple[list[tuple[str, str]], list[str]]:
         sql = dialect()
         moved = sql.cancel_batch(cursor, job_ids, actor)
-        sql.record_history(cursor, [], [i for i, _ in moved], datetime.now(UTC))
+        if not sql.MOVES_RECORD_HISTORY:
+            sql.record_history(cursor, [], [i for i, _ in moved], datetime.now(UTC))
         moved_ids = {i for i, _ in moved}
         flagged = sql.request_cancel(cursor, [i for i in job_ids if i not in moved_ids], actor)
         return moved, flagged
@@ -582,13 +589,14 @@ def recover_abandoned(fetched_timeout_s: float) -> int:
 
 
 def archive_zombies(global_timeout_s: float) -> list[tuple[str, str]]:
+    sql = dialect()
+
     def operation(cursor: Any) -> list[tuple[str, str]]:
-        sql = dialect()
         zombies = sql.archive_zombies(cursor, global_timeout_s)
         sql.record_history(cursor, [], [i for i, _ in zombies], datetime.now(UTC))
         return zombies
 
-    moved = run(operation)
+    moved = call(moves(), sql.archive_zombies, global_timeout_s) if sql.MOVES_RECORD_HISTORY else run(operation)
     if moved:
         _emit([events.stats_updated()])
     return list(moved)

@@ -70,6 +70,8 @@ Moved = list[tuple[str, str]]  # (job id, queue) of each row a transition change
 class Dialect(Protocol):
     # ------------------------------------------------------------ capabilities
     MOVES_IN_ONE_STATEMENT: bool  # each move between pillars (resurrect, purges, zombies) is one statement
+    MOVES_RECORD_HISTORY: bool  # a move to the Archive/DLQ counts its rows in the history buckets itself (no
+    # record_history after it)
     ENQUEUE_IN_ONE_STATEMENT: bool  # an enqueue of jobs without idempotency keys is one statement
     PREPARES: bool  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     NOTIFY_CHANNEL: str | None  # the channel enqueue NOTIFYs, for an idle worker to LISTEN on; None: no push channel

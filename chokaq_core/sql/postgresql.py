@@ -37,7 +37,10 @@ from chokaq_core.sql.base import (
     bulkhead,
     carried_values,
     escaped_like,
+    history_add,
+    history_rows,
     insert_moved,
+    last_error_set,
     revision_guard,
     stats_add,
 )
@@ -61,8 +64,10 @@ def _returning(move: Move, overrides: Mapping[str, str]) -> str:
 
 
 # Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
-ARCHIVE_INSERT = f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n    RETURNING queue, -1 AS failure_reason, duration_ms)"
-DLQ_INSERT = f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n    RETURNING queue, failure_reason, NULL::float8 AS duration_ms)"
+ARCHIVE_INSERT = (f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n"
+                  "    RETURNING queue, -1 AS failure_reason, duration_ms, type)")
+DLQ_INSERT = (f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n"
+              "    RETURNING queue, failure_reason, NULL::float8 AS duration_ms, type)")
 
 
 def _stats_add(counter: str, source: str) -> str:
@@ -96,7 +101,10 @@ def _completion(ctes: str, move: Move) -> str:
     """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
     insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
     bucket = bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
-    return f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket})\nSELECT id, queue FROM moved"
+    history = history_add(history_rows(f"(SELECT queue, type, {move.outcome or 0} AS outcome, duration_ms FROM ins)",
+                                       "date_trunc('minute', now())", "date_trunc('hour', now())"))
+    return (f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket}),\nhist AS ({history})\n"
+            "SELECT id, queue FROM moved")
 
 
 def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
@@ -235,8 +243,10 @@ ARCHIVE_SUCCEEDED_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
     + _OWNED_MOVE.format(_returning(TO_ARCHIVE, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
 MOVE_TO_DLQ_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]) AS t(id, failure_reason, error_details)),\n"
-    + _OWNED_MOVE.format(_returning(TO_DLQ, {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})),
+    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[])\n"
+    "    AS t(id, failure_reason, error_details, error_class, error_message)),\n"
+    + _OWNED_MOVE.format(_returning(TO_DLQ, {c: f"i.{c}" for c in
+                                             ("failure_reason", "error_details", "error_class", "error_message")})),
     TO_DLQ)
 CANCEL_BATCH_SQL = _completion(
     "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n    RETURNING "
@@ -250,11 +260,13 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     + ")", TO_DLQ)
 
 RESCHEDULE_SQL = f"""
-WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[]) AS t(id, attempt_count, delay_seconds)),
+WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::text[], %s::text[], %s::text[])
+               AS t(id, attempt_count, delay_seconds, error_class, error_message, held_by)),
 upd AS (
     UPDATE chokaq_jobs_hot h
     SET status = 0, attempt_count = i.attempt_count, scheduled_at = now() + make_interval(secs => i.delay_seconds),
-        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now()
+        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now(),
+        {last_error_set("i.error_class", "i.error_message", "i.held_by", "now()", "h.")}
     FROM items i WHERE h.id = i.id AND {WORKER_GUARD}
     RETURNING h.id, h.queue),
 {_stats_add("retried_total", "upd")}
@@ -365,6 +377,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     # hot path's statements are fixed texts (arrays, never a growing list of placeholders): storage runs them
     # through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
+    MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
               "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",

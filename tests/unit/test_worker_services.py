@@ -272,7 +272,7 @@ def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkey
     assert permit is not None
     breaker.failure(permit, fatal=False)  # open
     run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
-    assert rec.outcomes == [Retry("j1", 3, 7.0)] and rec.submitted == []
+    assert rec.outcomes == [Retry("j1", 3, 7.0, held_by="t")] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
 
