@@ -692,7 +692,7 @@ CASES = [
     Case("set_rate_limit", ("queue:mail", Rate(0, 60.0, 1), False, "ops"), [None, None], None),
     Case("set_rate_limit", ("queue:mail", None, True, "ops"), [None, None], None),
     Case("lock_rate_buckets", (["queue:mail", "type:pay.v1"],),
-         [[(T0, None, None, None, None, None, None), (T0, "type:pay.v1", "", 2.5, T0, T0, 7)]],
+         [[("queue:mail", T0), ("type:pay.v1", T0)], [("type:pay.v1", "", 2.5, T0, T0, 7)]],
          (T0, [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)])),
     Case("lock_rate_buckets", (["queue:gone"],), [[], [(T0,)]], (T0, [])),
     Case("save_rate_buckets", ([RateBucket("type:pay.v1", "", 0.5, T0, T0, 3)],
