@@ -207,13 +207,18 @@ def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
     return labels
 
 
+def _count_jobs(counter: Counter, otel_name: str, jobs: Iterable[NewJob | HotJob]) -> None:
+    """One on ``counter`` per job, labelled by its queue and type."""
+    for job in jobs:
+        _add(counter, otel_name, _job_labels(job.queue, job.type))
+
+
 # ---------------------------------------------------------------- recording points
 
 
 @_safely
 def jobs_enqueued(jobs: Sequence[NewJob]) -> None:
-    for job in jobs:
-        _add(ENQUEUED, "chokaq.jobs.enqueued", _job_labels(job.queue, job.type))
+    _count_jobs(ENQUEUED, "chokaq.jobs.enqueued", jobs)
 
 
 @_safely
@@ -284,8 +289,7 @@ def completion_conflicts(outcomes: Iterable[Any]) -> None:
 
 @_safely
 def heartbeat_failed(jobs: Iterable[HotJob]) -> None:
-    for job in jobs:
-        _add(HEARTBEAT_FAILURES, "chokaq.jobs.heartbeat_failures", _job_labels(job.queue, job.type))
+    _count_jobs(HEARTBEAT_FAILURES, "chokaq.jobs.heartbeat_failures", jobs)
 
 
 @_safely
