@@ -247,40 +247,35 @@ def _strip_literals(text: str) -> str:
     return re.sub(r"(?:\bN)?'(?:[^']|'')*'", "''", text)
 
 
+def _depths(text: str) -> Iterator[tuple[str, int]]:
+    """Each character of ``text`` with the parenthesis depth after it."""
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        yield ch, depth
+
+
 def _balanced(text: str, start: int) -> str:
     """The text inside the parenthesis opening at ``text[start]``."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
+    for i, (_, depth) in enumerate(_depths(text[start:])):
         if depth == 0:
-            return text[start + 1 : i]
+            return text[start + 1 : start + i]
     raise AssertionError(f"unbalanced parenthesis at {start}: {text[start:start + 60]!r}")
 
 
 def _top_level(text: str) -> str:
     """``text`` without what any parenthesis encloses."""
-    kept: list[str] = []
-    depth = 0
-    for ch in text:
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth == 0 and ch != ")":
-            kept.append(ch)
-    return "".join(kept)
+    return "".join(ch for ch, depth in _depths(text) if depth == 0 and ch != ")")
 
 
 def _split_top(text: str) -> list[str]:
     """Split on commas outside parentheses."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for ch in text:
-        depth += {"(": 1, ")": -1}.get(ch, 0)
+    parts = [""]
+    for ch, depth in _depths(text):
         if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
+            parts.append("")
         else:
-            current.append(ch)
-    parts.append("".join(current))
+            parts[-1] += ch
     return [p.strip() for p in parts if p.strip()]
 
 
