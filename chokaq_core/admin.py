@@ -9,7 +9,7 @@ total comes from ``StatsSummary``, whose counters equal the retained rows.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin
 from django.core.paginator import Paginator
@@ -50,8 +50,9 @@ def _pretty_payload(payload: str | None) -> str:
 
 
 class JobAdmin(ReadOnlyAdmin):
-    """A table of job rows: the payload is shown formatted as JSON."""
+    """A table of job rows: found by exact id or by type; the payload is shown formatted as JSON."""
 
+    search_fields: ClassVar[tuple[str, ...]] = ("=id", "type")
     readonly_fields = ("payload_json",)
 
     @admin.display(description="payload (formatted)")
@@ -98,7 +99,6 @@ class JobsHotAdmin(JobAdmin):
 class JobsArchiveAdmin(JobAdmin):
     list_display = ("id", "queue", "type", "attempt_count", "duration_ms", "finished_at", "worker_id")
     list_filter = ("queue",)
-    search_fields = ("=id", "type")
     ordering = ("-finished_at",)
     paginator = ArchivePaginator
 
@@ -107,7 +107,6 @@ class JobsArchiveAdmin(JobAdmin):
 class JobsDLQAdmin(JobAdmin):
     list_display = ("id", "queue", "type", "reason_name", "attempt_count", "failed_at", "worker_id")
     list_filter = ("failure_reason", "queue")
-    search_fields = ("=id", "type")
     ordering = ("-failed_at",)
     paginator = DLQPaginator
 
