@@ -307,14 +307,16 @@ def get_job(job_id: str) -> JobRecord | None:
     for _ in range(2):  # a job moving between pillars (an operator's resurrect) can slip between the reads
         if hot := storage.get_hot(job_id):
             return _record(hot, JobStatus(hot.status), priority=hot.priority, scheduled_at=hot.scheduled_at,
-                           started_at=hot.started_at)
+                           started_at=hot.started_at, error_class=hot.last_error_class,
+                           error_message=hot.last_error_message)
         if archived := storage.get_archived(job_id):
             return _record(archived, JobStatus.SUCCEEDED, started_at=archived.started_at,
                            finished_at=archived.finished_at,
                            result=None if archived.result is None else json.loads(archived.result))
         if dead := storage.get_dead(job_id):
             return _record(dead, dead.failure_reason.shown_status, finished_at=dead.failed_at,
-                           error=dead.error_details, failure_reason=dead.failure_reason)
+                           error=dead.error_details, failure_reason=dead.failure_reason,
+                           error_class=dead.error_class, error_message=dead.error_message)
     return None
 
 

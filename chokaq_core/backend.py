@@ -214,10 +214,11 @@ _REASON_CLASSES: dict[FailureReason | None, str] = {
 
 
 def _dead_error(record: JobRecord) -> TaskError:
-    """The DLQ row's own error as Django's ``TaskError``: the class is read off the traceback's last line."""
+    """The DLQ row's own error as Django's ``TaskError``: its stored exception class, else (rows stored before the
+    class column) the class read off the traceback's last line."""
     details = record.error or ""
-    path = _REASON_CLASSES.get(record.failure_reason, "chokaq_core.domain.ChokaQError")
-    if "Traceback (most recent call last):" in details:
+    path = record.error_class or _REASON_CLASSES.get(record.failure_reason, "chokaq_core.domain.ChokaQError")
+    if record.error_class is None and "Traceback (most recent call last):" in details:
         for line in reversed(details.strip().splitlines()):
             if not line.strip() or line[:1].isspace():
                 continue

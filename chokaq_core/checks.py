@@ -9,7 +9,7 @@ chokaq.E001   Error    a ``CHOKAQ`` setting is unknown, of the wrong type or out
                        RATE_LIMITS names, rates, PER_KEY and MAX_KEYS)
 chokaq.E002   Error    ``CHOKAQ["DATABASE"]`` names no ``DATABASES`` alias
 chokaq.E003   Error    the database vendor is not postgresql, sqlite or microsoft
-chokaq.E004   Error    a ``CHOKAQ_DECK`` setting is invalid (spec 05 §1.2)
+chokaq.E004   Error    a ``CHOKAQ_DECK`` setting is invalid (spec 05 §1.2; registered by ``deck.checks``)
 chokaq.E005   Error    the Deck is installed without Channels (``"channels"`` in INSTALLED_APPS)
 chokaq.W006   Warning  (``--deploy``) the Deck has no cross-process channel layer (none, or
                        in-memory): workers in other processes cannot push live events or
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -116,45 +115,9 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     return messages
 
 
-def deck_settings_errors(deck: Any) -> list[str]:
-    """What is wrong with ``settings.CHOKAQ_DECK`` (spec 05 §1.2)."""
-    if not isinstance(deck, dict):
-        return ["CHOKAQ_DECK must be a dict"]
-    problems: list[str] = []  # keys other than spec 05 §1.2's belong to the Deck app and are its to check
-    prefix = deck.get("ROUTE_PREFIX", "/deck")
-    if not isinstance(prefix, str) or not re.fullmatch(r"/[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*/?", prefix):
-        problems.append(f"ROUTE_PREFIX must be a path like '/deck' or '/ops/jobs' (got {prefix!r})")
-    for key in ("READ_PERMISSION", "DESTRUCTIVE_PERMISSION"):
-        value = deck.get(key)
-        if value is not None and not callable(value) and (
-                not isinstance(value, str) or value.count(".") != 1 or not all(value.split("."))):
-            problems.append(f"{key} must be None, a callable (user) -> bool or '<app_label>.<codename>' "
-                            f"(got {value!r})")
-    anonymous = deck.get("ALLOW_ANONYMOUS", False)
-    if not isinstance(anonymous, bool):
-        problems.append("ALLOW_ANONYMOUS must be True or False")
-    elif anonymous and (deck.get("READ_PERMISSION") is not None or deck.get("DESTRUCTIVE_PERMISSION") is not None):
-        problems.append("ALLOW_ANONYMOUS cannot be combined with READ_PERMISSION or DESTRUCTIVE_PERMISSION "
-                        "(set them to None, or keep ALLOW_ANONYMOUS False)")
-    warning = deck.get("QUEUE_LAG_WARNING_THRESHOLD_SECONDS", 5)
-    critical = deck.get("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS", 10)
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (warning, critical))
-    if not numbers:
-        problems.append("QUEUE_LAG_*_THRESHOLD_SECONDS must be numbers")
-    else:
-        if warning < 0:
-            problems.append("QUEUE_LAG_WARNING_THRESHOLD_SECONDS must be >= 0")
-        if critical <= warning:
-            problems.append("QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS must be > QUEUE_LAG_WARNING_THRESHOLD_SECONDS")
-    return problems
-
-
 def check_deck(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """The Deck's settings and its channel layer (spec 05 §1.2)."""
-    messages: list[checks.CheckMessage] = [
-        checks.Error(problem, id="chokaq.E004", hint="Fix settings.CHOKAQ_DECK")
-        for problem in deck_settings_errors(getattr(settings, "CHOKAQ_DECK", {}))
-    ]
+    messages: list[checks.CheckMessage] = []  # CHOKAQ_DECK itself (chokaq.E004) is checked by deck.checks
     if not apps.is_installed("deck"):
         return messages
     if not apps.is_installed("channels"):

@@ -6,6 +6,7 @@ layer (storage, worker, service, Deck) can import.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import threading
@@ -127,6 +128,7 @@ class StorageError(ChokaQError):
 # ---------------------------------------------------------------- ids
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode("ascii"))
 _ulid_lock = threading.Lock()
 _ulid_last: tuple[int, int] = (0, 0)
 
@@ -142,8 +144,8 @@ def new_ulid() -> str:
         else:
             rand = int.from_bytes(os.urandom(10), "big")
         _ulid_last = (ms, rand)
-    value = (ms << 80) | rand
-    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+    # base32 of the 128 bits as 20 bytes: its last 26 characters are the 26 five-bit groups, Crockford-spelled
+    return base64.b32encode(((ms << 80) | rand).to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD).decode("ascii")
 
 
 # ---------------------------------------------------------------- rows
@@ -194,6 +196,15 @@ class HotJob(StoredJob):
     last_modified_by: str | None
     revision: int = 0  # the edit version an operator's edit must name (see update_hot_data)
     rate_key: str | None = None  # the partition of a per-key rate limit this job counts against
+    last_error_class: str | None = None  # the latest failed execution's exception class path (a retrying job)
+    last_error_message: str | None = None
+    last_error_at: datetime | None = None
+    held_by: str | None = None  # the job type whose open circuit deferred this job (None once it runs again)
+
+    @property
+    def last_error(self) -> str | None:
+        """The latest failed execution as ``ClassName: message`` (None before any failure)."""
+        return error_summary(self.last_error_class, self.last_error_message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,11 +231,40 @@ class DeadJob(StoredJob):
     created_at: datetime
     failed_at: datetime
     revision: int = 0  # the edit version, carried over from Hot (+1)
+    error_class: str | None = None  # the exception class path of the failure (None: no exception, or an old row)
+    error_message: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        """``ClassName: message`` of the failure, else the details' last line (rows stored before the columns)."""
+        return error_summary(self.error_class, self.error_message, self.error_details)
 
 
 MAX_ATTEMPT_MESSAGE = 1000
+MAX_ERROR_CLASS = 255
 MAX_ATTEMPT_TRACEBACK = 8000
 _TRACEBACK_HEAD = "Traceback (most recent call last):\n"
+
+
+def short_class(error_class: str) -> str:
+    """An exception class path's last part: ``requests.exceptions.ConnectionError`` → ``ConnectionError``."""
+    return error_class.rsplit(".", 1)[-1]
+
+
+def last_line(details: str | None) -> str | None:
+    """The last non-blank line of error details: a traceback's exception line, or a one-line text itself."""
+    for line in reversed((details or "").splitlines()):
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def error_summary(error_class: str | None, message: str | None, details: str | None = None) -> str | None:
+    """An error as the Deck shows it first: ``ClassName: message`` (only the class when the message is empty);
+    without a class, the last line of ``details``."""
+    if error_class:
+        return f"{short_class(error_class)}: {message}" if message else short_class(error_class)
+    return last_line(details)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +285,13 @@ class AttemptError:
             head = _TRACEBACK_HEAD if text.startswith(_TRACEBACK_HEAD) else ""
             cut = f"{head}  ...\n"
             text = cut + text[len(text) - (MAX_ATTEMPT_TRACEBACK - len(cut)):]
-        return cls(error_class=f"{kind.__module__}.{kind.__qualname__}", message=str(exc)[:MAX_ATTEMPT_MESSAGE],
-                   traceback=text)
+        return cls(error_class=f"{kind.__module__}.{kind.__qualname__}"[-MAX_ERROR_CLASS:],
+                   message=str(exc)[:MAX_ATTEMPT_MESSAGE], traceback=text)
+
+    @property
+    def summary(self) -> str:
+        """``ClassName: message``."""
+        return error_summary(self.error_class, self.message) or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +334,8 @@ class Retry:
     job_id: str
     attempt_count: int
     delay_seconds: float
-    error: AttemptError | None = None  # what the attempt raised, kept in the attempts history
+    error: AttemptError | None = None  # what the attempt raised: the attempts history and the Hot row's last error
+    held_by: str | None = None  # the job type whose open circuit deferred the job (no execution ran)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +378,10 @@ class QueueStats:
 
 @dataclass(frozen=True, slots=True)
 class SummaryStats:
+    """O(1) counters plus Hot counts by status; Pending is split into ``ready`` (due now), ``scheduled`` (a later
+    time, no failure), ``retrying`` (a later time after a failed execution) and ``held`` (deferred by an open
+    circuit), which add up to ``pending``."""
+
     pending: int
     fetched: int
     processing: int
@@ -340,6 +390,10 @@ class SummaryStats:
     retried_total: int
     last_activity_at: datetime | None = None
     purged_total: int = 0  # Archive rows deleted by purges (succeeded_total never shrinks)
+    ready: int = 0
+    scheduled: int = 0
+    retrying: int = 0
+    held: int = 0
 
     @property
     def archived(self) -> int:
@@ -403,7 +457,16 @@ class JobRow:
     finished_at: datetime | None = None  # Archive: finished; DLQ: failed
     duration_ms: float | None = None
     failure_reason: FailureReason | None = None
-    error_head: str | None = None  # first 400 characters of the error details (DLQ)
+    error_head: str | None = None  # the last 400 characters of the error details (DLQ; a traceback ends in its error)
+    error_class: str | None = None  # DLQ: the failure's exception class path; Hot: the last failed execution's
+    error_message: str | None = None
+    error_at: datetime | None = None  # Hot: when the last execution failed
+    held_by: str | None = None  # Hot: the job type whose open circuit deferred the job
+
+    @property
+    def error(self) -> str | None:
+        """``ClassName: message`` first; rows without a class show the details' last line."""
+        return error_summary(self.error_class, self.error_message, self.error_head)
 
     def sort_value(self, key: str) -> Any:
         """The value the dialects order by for ``key`` (NULLs coalesced as in their SQL)."""
@@ -444,6 +507,8 @@ class JobFilter:
     from_at: datetime | None = None
     to_at: datetime | None = None
     job_id: str | None = None  # exact id (a primary-key lookup), combined with the other filters
+    error_class: str | None = None  # DLQ: exact exception class path (a Top Errors group with ``error_message``)
+    error_message: str | None = None  # DLQ: exact message; set together with ``error_class``
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,12 +628,20 @@ class QueueLag:
 
 @dataclass(frozen=True, slots=True)
 class ErrorGroup:
-    """A top DLQ error type (spec 01 §5)."""
+    """A top DLQ error type (spec 01 §5): rows of one reason, exception class and message. Rows without a class
+    (no exception, or stored before the class column) group by the start of their details, ``prefix``."""
 
     reason: FailureReason
     prefix: str
     count: int
     latest_at: datetime
+    error_class: str | None = None
+    error_message: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``ClassName: message``, else the details' prefix."""
+        return error_summary(self.error_class, self.error_message) or self.prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -619,8 +692,9 @@ class JobRecord:
     ``status`` is the Hot status (Pending, Fetched, Processing), SUCCEEDED (Archive) or FAILED / CANCELLED /
     ZOMBIE (DLQ). ``started_at`` is when the latest execution started (in the DLQ: known when that execution's
     failure is in ``failed_attempts``); ``finished_at`` when it reached the Archive or the DLQ. ``result`` is the handler's
-    decoded JSON return value (Archive only), ``error`` the DLQ row's error text, ``failed_attempts`` the
-    attempts history (every failed execution, oldest first)."""
+    decoded JSON return value (Archive only), ``error`` the DLQ row's error text, ``error_class`` and
+    ``error_message`` the exception of the DLQ row's failure or, for a Hot job, of its latest failed execution,
+    ``failed_attempts`` the attempts history (every failed execution, oldest first)."""
 
     id: str
     status: JobStatus
@@ -640,6 +714,13 @@ class JobRecord:
     error: str | None = None
     failure_reason: FailureReason | None = None
     failed_attempts: tuple[Attempt, ...] = ()
+    error_class: str | None = None
+    error_message: str | None = None
+
+    @property
+    def error_summary(self) -> str | None:
+        """``ClassName: message`` (else the last line of ``error``)."""
+        return error_summary(self.error_class, self.error_message, self.error)
 
     @property
     def is_finished(self) -> bool:

@@ -118,13 +118,13 @@ def dispatch(events: list[Event]) -> None:
 # ---------------------------------------------------------------- helpers for producers
 
 
-def job_updated(job_id: str, type_key: str, queue: str, status: int, attempt_count: int, **extra: Any) -> Event:
-    return Event(
-        EventKind.JOB_UPDATED,
-        {"jobId": job_id, "type": type_key, "queue": queue, "status": int(status), "attemptCount": attempt_count,
-         "priority": extra.get("priority"), "durationMs": extra.get("duration_ms"),
-         "createdBy": extra.get("created_by"), "startedAtUtc": extra.get("started_at")},
-    )
+def job_updated(job_id: str, type_key: str, queue: str, status: int, attempt_count: int, *, ts: str | None = None,
+                **extra: Any) -> Event:
+    """``ts``: the event's time when the caller stamps a whole batch with one (default: now)."""
+    data = {"jobId": job_id, "type": type_key, "queue": queue, "status": int(status), "attemptCount": attempt_count,
+            "priority": extra.get("priority"), "durationMs": extra.get("duration_ms"),
+            "createdBy": extra.get("created_by"), "startedAtUtc": extra.get("started_at")}
+    return Event(EventKind.JOB_UPDATED, data) if ts is None else Event(EventKind.JOB_UPDATED, data, ts)
 
 
 def stats_updated() -> Event:

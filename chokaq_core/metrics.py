@@ -208,9 +208,14 @@ def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
 
 
 def _count_jobs(counter: Counter, otel_name: str, jobs: Iterable[NewJob | HotJob]) -> None:
-    """One on ``counter`` per job, labelled by its queue and type."""
+    """One on ``counter`` per job, labelled by its queue and type: one increment per (queue, type) of the batch,
+    by its count (a bulk enqueue is one or a few pairs)."""
+    counts: dict[tuple[str, str], int] = {}
     for job in jobs:
-        _add(counter, otel_name, _job_labels(job.queue, job.type))
+        key = (job.queue, job.type)
+        counts[key] = counts.get(key, 0) + 1
+    for (queue, job_type), n in counts.items():
+        _add(counter, otel_name, _job_labels(queue, job_type), n)
 
 
 # ---------------------------------------------------------------- recording points

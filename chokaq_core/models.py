@@ -70,6 +70,12 @@ class JobsHot(JobModel):
     # The partition of a per-key rate limit the job counts against (``.using(rate_key=…)`` or the @job's
     # rate_key function); NULL: the limit's shared allowance.
     rate_key = models.CharField(max_length=255, null=True)
+    # The latest failed execution of a job waiting for its retry (class path, message, time), and the job type
+    # whose open circuit deferred it: the Deck shows why a Pending job waits and when it runs next.
+    last_error_class = models.CharField(max_length=255, null=True)
+    last_error_message = models.CharField(max_length=1000, null=True)
+    last_error_at = models.DateTimeField(null=True)
+    held_by = models.CharField(max_length=255, null=True)
 
     class Meta:
         db_table = "chokaq_jobs_hot"
@@ -107,6 +113,9 @@ class JobsHot(JobModel):
                 name="hot_processing_heartbeat",
             ),
             models.Index(fields=["worker_id"], condition=Q(status=2), name="hot_processing_worker"),
+            # status leads so SQLite sees the Pending split's count as covered (its WHERE names status)
+            models.Index(fields=["status", "scheduled_at", "last_error_at", "held_by"], condition=Q(status=0),
+                         name="hot_pending_split"),
         ]
 
 
@@ -149,6 +158,10 @@ class JobsDLQ(JobModel):
     # the inspector can show what changed.
     previous_payload = models.TextField(null=True)
     revision = models.IntegerField(default=0, db_default=0)  # the edit version, as JobsHot.revision
+    # The failure's exception apart from its traceback (``error_details``): NULL when no exception caused it
+    # (cancel, zombie) and in rows stored before these columns (the Deck shows the details' last line).
+    error_class = models.CharField(max_length=255, null=True)
+    error_message = models.CharField(max_length=1000, null=True)
 
     class Meta:
         db_table = "chokaq_jobs_dlq"
@@ -165,6 +178,7 @@ class JobsDLQ(JobModel):
             models.Index(
                 fields=["-created_at"], name="dlq_by_created"
             ),
+            models.Index(fields=["failure_reason", "error_class", "-failed_at"], name="dlq_by_error"),
         ]
 
 

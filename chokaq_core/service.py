@@ -20,7 +20,6 @@ from typing import Any
 
 from chokaq_core import events, health, prometheus, schedule, storage
 from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, serialize_payload
-from chokaq_core.checks import deck_settings_errors
 from chokaq_core.conf import config
 from chokaq_core.domain import (
     DURATION_BINS,
@@ -29,6 +28,7 @@ from chokaq_core.domain import (
     INDEXED_SORTS,
     SORT_KEYS,
     ArchivedJob,
+    Attempt,
     BulkPreview,
     DeadJob,
     ErrorGroup,
@@ -106,6 +106,7 @@ class JobView:
     hot: HotJob | None = None
     archived: ArchivedJob | None = None
     dead: DeadJob | None = None
+    attempts: tuple[Attempt, ...] = ()  # the attempts history: every failed execution, oldest first
 
     @property
     def pillar(self) -> str:
@@ -123,12 +124,14 @@ def queue_states() -> list[QueueState]:
 def find_job(job_id: str) -> JobView | None:
     """Look a job up in Hot, then Archive, then DLQ."""
     if hot := storage.get_hot(job_id):
-        return JobView(hot=hot)
-    if archived := storage.get_archived(job_id):
-        return JobView(archived=archived)
-    if dead := storage.get_dead(job_id):
-        return JobView(dead=dead)
-    return None
+        view = JobView(hot=hot)
+    elif archived := storage.get_archived(job_id):
+        view = JobView(archived=archived)
+    elif dead := storage.get_dead(job_id):
+        view = JobView(dead=dead)
+    else:
+        return None
+    return replace(view, attempts=tuple(storage.job_attempts(job_id)))
 
 
 MAX_WORKERS_RANGE = (1, 10_000)
@@ -908,9 +911,10 @@ class Fleet:
     busy: int
 
 
-def fleet(now: datetime | None = None) -> Fleet:
-    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=config().HEALTH.WORKER_HEARTBEAT_TIMEOUT)
-    live = [w for w in storage.list_workers()
+def _fleet(registry: list[WorkerInfo], now: datetime) -> Fleet:
+    """The live workers' count, capacity and busy slots: ``FleetView.totals``."""
+    cutoff = now - timedelta(seconds=config().HEALTH.WORKER_HEARTBEAT_TIMEOUT)
+    live = [w for w in registry
             if w.is_running and w.last_heartbeat_at is not None and w.last_heartbeat_at >= cutoff]
     return Fleet(len(live), sum(w.capacity for w in live), sum(w.active_count for w in live))
 
@@ -969,6 +973,7 @@ class FleetView:
     heartbeat_timeout: int
     workers: list[WorkerRow]
     breakers: list[BreakerRow]
+    totals: Fleet  # the engine panel's live-worker totals, from the same read (every row, before the display cap)
 
     @property
     def live_workers(self) -> int:
@@ -1040,13 +1045,7 @@ def _fleet_view(registry: list[WorkerInfo], now: datetime) -> FleetView:
                            m["reset"] if m["status"] == 1 else None)
                 for key, m in merged.items()]
     breakers.sort(key=lambda b: (-_CIRCUIT_RANK[b.status], b.key))
-    return FleetView(now, timeout, rows[:FLEET_MAX_ROWS], breakers)
-
-
-def deck_settings_problems(deck: Any) -> list[str]:
-    """What system check chokaq.E004 finds wrong in ``settings.CHOKAQ_DECK`` (the Deck refuses to start on the
-    policy ones)."""
-    return deck_settings_errors(deck)
+    return FleetView(now, timeout, rows[:FLEET_MAX_ROWS], breakers, _fleet(registry, now))
 
 
 def health_report(tags: Sequence[str] = ()) -> tuple[dict[str, Any], int]:

@@ -283,9 +283,10 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
+    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
     _emit(
-        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, priority=j.priority, created_by=j.created_by)
-         for j in fresh] + ([events.stats_updated()] if fresh else []),
+        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
+                            created_by=j.created_by) for j in fresh] + ([events.stats_updated()] if fresh else []),
         using=db,
     )
     return stored
@@ -358,9 +359,9 @@ def set_rate_limit(name: str, rate: Rate | None, *, lifted: bool = False, actor:
 
 def mark_processing(job: HotJob, worker_id: str) -> int | None:
     """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
-    attempts = call(ALONE, dialect().mark_processing, job.id, worker_id)
+    attempts = call(HOT_PATH, dialect().mark_processing, job.id, worker_id)
     if attempts is not None:
-        _emit([_processing_event(job, attempts)])
+        _emit(_processing_events([(job, attempts)]))
     return attempts
 
 
@@ -369,13 +370,16 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str) -> dict[str, i
     if not jobs:
         return {}
     leased: dict[str, int] = call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id)
-    _emit([_processing_event(job, leased[job.id]) for job in jobs if job.id in leased])
+    _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
     return leased
 
 
-def _processing_event(job: HotJob, attempts: int) -> events.Event:
-    return events.job_updated(job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, priority=job.priority,
-                              created_by=job.created_by, started_at=datetime.now(UTC).isoformat())
+def _processing_events(leased: Sequence[tuple[HotJob, int]]) -> list[events.Event]:
+    """One JobUpdated (Processing) per leased job, all stamped with the lease's one moment."""
+    now = datetime.now(UTC).isoformat()
+    return [events.job_updated(job.id, job.type, job.queue, JobStatus.PROCESSING, attempts, ts=now,
+                               priority=job.priority, created_by=job.created_by, started_at=now)
+            for job, attempts in leased]
 
 
 def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
@@ -416,12 +420,13 @@ def complete(
     done = run(operation, prepared=True)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
+    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
     published = (
-        [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}) for i, q in done.archived]
+        [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}, now) for i, q in done.archived]
         + [events.Event(events.EventKind.JOB_UPDATED, {"jobId": i, "queue": q, "status": int(JobStatus.PENDING),
-                                                       "attemptCount": attempts[i]}) for i, q in done.rescheduled]
-        + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name})
-           for i, q in done.failed]
+                                                       "attemptCount": attempts[i]}, now) for i, q in done.rescheduled]
+        + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name},
+                        now) for i, q in done.failed]
     )
     if published:
         _emit([*published, events.stats_updated()])

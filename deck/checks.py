@@ -1,5 +1,7 @@
-"""The Deck's system checks: the project's ASGI application and URLconf serve the Deck where it says.
+"""The Deck's system checks: its settings are valid, the project's ASGI application and URLconf serve the Deck
+where it says.
 
+chokaq.E004  a ``CHOKAQ_DECK`` value is invalid (``deck.conf.problems``, the rules the app also enforces when it loads)
 chokaq.E011  ``ASGI_APPLICATION`` is unset, cannot be imported, or does not route ``/ws/<ROUTE_PREFIX>/`` to the
              Deck's consumer (``application = deck.asgi.with_deck(get_asgi_application())`` does)
 chokaq.E012  ``deck.urls`` is included at another path than ``CHOKAQ_DECK["ROUTE_PREFIX"]`` (the websocket route
@@ -118,6 +120,15 @@ def check_url_prefix(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     return []
 
 
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """chokaq.E004: one error per invalid ``CHOKAQ_DECK`` value."""
+    from deck import conf
+
+    return [checks.Error(problem, id="chokaq.E004", hint="Fix settings.CHOKAQ_DECK")
+            for problem in conf.settings_problems()]
+
+
 def register() -> None:
+    checks.register(check_settings, "chokaq")
     checks.register(check_asgi_application, "chokaq")
     checks.register(check_url_prefix, "chokaq", checks.Tags.urls)

@@ -84,23 +84,8 @@ CLOSE_FORBIDDEN = 4403
 SESSIONS_GROUP = "chokaq.deck.sessions"  # channel-layer group: "this session ended" to every web process
 SESSION_ENDED = "deck.session.ended"
 
-# The live side's CHOKAQ_DECK keys (seconds; defaults in deck.conf), each a positive number (checked when the app
-# loads).
-LIVE_SETTINGS = ("TICK", "POLL_INTERVAL", "READ_INTERVAL", "REAUTH_INTERVAL")
-
-
 def deck_setting(name: str) -> float:
     return float(conf.setting(name))
-
-
-def live_settings_problems(deck: dict[str, Any]) -> list[str]:
-    """What is wrong with the live side's ``CHOKAQ_DECK`` keys (``LIVE_SETTINGS``)."""
-    problems = []
-    for name in LIVE_SETTINGS:
-        value = deck.get(name, conf.DEFAULTS[name])
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            problems.append(f"{name} must be a number of seconds > 0 (got {value!r})")
-    return problems
 
 
 def _job_ids(message: dict[str, Any]) -> list[str]:

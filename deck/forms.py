@@ -15,7 +15,15 @@ from django import forms
 from django.http import HttpRequest, QueryDict
 
 from chokaq_core import service
-from chokaq_core.domain import SORT_KEYS, FailureReason, HistorySort, JobFilter, JobStatus
+from chokaq_core.domain import (
+    MAX_ATTEMPT_MESSAGE,
+    MAX_ERROR_CLASS,
+    SORT_KEYS,
+    FailureReason,
+    HistorySort,
+    JobFilter,
+    JobStatus,
+)
 
 MAX_NAME = 255
 MAX_SEARCH = 1000
@@ -118,6 +126,8 @@ class _Filters(forms.Form):
     q = forms.CharField(required=False, max_length=MAX_SEARCH, strip=True, label="Search text")
     reason = forms.TypedChoiceField(required=False, choices=[("", "any"), *REASONS], coerce=int, empty_value=None,
                                     label="Failure reason")
+    eclass = forms.CharField(required=False, max_length=MAX_ERROR_CLASS, strip=True, label="Error class")
+    emsg = forms.CharField(required=False, max_length=MAX_ATTEMPT_MESSAGE, strip=False, label="Error message")
     start = forms.DateField(required=False, input_formats=["%Y-%m-%d"], label="Start day (from)")
     end = forms.DateField(required=False, input_formats=["%Y-%m-%d"], label="End day (to)")
 
@@ -125,6 +135,8 @@ class _Filters(forms.Form):
         data = super().clean() or {}
         if data.get("start") and data.get("end") and data["start"] > data["end"]:
             raise forms.ValidationError("'from' must not be after 'to'")
+        if data.get("emsg") and not data.get("eclass"):
+            raise forms.ValidationError("an error message filter needs its error class (eclass)")
         return data
 
     def filters(self, pillar: str) -> JobFilter:
@@ -137,6 +149,9 @@ class _Filters(forms.Form):
             failure_reason=FailureReason(reason) if reason is not None and pillar == "dlq" else None,
             from_at=_day_start(d.get("start")),
             to_at=_day_end(d.get("end")),
+            # a Top Errors group: class and message exactly (an empty message is a message)
+            error_class=d.get("eclass") or None if pillar == "dlq" else None,
+            error_message=d.get("emsg") or "" if pillar == "dlq" and d.get("eclass") else None,
         )
 
 

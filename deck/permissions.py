@@ -28,7 +28,6 @@ from enum import IntEnum
 from functools import wraps
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -61,10 +60,6 @@ class Role(IntEnum):
 Policy = str | Callable[[Any], bool] | None
 
 
-def _deck_settings() -> dict[str, Any]:
-    return dict(getattr(settings, "CHOKAQ_DECK", {}) or {})
-
-
 def _policy(name: str) -> Policy:
     policy: Policy = conf.setting(name)
     return policy
@@ -75,18 +70,11 @@ def anonymous_allowed() -> bool:
 
 
 def check_policy() -> None:
-    """Spec 04 §8: a policy that cannot mean what it says stops the process when the app loads (the same
-    rules as system check chokaq.E004)."""
-    from chokaq_core import service
-    from deck.consumers import live_settings_problems
-    from deck.security import throttle_settings_problems
-
-    deck = _deck_settings()
-    problems = [p for p in service.deck_settings_problems(deck)
-                if p.startswith(("READ_PERMISSION", "DESTRUCTIVE_PERMISSION", "ALLOW_ANONYMOUS", "ROUTE_PREFIX"))]
-    problems += live_settings_problems(deck) + throttle_settings_problems(deck)
-    if problems:
-        raise ImproperlyConfigured("Invalid CHOKAQ_DECK: " + "; ".join(problems))
+    """Spec 04 §8: settings that cannot mean what they say stop the process when the app loads (the same
+    :func:`deck.conf.problems` as system check chokaq.E004)."""
+    found = conf.settings_problems()
+    if found:
+        raise ImproperlyConfigured("Invalid CHOKAQ_DECK: " + "; ".join(found))
 
 
 def _satisfies(user: Any, policy: Policy) -> bool:

@@ -25,7 +25,6 @@ or an authentication backend in the project:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -40,19 +39,7 @@ from django_ratelimit.core import get_usage
 
 from deck import conf
 
-THROTTLE_SETTINGS = ("LOGIN_FAILURES_PER_USER", "LOGIN_FAILURES_PER_ADDRESS")
-RATE = re.compile(r"[1-9][0-9]*/([1-9][0-9]*)?[smhd]")
 LOCKOUT_STATUS = 429
-
-
-def throttle_settings_problems(deck: dict[str, Any]) -> list[str]:
-    """What is wrong with the login throttle's ``CHOKAQ_DECK`` keys."""
-    problems = []
-    for name in THROTTLE_SETTINGS:
-        value = deck.get(name, conf.DEFAULTS[name])
-        if not isinstance(value, str) or not RATE.fullmatch(value):
-            problems.append(f"{name} must be a rate like '5/5m' (failures per period: s, m, h or d; got {value!r})")
-    return problems
 
 
 # ---------------------------------------------------------------- Content-Security-Policy and caching

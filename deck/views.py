@@ -122,10 +122,12 @@ def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[st
         ctx.update(errors=service.top_errors(), errors_at=fragments.now())
     if panel in (None, "console"):
         ctx["console_entries"] = console_entries()
-    if panel in (None, "maintenance"):
-        ctx["fleet"] = service.fleet()
-    if panel in (None, "workers", "breakers"):
-        ctx["fleet_view"] = service.fleet_view()
+    if panel in (None, "maintenance", "workers", "breakers"):  # one read of the worker registry serves all three
+        view = service.fleet_view()
+        if panel in (None, "maintenance"):
+            ctx["fleet"] = view.totals
+        if panel in (None, "workers", "breakers"):
+            ctx["fleet_view"] = view
     if panel in (None, "rate-limits"):
         ctx["rate_limits"] = service.rate_limits()
     return ctx

@@ -84,6 +84,22 @@ def error_details(text: str | None) -> str:
     return text if text and text.strip() else UNKNOWN_ERROR
 
 
+def error_columns(item: Retry | Failure) -> dict[str, str | None]:
+    """The error class and message a retry or DLQ move stores: what the execution raised, else NULLs."""
+    error = item.error
+    return {"error_class": error.error_class if error else None, "error_message": error.message if error else None}
+
+
+def last_error_set(error_class: str, message: str, held_by: str, now: str, row: str = "") -> str:
+    """A reschedule's SET of the Hot row's last error: a failed execution (its class not NULL) replaces the last
+    error and its time, a retry without one (circuit deferral, shutdown) keeps them; ``held_by`` names the open
+    circuit that deferred the job, or clears it. Operands are SQL expressions; ``row`` qualifies the row."""
+    return (f"last_error_class = coalesce({error_class}, {row}last_error_class),"
+            f" last_error_message = CASE WHEN {error_class} IS NULL THEN {row}last_error_message ELSE {message} END,"
+            f" last_error_at = CASE WHEN {error_class} IS NULL THEN {row}last_error_at ELSE {now} END,"
+            f" held_by = {held_by}")
+
+
 def cancel_details(actor: str | None) -> str:
     """Error details of an operator's cancellation."""
     return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
@@ -152,7 +168,10 @@ def queue_state(r: Sequence[Any]) -> QueueState:
 
 
 def summary(r: Sequence[Any]) -> SummaryStats:
-    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]), int(r[7]))
+    """A row of ``summary_stats_sql``: the counters, the purged count, then the Pending split (ready, scheduled,
+    retrying, held)."""
+    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]), int(r[7]),
+                        *(int(v or 0) for v in r[8:SUMMARY_WIDTH]))
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
@@ -163,7 +182,8 @@ def queue_stats_row(r: Sequence[Any]) -> QueueStats:
 def active_row(r: Sequence[Any]) -> JobRow:
     return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=as_utc(r[5]),
                   priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=as_utc(r[10]),
-                  started_at=as_utc(r[11]))
+                  started_at=as_utc(r[11]), error_class=r[12], error_message=r[13], error_at=as_utc(r[14]),
+                  held_by=r[15])
 
 
 def archive_row(r: Sequence[Any]) -> JobRow:
@@ -176,7 +196,7 @@ def dlq_row(r: Sequence[Any]) -> JobRow:
     reason = FailureReason(r[9])
     return JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
                   created_at=as_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7], finished_at=as_utc(r[8]),
-                  failure_reason=reason, error_head=r[10])
+                  failure_reason=reason, error_head=r[10], error_class=r[11], error_message=r[12])
 
 
 def located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
@@ -193,7 +213,8 @@ def lag(r: Sequence[Any]) -> QueueLag:
 
 
 def error_group(r: Sequence[Any]) -> ErrorGroup:
-    return ErrorGroup(FailureReason(r[0]), r[1], int(r[2]), as_utc(r[3]))
+    """(reason, prefix, count, latest, class, message): a ``TOP_ERRORS_SQL`` row."""
+    return ErrorGroup(FailureReason(r[0]), r[1] or "", int(r[2]), as_utc(r[3]), r[4], r[5])
 
 
 # ---------------------------------------------------------------- shared statements
@@ -202,15 +223,41 @@ QUEUE_STATES_SQL = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, 
 _HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
                " sum(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS fetched,"
                " sum(CASE WHEN status = 2 THEN 1 ELSE 0 END) AS processing")
-SUMMARY_STATS_SQL = f"""
+SUMMARY_WIDTH = 12  # columns of a summary row (``summary``)
+ERROR_GROUP_WIDTH = 6  # columns of a top-errors row (``error_group``)
+
+
+def pending_split_sql(later: str, source: str = HOT) -> str:
+    """The Pending split (ready, scheduled, retrying, held) as one row: a count over the partial Pending index
+    ``hot_pending_split``, which carries every column read (index-only where the visibility map allows).
+    ``later`` is the vendor's predicate "scheduled_at is after now" (NULL, never scheduled, is due); a job not
+    due is held when an open circuit deferred it, else retrying when an execution failed, else scheduled."""
+    waits = "CASE WHEN p.later = 1 AND p.held_by IS NULL AND p.last_error_at IS {}NULL THEN 1 ELSE 0 END"
+    return (
+        "SELECT coalesce(sum(1 - p.later), 0) AS ready,"
+        f" coalesce(sum({waits.format('')}), 0) AS scheduled,"
+        f" coalesce(sum({waits.format('NOT ')}), 0) AS retrying,"
+        " coalesce(sum(CASE WHEN p.later = 1 AND p.held_by IS NOT NULL THEN 1 ELSE 0 END), 0) AS held"
+        f" FROM (SELECT CASE WHEN {later} THEN 1 ELSE 0 END AS later, held_by, last_error_at"
+        f" FROM {source} WHERE status = 0) AS p"
+    )
+
+
+def summary_stats_sql(later: str) -> str:
+    """Hot counts by status, the retained counters and the Pending split (``pending_split_sql``)."""
+    return f"""
 SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
-       s.last_activity_at, s.purged
+       s.last_activity_at, s.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
 FROM (SELECT {_HOT_COUNTS} FROM {HOT}) h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
                    coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at,
                    coalesce(sum(purged_total), 0) AS purged
             FROM {STATS}) s
+CROSS JOIN ({pending_split_sql(later)}) AS pend
 """
+
+
+SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > now()")
 QUEUE_STATS_SQL = f"""
 SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
        coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at,
@@ -227,13 +274,22 @@ THROUGHPUT_SQL = (
     f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start"
 )
 ACTIVE_ROW = ("id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"
-              " started_at")
+              " started_at, last_error_class, last_error_message, last_error_at, held_by")
+ACTIVE_WIDTH = 16  # columns of ACTIVE_ROW (``active_row``)
 ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM {HOT}{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
 ARCHIVE_ROW = ("id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"
                " duration_ms")
 _DLQ_HEAD = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason"
-DLQ_ROW = f"{_DLQ_HEAD}, substr(error_details, 1, 400) AS error_head"
-DLQ_WINDOWED_ROW = f"{_DLQ_HEAD}, error_head"
+
+
+def dlq_row_sql(tail: str) -> str:
+    """A DLQ list row: ``tail`` is the vendor's last 400 characters of the details (a traceback ends in its
+    exception, the line shown for rows without a class)."""
+    return f"{_DLQ_HEAD}, {tail} AS error_head, error_class, error_message"
+
+
+DLQ_ROW = dlq_row_sql("right(error_details, 400)")
+DLQ_WINDOWED_ROW = f"{_DLQ_HEAD}, error_head, error_class, error_message"
 # Sort key → ordered expression per pillar (spec 04 §5); anything unlisted orders by the pillar's date.
 _COMMON_SORT = {"id": "id", "queue": "queue", "type": "type", "created": "created_at",
                 "worker": "coalesce(worker_id, '')", "attempts": "attempt_count"}
@@ -380,9 +436,13 @@ class Move:
         return tuple(c for c in self.fields if c != self.stamp)
 
 
+NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no exception caused (cancel, zombie)
+
+
 def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> list[str]:
-    """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up) unless overridden."""
-    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **overrides}
+    """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
+    message: a Hot row has none) unless overridden."""
+    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION, **overrides}
     return [overrides.get(c, f"{row}.{c}") for c in columns]
 
 
@@ -444,13 +504,16 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
 # Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
 # "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
 # "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
-# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions.
+# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions; "lazy" ends the
+# WHERE of a statement whose own commit need not wait for the disk (the lease: bench/README, "Asynchronous
+# commit of the claim and the lease").
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
 SHARED_STATEMENTS = {
-    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1 RETURNING attempt_count",
-    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
+                           " RETURNING attempt_count",
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                                  " RETURNING id, attempt_count",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
                       " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
@@ -462,13 +525,16 @@ SHARED_STATEMENTS = {
                       f" AND {revision_guard('%s{int}')} RETURNING id",
     "RELEASE_SQL": f"{_TO_PENDING} WHERE id {{ids}} AND {{by_id}}status = 1 AND worker_id = %s",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
-    # Spec 01 §5: the newest rows' error text trimmed of blanks/CR/LF, grouped by reason and a one-line prefix.
-    "TOP_ERRORS_SQL": "WITH recent AS (SELECT failure_reason, failed_at, {trim}(substr(coalesce(error_details, ''), 1,"
-                      " 4000), ' ' || {chr}(9) || {chr}(10) || {chr}(13)) AS e FROM chokaq_jobs_dlq"
-                      " ORDER BY failed_at DESC LIMIT %s)\nSELECT failure_reason, CASE WHEN e = '' THEN %s"
-                      " ELSE replace(replace(substr(e, 1, 160), {chr}(13), ' '), {chr}(10), ' ') END AS prefix,"
-                      " count(*) AS n, max(failed_at) AS latest\n"
-                      "FROM recent GROUP BY failure_reason, prefix ORDER BY n DESC, latest DESC LIMIT %s",
+    # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
+    # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
+    "TOP_ERRORS_SQL": "WITH recent AS (SELECT failure_reason, failed_at, error_class, error_message, CASE WHEN"
+                      " error_class IS NULL THEN {trim}(substr(coalesce(error_details, ''), 1, 4000),"
+                      " ' ' || {chr}(9) || {chr}(10) || {chr}(13)) END AS e FROM chokaq_jobs_dlq"
+                      " ORDER BY failed_at DESC LIMIT %s)\nSELECT failure_reason, CASE WHEN e IS NULL THEN ''"
+                      " WHEN e = '' THEN %s ELSE substr(e, 1, 160) END AS prefix, count(*) AS n,"
+                      " max(failed_at) AS latest, error_class, error_message\n"
+                      "FROM recent GROUP BY failure_reason, error_class, error_message, prefix"
+                      " ORDER BY n DESC, latest DESC LIMIT %s",
 }
 
 
@@ -477,7 +543,7 @@ class BaseDialect:
     below (timestamps, LIMIT/TOP, id lists, the claim, the move, the counters, the snapshot, case folding)."""
 
     QUEUE_HEALTH_SQL: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
-    TOP_ERRORS_SQL: str  # params: sample size, empty-details text, limit
+    TOP_ERRORS_SQL: str  # ERROR_GROUP_WIDTH columns; params: sample size, empty-details text, limit
     QUEUE_STATES_SQL = QUEUE_STATES_SQL
     SUMMARY_STATS_SQL = SUMMARY_STATS_SQL
     QUEUE_STATS_SQL = QUEUE_STATS_SQL
@@ -493,7 +559,7 @@ class BaseDialect:
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
-    DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the start of the details
+    DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the end of the details
     JOB_ATTEMPTS_SQL = JOB_ATTEMPTS_SQL
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
@@ -518,8 +584,8 @@ class BaseDialect:
     PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
     PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
     ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
-    MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details), guard_params → moved
-    RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields), guard_params → (id, queue)
+    MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details, error_columns), guard_params
+    RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields, error_columns, held_by), guard_params
     RECORD_ATTEMPTS_SQL: str  # params: clock, worker, items_params(n, job id, attempt, error…, started_at)
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -691,6 +757,10 @@ class BaseDialect:
         if filters.failure_reason is not None:
             clauses.append(f"{prefix}failure_reason = %s")
             params.append(int(filters.failure_reason))
+        for column, value in (("error_class", filters.error_class), ("error_message", filters.error_message)):
+            if value is not None:  # a Top Errors group: served by dlq_by_error (reason, class, failed_at)
+                clauses.append(f"{prefix}{column} = %s")
+                params.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def keyset(self, sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
@@ -1010,12 +1080,13 @@ class BaseDialect:
         sql = self._snapshots.get(locate)
         if sql is None:
             sql = self._snapshots[locate] = (
-                f"SELECT {self.pack(self.SUMMARY_STATS_SQL, 8, 'c0')},"
-                f" {self.pack(ACTIVE_SQL.format(where=''), 12, 'c5 DESC, c0 DESC')}, {self.pack(locate, 2, 'c0')},\n"
+                f"SELECT {self.pack(self.SUMMARY_STATS_SQL, SUMMARY_WIDTH, 'c0')},"
+                f" {self.pack(ACTIVE_SQL.format(where=''), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
+                f" {self.pack(locate, 2, 'c0')},\n"
                 + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
                     (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),
                     (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
-                    (self.TOP_ERRORS_SQL, 4, "c2 DESC, c3 DESC"))))
+                    (self.TOP_ERRORS_SQL, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC"))))
         since = request.throughput_since
         return sql, [int(request.active_limit), *located_params,
                      since is not None, self.param_ts(since or datetime.fromtimestamp(0, UTC)),
@@ -1329,12 +1400,12 @@ class BaseDialect:
         """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
         by_id = {item.job_id: item for item in items}
         return self._complete(cursor, TO_DLQ, self.MOVE_TO_DLQ_SQL, worker_id, [
-            {"id": i.job_id, "failure_reason": int(i.reason), "error_details": error_details(i.error_details)}
-            for i in by_id.values()])
+            {"id": i.job_id, "failure_reason": int(i.reason), "error_details": error_details(i.error_details),
+             **error_columns(i)} for i in by_id.values()])
 
     def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
         """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
         by_id = {item.job_id: item for item in items}
         return self._complete(cursor, RETRY, self.RESCHEDULE_SQL, worker_id, [
-            {"id": i.job_id, "attempt_count": int(i.attempt_count), **self.delay_fields(i.delay_seconds)}
-            for i in by_id.values()])
+            {"id": i.job_id, "attempt_count": int(i.attempt_count), **self.delay_fields(i.delay_seconds),
+             **error_columns(i), "held_by": i.held_by} for i in by_id.values()])

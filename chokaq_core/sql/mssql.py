@@ -57,7 +57,9 @@ from chokaq_core.domain import (
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     ACTIVE_ROW,
+    ACTIVE_WIDTH,
     EMPTY_ERROR,
+    ERROR_GROUP_WIDTH,
     HISTORY,
     HISTORY_COLUMNS,
     HISTORY_COUNTS,
@@ -65,6 +67,7 @@ from chokaq_core.sql.base import (
     HOT_FIELDS,
     PURGED,
     REVISION_BUMP,
+    SUMMARY_WIDTH,
     TO_ARCHIVE,
     TO_DLQ,
     TOP_ERRORS_SAMPLE,
@@ -74,6 +77,8 @@ from chokaq_core.sql.base import (
     carried_values,
     escaped_like,
     insert_moved,
+    last_error_set,
+    pending_split_sql,
     revision_guard,
 )
 
@@ -110,6 +115,8 @@ _MOVED_TYPES = {
     "started_at": "datetimeoffset NULL",
     "duration_ms": "float NULL",
     "result": "nvarchar(max) NULL",
+    "error_class": "nvarchar(255) NULL",
+    "error_message": "nvarchar(1000) NULL",
 }
 
 def _moved_table(columns: Sequence[str]) -> str:
@@ -368,7 +375,8 @@ def _owned_move(move: Move, items: Mapping[str, str]) -> str:
 
 
 ARCHIVE_SUCCEEDED_SQL = _owned_move(TO_ARCHIVE, {"duration_ms": "float", "result": "nvarchar(max)"})
-MOVE_TO_DLQ_SQL = _owned_move(TO_DLQ, {"failure_reason": "int", "error_details": "nvarchar(max)"})
+MOVE_TO_DLQ_SQL = _owned_move(TO_DLQ, {"failure_reason": "int", "error_details": "nvarchar(max)",
+                                       "error_class": "nvarchar(255)", "error_message": "nvarchar(1000)"})
 CANCEL_BATCH_SQL = _completion(
     [_params("@Ids nvarchar(max)", "@Details nvarchar(max)", "@Actor nvarchar(4000)")],
     TO_DLQ,
@@ -399,11 +407,13 @@ RESCHEDULE_SQL = _batch(
     _moved_table(("id", "queue")),
     "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
     "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
-    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now\n"
+    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now,\n"
+    f"    {last_error_set('i.error_class', 'i.error_message', 'i.held_by', '@Now', 'h.')}\n"
     "OUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n"
     "FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
     "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', attempt_count int '$.attempt_count',"
-    " delay_s int '$.delay_s', delay_ms int '$.delay_ms') AS i ON i.id = h.id\n"
+    " delay_s int '$.delay_s', delay_ms int '$.delay_ms', error_class nvarchar(255) '$.error_class',"
+    " error_message nvarchar(1000) '$.error_message', held_by nvarchar(255) '$.held_by') AS i ON i.id = h.id\n"
     f"WHERE {_WORKER_GUARD};",
     _stats_add("retried_total"),
     "SELECT id, queue FROM @Moved;",
@@ -571,11 +581,13 @@ _HOT_COUNTS = (
 SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        totals.succeeded, totals.failed, totals.retried,
        (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
-        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged
+        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged, pend.ready, pend.scheduled,
+       pend.retrying, pend.held
 FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
 CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
                    COALESCE(SUM(y.retried_total), 0) AS retried, COALESCE(SUM(y.purged_total), 0) AS purged
-            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals"""
+            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals
+CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
 
 QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at,
@@ -712,10 +724,6 @@ RECORD_SCHEDULE_RUN_SQL = (
 
 
 
-DLQ_ROW = (
-    "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason,"
-    " LEFT(error_details, 400)"
-)
 
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
 LOCATE_SELECT = (
@@ -764,14 +772,15 @@ _TOP_ERRORS_DECLARES = (
     _params("@Sample int", "@EmptyError nvarchar(4000)", "@ErrorsLimit int"),
     "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
 )
-TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest
-FROM (SELECT r.failure_reason, r.failed_at,
-             CASE WHEN r.error_text = N'' THEN @EmptyError
-                  ELSE REPLACE(REPLACE(LEFT(r.error_text, 160), NCHAR(13), N' '), NCHAR(10), N' ') END AS prefix
-      FROM (SELECT TOP (@Sample) d.failure_reason, d.failed_at,
+TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
+       g.error_class, g.error_message
+FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
+             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN @EmptyError
+                  ELSE LEFT(r.error_text, 160) END AS prefix
+      FROM (SELECT TOP (@Sample) d.failure_reason, d.failed_at, d.error_class, d.error_message,
                    TRIM(@Blank FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
             FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
-GROUP BY g.failure_reason, g.prefix ORDER BY n DESC, latest DESC"""
+GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
 TOP_ERRORS_SQL = _batch(*_TOP_ERRORS_DECLARES, f"{TOP_ERRORS_SELECT};")
 
 PURGE_ARCHIVE_IDS_SQL = _batch(
@@ -808,15 +817,15 @@ DECK_SNAPSHOT_SQL = _batch(
             "@WithWorkers bit"),
     *_TOP_ERRORS_DECLARES,
     _NOW_OFFSET,
-    f"""SELECT {_packed(SUMMARY_STATS_SQL, 8)} AS summary,
-       {_packed(_active_select("@ActiveLimit"), 12, "c5 DESC, c0 DESC")} AS active,
+    f"""SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)} AS summary,
+       {_packed(_active_select("@ActiveLimit"), ACTIVE_WIDTH, "c5 DESC, c0 DESC")} AS active,
        CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
        CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
        CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
-       CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, 4, "c2 DESC, c3 DESC")} END AS errors;""",
+       CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END AS errors;""",
 )
 
 
@@ -846,7 +855,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     IGNORE_DUPLICATE = ""  # the locking hint of the NOT EXISTS read makes a racing twin wait instead
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
-    DLQ_ROW = f"{DLQ_ROW}  AS error_head"
 
     def search_clause(self, column: str) -> str:
         return f"LOWER({column}) LIKE %s ESCAPE '\\'"

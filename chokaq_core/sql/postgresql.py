@@ -38,11 +38,15 @@ from chokaq_core.sql.base import (
     carried_values,
     escaped_like,
     insert_moved,
+    last_error_set,
     revision_guard,
     stats_add,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
+# Always true; makes the commit of the statement's own transaction asynchronous (transaction-local: the
+# connection's next transaction commits as configured again). Only the claim and the lease say it.
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
@@ -207,7 +211,7 @@ capped AS (
 {bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
 claimed AS (
     UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
-    WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0
+    WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0 AND {ASYNC_COMMIT}
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
 SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
 """
@@ -232,8 +236,10 @@ ARCHIVE_SUCCEEDED_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
     + _OWNED_MOVE.format(_returning(TO_ARCHIVE, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
 MOVE_TO_DLQ_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]) AS t(id, failure_reason, error_details)),\n"
-    + _OWNED_MOVE.format(_returning(TO_DLQ, {"failure_reason": "i.failure_reason", "error_details": "i.error_details"})),
+    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[])\n"
+    "    AS t(id, failure_reason, error_details, error_class, error_message)),\n"
+    + _OWNED_MOVE.format(_returning(TO_DLQ, {c: f"i.{c}" for c in
+                                             ("failure_reason", "error_details", "error_class", "error_message")})),
     TO_DLQ)
 CANCEL_BATCH_SQL = _completion(
     "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n    RETURNING "
@@ -247,11 +253,13 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     + ")", TO_DLQ)
 
 RESCHEDULE_SQL = f"""
-WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[]) AS t(id, attempt_count, delay_seconds)),
+WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::text[], %s::text[], %s::text[])
+               AS t(id, attempt_count, delay_seconds, error_class, error_message, held_by)),
 upd AS (
     UPDATE chokaq_jobs_hot h
     SET status = 0, attempt_count = i.attempt_count, scheduled_at = now() + make_interval(secs => i.delay_seconds),
-        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now()
+        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now(),
+        {last_error_set("i.error_class", "i.error_message", "i.held_by", "now()", "h.")}
     FROM items i WHERE h.id = i.id AND {WORKER_GUARD}
     RETURNING h.id, h.queue),
 {_stats_add("retried_total", "upd")}
@@ -364,7 +372,8 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
-              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr"}
+              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
+              "lazy": f" AND {ASYNC_COMMIT}"}
 
     def search_clause(self, column: str) -> str:
         return f"lower({column}) LIKE %s ESCAPE '\\'"

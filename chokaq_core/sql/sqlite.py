@@ -28,6 +28,7 @@ from chokaq_core.sql.base import (
     HISTORY,
     HOT,
     HOT_FIELDS,
+    NO_EXCEPTION,
     PURGED,
     QUEUES,
     REVISION_BUMP,
@@ -39,8 +40,11 @@ from chokaq_core.sql.base import (
     Move,
     bucket_add,
     bulkhead,
+    dlq_row_sql,
+    last_error_set,
     revision_guard,
     stats_add,
+    summary_stats_sql,
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
@@ -112,13 +116,19 @@ ENQUEUE_SQL = (
 )
 # Moves out of Hot return the Hot row (plus any columns the move sets) for _move to land.
 ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
+# A move out of Hot no exception caused names its rows' (empty) exception class and message.
+_NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTION.items())
 CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
-                    f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by")
+                    f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by,"
+                    f" {_NO_EXCEPTION}")
 RESCHEDULE_SQL = (
     "WITH items AS (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt_count') AS attempts,"
-    " json_extract(value, '$.scheduled_at') AS due, json_extract(value, '$.stamp') AS stamp FROM json_each(%s))"
+    " json_extract(value, '$.scheduled_at') AS due, json_extract(value, '$.stamp') AS stamp,"
+    " json_extract(value, '$.error_class') AS error_class, json_extract(value, '$.error_message') AS error_message,"
+    " json_extract(value, '$.held_by') AS held_by FROM json_each(%s))"
     f" UPDATE {HOT} SET status = 0, attempt_count = items.attempts, scheduled_at = items.due, worker_id = NULL,"
-    " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp"
+    " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp, "
+    + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
     f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
 )
 RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING id, queue, type,"
@@ -177,6 +187,9 @@ def _claim_sql(window: str) -> str:
         """
 
 
+SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
+DLQ_ROW = dlq_row_sql("substr(error_details, -400)")  # the last 400 characters
+
 QUEUE_HEALTH_SQL = f"""
         SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
         FROM {QUEUES} q LEFT JOIN (
@@ -216,8 +229,9 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
+    DLQ_ROW = DLQ_ROW
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
-              "ago": "%s", "trim": "trim", "chr": "char"}
+              "ago": "%s", "trim": "trim", "chr": "char", "lazy": ""}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]
@@ -356,7 +370,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             params += [name, _ts(now - timedelta(seconds=timeout))]
         return self._move(cursor, TO_DLQ, f"DELETE FROM {HOT} WHERE status = 2 AND"
                           f" ({' OR '.join(f'({c})' for c in clauses)}) RETURNING {HOT_COLUMNS},"
-                          f" {int(FailureReason.ZOMBIE)} AS failure_reason, %s AS error_details",
+                          f" {int(FailureReason.ZOMBIE)} AS failure_reason, %s AS error_details, {_NO_EXCEPTION}",
                           [*params, ZOMBIE_DETAILS])
 
 DIALECT: Dialect = SQLiteDialect()

@@ -107,7 +107,7 @@ class Dispatcher:
                 # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
                 logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
                              self.circuit_delay)
-                self.complete(Retry(job.id, job.attempt_count, self.circuit_delay))
+                self.complete(Retry(job.id, job.attempt_count, self.circuit_delay, held_by=job.type))
                 self.finish_slot()
             else:
                 admitted.append((job, permit))

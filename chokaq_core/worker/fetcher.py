@@ -1,7 +1,8 @@
 """The fetcher: claims batches of Pending rows into the prefetch buffer (spec 03 §2).
 
-A full batch means more is waiting, so it claims again at once; a short one makes it wait for a
-wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
+It claims when a whole batch fits (never one row per freed slot: under a backlog that made the claim a
+transaction per job). A full batch means more is waiting, so it claims again at once; a short one makes it
+wait for a wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
 thread) or the polling interval. A burst fetcher stops the worker once nothing is eligible any more.
 Under rate limits (followed from the database by :class:`RateLimits`) a claim that was held back
 waits only until the limit's next token.
@@ -73,16 +74,18 @@ class Fetcher:
         self.on_burst_done = on_burst_done
         self.wakeup = threading.Event()
         self._idle_since: float | None = None
+        self._backlog = False  # the last claim came back full
         self.rate_limits = rate_limits
 
     def run(self) -> None:
         burst_idle = self.burst_idle
         while not self.stopping.is_set():
-            if not self.buffer.wait_for_space(timeout=self.polling_interval):
+            if not self.buffer.wait_for_space(timeout=self.polling_interval, room=self.batch_size):
                 continue
             if self.stopping.is_set():
                 break
-            limit = max(1, min(self.batch_size, self.buffer.free()))
+            # a full claim means a backlog: then take all the room there is (fewer claims per job)
+            limit = max(1, self.buffer.free() if self._backlog else min(self.batch_size, self.buffer.free()))
             self.wakeup.clear()
             try:
                 rate_limits = self.rate_limits.current() if self.rate_limits is not None else []
@@ -92,12 +95,13 @@ class Fetcher:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
                 self.stopping.wait(5)
                 continue
+            self._backlog = len(jobs) == limit
             held_for = jobs.held_for if isinstance(jobs, ClaimedJobs) else None
             if jobs:
                 self.in_flight.add(len(jobs))
                 self.buffer.put_many(jobs)
                 self._idle_since = None
-                if len(jobs) == limit:
+                if self._backlog:
                     continue
             elif burst_idle is not None and held_for is None and self._burst_done(burst_idle()):
                 logger.info("burst: nothing eligible left, stopping")

@@ -34,7 +34,7 @@ class Limiter:
                 self.running = 0
                 raise RuntimeError("limiter released without a matching acquire")
             self.running -= 1
-            self._cond.notify_all()
+            self._cond.notify()  # one slot freed: one waiter can take it
 
     def set_capacity(self, capacity: int) -> None:
         with self._cond:
@@ -48,12 +48,15 @@ class Limiter:
 
 
 class PrefetchBuffer:
-    """Bounded FIFO between fetcher and dispatcher (spec 03 §3)."""
+    """Bounded FIFO between fetcher and dispatcher (spec 03 §3). Two conditions over one lock: a row put wakes
+    one taker, a row taken wakes the fetcher waiting for room (never every waiting thread)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._items: collections.deque[HotJob] = collections.deque()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._filled = threading.Condition(self._lock)  # rows arrived (or closed)
+        self._emptied = threading.Condition(self._lock)  # room freed (or closed)
         self._closed = False
 
     def __len__(self) -> int:
@@ -62,47 +65,50 @@ class PrefetchBuffer:
     def free(self) -> int:
         return self.capacity - len(self._items)
 
-    def wait_for_space(self, timeout: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self._closed or len(self._items) < self.capacity, timeout)
+    def wait_for_space(self, timeout: float, room: int = 1) -> bool:
+        """Wait until ``room`` more rows fit (at most the capacity) or the buffer is closed."""
+        room = max(1, min(room, self.capacity))
+        with self._lock:
+            return self._emptied.wait_for(lambda: self._closed or self.capacity - len(self._items) >= room, timeout)
 
     def put_many(self, jobs: Sequence[HotJob]) -> None:
-        with self._cond:
+        with self._lock:
             self._items.extend(jobs)
-            self._cond.notify_all()
+            self._filled.notify(len(jobs))
 
     def get(self, timeout: float) -> HotJob | None:
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._closed or bool(self._items), timeout):
+        with self._lock:
+            if not self._items and not self._filled.wait_for(lambda: self._closed or bool(self._items), timeout):
                 return None
             if not self._items:
                 return None
             job = self._items.popleft()
-            self._cond.notify_all()
+            self._emptied.notify()
             return job
 
     def drain(self) -> list[HotJob]:
-        with self._cond:
+        with self._lock:
             items = list(self._items)
             self._items.clear()
-            self._cond.notify_all()
+            self._emptied.notify_all()
             return items
 
     def take_queues(self, queues: set[str]) -> list[HotJob]:
         """Remove and return the buffered rows of ``queues`` (the others keep their order)."""
         if not queues:
             return []
-        with self._cond:
+        with self._lock:
             taken = [j for j in self._items if j.queue in queues]
             if taken:
                 self._items = collections.deque(j for j in self._items if j.queue not in queues)
-                self._cond.notify_all()
+                self._emptied.notify_all()
             return taken
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
+            self._filled.notify_all()
+            self._emptied.notify_all()
 
 
 class InFlight:

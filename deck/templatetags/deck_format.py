@@ -6,10 +6,12 @@ import json
 import re
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django import template
 
-from chokaq_core.domain import FailureReason, JobStatus, is_valid_name
+from chokaq_core.domain import ErrorGroup, FailureReason, JobStatus, is_valid_name
+from chokaq_core.domain import short_class as domain_short_class
 from deck.conf import setting
 
 register = template.Library()
@@ -169,6 +171,30 @@ def attempt_class(attempts: Any) -> str:
 def error_family(text: str | None) -> str:
     """CR/LF → space, runs of spaces collapsed, trimmed, first 160 characters."""
     return _SPACES.sub(" ", (text or "").replace("\r", " ").replace("\n", " ")).strip()[:160]
+
+
+@register.filter
+def is_later(moment: datetime | None) -> bool:
+    """Whether ``moment`` is still ahead (a Pending job that is not due yet)."""
+    return moment is not None and moment > datetime.now(UTC)
+
+
+@register.filter
+def short_class(error_class: str | None) -> str:
+    """An exception class path's last part (the name shown; the path is the tooltip)."""
+    return domain_short_class(error_class) if error_class else ""
+
+
+@register.filter
+def error_group_query(group: ErrorGroup) -> str:
+    """The DLQ list query of a Top Errors group: its reason, class and message exactly (rows without a class:
+    their details' prefix as the search text)."""
+    params = {"view": "dlq", "reason": str(int(group.reason))}
+    if group.error_class:
+        params.update(eclass=group.error_class, emsg=group.error_message or "")
+    else:
+        params["q"] = group.prefix[:1000]
+    return urlencode({**params, "size": "100"})
 
 
 @register.filter

@@ -96,6 +96,8 @@ def test_two_workers_never_start_more_than_the_limit_in_any_second(procs: list[P
     times = [at for at, _ in starts()]
     write_result(f"rate_limit_drain_{connection.vendor}", {"busiest_second": busiest_second(times),
                                                            "drain_s": (times[-1] - times[0]).total_seconds()})
+    # Rate properties, about time by nature: counts per second of the stored start times, and a lower bound on the
+    # drain (a slow machine only lengthens it).
     assert busiest_second(times) <= 50 + 10, "no 1-second window over the rate plus the burst"
     assert (times[-1] - times[0]).total_seconds() >= (1000 - 60) / 50 * 0.9, "the limit, not the workers, set the pace"
     assert_all_archived_once(ids)

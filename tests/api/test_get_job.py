@@ -77,6 +77,7 @@ def test_a_retried_then_dead_job_carries_its_error_and_every_failed_attempt() ->
     retrying = get_job(job_id)
     assert retrying is not None and retrying.status == JobStatus.PENDING and retrying.attempts == 1
     assert [a.message for a in retrying.failed_attempts] == ["first"]
+    assert (retrying.error_class, retrying.error_summary) == ("builtins.ConnectionError", "ConnectionError: first")
 
     _running(job_id, "w2")
     storage.complete("w2", [], [], [Failure(job_id, FailureReason.TRANSIENT, "Traceback …\nConnectionError: second",
@@ -90,6 +91,8 @@ def test_a_retried_then_dead_job_carries_its_error_and_every_failed_attempt() ->
                                                                                 (2, "w2", "second")]
     assert dead.finished_at is not None and dead.finished_at <= timezone.now()
     assert dead.started_at == dead.failed_attempts[-1].started_at is not None
+    assert (dead.error_class, dead.error_message, dead.error_summary) == (
+        "builtins.ConnectionError", "second", "ConnectionError: second")
 
 
 def test_a_cancelled_job_reads_cancelled() -> None:

@@ -110,6 +110,7 @@ def test_pause_stops_claims_and_starts_within_two_seconds_and_resume_continues(
             pytest.fail(f"running jobs did not finish while paused: {samples[-5:]}\n" + worker_procs.outputs())
         time.sleep(SAMPLE_INTERVAL)
 
+    # The property is about time: the pause's reaction budget (2 s, the workers' control loop follows in ~1 s).
     late = [s for s in samples if s[0] >= 2.0 and s[1]]
     assert not late, f"rows of the paused queue still Fetched 2 s after the pause: {late[:5]}"
     started_late = [(i, w, s - paused_at) for i, w, s in JobsHot.objects.filter(

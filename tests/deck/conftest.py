@@ -64,6 +64,17 @@ def dead(queue: str = "failing", n: int = 1, *, reason: FailureReason = FailureR
     return ids
 
 
+def exhausted(queue: str, message: str, n: int = 1, kind: type[BaseException] = ConnectionError) -> list[str]:
+    """``n`` jobs moved to the DLQ after their last retry, by an exception whose traceback is long."""
+    from tests.storage.rows import raised
+
+    error = raised(message, kind)
+    ids = _processing(queue, n, "w-err")
+    storage.complete("w-err", [], [], [Failure(i, FailureReason.MAX_RETRIES_EXCEEDED, error.traceback, 3, error)
+                                       for i in ids])
+    return ids
+
+
 @dataclass
 class Jobs:
     pending: str

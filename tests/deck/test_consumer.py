@@ -299,6 +299,7 @@ def test_an_event_storm_costs_one_statement_per_read_interval(settings: Any, adm
         assert frame is not None, "the last job reached the tab"
         window = [sql for at, sql in log.statements if at >= start]
         elapsed = time.monotonic() - start
+        # A rate property (reads per READ_INTERVAL): the bound grows with the measured time, so slowness can't fail it.
         assert 2 <= len(window) <= elapsed / 0.5 + 2, (len(window), elapsed, window[:3])
         assert all("chokaq_jobs_hot" in sql for sql in window), "each read is the one snapshot statement"
         for s in sockets:

@@ -119,6 +119,27 @@ def test_views_render_both_panels_with_the_registry(viewer: Client) -> None:
     assert "max failures 4" in item.group(0)
 
 
+def test_the_full_page_reads_the_worker_registry_once(viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    worker("w-a", host="box-1", capacity=8, busy=3)
+    worker("w-b", host="box-2", pid=77, capacity=3, busy=1)
+    worker("w-old", host="box-3", pid=78, capacity=50, busy=50)
+    age_heartbeat("w-old", 3 * 3600)  # running but stale: on the Workers panel, not in the live totals
+    reads: list[None] = []
+    real = storage.list_workers
+
+    def counted() -> list[WorkerInfo]:
+        reads.append(None)
+        return real()
+
+    monkeypatch.setattr(storage, "list_workers", counted)
+    page = viewer.get("/deck/").content.decode()
+    assert len(reads) == 1
+    assert 'data-worker="w-a"' in page and 'data-worker="w-old"' in page
+    busy = re.search(r'id="fleet-busy">(.*?)</span>', page, re.S)
+    assert busy is not None and busy.group(1) == "(Busy: 4 · 2 live workers)"
+    assert 'name="capacity" min="0" max="100" value="11"' in page
+
+
 def test_an_elapsed_open_circuit_reads_ready(viewer: Client) -> None:
     worker("w-a", circuit("a.b", 1, 4, datetime.now(UTC) - timedelta(seconds=1)))
     assert "READY" in viewer.get("/deck/partials/breakers", **HTMX).content.decode()

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from chokaq_core import FailureReason, UnknownJobTypeError, enqueue, storage
 from chokaq_core.backend import ChokaQBackend, type_key_for
+from chokaq_core.domain import AttemptError, Failure
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot
 from chokaq_core.worker import Worker
 from tests.adopter import tasks as adopter_tasks
@@ -312,6 +313,21 @@ def test_every_failed_attempt_keeps_its_error(burst: Callable[..., Worker]) -> N
     first_start = result.started_at
     assert first_start is not None and result.last_attempted_at is not None
     assert first_start < result.last_attempted_at
+
+
+def test_a_dlq_error_missing_from_the_attempts_history_keeps_its_stored_class() -> None:
+    """A DLQ row whose last execution left no attempts-history row (purged by retention) still names its class."""
+    result = tasks.reject.enqueue(7)
+    [job] = storage.fetch_batch("w-b", 10)
+    assert storage.mark_processing(job, "w-b") == 1
+    try:
+        raise ConnectionError("payment gateway timeout")
+    except ConnectionError as exc:
+        error = AttemptError.of(exc)
+    storage.complete("w-b", [], [], [Failure(job.id, FailureReason.TRANSIENT, "gateway down", None, error)])
+    result.refresh()
+    [dead] = result.errors
+    assert (dead.exception_class_path, dead.traceback) == ("builtins.ConnectionError", "gateway down")
 
 
 def test_a_retried_task_that_succeeds_keeps_the_errors_of_its_failed_attempts(burst: Callable[..., Worker]) -> None:

@@ -85,18 +85,51 @@ def test_unsupported_vendor_is_e003(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    "deck",
+    ("deck", "problem"),
     [
-        {"ALLOW_ANONYMOUS": True, "READ_PERMISSION": "deck.view_deck"},
-        {"ROUTE_PREFIX": "chokaq"},
-        {"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": 10, "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS": 10},
-        {"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": -1},
-        {"DESTRUCTIVE_PERMISSION": "no-dot"},
+        ({"ALLOW_ANONYMOUS": True, "READ_PERMISSION": "deck.view_deck"},
+         "ALLOW_ANONYMOUS cannot be combined with READ_PERMISSION"),
+        ({"ALLOW_ANONYMOUS": "yes"}, "ALLOW_ANONYMOUS must be True or False (got 'yes')"),
+        ({"ROUTE_PREFIX": "chokaq"}, "ROUTE_PREFIX must be a path like '/deck' or '/ops/jobs' (got 'chokaq')"),
+        ({"ROUTE_PREFIX": 7}, "ROUTE_PREFIX must be a path like '/deck' or '/ops/jobs' (got 7)"),
+        ({"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": 10, "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS": 10},
+         "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS must be > QUEUE_LAG_WARNING_THRESHOLD_SECONDS (got 10 <= 10)"),
+        ({"QUEUE_LAG_WARNING_THRESHOLD_SECONDS": -1}, "QUEUE_LAG_WARNING_THRESHOLD_SECONDS must be >= 0 (got -1)"),
+        ({"QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS": "10"},
+         "QUEUE_LAG_CRITICAL_THRESHOLD_SECONDS must be a number of seconds (got '10')"),
+        ({"DESTRUCTIVE_PERMISSION": "no-dot"}, "DESTRUCTIVE_PERMISSION must be None, a callable (user) -> bool or "
+                                               "'<app_label>.<codename>' (got 'no-dot')"),
+        ({"READ_PERMISSION": 3}, "READ_PERMISSION must be None, a callable (user) -> bool or "
+                                 "'<app_label>.<codename>' (got 3)"),
+        ({"TICK": 0}, "TICK must be a number of seconds > 0 (got 0)"),
+        ({"POLL_INTERVAL": True}, "POLL_INTERVAL must be a number of seconds > 0 (got True)"),
+        ({"LOGIN_FAILURES_PER_USER": "five"}, "LOGIN_FAILURES_PER_USER must be a rate like '5/5m'"),
+        ("deck", "CHOKAQ_DECK must be a dict (got str)"),
     ],
 )
-def test_invalid_deck_settings_are_e004(settings: Any, deck: dict[str, Any]) -> None:
+def test_invalid_deck_settings_are_e004_and_stop_the_app(settings: Any, deck: Any, problem: str) -> None:
+    """One validation: the system check reports exactly the bad value, and the app refuses to load on it."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from deck.permissions import check_policy
+
     settings.CHOKAQ_DECK = deck
-    assert "chokaq.E004" in ids(checks.check_deck())
+    messages = deck_checks.check_settings()
+    assert ids(messages) == ["chokaq.E004"] and messages[0].msg.startswith(problem)
+    with pytest.raises(ImproperlyConfigured) as refused:
+        check_policy()
+    assert str(refused.value) == f"Invalid CHOKAQ_DECK: {messages[0].msg}"
+
+
+@pytest.mark.parametrize("deck", [None, {}, {"ALLOW_ANONYMOUS": True, "READ_PERMISSION": None,
+                                             "DESTRUCTIVE_PERMISSION": None, "ROUTE_PREFIX": "/ops/jobs",
+                                             "QUEUE_LAG_WARNING_THRESHOLD_SECONDS": 0, "TICK": 0.05}])
+def test_valid_deck_settings_pass(settings: Any, deck: Any) -> None:
+    from deck.permissions import check_policy
+
+    settings.CHOKAQ_DECK = deck
+    assert deck_checks.check_settings() == []
+    check_policy()
 
 
 def test_deck_without_channels_is_e005(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from django.db.models import DateTimeField, Max, Model, Sum
 from django.utils import timezone
 
 from chokaq_core import storage
-from chokaq_core.domain import Failure, FailureReason, HotJob, NewJob, Success, new_ulid
+from chokaq_core.domain import AttemptError, Failure, FailureReason, HotJob, NewJob, Success, new_ulid
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, MetricBuckets, Queues, StatsSummary, Workers
 
 _serial = count(1)
@@ -96,6 +96,18 @@ def archived(queue: str, n: int = 1, *, duration_ms: float | None = 5.0, worker:
     done = storage.complete(worker, [Success(j.id, duration_ms) for j in jobs], [], [])
     assert sorted(i for i, _ in done.archived) == sorted(j.id for j in jobs)
     return [j.id for j in jobs]
+
+
+def raised(message: str, kind: type[BaseException] = ConnectionError) -> AttemptError:
+    """What a failed execution raised: ``kind(message)`` with a long cause first, so its traceback is long and the
+    exception line comes far from the start of the text (as in a real handler's failure)."""
+    try:
+        try:
+            raise OSError("socket closed: " + "x" * 1200)
+        except OSError as cause:
+            raise kind(message) from cause
+    except BaseException as exc:
+        return AttemptError.of(exc)
 
 
 # ---------------------------------------------------------------- ORM reads
@@ -184,8 +196,10 @@ def age(seconds: int, tables: Iterable[type[Model]] = AGED) -> None:
     connection = connections[router.db_for_write(JobsHot)]
     for model in tables:
         columns = [f.column for f in model._meta.concrete_fields if isinstance(f, DateTimeField)]
-        if connection.vendor == "sqlite":  # text: shift the whole seconds, keep the fraction as written
-            shifted = "strftime('%Y-%m-%d %H:%M:%S', {c}, '-{n} seconds') || substr({c}, 20)"
+        if connection.vendor == "sqlite":  # text: shift the whole seconds, keep the fraction as written (the
+            # date functions read only the first 19 characters: they round to milliseconds, so a fraction of
+            # .9995 or more would carry into the seconds and the row would not move at all)
+            shifted = "strftime('%Y-%m-%d %H:%M:%S', substr({c}, 1, 19), '-{n} seconds') || substr({c}, 20)"
         elif connection.vendor == "postgresql":
             shifted = "{c} - make_interval(secs => {n})"
         else:

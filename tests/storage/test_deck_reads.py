@@ -161,13 +161,13 @@ def test_queue_health_counts_due_pending_rows_and_their_lag() -> None:
     assert (health["idle"].pending, health["idle"].max_lag_seconds) == (0, 0.0)
 
 
-def test_top_errors_group_by_reason_and_prefix() -> None:
+def test_top_errors_group_rows_without_a_class_by_reason_and_prefix() -> None:
     dead("te", 3, details="ValueError: width must be positive\r\n  at line 3")
     dead("te", 1, reason=FailureReason.TIMEOUT, details="  Timed out  ")
     dead("te", 1, details="x" * 500)
     groups = storage.top_errors(10)
     assert (groups[0].count, groups[0].reason) == (3, FailureReason.FATAL_ERROR)
-    assert groups[0].prefix == "ValueError: width must be positive    at line 3"
+    assert groups[0].prefix == "ValueError: width must be positive\r\n  at line 3", "the text as stored: searchable"
     assert any(g.prefix == "Timed out" and g.reason == FailureReason.TIMEOUT for g in groups)
     assert any(len(g.prefix) == 160 for g in groups)
     assert len(storage.top_errors(1)) == 1

@@ -128,3 +128,43 @@ def test_claim_query_uses_the_partial_fetch_index(queues: list[str] | None, back
         # partial index (hot_pending_lag); either way it reads Pending rows only.
         assert "hot_fetch_pending" in plan or "hot_pending_lag" in plan, plan
     assert JobsHot.objects.filter(status=0).count() == pending_rows, "capture and EXPLAIN were rolled back"
+
+
+def test_the_pending_split_counts_pending_rows_only_through_hot_pending_split() -> None:
+    """The index carries every column the split reads: with a current visibility map (autovacuum) the count is
+    an index-only scan; inside this test's transaction (no VACUUM) the planner takes a bitmap over it."""
+    from chokaq_core.sql import base
+
+    _fill_hot_table(BACKLOGS["backlog-10k"])
+    plan = _plan(base.pending_split_sql("scheduled_at > now()"), None)
+    assert "hot_pending_split" in plan and "Seq Scan" not in plan, plan
+
+
+def test_a_top_errors_group_filter_reads_its_group_through_dlq_by_error() -> None:
+    from chokaq_core.domain import FailureReason, HistorySort, JobFilter
+    from chokaq_core.sql import postgresql
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO chokaq_jobs_dlq (id, queue, type, failure_reason, error_details, attempt_count, created_at,
+                                         failed_at, revision, error_class, error_message)
+            SELECT 'dead-' || g, 'q', 'plan.v1', g % 4, 'Traceback …', 3, now(), now() - (g || ' ms')::interval, 0,
+                   'builtins.Error' || (g % 50), 'message ' || (g % 7)
+            FROM generate_series(1, 50000) AS g
+            """)
+        cursor.execute("ANALYZE chokaq_jobs_dlq")
+    recorder: RecordingCursor | None = None
+    group = JobFilter(failure_reason=FailureReason(1), error_class="builtins.Error5", error_message="message 3")
+    try:
+        with transaction.atomic(), connection.cursor() as wrapper:
+            recorder = RecordingCursor(wrapper.cursor)
+            rows = postgresql.DIALECT.list_dlq(recorder, group, None, 100, HistorySort())
+            assert rows and all(r.error_class == "builtins.Error5" for r in rows)
+            raise Rollback
+    except Rollback:
+        pass
+    assert recorder is not None
+    [(sql, params)] = recorder.executed
+    plan = _plan(sql, params)
+    assert "dlq_by_error" in plan and "Seq Scan" not in plan, plan

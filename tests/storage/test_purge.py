@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,7 +11,7 @@ from django.utils import timezone
 from chokaq_core import storage
 from chokaq_core.models import JobsArchive, JobsDLQ
 
-from .rows import ago, all_buckets, archived, counters, dead, of_kind, purged, set_counters
+from .rows import age, ago, all_buckets, archived, counters, dead, of_kind, purged, set_counters
 
 
 @pytest.fixture
@@ -57,8 +57,8 @@ def test_purge_dlq_ids_deletes_in_batches(small_batches: int, batch_calls: dict,
 
 def test_purge_dlq_ids_deletes_oldest_failures_first(small_batches: int, monkeypatch: pytest.MonkeyPatch) -> None:
     ids = dead("purge-order", 3)
-    for age, job_id in zip((10, 30, 20), ids, strict=True):
-        JobsDLQ.objects.filter(id=job_id).update(failed_at=ago(age))
+    for seconds, job_id in zip((10, 30, 20), ids, strict=True):
+        JobsDLQ.objects.filter(id=job_id).update(failed_at=ago(seconds))
     module = storage.dialect()
     original = module.purge_dlq_ids
     batches: list[set[str]] = []
@@ -133,3 +133,14 @@ def test_purge_dlq_older_than_uses_creation_time(small_batches: int, batch_calls
     assert counters("pd") == (0, 2, 0)
     assert sum(n for _, n in batch_calls["purge_dlq_older_than"]) == 3
     assert all(n <= small_batches for _, n in batch_calls["purge_dlq_older_than"])
+
+
+@pytest.mark.parametrize("micro", [0, 499_999, 999_499, 999_500, 999_999])
+def test_the_aging_helper_moves_every_timestamp_by_whole_seconds(micro: int) -> None:
+    """``rows.age`` (which every age-based test leans on) moves a stamp whatever its fraction: on SQLite a
+    fraction of .9995 s or more once left the row where it was, so an ordering by age came out wrong."""
+    (job_id,) = archived("ageing")
+    stamp = datetime(2026, 3, 1, 23, 59, 59, micro, tzinfo=UTC)
+    JobsArchive.objects.filter(id=job_id).update(finished_at=stamp)
+    age(3, [JobsArchive])
+    assert JobsArchive.objects.get(id=job_id).finished_at == stamp - timedelta(seconds=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import time
 import uuid
 
 import pytest
@@ -128,6 +129,18 @@ def test_ulids_are_unique_sortable_and_crockford() -> None:
     assert len(set(ids)) == 5000
     assert ids == sorted(ids)
     assert all(len(i) == 26 and set(i) <= set("0123456789ABCDEFGHJKMNPQRSTVWXYZ") for i in ids)
+
+
+def test_a_ulid_spells_its_48_bit_millisecond_time_then_80_random_bits() -> None:
+    before = time.time_ns() // 1_000_000
+    ulid = new_ulid()
+    after = time.time_ns() // 1_000_000
+    value = 0
+    for char in ulid:  # Crockford base32, five bits per character, most significant first
+        value = value * 32 + "0123456789ABCDEFGHJKMNPQRSTVWXYZ".index(char)
+    assert value < 2**128 and ulid[0] in "01234567"  # 26 characters hold 130 bits: the top two are zero
+    assert before <= value >> 80 <= after
+    assert new_ulid() > ulid
 
 
 # ---------------------------------------------------------------- names are URL path segments: an alphabet

@@ -200,7 +200,7 @@ KEYWORDS = frozenset("""
     VARBINARY SELECT FROM WHERE AND OR IN IS AS WITH UPDLOCK READPAST ROWLOCK HOLDLOCK NOLOCK TOP ORDER BY DESC ASC
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
-    LEFT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
+    LEFT RIGHT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
     DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY
 """.split())
 
@@ -511,7 +511,7 @@ class Case:
 
 ACTIVE_FIELDS = [c.strip() for c in sql.ACTIVE_ROW.split(",")]
 ARCHIVE_ROW_FIELDS = [c.strip() for c in base.ARCHIVE_ROW.split(",")]
-DLQ_ROW_FIELDS = [*(c.strip() for c in sql.DLQ_ROW.split(",")[:-1]), "error_head"]
+DLQ_ROW_FIELDS = [*(c.strip() for c in base.DLQ_WINDOWED_ROW.split(","))]
 
 
 def _job_rows(rows: Any, status: JobStatus) -> bool:
@@ -532,7 +532,7 @@ SNAPSHOT_IDS = ["J1", "J2", "J3", "J1"]
 
 # What each separate read's statement returns on SQL Server (pyodbc types: datetimeoffset aware, bit bool).
 SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
-    "summary_stats": [(1, 2, 3, 10, 4, 5, T1, 2)],
+    "summary_stats": [(1, 2, 3, 10, 4, 5, T1, 2, 0, 0, 1, 0)],
     "list_active": [_row(ACTIVE_FIELDS, id="J2", status=2, priority=5, created_at=T1, started_at=T1, tags="a,b"),
                     _row(ACTIVE_FIELDS, id="J1", status=0, priority=10, scheduled_at=T1, created_by="me")],
     "locate_jobs": [("J1", 2), ("J2", 3), ("J3", -2)],
@@ -546,7 +546,7 @@ SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
                      _row(sql.WORKER_FIELDS, worker_id="w1", hostname="h", pid=8, queues="*", capacity=2,
                           active_count=0, is_running=False, runtime_json="{}", circuits_json="[]",
                           started_at=T0, last_heartbeat_at=T0, stopped_at=T1)],
-    "top_errors": [(6, "boom", 3, T1), (8, "(empty error details)", 1, T0)],
+    "top_errors": [(6, "", 3, T1, "builtins.ValueError", "boom"), (8, "(empty error details)", 1, T0, None, None)],
 }
 # The same read called on its own: (function, arguments) per DeckSnapshot field.
 SNAPSHOT_PARTS = {
@@ -594,7 +594,7 @@ EMPTY_NATIVE = {name: rows if name == "summary_stats" else [] for name, rows in 
 
 
 def _full_snapshot(snap: Any) -> bool:
-    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1, 2)
+    return (isinstance(snap, DeckSnapshot) and snap.summary == SummaryStats(1, 2, 3, 10, 4, 5, T1, 2, retrying=1)
             and [r.id for r in snap.active] == ["J2", "J1"] and len(snap.located) == 3
             and all(part is not None for part in (snap.throughput, snap.queue_states, snap.queue_stats,
                                                   snap.queue_lags, snap.workers, snap.errors)))
@@ -640,6 +640,10 @@ CASES = [
     Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 3.25), Retry("J2", 1, 0.0)]),
          [[("J1", "mail")]], [("J1", "mail")]),
     Case("reschedule_for_retry", (None, [Retry("J1", 1, 86400.0 * 40)]), [[("J1", "mail")]], [("J1", "mail")]),
+    Case("move_to_dlq", ("w1", [Failure("J1", FailureReason.MAX_RETRIES_EXCEEDED, "Traceback …", 3, ATTEMPT_ERROR)]),
+         [[("J1", "mail")]], [("J1", "mail")]),
+    Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 30.0, ATTEMPT_ERROR), Retry("J2", 0, 5.0, held_by="t.v1")]),
+         [[("J1", "mail"), ("J2", "mail")]], [("J1", "mail"), ("J2", "mail")]),
     Case("release_jobs", (["J1", "J2"], "w1"), [[(2,)]], 2),
     Case("release_jobs", ([], "w1"), [], 0),
     Case("resurrect", ("J1", '{"fixed": true}', "retried", 30, "alice"), [[("J1", "mail")]], True),
@@ -688,8 +692,8 @@ CASES = [
          [None, None, None], None),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
-    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2)]],
-         SummaryStats(1, 2, 3, 10, 4, 5, T0, 2)),
+    Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2, 0, 0, 1, 0)]],
+         SummaryStats(1, 2, 3, 10, 4, 5, T0, 2, 0, 0, 1, 0)),
     Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None, 3)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None, 3)]),
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
@@ -718,7 +722,8 @@ CASES = [
     Case("locate_jobs", ([],), [], {}),
     Case("throughput", (T0 - timedelta(minutes=5),), [[(T0, 3, 1)]], [MetricPoint(T0, 3, 1)]),
     Case("queue_health", (), [[("mail", 2, Decimal("1.5"), Decimal("2.25"))]], [QueueLag("mail", 2, 1.5, 2.25)]),
-    Case("top_errors", (5,), [[(6, "boom", 3, T0)]], [ErrorGroup(FailureReason.FATAL_ERROR, "boom", 3, T0)]),
+    Case("top_errors", (5,), [[(6, "", 3, T0, "builtins.ValueError", "boom")]],
+         [ErrorGroup(FailureReason.FATAL_ERROR, "", 3, T0, "builtins.ValueError", "boom")]),
     Case("preview_dlq_bulk", (JobFilter(queue="mail"), 100), [[(12,)], [("J1",), ("J2",)]],
          BulkPreview(12, 12, False, ["J1", "J2"])),
     Case("preview_dlq_bulk", (JobFilter(type="t"), 5), [[(12,)], [("J1",)]], BulkPreview(12, 5, True, ["J1"])),
@@ -961,7 +966,8 @@ def test_deck_snapshot_is_one_statement_whose_parts_equal_the_separate_reads() -
     assert snap.located == {"J1": JobStatus.PROCESSING, "J2": JobStatus.SUCCEEDED, "J3": JobStatus.CANCELLED}
     assert snap.throughput == [MetricPoint(T0, 3, 1), MetricPoint(T1, 0, 2)]
     assert snap.queue_lags is not None and snap.queue_lags[1] == QueueLag("mail", 2, 1.5, 2.25)
-    assert snap.errors is not None and snap.errors[0] == ErrorGroup(FailureReason.FATAL_ERROR, "boom", 3, T1)
+    assert snap.errors is not None and snap.errors[0] == ErrorGroup(FailureReason.FATAL_ERROR, "", 3, T1,
+                                                                    "builtins.ValueError", "boom")
     assert snap.queue_states is not None and [type(q.is_paused) for q in snap.queue_states] == [bool, bool]
     assert snap.workers is not None and [w.is_running for w in snap.workers] == [True, False]
     assert snap.workers[0].runtime_json == '{"x": "1/2"}', "nested JSON text stays text"
@@ -1045,6 +1051,43 @@ def test_datetime_parameters_are_naive_utc_and_delays_split_for_dateadd() -> Non
     _, cursor = _run(Case("reschedule_for_retry", (None, [Retry("J1", 1, -1.5)]), [[]]))
     item = json.loads(cursor.calls[0][1][0])[0]
     assert (item["delay_s"], item["delay_ms"]) == (-2, 500), "DATEADD(SECOND, -2) + 500 ms = -1.5 s"
+
+
+def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_and_hold() -> None:
+    _, cursor = _run(Case("move_to_dlq", ("w1", [Failure("J1", FailureReason.MAX_RETRIES_EXCEEDED, "tb", 3,
+                                                         ATTEMPT_ERROR), Failure("J2", FailureReason.FATAL_ERROR,
+                                                                                 "no exception")]), [[]]))
+    [(text, params)] = cursor.calls
+    assert "error_class nvarchar(255) '$.error_class', error_message nvarchar(1000) '$.error_message'" in text
+    assert re.search(r"OUTPUT deleted\.id, .*i\.error_class, i\.error_message\s+INTO @Moved", text)
+    items = json.loads(params[0])
+    assert [(i["error_class"], i["error_message"]) for i in items] == [
+        ("builtins.ConnectionError", "it's 50% down"), (None, None)]
+    for function in ("cancel_batch", "archive_zombies"):
+        batch = next(t for f, t, _ in _statements() if f == function)
+        assert re.search(r"OUTPUT deleted\.id, .*NULL, NULL\s+INTO @Moved", batch), "no exception: NULL class"
+
+    _, cursor = _run(Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 30.0, ATTEMPT_ERROR),
+                                                          Retry("J2", 0, 5.0, held_by="t.v1")]), [[]]))
+    [(text, params)] = cursor.calls
+    assert "last_error_class = coalesce(i.error_class, h.last_error_class)" in text
+    assert "last_error_at = CASE WHEN i.error_class IS NULL THEN h.last_error_at ELSE @Now END" in text
+    assert "held_by = i.held_by" in text and "held_by nvarchar(255) '$.held_by'" in text
+    items = json.loads(params[0])
+    assert [(i["error_class"], i["error_message"], i["held_by"]) for i in items] == [
+        ("builtins.ConnectionError", "it's 50% down", None), (None, None, "t.v1")]
+
+
+def test_the_pending_split_and_top_errors_read_the_new_columns() -> None:
+    assert "CASE WHEN scheduled_at > SYSUTCDATETIME() THEN 1 ELSE 0 END AS later" in sql.SUMMARY_STATS_SQL
+    assert "FROM chokaq_jobs_hot WITH (NOLOCK) WHERE status = 0) AS p" in sql.SUMMARY_STATS_SQL
+    assert "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix" in sql.TOP_ERRORS_SQL
+    _, cursor = _run(Case("list_dlq", (JobFilter(failure_reason=FailureReason.TRANSIENT, error_class="a.B",
+                                                 error_message=""), None, 10, HistorySort()), [[]]))
+    [(text, params)] = cursor.calls
+    assert "failure_reason = %s AND error_class = %s AND error_message = %s" in text
+    assert params[:3] == [int(FailureReason.TRANSIENT), "a.B", ""]
+    assert "RIGHT(error_details, 400) AS error_head".lower() in text.lower()
 
 
 def test_rows_skip_results_without_a_row_set() -> None:
@@ -1177,6 +1220,26 @@ def test_the_vendor_operation_does_nothing_elsewhere(vendor: str) -> None:
 def test_the_parity_test_covers_mssql() -> None:
     """Signatures and return annotations of every vendor, SQL Server's too: tests/unit/test_architecture.py."""
     assert "mssql" in importlib.import_module("tests.unit.test_architecture").VENDORS
+
+
+def test_0009_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_connection: Any) -> None:
+    statements = collect_sql(mssql_connection, "0009_error_columns")
+    text = "\n".join(statements)
+    for table, column, declaration in (
+            ("chokaq_jobs_hot", "last_error_class", "nvarchar(255) NULL"),
+            ("chokaq_jobs_hot", "last_error_message", "nvarchar(1000) NULL"),
+            ("chokaq_jobs_hot", "last_error_at", "datetimeoffset NULL"),
+            ("chokaq_jobs_hot", "held_by", "nvarchar(255) NULL"),
+            ("chokaq_jobs_dlq", "error_class", "nvarchar(255) NULL"),
+            ("chokaq_jobs_dlq", "error_message", "nvarchar(1000) NULL")):
+        assert re.search(rf"ALTER TABLE \[{table}\] ADD \[{column}\] {re.escape(declaration)}", text), column
+        if column in sql._MOVED_TYPES:
+            assert sql._MOVED_TYPES[column] == declaration, "the @Moved column has the table's type"
+    split = _statement_for(statements, "hot_pending_split")
+    assert "ON [chokaq_jobs_hot] ([status], [scheduled_at], [last_error_at], [held_by])" in split
+    assert split.endswith("WHERE [status] = 0;"), "a filtered index: Pending rows only"
+    group = _statement_for(statements, "dlq_by_error")
+    assert "ON [chokaq_jobs_dlq] ([failure_reason], [error_class], [failed_at] DESC)" in group
 
 
 def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read() -> None:

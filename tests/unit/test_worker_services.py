@@ -180,7 +180,9 @@ def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_
                       on_burst_done=lambda: done.append(True))
     fetcher.run()
     assert done == [True]
-    assert limits == [2, 2, 2, 2, 2]  # the empty claims: the buffer was not idle, then idle once, then twice
+    # after a full batch (a backlog) the claim takes all the room there is (8 of 10); then batch-sized again;
+    # the empty claims: the buffer was not idle, then idle once, then twice
+    assert limits == [2, 8, 2, 2, 2]
     assert bool(in_flight)
 
 
@@ -270,7 +272,7 @@ def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkey
     assert permit is not None
     breaker.failure(permit, fatal=False)  # open
     run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
-    assert rec.outcomes == [Retry("j1", 3, 7.0)] and rec.submitted == []
+    assert rec.outcomes == [Retry("j1", 3, 7.0, held_by="t")] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
 

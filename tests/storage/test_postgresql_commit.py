@@ -1,0 +1,42 @@
+"""PostgreSQL: the claim and the lease commit asynchronously; nothing else does (bench/README, "Asynchronous
+commit of the claim and the lease", has the argument)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+
+from chokaq_core import storage
+from chokaq_core.domain import Success
+
+from .rows import pending
+
+pytestmark = [pytest.mark.postgresql, pytest.mark.sql_only]
+
+
+def setting() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        return str(cursor.fetchone()[0])
+
+
+def test_the_claim_and_the_lease_commit_asynchronously_and_nothing_after_them_does(vendor: str) -> None:
+    """Each asks for an asynchronous commit of its own transaction only: the connection's later transactions, a
+    handler's among them (executors lease on the connection their handlers use), commit as configured."""
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    pending("async-lease", 2)
+    with transaction.atomic():  # the statements run in this transaction: their local setting is visible here
+        assert setting() == "on"
+        [job] = storage.fetch_batch("w1", 1, ["async-lease"])
+        assert setting() == "off"
+    with transaction.atomic():
+        assert setting() == "on", "a transaction-local setting ends with its transaction"
+        assert storage.mark_processing(job, "w1") == 1
+        assert setting() == "off"
+    [other] = storage.fetch_batch("w1", 1, ["async-lease"])
+    assert storage.mark_processing_batch([other], "w1") == {other.id: 1}
+    assert setting() == "on", "the connection's next transaction commits synchronously"
+    with transaction.atomic():
+        done = storage.complete("w1", [Success(job.id, 1.0, None), Success(other.id, 1.0, None)], [], [])
+        assert sorted(i for i, _ in done.archived) == sorted([job.id, other.id])
+        assert setting() == "on", "completions stay durable"
