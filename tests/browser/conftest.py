@@ -173,9 +173,19 @@ def page_for(browser: Any, deck_server: Deck) -> Iterator[Any]:
         context.close()
 
 
-def shot(page: Any, name: str, full_page: bool = False) -> None:
-    """Screenshot a view: into docs/screenshots/ when CHOKAQ_UPDATE_SCREENSHOTS=1 (to refresh the README's
-    images), else into var/screenshots/ so an ordinary test run leaves the repository clean."""
+def shot_dir() -> Path:
+    """Where screenshots go: docs/screenshots/ when CHOKAQ_UPDATE_SCREENSHOTS=1 (to refresh the README's
+    images), else var/screenshots/ so an ordinary test run leaves the repository clean."""
     target = SCREENSHOTS if os.environ.get("CHOKAQ_UPDATE_SCREENSHOTS") == "1" else ROOT / "var" / "screenshots"
     target.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(target / f"{name}.png"), full_page=full_page)
+    return target
+
+
+def shot(page: Any, name: str, full_page: bool = False) -> None:
+    """Screenshot a view (see ``shot_dir``)."""
+    page.screenshot(path=str(shot_dir() / f"{name}.png"), full_page=full_page)
+
+
+def panel_shot(page: Any, selector: str, name: str) -> None:
+    """Screenshot one element of the page (see ``shot_dir``)."""
+    page.locator(selector).screenshot(path=str(shot_dir() / f"{name}.png"))

@@ -12,7 +12,7 @@ import pytest
 import chokaq_core
 from chokaq_core import service
 from chokaq_core.domain import FailureReason, JobStatus
-from tests.browser.conftest import Deck, shot
+from tests.browser.conftest import Deck, panel_shot, shot
 from tests.deck.conftest import archived, dead
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -172,6 +172,7 @@ def test_an_operator_changes_pauses_and_lifts_a_rate_limit_in_the_panel(deck_ser
     wait_until(lambda: service.rate_limits()[0].rate == parse_rate("7/s"))
     page.wait_for_function("() => document.querySelector(\"#rate-limits-panel tr[data-limit='type:demo.email.send.v1']\")"
                            ".textContent.includes('7/s')", timeout=20_000)
+    panel_shot(page, "#rate-limits-section", "deck-rate-limits")
     row = page.locator("#rate-limits-panel tr[data-limit='type:demo.email.send.v1']")
     row.locator("button", has_text="PAUSE").click()
     wait_until(lambda: (service.rate_limits()[0].rate or parse_rate("1/s")).count == 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 
 from chokaq_core.domain import FailureReason
 from chokaq_core.models import HistoryBuckets, JobsHot, Schedules
-from tests.browser.conftest import ROOT, SCREENSHOTS, Deck
+from tests.browser.conftest import Deck, panel_shot
 from tests.deck.conftest import archived, dead
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -30,13 +29,6 @@ def _schedule(monkeypatch: pytest.MonkeyPatch, chokaq_settings: Any) -> None:
 
     monkeypatch.setattr(browser_conftest, "OVERRIDES", {**browser_conftest.OVERRIDES, "SCHEDULE": SCHEDULE})
     chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "SCHEDULE": SCHEDULE}
-
-
-def panel_shot(page: Any, selector: str, name: str) -> None:
-    """An element's screenshot, where ``shot`` puts page screenshots (docs/screenshots/ on request)."""
-    target = SCREENSHOTS if os.environ.get("CHOKAQ_UPDATE_SCREENSHOTS") == "1" else ROOT / "var" / "screenshots"
-    target.mkdir(parents=True, exist_ok=True)
-    page.locator(selector).screenshot(path=str(target / f"{name}.png"))
 
 
 def seed_hours() -> None:
