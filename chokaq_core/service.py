@@ -862,11 +862,17 @@ def _cutoff(days: int) -> datetime:
     return datetime.now(UTC) - timedelta(days=days)
 
 
-def preview_purge_older_than(pillar: str, days: int) -> tuple[datetime, int]:
-    """(cutoff, rows a purge older than ``days`` would delete now) for "archive" or "dlq"."""
+PURGE_PREVIEW_CAP = 100_000  # a purge preview counts at most this many rows, then says "more than"
+
+
+def preview_purge_older_than(pillar: str, days: int, cap: int | None = None) -> tuple[datetime, int, bool]:
+    """(cutoff, rows a purge older than ``days`` would delete now, capped) for "archive" or "dlq": the count stops
+    at ``cap`` (``PURGE_PREVIEW_CAP``) and ``capped`` says there are more."""
     cutoff = _cutoff(days)
-    count = storage.count_archive_older_than(cutoff) if pillar == "archive" else storage.count_dlq_older_than(cutoff)
-    return cutoff, count
+    cap = PURGE_PREVIEW_CAP if cap is None else cap
+    count_older = storage.count_archive_older_than if pillar == "archive" else storage.count_dlq_older_than
+    count = count_older(cutoff, cap + 1)
+    return cutoff, min(count, cap), count > cap
 
 
 def purge_older_than(pillar: str, days: int) -> int:

@@ -1074,13 +1074,17 @@ class BaseDialect:
         sql = f"SELECT id FROM {table}{hint}{where}{bound} ORDER BY id DESC{self.LIMIT}{lock}"
         return [str(r[0]) for r in self._all(cursor, sql, [*params, value, int(limit)])]
 
-    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",
-                             [self.param_ts(cutoff)])[0] or 0)
+    def _count_older(self, cursor: Cursor, table: str, column: str, op: str, cutoff: datetime, limit: int) -> int:
+        """Rows of ``table`` whose ``column`` is ``op`` ``cutoff``, counted up to ``limit`` (the scan stops there)."""
+        sql = (f"SELECT count(*) FROM (SELECT 1 AS one FROM {table} WHERE {column} {op} {self.TS}"
+               f" ORDER BY {column}{self.LIMIT}) AS capped")
+        return int(self._one(cursor, sql, [self.param_ts(cutoff), int(limit)])[0] or 0)
 
-    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
-                             [self.param_ts(cutoff)])[0] or 0)
+    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        return self._count_older(cursor, ARCHIVE, "finished_at", "<", cutoff, limit)
+
+    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        return self._count_older(cursor, DLQ, "created_at", "<=", cutoff, limit)
 
     # ------------------------------------------------------------ the live Deck's one read, schedules, attempts
 
