@@ -282,6 +282,7 @@ BULK_BATCH = 500  # rows per transaction of a bulk-by-filter run ("all matching"
 NO_CAP = 2**31 - 1  # a bulk-by-filter run without a max-jobs bound
 THROUGHPUT_WINDOW = 300
 TAGS_MAX = 1000
+SEARCH_WINDOW = 100_000  # a text search over a larger pillar reads only its newest 100,000 rows
 SORT_WINDOW = 50_000  # a sort no index serves ranks the newest 50,000 matches (domain.INDEXED_SORTS)
 PILLAR_STATUSES = {"archive": (JobStatus.SUCCEEDED,),
                    "dlq": (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ZOMBIE)}
@@ -321,6 +322,7 @@ class HistoryPage:
     prev_token: str | None
     retained: int
     window: int | None = None  # set when the sort only ranks the newest ``window`` matches
+    searched: int | None = None  # set when a text search read only the newest ``searched`` rows of the pillar
 
 
 def queue_overview() -> list[QueueOverview]:
@@ -550,13 +552,15 @@ def history(
         # a search that is exactly a job id of this pillar finds it by primary key, not by scanning history
         if storage.locate_jobs([term]).get(term) in PILLAR_STATUSES[pillar]:
             filters = replace(filters, job_id=term)
+    searched = SEARCH_WINDOW if term and filters.job_id is None and retained > SEARCH_WINDOW else None
+    sort = replace(sort, search_window=searched)
     if before:
         rows = read(filters, _decode_key(before, sort), size + 1, replace(sort, descending=not sort.descending))
         more_before = len(rows) > size
         rows = list(reversed(rows[:size]))
         if rows:
             return HistoryPage(rows, _encode_key(sort, rows[-1]),
-                               _encode_key(sort, rows[0]) if more_before else None, retained, window)
+                               _encode_key(sort, rows[0]) if more_before else None, retained, window, searched)
         after = None
     key: tuple[Any, str] | None = _decode_key(after, sort) if after else None
     rows = read(filters, key, size + 1, sort)
@@ -565,7 +569,8 @@ def history(
     more = len(rows) > size
     rows = rows[:size]
     return HistoryPage(rows, _encode_key(sort, rows[-1]) if more else None,
-                       _encode_key(sort, rows[0]) if key is not None and rows else None, retained, window)
+                       _encode_key(sort, rows[0]) if key is not None and rows else None, retained, window,
+                       searched)
 
 
 # ---------------------------------------------------------------- operator commands

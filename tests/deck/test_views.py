@@ -264,6 +264,17 @@ def test_maintenance_preview_says_more_than_when_capped(admin: Client, monkeypat
     assert b"more than" not in fragment and b"<strong>3</strong>" in fragment
 
 
+def test_a_bounded_text_search_says_which_rows_it_read(admin: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    oldest = dead("swv", 3, details="hay")[0]
+    JobsDLQ.objects.filter(id=oldest).update(failed_at=datetime.now(UTC) - timedelta(hours=1))
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 2)
+    html = admin.get("/deck/partials/jobs?view=dlq&q=hay&size=100", **HTMX).content.decode()
+    assert "searched the newest 2 rows" in html and html.count('class="job-row') == 2
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 3)
+    html = admin.get("/deck/partials/jobs?view=dlq&q=hay&size=100", **HTMX).content.decode()
+    assert "searched the newest" not in html and html.count('class="job-row') == 3
+
+
 def test_delete_forever_single_rows(admin: Client, jobs: Jobs) -> None:
     assert admin.post(f"/deck/api/archive/{jobs.archived}/purge").status_code == 200
     assert admin.post(f"/deck/api/dlq/{jobs.dead}/purge").status_code == 200

@@ -203,6 +203,26 @@ def test_purge_preview_counts_at_most_the_cap_and_says_so() -> None:
     assert service.purge_older_than("archive", 30) == 3, "the purge itself is not capped"
 
 
+def test_a_text_search_reads_only_the_newest_rows_of_a_large_pillar(monkeypatch: pytest.MonkeyPatch) -> None:
+    old = dead("sw", details="needle in the old row")[0]
+    age(10)
+    dead("sw", 3, details="hay")
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 3)
+    far = service.history("dlq", JobFilter(search="needle"), HistorySort())
+    assert (far.rows, far.searched) == ([], 3), "a match older than the newest 3 rows is not read"
+    assert [r.id for r in service.history("dlq", JobFilter(search=old), HistorySort()).rows] == [old], \
+        "an exact id search stays exact"
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 4)
+    near = service.history("dlq", JobFilter(search="needle"), HistorySort(key="queue"))
+    assert ([r.id for r in near.rows], near.searched) == ([old], None), "the whole pillar fits: an exact search"
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 1)
+    archived("sw", type="needle.old")
+    age(10)
+    newest = archived("sw", type="needle.new")
+    hit = service.history("archive", JobFilter(search="needle"), HistorySort())
+    assert ([r.id for r in hit.rows], hit.searched) == (newest, 1), "the newest row is searched, the older not"
+
+
 def test_purge_one_archived_job_and_preview_counts_by_age() -> None:
     old = archived("age", 1)[0]
     gone = dead("age2")[0]

@@ -196,7 +196,7 @@ class Recorder:
 # ---------------------------------------------------------------- the statement checker
 
 KEYWORDS = frozenset("""
-    SET NOCOUNT ON OFF DECLARE TABLE NOT NULL PRIMARY KEY NVARCHAR MAX INT BIGINT FLOAT BIT DATETIME2 DATETIMEOFFSET
+    SET NOCOUNT ON OFF DECLARE TABLE NOT NULL PRIMARY KEY NVARCHAR MAX MIN INT BIGINT FLOAT BIT DATETIME2 DATETIMEOFFSET
     VARBINARY SELECT FROM WHERE AND OR IN IS AS WITH UPDLOCK READPAST ROWLOCK HOLDLOCK NOLOCK TOP ORDER BY DESC ASC
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
@@ -725,6 +725,8 @@ CASES = [
          [[_row(DLQ_ROW_FIELDS, failure_reason=2, error_head="Zombie: …")]],
          check=lambda rows: _job_rows(rows, JobStatus.ZOMBIE)),
     Case("list_dlq", (JobFilter(), None, 50, HistorySort("date", True)), [[]], []),
+    Case("list_dlq", (JobFilter(search="boom"), None, 50, HistorySort("queue", True, 500, 1000)), [[]], []),
+    Case("list_archive", (JobFilter(search="x"), None, 50, HistorySort("date", True, None, 1000)), [[]], []),
     Case("locate_jobs", (["J1", "J2", "J3", "J1"],), [[("J1", 2), ("J2", 3), ("J3", -2)]],
          {"J1": JobStatus.PROCESSING, "J2": JobStatus.SUCCEEDED, "J3": JobStatus.CANCELLED}),
     Case("locate_jobs", ([],), [], {}),
