@@ -9,7 +9,7 @@ total comes from ``StatsSummary``, whose counters equal the retained rows.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin
 from django.core.paginator import Paginator
@@ -49,6 +49,17 @@ def _pretty_payload(payload: str | None) -> str:
         return payload
 
 
+class JobAdmin(ReadOnlyAdmin):
+    """A table of job rows: found by exact id or by type; the payload is shown formatted as JSON."""
+
+    search_fields: ClassVar[tuple[str, ...]] = ("=id", "type")
+    readonly_fields = ("payload_json",)
+
+    @admin.display(description="payload (formatted)")
+    def payload_json(self, obj: JobsHot | JobsArchive | JobsDLQ) -> str:
+        return _pretty_payload(obj.payload)
+
+
 class CounterPaginator(Paginator):  # type: ignore[type-arg]
     """Unfiltered lists count from a StatsSummary column instead of ``COUNT(*)`` over history."""
 
@@ -72,45 +83,32 @@ class DLQPaginator(CounterPaginator):
 
 
 @admin.register(JobsHot)
-class JobsHotAdmin(ReadOnlyAdmin):
+class JobsHotAdmin(JobAdmin):
     list_display = ("id", "queue", "type", "status_name", "priority", "attempt_count", "worker_id", "created_at",
                     "scheduled_at")
     list_filter = ("status", "queue")
     search_fields = ("id", "type", "tags")
     ordering = ("-created_at",)
-    readonly_fields = ("payload_json",)
 
     @admin.display(description="status", ordering="status")
     def status_name(self, obj: JobsHot) -> str:
         return JobStatus(obj.status).name.title()
 
-    @admin.display(description="payload (formatted)")
-    def payload_json(self, obj: JobsHot) -> str:
-        return _pretty_payload(obj.payload)
-
 
 @admin.register(JobsArchive)
-class JobsArchiveAdmin(ReadOnlyAdmin):
+class JobsArchiveAdmin(JobAdmin):
     list_display = ("id", "queue", "type", "attempt_count", "duration_ms", "finished_at", "worker_id")
     list_filter = ("queue",)
-    search_fields = ("=id", "type")
     ordering = ("-finished_at",)
     paginator = ArchivePaginator
-    readonly_fields = ("payload_json",)
-
-    @admin.display(description="payload (formatted)")
-    def payload_json(self, obj: JobsArchive) -> str:
-        return _pretty_payload(obj.payload)
 
 
 @admin.register(JobsDLQ)
-class JobsDLQAdmin(ReadOnlyAdmin):
+class JobsDLQAdmin(JobAdmin):
     list_display = ("id", "queue", "type", "reason_name", "attempt_count", "failed_at", "worker_id")
     list_filter = ("failure_reason", "queue")
-    search_fields = ("=id", "type")
     ordering = ("-failed_at",)
     paginator = DLQPaginator
-    readonly_fields = ("payload_json",)
 
     @admin.display(description="failure reason", ordering="failure_reason")
     def reason_name(self, obj: JobsDLQ) -> str:
@@ -118,10 +116,6 @@ class JobsDLQAdmin(ReadOnlyAdmin):
             return FailureReason(obj.failure_reason).display_name
         except ValueError:
             return str(obj.failure_reason)
-
-    @admin.display(description="payload (formatted)")
-    def payload_json(self, obj: JobsDLQ) -> str:
-        return _pretty_payload(obj.payload)
 
 
 @admin.register(StatsSummary)

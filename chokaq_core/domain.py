@@ -168,14 +168,20 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
-class HotJob:
-    """A row of ``chokaq_jobs_hot``."""
+class StoredJob:
+    """What every job table's row starts with: the job's identity, queue, type, payload and tags."""
 
     id: str
     queue: str
     type: str
     payload: str | None
     tags: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HotJob(StoredJob):
+    """A row of ``chokaq_jobs_hot``."""
+
     idempotency_key: str | None
     priority: int
     status: JobStatus
@@ -202,12 +208,7 @@ class HotJob:
 
 
 @dataclass(frozen=True, slots=True)
-class ArchivedJob:
-    id: str
-    queue: str
-    type: str
-    payload: str | None
-    tags: str | None
+class ArchivedJob(StoredJob):
     attempt_count: int
     worker_id: str | None
     created_by: str | None
@@ -220,12 +221,7 @@ class ArchivedJob:
 
 
 @dataclass(frozen=True, slots=True)
-class DeadJob:
-    id: str
-    queue: str
-    type: str
-    payload: str | None
-    tags: str | None
+class DeadJob(StoredJob):
     failure_reason: FailureReason
     error_details: str | None
     attempt_count: int

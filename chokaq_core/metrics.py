@@ -207,18 +207,23 @@ def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
     return labels
 
 
-# ---------------------------------------------------------------- recording points
-
-
-@_safely
-def jobs_enqueued(jobs: Sequence[NewJob]) -> None:
-    """One increment per (queue, type) of the batch, by its count (a bulk enqueue is one or a few pairs)."""
+def _count_jobs(counter: Counter, otel_name: str, jobs: Iterable[NewJob | HotJob]) -> None:
+    """One on ``counter`` per job, labelled by its queue and type: one increment per (queue, type) of the batch,
+    by its count (a bulk enqueue is one or a few pairs)."""
     counts: dict[tuple[str, str], int] = {}
     for job in jobs:
         key = (job.queue, job.type)
         counts[key] = counts.get(key, 0) + 1
     for (queue, job_type), n in counts.items():
-        _add(ENQUEUED, "chokaq.jobs.enqueued", _job_labels(queue, job_type), n)
+        _add(counter, otel_name, _job_labels(queue, job_type), n)
+
+
+# ---------------------------------------------------------------- recording points
+
+
+@_safely
+def jobs_enqueued(jobs: Sequence[NewJob]) -> None:
+    _count_jobs(ENQUEUED, "chokaq.jobs.enqueued", jobs)
 
 
 @_safely
@@ -289,8 +294,7 @@ def completion_conflicts(outcomes: Iterable[Any]) -> None:
 
 @_safely
 def heartbeat_failed(jobs: Iterable[HotJob]) -> None:
-    for job in jobs:
-        _add(HEARTBEAT_FAILURES, "chokaq.jobs.heartbeat_failures", _job_labels(job.queue, job.type))
+    _count_jobs(HEARTBEAT_FAILURES, "chokaq.jobs.heartbeat_failures", jobs)
 
 
 @_safely

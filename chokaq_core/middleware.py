@@ -35,6 +35,7 @@ from chokaq_core import metrics
 from chokaq_core.conf import config
 from chokaq_core.domain import ChokaQFatalError
 from chokaq_core.handlers import JobContext
+from chokaq_core.lazy import Lazy
 
 logger = logging.getLogger("chokaq.middleware")
 
@@ -197,23 +198,16 @@ class RedisIdempotencyStore:
         return bool(self._script(keys=[self.prefix + key], args=[job_id, "", ""]))
 
 
-_store: IdempotencyStore | None = None
-_store_lock = threading.Lock()
+_store: Lazy[IdempotencyStore] = Lazy(lambda: import_string(config().IDEMPOTENCY.STORE)())
 
 
 def idempotency_store() -> IdempotencyStore:
     """The process's store, built from ``CHOKAQ["IDEMPOTENCY"]["STORE"]`` on first use."""
-    global _store
-    with _store_lock:
-        if _store is None:
-            _store = import_string(config().IDEMPOTENCY.STORE)()
-        return _store
+    return _store()
 
 
 def reset_idempotency_store() -> None:
-    global _store
-    with _store_lock:
-        _store = None
+    _store.reset()
 
 
 class IdempotencyMiddleware:

@@ -33,14 +33,22 @@ COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-class JobsHot(models.Model):
-    """Active work only: Pending (0), Fetched (1), Processing (2)."""
+class JobModel(models.Model):
+    """The columns every job table starts with: the job's identity, queue, type, payload and tags."""
 
     id = models.CharField(max_length=50, primary_key=True)
     queue = models.CharField(max_length=255)
     type = models.CharField(max_length=255)
     payload = models.TextField(null=True)
     tags = models.CharField(max_length=1000, null=True)
+
+    class Meta:
+        abstract = True
+
+
+class JobsHot(JobModel):
+    """Active work only: Pending (0), Fetched (1), Processing (2)."""
+
     idempotency_key = models.CharField(max_length=255, null=True)
     priority = models.IntegerField(default=10, db_default=10)
     status = models.IntegerField(default=0, db_default=0)
@@ -111,14 +119,9 @@ class JobsHot(models.Model):
         ]
 
 
-class JobsArchive(models.Model):
+class JobsArchive(JobModel):
     """Succeeded jobs, write-once."""
 
-    id = models.CharField(max_length=50, primary_key=True)
-    queue = models.CharField(max_length=255)
-    type = models.CharField(max_length=255)
-    payload = models.TextField(null=True)
-    tags = models.CharField(max_length=1000, null=True)
     attempt_count = models.IntegerField(default=1, db_default=1)
     worker_id = models.CharField(max_length=100, null=True)
     created_by = models.CharField(max_length=100, null=True)
@@ -140,14 +143,9 @@ class JobsArchive(models.Model):
         ]
 
 
-class JobsDLQ(models.Model):
+class JobsDLQ(JobModel):
     """Terminal failures, cancellations and zombies."""
 
-    id = models.CharField(max_length=50, primary_key=True)
-    queue = models.CharField(max_length=255)
-    type = models.CharField(max_length=255)
-    payload = models.TextField(null=True)
-    tags = models.CharField(max_length=1000, null=True)
     failure_reason = models.IntegerField()
     error_details = models.TextField(null=True)
     attempt_count = models.IntegerField()

@@ -418,12 +418,7 @@ def complete(
                                datetime.now(UTC))
         return completion
 
-    sql = dialect()
-    # a batch of successes only is one statement where the dialect moves and counts (history included) in one
-    # statement: no BEGIN/COMMIT round trips
-    alone = (not retries and not failures and sql.MOVES_IN_ONE_STATEMENT and sql.MOVES_RECORD_HISTORY
-             and not memory_mode() and not connections[alias()].in_atomic_block)
-    done = run(operation, atomic=not alone, prepared=True)
+    done = run(operation, prepared=True)
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
     now = datetime.now(UTC).isoformat()  # one moment for the whole batch

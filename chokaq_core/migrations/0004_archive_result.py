@@ -1,21 +1,10 @@
 """Archive keeps the handler's return value (the django.tasks backend's results)."""
 
 from django.db import migrations, models
-from django.utils import timezone
 
+from chokaq_core.ledger import ledger_steps
 
-def ledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=4,
-        defaults={"name": "ArchiveResult", "description": "Archive result column (handler return value)",
-                  "applied_at": timezone.now()},
-    )
-
-
-def unledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=4
-    ).delete()
+ledger, unledger = ledger_steps(4, "ArchiveResult", "Archive result column (handler return value)")
 
 
 class Migration(migrations.Migration):

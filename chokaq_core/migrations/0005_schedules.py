@@ -2,20 +2,10 @@
 
 import django.db.models.functions.datetime
 from django.db import migrations, models
-from django.utils import timezone
 
+from chokaq_core.ledger import ledger_steps
 
-def ledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=5,
-        defaults={"name": "Schedules", "description": "Recurring job ticks", "applied_at": timezone.now()},
-    )
-
-
-def unledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=5
-    ).delete()
+ledger, unledger = ledger_steps(5, "Schedules", "Recurring job ticks")
 
 
 class Migration(migrations.Migration):

@@ -1,21 +1,10 @@
 """The attempts history: one row per failed execution (error class, message, traceback, time, worker)."""
 
 from django.db import migrations, models
-from django.utils import timezone
 
+from chokaq_core.ledger import ledger_steps
 
-def ledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=6,
-        defaults={"name": "JobAttempts", "description": "Attempts history (every failed execution's error)",
-                  "applied_at": timezone.now()},
-    )
-
-
-def unledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=6
-    ).delete()
+ledger, unledger = ledger_steps(6, "JobAttempts", "Attempts history (every failed execution's error)")
 
 
 class Migration(migrations.Migration):

@@ -1,21 +1,10 @@
 """The edit version of Hot and DLQ rows: a stale operator edit is refused instead of overwriting a newer one."""
 
 from django.db import migrations, models
-from django.utils import timezone
 
+from chokaq_core.ledger import ledger_steps
 
-def ledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=8,
-        defaults={"name": "EditRevision", "description": "Edit version of Hot and DLQ rows",
-                  "applied_at": timezone.now()},
-    )
-
-
-def unledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=8
-    ).delete()
+ledger, unledger = ledger_steps(8, "EditRevision", "Edit version of Hot and DLQ rows")
 
 
 class Migration(migrations.Migration):

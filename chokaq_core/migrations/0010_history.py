@@ -2,25 +2,14 @@
 Recurring panel's columns (operator switch, the latest job of each schedule)."""
 
 from django.db import migrations, models
-from django.utils import timezone
 
+from chokaq_core.ledger import ledger_steps
 from chokaq_core.vendor_ops import SqlServerPageCompression
 
 BINS = 20
 
 
-def ledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=10,
-        defaults={"name": "History", "description": "History buckets, purged counter, schedule switches",
-                  "applied_at": timezone.now()},
-    )
-
-
-def unledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=10
-    ).delete()
+ledger, unledger = ledger_steps(10, "History", "History buckets, purged counter, schedule switches")
 
 
 class Migration(migrations.Migration):

@@ -3,21 +3,10 @@ buckets. SQL Server gets the same DDL from the schema editor (the tables are sma
 
 import django.db.models.functions.datetime
 from django.db import migrations, models
-from django.utils import timezone
 
+from chokaq_core.ledger import ledger_steps
 
-def ledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=11,
-        defaults={"name": "RateLimits", "description": "Fleet-wide rate limits per queue, job type and key",
-                  "applied_at": timezone.now()},
-    )
-
-
-def unledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=11
-    ).delete()
+ledger, unledger = ledger_steps(11, "RateLimits", "Fleet-wide rate limits per queue, job type and key")
 
 
 class Migration(migrations.Migration):

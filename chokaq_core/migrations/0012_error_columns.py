@@ -6,21 +6,10 @@ Existing rows keep NULL (no scan of a large DLQ): the Deck shows their details' 
 
 from django.db import migrations, models
 from django.db.models import Q
-from django.utils import timezone
 
+from chokaq_core.ledger import ledger_steps
 
-def ledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).get_or_create(
-        version=9,
-        defaults={"name": "ErrorColumns", "description": "Error class and message apart from the traceback",
-                  "applied_at": timezone.now()},
-    )
-
-
-def unledger(apps, schema_editor):
-    apps.get_model("chokaq_core", "SchemaMigrations").objects.using(schema_editor.connection.alias).filter(
-        version=9
-    ).delete()
+ledger, unledger = ledger_steps(12, "ErrorColumns", "Error class and message apart from the traceback")
 
 
 class Migration(migrations.Migration):

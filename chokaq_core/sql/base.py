@@ -912,17 +912,17 @@ class BaseDialect:
              actor, *at, name])
 
     def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
-        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time) and read
-        their buckets, in one statement: the database's time and the buckets."""
+        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time), then read
+        their buckets: the database's time and the buckets. Two statements on purpose: a read that waited for the
+        lock must see the buckets the previous claim committed, and PostgreSQL's READ COMMITTED re-reads only the
+        locked rows of a statement that waited, not the rows it joined (a join would double-spend tokens)."""
         now, at = self.now()
         tail, params = self.name_list(names)
-        columns = ", ".join(f"b.{c}" for c in RATE_BUCKET_FIELDS)
-        rows = self._all(cursor, f"SELECT {now}, {columns} FROM {RATE_LIMITS} AS l{self.ROW_LOCK_HINT}"
-                                 f" LEFT JOIN {RATE_BUCKETS} AS b ON b.limit_name = l.name WHERE l.name {tail}"
+        rows = self._all(cursor, f"SELECT l.name, {now} FROM {RATE_LIMITS} AS l{self.ROW_LOCK_HINT} WHERE l.name {tail}"
                                  f" ORDER BY l.name{self.ROW_LOCK_TAIL}", [*at, *params])
         if not rows:
             return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), []
-        return as_utc(rows[0][0]), [rate_bucket(r[1:]) for r in rows if r[1] is not None]
+        return as_utc(rows[0][1]), self.rate_buckets(cursor, names)
 
     def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
                           dropped: Sequence[tuple[str, str]]) -> None:

@@ -31,6 +31,7 @@ import django.db.utils
 from django.apps import apps
 from django.db.backends.sqlite3.base import DatabaseWrapper, SQLiteCursorWrapper
 
+from chokaq_core.lazy import Lazy
 from chokaq_core.sql import sqlite
 
 logger = logging.getLogger("chokaq.storage.memory")
@@ -99,17 +100,12 @@ def _as_django_error[T](operation: Callable[[Any], T], cursor: Any) -> T:
         raise getattr(django.db.utils, type(exc).__name__, django.db.utils.DatabaseError)(*exc.args) from exc
 
 
-_database: MemoryDatabase | None = None
-_opening = threading.Lock()
+_database: Lazy[MemoryDatabase] = Lazy(MemoryDatabase)
 
 
 def database() -> MemoryDatabase:
     """This process's in-memory database, created on first use."""
-    global _database
-    with _opening:
-        if _database is None:
-            _database = MemoryDatabase()
-        return _database
+    return _database()
 
 
 def evict_if_full(cursor: Any, capacity: int) -> None:

@@ -56,16 +56,16 @@ class Polling:
         self._closed.set()
 
 
-class CommitMarkerProbe:
+class CommitMarkerProbe(Polling):
     """Polls ``read_marker`` (a number that changes whenever another connection commits); the first
     read happens on the waiting thread, whose connection the marker belongs to."""
 
-    kind: WakeKind = "commit_marker"
+    kind: WakeKind = "commit_marker"  # a Polling whose wait ends early when the marker moves
 
     def __init__(self, read_marker: Callable[[], int | None], interval: float = COMMIT_PROBE_INTERVAL) -> None:
+        super().__init__()
         self.read_marker = read_marker
         self.interval = interval
-        self._closed = threading.Event()
         self._last: int | None = None
         self._started = False
 
@@ -89,9 +89,6 @@ class CommitMarkerProbe:
             if time.monotonic() >= deadline:
                 return False
         return False
-
-    def close(self) -> None:
-        self._closed.set()
 
 
 class Listen:

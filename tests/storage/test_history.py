@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-import pytest
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -150,23 +148,3 @@ def test_retention_deletes_one_granularity_older_than_its_cutoff() -> None:
     assert storage.purge_history(HOUR, timezone.now() - timedelta(hours=3)) == 0
     assert storage.purge_history(HOUR, timezone.now() + timedelta(hours=2)) == 1
     assert not rows(HOUR)
-
-
-@pytest.mark.sql_only
-def test_a_success_only_batch_is_one_statement_where_the_move_counts_its_history(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    done = processing("alone", "w1", 2)
-    failing = processing("alone", "w1")[0]
-    atomic: list[bool] = []
-    real = storage.run
-
-    def spy(operation: Any, **kwargs: Any) -> Any:
-        atomic.append(kwargs.get("atomic", True))
-        return real(operation, **kwargs)
-
-    monkeypatch.setattr(storage, "run", spy)
-    storage.complete("w1", [Success(j.id, 1.0) for j in done], [], [])
-    storage.complete("w1", [], [], [Failure(failing.id, FailureReason.FATAL_ERROR, "boom")])
-    sql = storage.dialect()
-    assert atomic == [not (sql.MOVES_IN_ONE_STATEMENT and sql.MOVES_RECORD_HISTORY), True]
-    assert sum(r["completed_count"] for r in rows(MINUTE, queue="alone")) == 3, "counted once either way"

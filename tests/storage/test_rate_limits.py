@@ -170,3 +170,44 @@ def test_without_a_limit_in_force_the_claim_is_the_plain_claim(monkeypatch: pyte
     for name in ("lock_rate_buckets", "save_rate_buckets", "rate_buckets"):
         monkeypatch.setattr(type(storage.dialect()), name, refuse)
     assert sorted(j.id for j in storage.fetch_batch("w1", 5, ["rl-plain"])) == sorted(ids)
+
+
+@pytest.mark.sql_only
+def test_a_claim_that_waited_for_another_claims_lock_sees_the_tokens_that_claim_left() -> None:
+    """Another transaction (a claim, as far as the limit is concerned) holds the limit's row and spends the
+    bucket's 5 tokens; a claim started meanwhile waits for it, then must see 0 tokens, not the 5 its first
+    snapshot showed (PostgreSQL's READ COMMITTED re-reads only the rows a waiting statement locks)."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    capped = limit("type:rl.race.v1", "1/h burst 5")
+    saved_up("type:rl.race.v1", 5)
+    pending("rl-race", 10, type="rl.race.v1")
+    locked, errors = threading.Event(), []
+
+    def spend_all() -> None:
+        try:
+            with transaction.atomic():
+                if connection.vendor == "postgresql":
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT name FROM chokaq_rate_limits WHERE name = %s FOR UPDATE",
+                                       ["type:rl.race.v1"])
+                RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(window_used=5)
+                locked.set()
+                threading.Event().wait(0.5)  # the other claim starts and waits for this lock meanwhile
+                RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(tokens=0.0)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            locked.set()
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=spend_all)
+    holder.start()
+    assert locked.wait(30)
+    claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
+    holder.join(timeout=60)
+
+    assert errors == []
+    assert claimed == [], "the waiting claim spent tokens the other transaction had already spent"
