@@ -515,11 +515,12 @@ class JobFilter:
 class HistorySort:
     """``key`` is one of SORT_KEYS. For a key outside ``INDEXED_SORTS`` of the pillar, ``window`` (when set)
     bounds the work: only the newest ``window`` matching rows (by the pillar's date) are ranked, so no page
-    sorts the whole history."""
+    sorts the whole history. ``search_window`` likewise bounds a text search to the newest rows of the pillar."""
 
     key: str = "date"
     descending: bool = True
     window: int | None = None
+    search_window: int | None = None  # when set, a text search reads only the pillar's newest this many rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -282,6 +282,7 @@ BULK_BATCH = 500  # rows per transaction of a bulk-by-filter run ("all matching"
 NO_CAP = 2**31 - 1  # a bulk-by-filter run without a max-jobs bound
 THROUGHPUT_WINDOW = 300
 TAGS_MAX = 1000
+SEARCH_WINDOW = 100_000  # a text search over a larger pillar reads only its newest 100,000 rows
 SORT_WINDOW = 50_000  # a sort no index serves ranks the newest 50,000 matches (domain.INDEXED_SORTS)
 PILLAR_STATUSES = {"archive": (JobStatus.SUCCEEDED,),
                    "dlq": (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ZOMBIE)}
@@ -321,6 +322,7 @@ class HistoryPage:
     prev_token: str | None
     retained: int
     window: int | None = None  # set when the sort only ranks the newest ``window`` matches
+    searched: int | None = None  # set when a text search read only the newest ``searched`` rows of the pillar
 
 
 def queue_overview() -> list[QueueOverview]:
@@ -550,13 +552,15 @@ def history(
         # a search that is exactly a job id of this pillar finds it by primary key, not by scanning history
         if storage.locate_jobs([term]).get(term) in PILLAR_STATUSES[pillar]:
             filters = replace(filters, job_id=term)
+    searched = SEARCH_WINDOW if term and filters.job_id is None and retained > SEARCH_WINDOW else None
+    sort = replace(sort, search_window=searched)
     if before:
         rows = read(filters, _decode_key(before, sort), size + 1, replace(sort, descending=not sort.descending))
         more_before = len(rows) > size
         rows = list(reversed(rows[:size]))
         if rows:
             return HistoryPage(rows, _encode_key(sort, rows[-1]),
-                               _encode_key(sort, rows[0]) if more_before else None, retained, window)
+                               _encode_key(sort, rows[0]) if more_before else None, retained, window, searched)
         after = None
     key: tuple[Any, str] | None = _decode_key(after, sort) if after else None
     rows = read(filters, key, size + 1, sort)
@@ -565,7 +569,8 @@ def history(
     more = len(rows) > size
     rows = rows[:size]
     return HistoryPage(rows, _encode_key(sort, rows[-1]) if more else None,
-                       _encode_key(sort, rows[0]) if key is not None and rows else None, retained, window)
+                       _encode_key(sort, rows[0]) if key is not None and rows else None, retained, window,
+                       searched)
 
 
 # ---------------------------------------------------------------- operator commands
@@ -862,11 +867,17 @@ def _cutoff(days: int) -> datetime:
     return datetime.now(UTC) - timedelta(days=days)
 
 
-def preview_purge_older_than(pillar: str, days: int) -> tuple[datetime, int]:
-    """(cutoff, rows a purge older than ``days`` would delete now) for "archive" or "dlq"."""
+PURGE_PREVIEW_CAP = 100_000  # a purge preview counts at most this many rows, then says "more than"
+
+
+def preview_purge_older_than(pillar: str, days: int, cap: int | None = None) -> tuple[datetime, int, bool]:
+    """(cutoff, rows a purge older than ``days`` would delete now, capped) for "archive" or "dlq": the count stops
+    at ``cap`` (``PURGE_PREVIEW_CAP``) and ``capped`` says there are more."""
     cutoff = _cutoff(days)
-    count = storage.count_archive_older_than(cutoff) if pillar == "archive" else storage.count_dlq_older_than(cutoff)
-    return cutoff, count
+    cap = PURGE_PREVIEW_CAP if cap is None else cap
+    count_older = storage.count_archive_older_than if pillar == "archive" else storage.count_dlq_older_than
+    count = count_older(cutoff, cap + 1)
+    return cutoff, min(count, cap), count > cap
 
 
 def purge_older_than(pillar: str, days: int) -> int:

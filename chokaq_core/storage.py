@@ -906,12 +906,14 @@ def purge_archive_ids(job_ids: Sequence[str]) -> int:
     return len(moved)
 
 
-def count_archive_older_than(cutoff: datetime) -> int:
-    return int(call(ALONE, dialect().count_archive_older_than, cutoff))
+def count_archive_older_than(cutoff: datetime, limit: int) -> int:
+    """Archive rows finished before ``cutoff``, counted up to ``limit``."""
+    return int(call(ALONE, dialect().count_archive_older_than, cutoff, limit))
 
 
-def count_dlq_older_than(cutoff: datetime) -> int:
-    return int(call(ALONE, dialect().count_dlq_older_than, cutoff))
+def count_dlq_older_than(cutoff: datetime, limit: int) -> int:
+    """DLQ rows created on or before ``cutoff``, counted up to ``limit``."""
+    return int(call(ALONE, dialect().count_dlq_older_than, cutoff, limit))
 
 
 # ---------------------------------------------------------------- wake-up source

@@ -31,7 +31,7 @@ MAX_TAGS = 1000
 MAX_PAYLOAD_CHARS = 4_000_000  # the editor's pretty-printed text; the envelope limit applies to compact JSON
 MAX_EDIT_BODY = 4 * MAX_PAYLOAD_CHARS + 65_536  # bytes of a JSON edit body (escaping can double a payload twice)
 MAX_BATCH = 1000
-PAGE_SIZES = (10, 100, 500, 1000)
+PAGE_SIZES = (10, 100, 500)  # a 1,000-row page took ≈200 ms to render (bench/deck_bench.py): 500 at most
 SORT_LABELS = {"date": "Date", "duration": "Duration", "type": "Type", "queue": "Queue", "attempts": "Attempts",
                "created": "Created", "id": "Id", "worker": "Worker", "reason": "Reason"}
 REASONS = [(int(r), r.display_name) for r in FailureReason]

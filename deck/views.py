@@ -667,13 +667,13 @@ def preview_purge_older_than(request: HttpRequest) -> HttpResponse:
         if pillar not in ("archive", "dlq"):
             raise forms.InvalidInput("pillar must be archive or dlq")
         days = forms.clean(forms.Days, request.POST)["days"]
-        cutoff, count = service.preview_purge_older_than(pillar, days)
+        cutoff, count, capped = service.preview_purge_older_than(pillar, days)
     except (forms.InvalidInput, service.ServiceError) as exc:
         return _bad(request, exc)
     if not _htmx(request):
-        return JsonResponse({"ok": True, "cutoff": cutoff.isoformat(), "count": count})
+        return JsonResponse({"ok": True, "cutoff": cutoff.isoformat(), "count": count, "capped": capped})
     return _render(request, "deck/panels.html#purge-preview",
-                   {"pillar": pillar, "days": days, "cutoff": cutoff, "count": count})
+                   {"pillar": pillar, "days": days, "cutoff": cutoff, "count": count, "capped": capped})
 
 
 def _purge_older(request: HttpRequest, pillar: str) -> Done:

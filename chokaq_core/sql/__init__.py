@@ -329,11 +329,12 @@ class Dialect(Protocol):
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
         """Delete the given Archive rows; PurgedTotal +n."""
 
-    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        """Archive rows ``purge_archive`` would delete (finished_at < cutoff): a preview, not a render-time count."""
+    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        """Archive rows ``purge_archive`` would delete (finished_at < cutoff), counted up to ``limit``: a preview,
+        not a render-time count."""
 
-    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        """DLQ rows ``purge_dlq_older_than`` would delete (created_at <= cutoff)."""
+    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        """DLQ rows ``purge_dlq_older_than`` would delete (created_at <= cutoff), counted up to ``limit``."""
 
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,

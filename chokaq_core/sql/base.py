@@ -780,6 +780,16 @@ class BaseDialect:
                 params.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
+    def search_bound(self, table: str, date: str, filters: JobFilter, sort: HistorySort,
+                     where: str, params: list[Any]) -> tuple[str, list[Any]]:
+        """``where`` narrowed, for a text search with ``sort.search_window``, to rows no older than the newest
+        ``search_window`` rows of ``table`` (one index-only read of ``date``), so a search never reads all history."""
+        if not filters.search or sort.search_window is None or filters.job_id is not None:
+            return where, params
+        bound = (f"{date} >= (SELECT min(d) FROM (SELECT {date} AS d FROM {table}"
+                 f" ORDER BY {date} DESC{self.LIMIT}) AS newest)")
+        return (f"{where} AND {bound}" if where else f" WHERE {bound}"), [*params, int(sort.search_window)]
+
     def keyset(self, sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
                limit: int, sort: HistorySort) -> tuple[str, list[Any]]:
         """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction.
@@ -803,7 +813,7 @@ class BaseDialect:
         if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
             return f"SELECT {inner} FROM {table}", where, params
         date = "finished_at" if pillar == "archive" else "failed_at"
-        return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC{self.LIMIT}) w",
+        return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC{self.LIMIT}) AS w",
                 "", [*params, int(sort.window)])
 
     def locate_sql(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
@@ -1012,6 +1022,7 @@ class BaseDialect:
                      sort: HistorySort) -> list[JobRow]:
         clauses, params = self.where(filters, "finished_at", ("id", "type", "tags"))
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort, where, params)
         select, where, params = self.source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit,
                                   sort)
@@ -1019,7 +1030,7 @@ class BaseDialect:
 
     def list_dlq(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                  sort: HistorySort) -> list[JobRow]:
-        where, params = self.dlq_where(filters)
+        where, params = self.search_bound(DLQ, "failed_at", filters, sort, *self.dlq_where(filters))
         select, where, params = self.source("dlq", DLQ, self.DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
         return [dlq_row(r) for r in self._all(cursor, sql, params)]
@@ -1074,13 +1085,17 @@ class BaseDialect:
         sql = f"SELECT id FROM {table}{hint}{where}{bound} ORDER BY id DESC{self.LIMIT}{lock}"
         return [str(r[0]) for r in self._all(cursor, sql, [*params, value, int(limit)])]
 
-    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        return int(self._one(cursor, f"SELECT count(*) FROM {ARCHIVE} WHERE finished_at < {self.TS}",
-                             [self.param_ts(cutoff)])[0] or 0)
+    def _count_older(self, cursor: Cursor, table: str, column: str, op: str, cutoff: datetime, limit: int) -> int:
+        """Rows of ``table`` whose ``column`` is ``op`` ``cutoff``, counted up to ``limit`` (the scan stops there)."""
+        sql = (f"SELECT count(*) FROM (SELECT 1 AS one FROM {table} WHERE {column} {op} {self.TS}"
+               f" ORDER BY {column}{self.LIMIT}) AS capped")
+        return int(self._one(cursor, sql, [self.param_ts(cutoff), int(limit)])[0] or 0)
 
-    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime) -> int:
-        return int(self._one(cursor, f"SELECT count(*) FROM {DLQ} WHERE created_at <= {self.TS}",
-                             [self.param_ts(cutoff)])[0] or 0)
+    def count_archive_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        return self._count_older(cursor, ARCHIVE, "finished_at", "<", cutoff, limit)
+
+    def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        return self._count_older(cursor, DLQ, "created_at", "<=", cutoff, limit)
 
     # ------------------------------------------------------------ the live Deck's one read, schedules, attempts
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -248,6 +249,30 @@ def test_maintenance_preview_and_purges(admin: Client, jobs: Jobs) -> None:
     assert admin.post("/deck/api/maintenance/purge-archive", {"days": "30"}).json()["affected"] == 0
     assert admin.post("/deck/api/maintenance/purge-dlq", {"days": "7"}).json()["message"] == "No DLQ jobs to purge."
     assert JobsArchive.objects.filter(id=jobs.archived).exists()
+
+
+def test_maintenance_preview_says_more_than_when_capped(admin: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    archived("capv", 3)
+    JobsArchive.objects.update(finished_at=datetime.now(UTC) - timedelta(days=40))
+    monkeypatch.setattr(service, "PURGE_PREVIEW_CAP", 2)
+    assert admin.post("/deck/api/maintenance/preview", {"pillar": "archive", "days": "30"}).json() | {"cutoff": 0} \
+        == {"ok": True, "cutoff": 0, "count": 2, "capped": True}
+    fragment = admin.post("/deck/api/maintenance/preview", {"pillar": "archive", "days": "30"}, **HTMX).content
+    assert b"more than 2</strong>" in fragment and b"CONFIRM PURGE ARCHIVE" in fragment
+    monkeypatch.setattr(service, "PURGE_PREVIEW_CAP", 3)
+    fragment = admin.post("/deck/api/maintenance/preview", {"pillar": "archive", "days": "30"}, **HTMX).content
+    assert b"more than" not in fragment and b"<strong>3</strong>" in fragment
+
+
+def test_a_bounded_text_search_says_which_rows_it_read(admin: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    oldest = dead("swv", 3, details="hay")[0]
+    JobsDLQ.objects.filter(id=oldest).update(failed_at=datetime.now(UTC) - timedelta(hours=1))
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 2)
+    html = admin.get("/deck/partials/jobs?view=dlq&q=hay&size=100", **HTMX).content.decode()
+    assert "searched the newest 2 rows" in html and html.count('class="job-row') == 2
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 3)
+    html = admin.get("/deck/partials/jobs?view=dlq&q=hay&size=100", **HTMX).content.decode()
+    assert "searched the newest" not in html and html.count('class="job-row') == 3
 
 
 def test_delete_forever_single_rows(admin: Client, jobs: Jobs) -> None:

@@ -3,7 +3,7 @@ locate, throughput, queue health, top errors, filtered DLQ bulk commands, purges
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -190,6 +190,37 @@ def test_dlq_bulk_preview_purge_and_resurrect_by_filter() -> None:
     assert len(service.purge_dlq_matching(f, 0)) == 3  # max_jobs <= 0 means 100
     assert counters("bulk") == (0, 1, 0)
     assert dlq_ids() == {keep}
+
+
+def test_purge_preview_counts_at_most_the_cap_and_says_so() -> None:
+    archived("cap", 3)
+    dead("cap", 3)
+    age(40 * 86400)
+    for pillar in ("archive", "dlq"):
+        assert service.preview_purge_older_than(pillar, 30, cap=2)[1:] == (2, True), pillar
+        assert service.preview_purge_older_than(pillar, 30, cap=3)[1:] == (3, False), pillar
+    assert storage.count_archive_older_than(datetime.now(UTC), 2) == 2, "the count stops at its limit"
+    assert service.purge_older_than("archive", 30) == 3, "the purge itself is not capped"
+
+
+def test_a_text_search_reads_only_the_newest_rows_of_a_large_pillar(monkeypatch: pytest.MonkeyPatch) -> None:
+    old = dead("sw", details="needle in the old row")[0]
+    age(10)
+    dead("sw", 3, details="hay")
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 3)
+    far = service.history("dlq", JobFilter(search="needle"), HistorySort())
+    assert (far.rows, far.searched) == ([], 3), "a match older than the newest 3 rows is not read"
+    assert [r.id for r in service.history("dlq", JobFilter(search=old), HistorySort()).rows] == [old], \
+        "an exact id search stays exact"
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 4)
+    near = service.history("dlq", JobFilter(search="needle"), HistorySort(key="queue"))
+    assert ([r.id for r in near.rows], near.searched) == ([old], None), "the whole pillar fits: an exact search"
+    monkeypatch.setattr(service, "SEARCH_WINDOW", 1)
+    archived("sw", type="needle.old")
+    age(10)
+    newest = archived("sw", type="needle.new")
+    hit = service.history("archive", JobFilter(search="needle"), HistorySort())
+    assert ([r.id for r in hit.rows], hit.searched) == (newest, 1), "the newest row is searched, the older not"
 
 
 def test_purge_one_archived_job_and_preview_counts_by_age() -> None:

@@ -196,7 +196,7 @@ class Recorder:
 # ---------------------------------------------------------------- the statement checker
 
 KEYWORDS = frozenset("""
-    SET NOCOUNT ON OFF DECLARE TABLE NOT NULL PRIMARY KEY NVARCHAR MAX INT BIGINT FLOAT BIT DATETIME2 DATETIMEOFFSET
+    SET NOCOUNT ON OFF DECLARE TABLE NOT NULL PRIMARY KEY NVARCHAR MAX MIN INT BIGINT FLOAT BIT DATETIME2 DATETIMEOFFSET
     VARBINARY SELECT FROM WHERE AND OR IN IS AS WITH UPDLOCK READPAST ROWLOCK HOLDLOCK NOLOCK TOP ORDER BY DESC ASC
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
@@ -717,6 +717,8 @@ CASES = [
          [[_row(DLQ_ROW_FIELDS, failure_reason=2, error_head="Zombie: …")]],
          check=lambda rows: _job_rows(rows, JobStatus.ZOMBIE)),
     Case("list_dlq", (JobFilter(), None, 50, HistorySort("date", True)), [[]], []),
+    Case("list_dlq", (JobFilter(search="boom"), None, 50, HistorySort("queue", True, 500, 1000)), [[]], []),
+    Case("list_archive", (JobFilter(search="x"), None, 50, HistorySort("date", True, None, 1000)), [[]], []),
     Case("locate_jobs", (["J1", "J2", "J3", "J1"],), [[("J1", 2), ("J2", 3), ("J3", -2)]],
          {"J1": JobStatus.PROCESSING, "J2": JobStatus.SUCCEEDED, "J3": JobStatus.CANCELLED}),
     Case("locate_jobs", ([],), [], {}),
@@ -741,8 +743,8 @@ CASES = [
     Case("resurrect_dlq_by_filter", (JobFilter(search="x"), 10, None), [[]], []),
     Case("purge_archive_ids", (["J1", "J1"],), [[("J1", "mail")]], [("J1", "mail")]),
     Case("purge_archive_ids", ([],), [], []),
-    Case("count_archive_older_than", (T0,), [[(5,)]], 5),
-    Case("count_dlq_older_than", (T0,), [[(0,)]], 0),
+    Case("count_archive_older_than", (T0, 100_001), [[(5,)]], 5),
+    Case("count_dlq_older_than", (T0, 100_001), [[(0,)]], 0),
     Case("list_workers", (), [[_row(sql.WORKER_FIELDS, hostname="h", pid=7, queues="mail", capacity=4,
                                     active_count=1, is_running=1, runtime_json="{}", circuits_json="[]",
                                     started_at=T0, last_heartbeat_at=T0.replace(tzinfo=None))]],
