@@ -18,6 +18,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 Open = Callable[..., Any]
 
 
+def assert_inside_table(page: Any, *cells: str) -> None:
+    """The first history row's ``cells`` end inside the job table's visible (scroll) area."""
+    wrap = page.locator("#job-matrix .table-wrap").bounding_box()
+    for cell in cells:
+        box = page.locator(f"#history-rows tr.job-row >> nth=0 >> {cell}").bounding_box()
+        assert box["x"] + box["width"] <= wrap["x"] + wrap["width"], f"{cell} is pushed out of the table's view"
+
+
 def test_a_top_errors_click_lists_the_jobs_of_that_group(deck_server: Deck, page_for: Open) -> None:
     timeouts = set(exhausted("payments", "payment gateway timeout", 3))
     refused = set(exhausted("payments", "connection refused", 2))
@@ -31,10 +39,7 @@ def test_a_top_errors_click_lists_the_jobs_of_that_group(deck_server: Deck, page
     listed = set(page.eval_on_selector_all("#history-rows tr.job-row", "rows => rows.map(r => r.dataset.jobId)"))
     assert listed == refused
     assert "ConnectionError: connection refused" in page.inner_text("#error-group-filter")
-    wrap = page.locator("#job-matrix .table-wrap").bounding_box()
-    for cell in ("td.status", "td:nth-child(9)", "td.duration", "td.actions button"):  # Try is the 9th column
-        box = page.locator(f"#history-rows tr.job-row >> nth=0 >> {cell}").bounding_box()
-        assert box["x"] + box["width"] <= wrap["x"] + wrap["width"], f"{cell} is pushed out of the table's view"
+    assert_inside_table(page, "td.status", "td:nth-child(9)", "td.duration", "td.actions button")  # Try: 9th
     page.locator("#top-errors .error-link").nth(0).click()
     page.wait_for_function("n => document.querySelectorAll('#history-rows tr.job-row').length === n",
                            arg=len(timeouts))
@@ -71,10 +76,7 @@ def test_the_dlq_columns_stay_inside_the_table_with_the_inspector_open_at_1440(d
     page.wait_for_selector("#history-rows tr.job-row")
     page.click(f"#history-rows #job-{refused[0]} td.type")
     page.wait_for_selector("#inspector")
-    wrap = page.locator("#job-matrix .table-wrap").bounding_box()
     shot(page, "deck-dlq-inspector-1440")
-    for cell in ("td:nth-child(9)", "td.duration", "td.actions button"):  # Try is the 9th column
-        box = page.locator(f"#history-rows tr.job-row >> nth=0 >> {cell}").bounding_box()
-        assert box["x"] + box["width"] <= wrap["x"] + wrap["width"], f"{cell} is pushed out of the table's view"
+    assert_inside_table(page, "td:nth-child(9)", "td.duration", "td.actions button")  # Try is the 9th column
     assert page.locator("#history-rows tr.job-row >> nth=0 >> td.actions button").inner_text() == "RETRY"
     assert real_errors(page) == []
