@@ -36,6 +36,8 @@ SLOTS = {"CONCURRENCY": 8, "MAX_CONCURRENCY": 8, "SHUTDOWN_GRACE_PERIOD": 10, "R
 DRAIN_TIMEOUT = 120.0
 SETTLE = timedelta(seconds=2)  # the issue's bound: every worker follows a change within 2 s
 
+DISPATCH_SLACK = 0.1  # seconds of claim → start delay a start-time window may absorb (see the first drain)
+
 
 def start_workers(tmp_path: Path, rate_limits: dict[str, Any], count: int = 2) -> list[Proc]:
     env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
@@ -97,8 +99,10 @@ def test_two_workers_never_start_more_than_the_limit_in_any_second(procs: list[P
     write_result(f"rate_limit_drain_{connection.vendor}", {"busiest_second": busiest_second(times),
                                                            "drain_s": (times[-1] - times[0]).total_seconds()})
     # Rate properties, about time by nature: counts per second of the stored start times, and a lower bound on the
-    # drain (a slow machine only lengthens it).
-    assert busiest_second(times) <= 50 + 10, "no 1-second window over the rate plus the burst"
+    # drain (a slow machine only lengthens it). The limit is enforced where the job is claimed; a start trails its
+    # claim by the dispatch (the lease round trip), so a start-time window may hold up to rate x that delay more
+    # than the claims' windows do: DISPATCH_SLACK allows 100 ms of it.
+    assert busiest_second(times) <= 50 + 10 + DISPATCH_SLACK * 50, "no 1-second window over rate + burst + slack"
     assert (times[-1] - times[0]).total_seconds() >= (1000 - 60) / 50 * 0.9, "the limit, not the workers, set the pace"
     assert_all_archived_once(ids)
 
@@ -121,7 +125,7 @@ def test_each_tenant_gets_its_own_allowance(procs: list[Proc], tmp_path: Path) -
     for tenant in ("a", "b", "c"):
         times = [at for at, payload in rows if payload["tenant"] == tenant]
         assert len(times) == 300
-        assert busiest_second(times) <= 20 + 5, f"tenant {tenant} exceeded its allowance (rate + burst)"
+        assert busiest_second(times) <= 20 + 5 + DISPATCH_SLACK * 20, f"tenant {tenant} exceeded its allowance"
     assert_all_archived_once(ids)
 
 

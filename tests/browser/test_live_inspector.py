@@ -78,8 +78,8 @@ def test_a_burst_of_news_about_the_inspected_job_costs_at_most_two_re_fetches(de
     """Throttle: 40 pushes naming the inspected job at once give one re-fetch now and one trailing re-fetch
     (counted, not timed)."""
     service.set_queue_paused("browser", True)
-    page = page_for("viewer")
     job_id = chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser")
+    page = page_for("viewer")  # the row is in the first render: this test counts re-fetches, not the push
     wait_status(page, job_id, "PENDING")
     page.click(f"#job-{job_id} td.type")
     wait_inspector(page, "PENDING", "ACTIVE")
