@@ -118,8 +118,6 @@ def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[st
         ctx["summary"] = service.summary()
     if panel in (None, "queues"):
         ctx["queues"] = service.queue_overview()
-    if panel in (None, "queues", "rate-limits"):  # one read serves the rate-limits panel and the queues' rate cells
-        ctx["rate_limits"] = service.rate_limits()
     if panel in (None, "top-errors"):
         ctx.update(errors=service.top_errors(), errors_at=fragments.now())
     if panel in (None, "console"):
@@ -130,6 +128,8 @@ def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[st
             ctx["fleet"] = view.totals
         if panel in (None, "workers", "breakers"):
             ctx["fleet_view"] = view
+    if panel in (None, "rate-limits"):
+        ctx["rate_limits"] = service.rate_limits()
     return ctx
 
 

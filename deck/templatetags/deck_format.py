@@ -242,34 +242,3 @@ def url_safe_id(value: Any) -> bool:
 def url_safe_queue(value: Any) -> bool:
     """``url_safe_id`` for queue names."""
     return is_valid_name("queue", value)
-
-
-@register.filter
-def queue_rates(limits: Any) -> dict[str, dict[str, Any]]:
-    """The queues panel's rate cells, by queue: each ``queue:<name>`` limit in force with its row's anchor in the
-    rate-limits panel (``rate-limit-<n>``, the panel's order) and its use ("rate 87/100 per 1m", "paused")."""
-    cells: dict[str, dict[str, Any]] = {}
-    for n, state in enumerate(limits or (), start=1):
-        text = queue_rate_text(state)
-        if text and state.name.startswith("queue:"):
-            cells[state.name.partition(":")[2]] = {"anchor": f"rate-limit-{n}", "text": text,
-                                                   "paused": not state.rate.count}
-    return cells
-
-
-@register.filter
-def queue_rate_text(state: Any) -> str:
-    """A limit's use as a queue row shows it: "rate 87/100 per 1m", "paused" for a 0 count, "" when lifted."""
-    rate = state.rate
-    if rate is None:
-        return ""
-    if not rate.count:
-        return "paused"
-    window = rate.text.partition(" ")[0].partition("/")[2]
-    return f"rate {state.used}/{rate.count} per {window if window[:1].isdigit() else '1' + window}"
-
-
-@register.filter
-def get_cell(cells: Any, key: str) -> Any:
-    """``cells[key]`` or None (a dict lookup in a template)."""
-    return (cells or {}).get(key)

@@ -180,27 +180,3 @@ def test_an_operator_changes_pauses_and_lifts_a_rate_limit_in_the_panel(deck_ser
         "button", has_text="LIFT").click()
     wait_until(lambda: service.rate_limits()[0].rate is None)
     assert real_errors(page) == []
-
-
-@pytest.mark.parametrize("phone", [False, True])
-def test_a_queue_row_shows_its_rate_limit_use_through_live_pushes(deck_server: Deck, page_for: Open,
-                                                                  phone: bool) -> None:
-    """A pushed queues panel carries no limits: its rate cells follow the rate-limits panel (its 2 s poll)."""
-    service.set_queue_paused("browser", True)
-    chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser")
-    chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser-free")
-    service.set_rate_limit("queue:browser", "100/m", actor="test")
-    page = page_for("admin", phone=phone)
-    cell = "#queues-panel tr[data-queue=browser] td.rate-cell"
-    page.wait_for_function(f"() => document.querySelector('{cell}')?.textContent.trim() === 'rate 0/100 per 1m'")
-    page.evaluate("document.getElementById('queues-panel').dataset.seen = '1'")
-    service.set_rate_limit("queue:browser", "50/m", actor="test")  # no event: the rate-limits panel's poll brings it
-    page.wait_for_function(f"() => document.querySelector('{cell}')?.textContent.trim() === 'rate 0/50 per 1m'")
-    page.wait_for_function("() => !document.getElementById('queues-panel').dataset.seen")  # a push replaced it
-    assert page.locator(cell).inner_text().strip() == "rate 0/50 per 1m", "the pushed panel's cell is filled again"
-    assert page.locator(f"{cell} a").get_attribute("href") == "#" + page.locator(
-        "#rate-limits-panel tr[data-limit='queue:browser']").get_attribute("id")
-    assert page.locator("#queues-panel tr[data-queue=browser-free] td.rate-cell").inner_text().strip() == "—"
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= page.viewport_size["width"], "the page itself never scrolls sideways"
-    assert real_errors(page) == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import pytest
@@ -89,32 +88,3 @@ def test_the_inspector_says_which_limit_holds_a_pending_job(operator: Client) ->
     body = operator.get(f"/deck/jobs/{job_id}", **HTMX).content.decode()
 
     assert "held by rate limit type:tests.ok.v1 (paused)" in body
-
-
-@pytest.mark.parametrize("url", ["/deck/", "/deck/partials/queues"])
-def test_the_queues_panel_shows_a_limited_queue_with_its_use_and_an_unlimited_one_without(
-        operator: Client, url: str) -> None:
-    storage.declare_rate_limits([RateLimit("queue:mail", parse_rate("100/m")), RateLimit("queue:held", parse_rate("0/m"))])
-    for queue in ("mail", "mail", "mail", "held", "plain"):
-        enqueue("tests.ok.v1", {}, queue=queue, allow_unregistered=True)
-    limits = [state.limit for state in service.rate_limits() if state.limit is not None]
-    claimed = storage.fetch_batch("w1", 10, None, limits)
-    used = sum(1 for job in claimed if job.queue == "mail")
-    assert used and not [job for job in claimed if job.queue == "held"], "mail claimed within its limit, held paused"
-    limit_rows = operator.get("/deck/partials/rate-limits", **HTMX).content.decode()
-    anchor = re.search(r'<tr id="(rate-limit-\d+)"[^>]*data-limit="queue:mail"', limit_rows)
-    assert anchor is not None
-
-    cells = _rate_cells(operator.get(url, **HTMX).content.decode())
-
-    assert re.sub(r"<[^>]+>", "", cells["mail"]) == f"rate {used}/100 per 1m"
-    assert f'href="#{anchor[1]}"' in cells["mail"], "links to the limit's row in the rate-limits panel"
-    assert re.sub(r"<[^>]+>", "", cells["held"]) == "paused"
-    assert cells["plain"] == "—"
-
-
-def _rate_cells(body: str) -> dict[str, str]:
-    """Each queue row's rate cell (its inner html), by queue."""
-    rows = re.findall(r'<tr id="queue-\d+"[^>]*data-queue="([^"]+)">(.*?)</tr>', body, re.S)
-    return {queue: m[1] for queue, row in rows
-            if (m := re.search(r'<td class="rate-cell"[^>]*>(.*?)</td>', row, re.S))}

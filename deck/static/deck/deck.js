@@ -502,27 +502,6 @@
     log(xhr.status >= 500 ? "error" : "warning", message);
   }
 
-  // The queues panel's rate cells follow the rate-limits panel (its rows' data-use): a pushed queues panel
-  // carries empty cells, and the rate-limits panel's own refresh brings the newest use.
-  function syncQueueRates() {
-    var limits = $("rate-limits-panel");
-    if (!limits) return;
-    Array.prototype.forEach.call(document.querySelectorAll("#queues-panel td[data-rate-for]"), function (td) {
-      var name = td.getAttribute("data-rate-for"), row = null;
-      Array.prototype.forEach.call(limits.querySelectorAll("tr[data-limit]"), function (tr) {
-        if (tr.getAttribute("data-limit") === name) row = tr;
-      });
-      var text = row ? row.getAttribute("data-use") : "";
-      var a = td.querySelector("a.rate-badge");
-      if (!text) { if (td.textContent !== "\u2014") td.textContent = "\u2014"; return; }
-      if (!a) { td.textContent = ""; a = document.createElement("a"); td.appendChild(a); }
-      a.href = "#" + row.id;
-      a.title = "Rate limit " + name;
-      a.className = "badge " + (text === "paused" ? "badge-warning" : "badge-muted") + " rate-badge";
-      if (a.textContent !== text) a.textContent = text;
-    });
-  }
-
   function init() {
     if (window.htmx) htmx.config.wsReconnectDelay = reconnectDelay;
     initTheme();
@@ -530,9 +509,9 @@
     var body = document.body;
     body.addEventListener("htmx:wsOpen", onOpen);
     body.addEventListener("htmx:wsClose", onClose);
-    body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); syncQueueRates(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); });
     body.addEventListener("htmx:afterSettle", function () {
-      refreshChart(); refreshHistory(); applyProgress(); updateSelection(); announceFollow(false); syncQueueRates();
+      refreshChart(); refreshHistory(); applyProgress(); updateSelection(); announceFollow(false);
     });
     body.addEventListener("htmx:responseError", onResponseError);
     body.addEventListener("htmx:beforeSwap", onBeforeSwap);
