@@ -75,16 +75,26 @@ def test_a_running_job_stopped_from_its_inspector_shows_cancelled(deck_server: D
 
 def test_a_burst_of_news_about_the_inspected_job_costs_at_most_two_re_fetches(deck_server: Deck,
                                                                             page_for: Open) -> None:
-    """Throttle: 40 pushes naming the inspected job at once give one re-fetch now and one trailing re-fetch
-    (counted, not timed)."""
+    """Throttle: 40 pushes naming the inspected job at once give at most one re-fetch now and one trailing
+    re-fetch (counted, not timed)."""
     service.set_queue_paused("browser", True)
     job_id = chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser")
     page = page_for("viewer")  # the row is in the first render: this test counts re-fetches, not the push
     wait_status(page, job_id, "PENDING")
-    page.click(f"#job-{job_id} td.type")
-    wait_inspector(page, "PENDING", "ACTIVE")
     fetches: list[str] = []
     page.on("request", lambda r: fetches.append(r.url) if r.url.endswith(f"/deck/jobs/{job_id}") else None)
+    page.click(f"#job-{job_id} td.type")
+    wait_inspector(page, "PENDING", "ACTIVE")
+    # The server names a job once when a tab starts following it (the inspector may predate a change): that
+    # second fetch is awaited, so only the burst's fetches are counted below.
+    for _ in range(200):  # Playwright delivers request events only while it runs: wait inside it
+        if len(fetches) >= 2:
+            break
+        page.wait_for_timeout(100)
+    page.wait_for_function("() => { const f = window.Deck.follow; return !f.busy && !f.timer && !f.again; }")
+    page.wait_for_function("() => !document.querySelector('#inspector.htmx-request')")
+    assert len(fetches) == 2, fetches
+    fetches.clear()
     page.evaluate("""(id) => {
         for (let i = 0; i < 40; i++) {
           const b = document.createElement('b');
@@ -95,6 +105,7 @@ def test_a_burst_of_news_about_the_inspected_job_costs_at_most_two_re_fetches(de
     }""", job_id)
     page.wait_for_function("() => { const f = window.Deck.follow; return !f.busy && !f.timer && !f.again; }")
     page.wait_for_function("() => !document.querySelector('#inspector.htmx-request')")
-    assert len(fetches) == 2, fetches
+    # one re-fetch now and one trailing, or only the trailing one when the last fetch was under 250 ms ago
+    assert 1 <= len(fetches) <= 2, fetches
     wait_inspector(page, "PENDING", "ACTIVE")
     assert real_errors(page) == []
