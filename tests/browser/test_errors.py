@@ -60,3 +60,21 @@ def test_a_retrying_job_shows_its_last_error_and_next_attempt(deck_server: Deck,
     assert page.inner_text("#inspector-last-error") == "ChokaQThrottledError: slow down"
     assert page.locator("#inspector-attempts .attempt-entry").count() == 1
     assert real_errors(page) == []
+
+
+def test_the_dlq_columns_stay_inside_the_table_with_the_inspector_open_at_1440(deck_server: Deck,
+                                                                               page_for: Open) -> None:
+    refused = exhausted("notifications", "connection refused", 2, type="shop.notifications.send_receipt_email.v1",
+                        created_by="operations-team@example.com")
+    page = page_for("operator", size=(1440, 900))
+    page.locator("#top-errors .error-link").nth(0).click()
+    page.wait_for_selector("#history-rows tr.job-row")
+    page.click(f"#history-rows #job-{refused[0]} td.type")
+    page.wait_for_selector("#inspector")
+    wrap = page.locator("#job-matrix .table-wrap").bounding_box()
+    shot(page, "deck-dlq-inspector-1440")
+    for cell in ("td:nth-child(9)", "td.duration", "td.actions button"):  # Try is the 9th column
+        box = page.locator(f"#history-rows tr.job-row >> nth=0 >> {cell}").bounding_box()
+        assert box["x"] + box["width"] <= wrap["x"] + wrap["width"], f"{cell} is pushed out of the table's view"
+    assert page.locator("#history-rows tr.job-row >> nth=0 >> td.actions button").inner_text() == "RETRY"
+    assert real_errors(page) == []

@@ -29,9 +29,10 @@ PASSWORD = "deck-test-pw"
 
 
 def new_job(queue: str = "main", *, type: str = "test.ok.v1", payload: dict[str, Any] | None = None,
-            tags: str | None = None, priority: int = 10, delay: float | None = None) -> NewJob:
+            tags: str | None = None, priority: int = 10, delay: float | None = None,
+            created_by: str | None = None) -> NewJob:
     return NewJob(id=new_ulid(), queue=queue, type=type, payload=json.dumps(payload or {"n": 1}), tags=tags,
-                  priority=priority, delay_seconds=delay)
+                  priority=priority, delay_seconds=delay, created_by=created_by)
 
 
 def pending(queue: str = "main", n: int = 1, **fields: Any) -> list[str]:
@@ -64,12 +65,13 @@ def dead(queue: str = "failing", n: int = 1, *, reason: FailureReason = FailureR
     return ids
 
 
-def exhausted(queue: str, message: str, n: int = 1, kind: type[BaseException] = ConnectionError) -> list[str]:
+def exhausted(queue: str, message: str, n: int = 1, kind: type[BaseException] = ConnectionError,
+              **fields: Any) -> list[str]:
     """``n`` jobs moved to the DLQ after their last retry, by an exception whose traceback is long."""
     from tests.storage.rows import raised
 
     error = raised(message, kind)
-    ids = _processing(queue, n, "w-err")
+    ids = _processing(queue, n, "w-err", **fields)
     storage.complete("w-err", [], [], [Failure(i, FailureReason.MAX_RETRIES_EXCEEDED, error.traceback, 3, error)
                                        for i in ids])
     return ids
