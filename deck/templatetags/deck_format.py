@@ -9,6 +9,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from chokaq_core.domain import ErrorGroup, FailureReason, JobStatus, is_valid_name
 from chokaq_core.domain import short_class as domain_short_class
@@ -195,6 +197,15 @@ def error_group_query(group: ErrorGroup) -> str:
     else:
         params["q"] = group.prefix[:1000]
     return urlencode({**params, "size": "100"})
+
+
+_NAME_BREAKS = re.compile(r"([._])")
+
+
+@register.filter
+def breakable(name: str | None) -> SafeString:
+    """A dotted name (a job type) that a narrow column wraps after a dot or an underscore, never inside a word."""
+    return mark_safe(_NAME_BREAKS.sub(r"\1<wbr>", escape(name or "")))  # escaped first: only <wbr> is markup
 
 
 @register.filter

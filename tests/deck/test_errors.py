@@ -122,3 +122,12 @@ def test_the_inspector_shows_every_attempt_as_a_timeline(viewer: Client) -> None
     assert re.findall(r'data-attempt="(\d+)"', timeline) == ["1", "2"]
     assert timeline.index("ConnectionError: first") < timeline.index("ValueError: second")
     assert "on w-err</span>" in timeline and "on w-err2</span>" in timeline
+
+
+def test_a_job_type_wraps_only_after_its_dots_and_underscores() -> None:
+    """The job table's narrow Type column breaks a type between its parts, never inside a word."""
+    from deck.templatetags.deck_format import breakable
+
+    assert breakable("shop.send_email.v1") == "shop.<wbr>send_<wbr>email.<wbr>v1"
+    assert breakable("a<b>.c") == "a&lt;b&gt;.<wbr>c"  # escaped first: only the break is markup
+    assert breakable(None) == ""
