@@ -357,13 +357,14 @@ def test_a_fresh_project_adopts_chokaq_with_the_readmes_steps(venv: Path, tmp_pa
 
 
 def websocket_frame_after_enqueue(venv: Path, project: Path, session: str) -> dict[str, str]:
-    """Under daphne, a logged-in websocket on /ws/deck/ receives a frame naming a job enqueued meanwhile."""
+    """Under the installed ``deck.serve`` (daphne, compressed frames), a logged-in websocket on /ws/deck/ receives
+    a frame naming a job enqueued meanwhile (the client offers ``permessage-deflate`` and decodes it)."""
     import websockets.asyncio.client
 
     port = free_port()
     log = project / "daphne.log"
     with log.open("wb") as out:
-        daphne = subprocess.Popen([str(venv / "bin" / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+        daphne = subprocess.Popen([str(venv / "bin" / "python"), "-m", "deck.serve", "-b", "127.0.0.1", "-p", str(port),
                                    f"{PROJECT}.asgi:application"], cwd=project, env=clean_env(), stdout=out,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 

@@ -95,7 +95,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def deck_server(transactional_db: None, tmp_path: Path) -> Iterator[Deck]:
-    """daphne (config.asgi with tests.settings) + one chokaq_worker, on the test database."""
+    """daphne (``deck.serve``: config.asgi with tests.settings) + one chokaq_worker, on the test database."""
     call_command("chokaq_roles", verbosity=0)
     for role in ("viewer", "operator", "admin"):
         make_user(role)
@@ -106,7 +106,7 @@ def deck_server(transactional_db: None, tmp_path: Path) -> Iterator[Deck]:
            "CHOKAQ_DECK_POLL_INTERVAL": "0.5"}
     env.pop("REDIS_URL", None)
     deck = Deck(f"http://127.0.0.1:{port}", env=env,
-                web_command=[sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                web_command=[sys.executable, "-m", "deck.serve", "-b", "127.0.0.1", "-p", str(port),
                              "config.asgi:application"])
     try:
         deck.logs.append(tmp_path / "daphne.log")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -180,3 +183,33 @@ def test_an_operator_changes_pauses_and_lifts_a_rate_limit_in_the_panel(deck_ser
         "button", has_text="LIFT").click()
     wait_until(lambda: service.rate_limits()[0].rate is None)
     assert real_errors(page) == []
+
+
+def test_live_frames_are_compressed_when_the_browser_offers_permessage_deflate(deck_server: Deck,
+                                                                              page_for: Open) -> None:
+    """The Deck's web process (``deck.serve``: daphne) negotiates ``permessage-deflate``, and its frames arrive
+    compressed (RSV1 set). Chromium offers the extension; the handshake is replayed here with the tab's session
+    to read what the server answered."""
+    page = page_for("viewer")
+    cookies = "; ".join(f"{c['name']}={c['value']}" for c in page.context.cookies())
+    host = deck_server.url.removeprefix("http://")
+    with socket.create_connection(tuple(host.split(":")), timeout=10) as conn:  # type: ignore[arg-type]
+        conn.sendall((f"GET /ws/deck/ HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+                      "Sec-WebSocket-Version: 13\r\n"
+                      "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+                      f"Origin: {deck_server.url}\r\nCookie: {cookies}\r\n\r\n").encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = conn.recv(4096)
+            assert chunk, f"the server closed the handshake: {answer!r}"
+            answer += chunk
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        assert lines[0].split()[1] == "101", lines[0]
+        extensions = [v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+                      if k.lower() == "sec-websocket-extensions"]
+        assert extensions and extensions[0].startswith("permessage-deflate"), lines
+        while not rest:
+            rest = conn.recv(4096)
+        assert rest[0] & 0x40, f"the first frame is not compressed (RSV1 clear): {rest[:2]!r}"
