@@ -150,10 +150,11 @@ class PageErrors(list[str]):
 def page_for(browser: Any, deck_server: Deck) -> Iterator[Any]:
     contexts: list[Any] = []
 
-    def open_as(role: str, theme: str | None = None, phone: bool = False) -> Any:
+    def open_as(role: str, theme: str | None = None, phone: bool = False,
+                size: tuple[int, int] = (1600, 1000)) -> Any:
         context = (browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
                                        device_scale_factor=2) if phone
-                   else browser.new_context(viewport={"width": 1600, "height": 1000}))
+                   else browser.new_context(viewport={"width": size[0], "height": size[1]}))
         if theme:
             context.add_init_script(f"localStorage.setItem('deck-theme', '{theme}')")
         contexts.append(context)
