@@ -118,6 +118,8 @@ def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[st
         ctx["summary"] = service.summary()
     if panel in (None, "queues"):
         ctx["queues"] = service.queue_overview()
+    if panel in (None, "queues", "rate-limits"):  # one read serves the rate-limits panel and the rate cells
+        ctx["rate_limits"] = service.rate_limits()
     if panel in (None, "top-errors"):
         ctx.update(errors=service.top_errors(), errors_at=fragments.now())
     if panel in (None, "console"):
@@ -128,8 +130,6 @@ def _panels(panel: str | None = None, query: QueryDict | None = None) -> dict[st
             ctx["fleet"] = view.totals
         if panel in (None, "workers", "breakers"):
             ctx["fleet_view"] = view
-    if panel in (None, "rate-limits"):
-        ctx["rate_limits"] = service.rate_limits()
     return ctx
 
 
@@ -333,10 +333,13 @@ def _scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 
 def _audit(request: HttpRequest, name: str, done: Done, event_id: int) -> int:
+    return record(actor(request.user), name, done, event_id)
+
+
+def record(who: str, name: str, done: Done, event_id: int) -> int:
     """One audit entry per command, plus one per job a bulk command affected (so each job's history shows it;
     those member entries stay out of the console); one ``chokaq.deck`` log line with the command's event id.
     Returns the entry's id."""
-    who = actor(request.user)
     log = logger.warning if "purge" in name else logger.info
     log("%s by %s%s: %s", name, who, " refused" if event_id == COMMAND_REJECTED else "", done.message,
         extra={"event_id": event_id})
@@ -351,6 +354,12 @@ def _audit(request: HttpRequest, name: str, done: Done, event_id: int) -> int:
              for job_id in done.job_ids], batch_size=500)
     events.publish([events.operator_action(entry.id, name)], using=OperatorAction.objects.db)
     return int(entry.id)
+
+
+def record_shell_command(sender: object, *, command: str, actor: str, scope: str, message: str,
+                         **_: Any) -> None:
+    """A command an operator ran from a shell (``service.operator_command``), audited as the Deck's own."""
+    record(actor[:150], command, Done(message, scope=scope), COMMAND_COMPLETED)
 
 
 def _inspector_body(request: HttpRequest, job_id: str) -> Callable[[], str]:
@@ -513,8 +522,7 @@ def set_queue_max_workers(request: HttpRequest, name: str) -> Done:
 
 
 def _rate_done(state: RateLimitState, text: str) -> Done:
-    rate = state.rate
-    return Done(f"Rate limit {state.name}: {text} (in force: {rate.text if rate else 'none'})", scope=state.name)
+    return Done(service.rate_limit_change(state, text), scope=state.name)
 
 
 @command(Role.OPERATOR)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from django import template
-from django.utils.html import escape
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from chokaq_core.domain import ErrorGroup, FailureReason, JobStatus, is_valid_name
+from chokaq_core.domain import ErrorGroup, FailureReason, JobStatus, RateLimitState, is_valid_name
 from chokaq_core.domain import short_class as domain_short_class
 from deck.conf import setting
 
@@ -253,3 +255,53 @@ def url_safe_id(value: Any) -> bool:
 def url_safe_queue(value: Any) -> bool:
     """``url_safe_id`` for queue names."""
     return is_valid_name("queue", value)
+
+
+@dataclass(frozen=True, slots=True)
+class RateCell:
+    """A queue's or a job type's limit as its row shows it: its use and the address of the limit's row in the
+    rate-limits panel (``#rate-limit-<n>``, the panel's order: a counter, never the limit's name)."""
+
+    text: str
+    paused: bool
+    href: str
+
+
+@register.filter
+def rate_cells(limits: Iterable[RateLimitState] | None, scope: str) -> dict[str, RateCell]:
+    """The rate cells of one scope (``queue`` for the queues panel, ``type`` for the types table), by queue
+    name or type key: each limit in force of that scope, numbered as the rate-limits panel numbers its rows."""
+    cells: dict[str, RateCell] = {}
+    for n, state in enumerate(limits or (), start=1):
+        text = rate_use(state)
+        prefix, _, target = state.name.partition(":")
+        if text and prefix == scope and state.rate is not None:
+            cells[target] = RateCell(text, not state.rate.count, f"#rate-limit-{n}")
+    return cells
+
+
+@register.filter
+def rate_use(state: RateLimitState) -> str:
+    """A limit's use as a queue's or type's row shows it: "87/100 per 1m", "paused" for a 0 count, "" when no
+    rate is in force (lifted, or nothing declared)."""
+    rate = state.rate
+    if rate is None:
+        return ""
+    if not rate.count:
+        return "paused"
+    window = next((f"{rate.window / size:g}{unit}" for size, unit in ((3600, "h"), (60, "m"), (1, "s"))
+                   if rate.window % size == 0), f"{rate.window:g}s")
+    return f"{state.used}/{rate.count} per {window}"
+
+
+@register.simple_tag
+def rate_badge(cells: Mapping[str, RateCell], name: str, scope: str) -> str:
+    """A rate cell's content: a badge with the limit's use linking to its row in the rate-limits panel (where
+    it is changed, paused or lifted), or "—" when no limit applies."""
+    key = name.lower() if scope == "type" else name  # type keys compare case-insensitively
+    cell = cells.get(key)
+    if cell is None:
+        return "—"
+    return format_html('<a href="{}" class="badge {} rate-badge" title="Rate limit {}:{} (change it under RATE '
+                       'LIMITS)">{}</a>', cell.href, "badge-warning" if cell.paused else "badge-muted", scope, key,
+                       cell.text)

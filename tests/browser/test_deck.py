@@ -213,3 +213,42 @@ def test_live_frames_are_compressed_when_the_browser_offers_permessage_deflate(d
         while not rest:
             rest = conn.recv(4096)
         assert rest[0] & 0x40, f"the first frame is not compressed (RSV1 clear): {rest[:2]!r}"
+
+
+@pytest.mark.parametrize("phone", [False, True])
+def test_a_queue_row_shows_its_rate_limit_use_through_live_pushes(deck_server: Deck, page_for: Open,
+                                                                  phone: bool) -> None:
+    """A pushed queues panel carries no limits: its rate cells follow the rate-limits panel (its 2 s refresh)."""
+    service.set_queue_paused("browser", True)
+    chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser")
+    chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser-free")
+    chokaq_core.enqueue("demo.email.send.v1", {"to": "a@b.c", "subject": "Hi"}, queue="browser-held")
+    service.set_rate_limit("queue:browser", "100/m", actor="test")
+    service.set_rate_limit("queue:browser-held", "0/m", actor="test")
+    page = page_for("admin", phone=phone, size=(1440, 900))
+    cell = "#queues-panel tr[data-queue=browser] td.rate-cell"
+    page.wait_for_function(f"() => document.querySelector('{cell}')?.textContent.trim() === '0/100 per 1m'")
+    page.evaluate("document.getElementById('queues-panel').dataset.seen = '1'")
+    service.set_rate_limit("queue:browser", "50/m", actor="test")  # no event: the rate-limits panel's refresh brings it
+    page.wait_for_function(f"() => document.querySelector('{cell}')?.textContent.trim() === '0/50 per 1m'")
+    page.wait_for_function("() => !document.getElementById('queues-panel').dataset.seen")  # a push replaced it
+    assert page.locator(cell).inner_text().strip() == "0/50 per 1m", "the pushed panel's cell is filled again"
+    assert page.locator(f"{cell} a").get_attribute("href") == "#" + page.locator(
+        "#rate-limits-panel tr[data-limit='queue:browser']").get_attribute("id")
+    assert page.locator("#queues-panel tr[data-queue=browser-held] td.rate-cell").inner_text().strip() == "paused"
+    assert page.locator("#queues-panel tr[data-queue=browser-free] td.rate-cell").inner_text().strip() == "—"
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= page.viewport_size["width"], "the page itself never scrolls sideways"
+    height = page.evaluate(f"() => document.querySelector('{cell} a').getBoundingClientRect().height")  # pushes
+    assert height < 30, "the rate badge stays on one line"  # swap the panel: measured in one step
+    if phone:  # the table scrolls sideways to the rate; the queue's name stays at the row's start
+        page.evaluate(f"document.querySelector('{cell}').scrollIntoView({{inline: 'center', block: 'center'}})")
+        name, wrap = page.evaluate("""() => [document.querySelector('#queues-panel tr[data-queue=browser] td.queue-name'),
+            document.querySelector('#queues-section .table-wrap')].map(e => e.getBoundingClientRect().left)""")
+        assert page.evaluate("document.querySelector('#queues-section .table-wrap').scrollLeft") > 0
+        assert abs(name - wrap) < 2, "the queue's name scrolled away with the numbers"
+    panel_shot(page, "#queues-section", "deck-queues-phone" if phone else "deck-queues")
+    page.locator(f"{cell} a").click()  # the badge leads to the limit's row, where it is changed
+    page.wait_for_function("() => location.hash.startsWith('#rate-limit-')")
+    assert page.locator("#rate-limits-panel tr[data-limit='queue:browser']").is_visible()
+    assert real_errors(page) == []

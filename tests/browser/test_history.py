@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from chokaq_core import service
 from chokaq_core.domain import FailureReason
 from chokaq_core.models import HistoryBuckets, JobsHot, Schedules
 from tests.browser.conftest import Deck, panel_shot
@@ -52,6 +53,7 @@ def test_the_range_switcher_by_keyboard_and_address(deck_server: Deck, page_for:
     archived("reports", 3, duration_ms=1450.0, type="demo.report.build.v1")
     dead("payments", 2, reason=FailureReason.TRANSIENT, details="ConnectionError: gateway timeout",
          type="demo.payment.capture.v1")
+    service.set_rate_limit("type:demo.email.send.v1", "100/m", actor="test")
     page = page_for("operator")
     assert page.locator("#chart-panel").get_attribute("data-range") == "5m"
     link = page.locator("#chart-panel .range-switch a", has_text="24h")
@@ -62,6 +64,10 @@ def test_the_range_switcher_by_keyboard_and_address(deck_server: Deck, page_for:
     assert page.locator("#chart-panel .range-switch a[aria-current=true]").inner_text() == "24h"
     types = page.locator("#history-types tbody tr")
     assert types.count() == 3 and types.first.get_attribute("data-type") == "demo.email.send.v1"
+    # the re-fetched panel reads no limits: deck.js fills a type's rate cell from the rate-limits panel
+    page.wait_for_function("() => document.querySelector('#history-types tr[data-type=\"demo.email.send.v1\"] "
+                           "td.rate-cell')?.textContent.trim() === '0/100 per 1m'", timeout=5_000)
+    assert types.nth(1).locator("td.rate-cell").inner_text().strip() == "—"
     assert "History chart, last 24 hours" in page.locator("#history-data").inner_text()
     page.wait_for_timeout(300)
     panel_shot(page, "#chart-panel", "deck-history")

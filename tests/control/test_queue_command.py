@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import io
 
 import pytest
@@ -95,7 +96,27 @@ def test_set_rate_sets_pauses_lifts_and_resets_a_queue_or_type_limit() -> None:
     listed = io.StringIO()
     call_command("chokaq_queue", "list", stdout=listed)
     assert "type:pay.capture.v1\trate=0/m\tused=0/0" in listed.getvalue()
-    assert {s.name: s for s in service.rate_limits()}["queue:emails"].updated_by == "manage.py chokaq_queue"
+    assert {s.name: s for s in service.rate_limits()}["queue:emails"].updated_by == f"shell:{getpass.getuser()}"
+
+
+def test_each_rate_change_from_the_shell_is_in_the_decks_audit_log() -> None:
+    from deck.models import OperatorAction
+
+    call_command("chokaq_queue", "set", "emails", "--rate", "100/m", stdout=io.StringIO())
+    call_command("chokaq_queue", "set", "--type", "Pay.Capture.v1", "--rate", "0/m", stdout=io.StringIO())
+    call_command("chokaq_queue", "set", "emails", "--rate", "none", stdout=io.StringIO())
+    call_command("chokaq_queue", "set", "emails", "--rate", "reset", stdout=io.StringIO())
+    with pytest.raises(CommandError):
+        call_command("chokaq_queue", "set", "emails", "--rate", "lots")
+
+    entries = list(OperatorAction.objects.order_by("id").values_list("actor", "command", "scope", "message"))
+    shell = f"shell:{getpass.getuser()}"
+    assert entries == [
+        (shell, "set_rate_limit", "queue:emails", "Rate limit queue:emails: set to 100/m (in force: 100/m)"),
+        (shell, "set_rate_limit", "type:pay.capture.v1", "Rate limit type:pay.capture.v1: set to 0/m (in force: 0/m)"),
+        (shell, "lift_rate_limit", "queue:emails", "Rate limit queue:emails: lifted (in force: none)"),
+        (shell, "set_rate_limit", "queue:emails", "Rate limit queue:emails: reset to the declared rate (in force: none)"),
+    ], "one entry per change, as the Deck writes it; none for a refused rate"
 
 
 @pytest.mark.parametrize(("args", "error"), [

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import getpass
+import re
 from collections.abc import Callable
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from chokaq_core import enqueue, service, storage
 from chokaq_core.domain import RateLimit, parse_rate
 from chokaq_core.models import RateBuckets
+from deck import fragments
 from deck.models import OperatorAction
-from tests.deck.conftest import HTMX
+from deck.permissions import Role
+from tests.deck.conftest import HTMX, archived
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,3 +93,88 @@ def test_the_inspector_says_which_limit_holds_a_pending_job(operator: Client) ->
     body = operator.get(f"/deck/jobs/{job_id}", **HTMX).content.decode()
 
     assert "held by rate limit type:tests.ok.v1 (paused)" in body
+
+
+@pytest.mark.parametrize("url", ["/deck/", "/deck/partials/queues"])
+def test_the_queues_panel_shows_a_limited_queue_with_its_use_and_an_unlimited_one_without(
+        operator: Client, url: str) -> None:
+    storage.declare_rate_limits([RateLimit("queue:mail", parse_rate("100/m")), RateLimit("queue:held", parse_rate("0/m"))])
+    for queue in ("mail", "mail", "mail", "held", "plain"):
+        enqueue("tests.ok.v1", {}, queue=queue, allow_unregistered=True)
+    limits = [state.limit for state in service.rate_limits() if state.limit is not None]
+    claimed = storage.fetch_batch("w1", 10, None, limits)
+    used = sum(1 for job in claimed if job.queue == "mail")
+    assert used and not [job for job in claimed if job.queue == "held"], "mail claimed within its limit, held paused"
+    anchor = _limit_row_id(operator, "queue:mail")
+
+    cells = _rate_cells(operator.get(url, **HTMX).content.decode(), r'<tr id="queue-\d+"[^>]*data-queue="([^"]+)">')
+
+    assert re.sub(r"<[^>]+>", "", cells["mail"]) == f"{used}/100 per 1m"
+    assert f'href="#{anchor}"' in cells["mail"], "links to the limit's row in the rate-limits panel"
+    assert re.sub(r"<[^>]+>", "", cells["held"]) == "paused" and "badge-warning" in cells["held"]
+    assert cells["plain"] == "—"
+
+
+def test_a_pushed_queues_panel_leaves_its_rate_cells_to_the_rate_limits_panel() -> None:
+    """A push reads no limits: its cells are empty, named, for deck.js to fill from the rate-limits rows' use."""
+    declare("queue:mail", "100/m")
+    enqueue("tests.ok.v1", {}, queue="mail", allow_unregistered=True)
+
+    cells = _rate_cells(fragments.queues(service.queue_overview(), Role.OPERATOR, oob=True),
+                        r'<tr id="queue-\d+"[^>]*data-queue="([^"]+)">', whole=True)
+
+    assert cells["mail"] == '<td class="rate-cell" data-rate-for="queue:mail"></td>'
+
+
+def test_the_types_table_shows_a_limited_type_with_its_use(operator: Client) -> None:
+    declare("type:tests.ok.v1", "30/s")
+    archived("done", 2, type="tests.ok.v1")
+    archived("done", 1, type="tests.other.v1")
+    anchor = _limit_row_id(operator, "type:tests.ok.v1")
+
+    cells = _rate_cells(operator.get("/deck/?range=1h").content.decode(), r'<tr data-type="([^"]+)">')
+
+    assert re.sub(r"<[^>]+>", "", cells["tests.ok.v1"]) == "0/30 per 1s"
+    assert f'href="#{anchor}"' in cells["tests.ok.v1"]
+    assert cells["tests.other.v1"] == "—"
+    partial = operator.get("/deck/partials/chart?range=1h", **HTMX).content.decode()
+    assert '<td class="rate-cell" data-rate-for="type:tests.ok.v1"></td>' in partial, "deck.js fills a re-fetch"
+
+
+def test_each_rate_limit_row_carries_the_use_its_queue_or_type_rows_show(operator: Client) -> None:
+    storage.declare_rate_limits([RateLimit("queue:mail", parse_rate("10/5m burst 3")),
+                                 RateLimit("type:tests.ok.v1", parse_rate("1000/h"))])
+    service.lift_rate_limit("type:tests.ok.v1", actor="test")
+    body = operator.get("/deck/partials/rate-limits", **HTMX).content.decode()
+    uses = dict(re.findall(r'data-limit="([^"]+)" data-use="([^"]*)"', body))
+    assert uses == {"queue:mail": "0/10 per 5m", "type:tests.ok.v1": ""}
+
+
+def test_a_shell_change_is_audited_as_the_same_change_from_the_deck(operator: Client) -> None:
+    declare("queue:mail", "100/m")
+    assert operator.post("/deck/api/rate-limits/queue:mail/rate", {"value": "50/m"}, **HTMX).status_code == 204
+    call_command("chokaq_queue", "set", "mail", "--rate", "50/m")
+    call_command("chokaq_queue", "set", "--type", "tests.ok.v1", "--rate", "none")
+
+    deck, shell, lifted = OperatorAction.objects.order_by("id").values("actor", "command", "scope", "message")
+    assert deck == {**shell, "actor": "operator-user"}
+    assert shell == {"actor": f"shell:{getpass.getuser()}", "command": "set_rate_limit", "scope": "queue:mail",
+                     "message": "Rate limit queue:mail: set to 50/m (in force: 50/m)"}
+    assert lifted["command"] == "lift_rate_limit" and lifted["scope"] == "type:tests.ok.v1"
+    console = operator.get("/deck/partials/console", **HTMX).content.decode()
+    assert "Rate limit type:tests.ok.v1: lifted (in force: none)" in console, "the Deck's console lists it"
+
+
+def _limit_row_id(client: Client, name: str) -> str:
+    """The id of limit ``name``'s row in the rate-limits panel."""
+    body = client.get("/deck/partials/rate-limits", **HTMX).content.decode()
+    row = re.search(rf'<tr id="(rate-limit-\d+)"[^>]*data-limit="{re.escape(name)}"', body)
+    assert row is not None, name
+    return row[1]
+
+
+def _rate_cells(body: str, row: str, whole: bool = False) -> dict[str, str]:
+    """Each row's rate cell (its inner html, or the whole cell), by the key ``row``'s group captures."""
+    rows = re.findall(row + r"(.*?)</tr>", body, re.S)
+    return {key: m[0] if whole else m[1] for key, inner in rows
+            if (m := re.search(r'<td class="rate-cell"[^>]*>(.*?)</td>', inner, re.S))}

@@ -4,6 +4,7 @@ and rate limits: ``set QUEUE --rate 100/m`` (``0/m`` pauses, ``none`` lifts, ``r
 
 from __future__ import annotations
 
+import getpass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -65,17 +66,31 @@ class Command(BaseCommand):
         self.stdout.write(f"queue {queue}: {action} done")
 
     def _set_rate(self, name: str, rate: str) -> None:
-        """Set, pause (0/…), lift ('none') or reset ('reset') one limit; what is in force is printed."""
-        actor = "manage.py chokaq_queue"
+        """Set, pause (0/…), lift ('none') or reset ('reset') one limit, by the same service verbs as the Deck,
+        audited as the Deck audits them (actor ``shell:<os user>``); what is in force is printed."""
+        actor = f"shell:{_os_user()}"
         value = rate.strip().lower()
         try:
             if value in ("none", "lift", "off"):
+                command, change = "lift_rate_limit", "lifted"
                 state = service.lift_rate_limit(name, actor=actor)
             else:
+                command, change = "set_rate_limit", ("reset to the declared rate" if value == "reset"
+                                                     else f"set to {rate.strip()}")
                 state = service.set_rate_limit(name, None if value == "reset" else rate, actor=actor)
         except service.ServiceError as exc:
             raise CommandError(str(exc)) from exc
+        service.record_command(command, actor=actor, scope=state.name,
+                               message=service.rate_limit_change(state, change))
         self.stdout.write(f"rate limit {state.name}: {state.rate.text if state.rate else 'none'}")
+
+
+def _os_user() -> str:
+    """Who runs the shell (the audit's actor), "unknown" when the system cannot say."""
+    try:
+        return getpass.getuser() or "unknown"
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def _none(value: str) -> str | None:

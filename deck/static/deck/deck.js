@@ -502,6 +502,30 @@
     log(xhr.status >= 500 ? "error" : "warning", message);
   }
 
+  // Rate cells (a queue's row, a type's row in the history table) follow the rate-limits panel, whose rows carry
+  // their use (data-use): a pushed queues panel or a re-fetched chart has empty cells, and the rate-limits
+  // panel's own 2 s refresh brings the newest use. A cell links to its limit's row (its id is a counter).
+  function syncRates() {
+    var limits = $("rate-limits-panel");
+    if (!limits) return;
+    var rows = {};
+    Array.prototype.forEach.call(limits.querySelectorAll("tr[data-limit]"), function (tr) {
+      rows[tr.getAttribute("data-limit")] = tr;
+    });
+    Array.prototype.forEach.call(document.querySelectorAll("td[data-rate-for]"), function (td) {
+      var name = td.getAttribute("data-rate-for");
+      var row = Object.prototype.hasOwnProperty.call(rows, name) ? rows[name] : null;
+      var text = row ? row.getAttribute("data-use") : "";
+      var a = td.querySelector("a.rate-badge");
+      if (!text) { if (td.textContent !== "\u2014") td.textContent = "\u2014"; return; }
+      if (!a) { td.textContent = ""; a = document.createElement("a"); td.appendChild(a); }
+      if (a.getAttribute("href") !== "#" + row.id) a.setAttribute("href", "#" + row.id);
+      a.title = "Rate limit " + name + " (change it under RATE LIMITS)";
+      a.className = "badge " + (text === "paused" ? "badge-warning" : "badge-muted") + " rate-badge";
+      if (a.textContent !== text) a.textContent = text;
+    });
+  }
+
   function init() {
     if (window.htmx) htmx.config.wsReconnectDelay = reconnectDelay;
     initTheme();
@@ -509,9 +533,9 @@
     var body = document.body;
     body.addEventListener("htmx:wsOpen", onOpen);
     body.addEventListener("htmx:wsClose", onClose);
-    body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); });
+    body.addEventListener("htmx:wsAfterMessage", function () { processInbox(); refreshChart(); trimConsole(); syncRates(); });
     body.addEventListener("htmx:afterSettle", function () {
-      refreshChart(); refreshHistory(); applyProgress(); updateSelection(); announceFollow(false);
+      refreshChart(); refreshHistory(); applyProgress(); updateSelection(); announceFollow(false); syncRates();
     });
     body.addEventListener("htmx:responseError", onResponseError);
     body.addEventListener("htmx:beforeSwap", onBeforeSwap);
