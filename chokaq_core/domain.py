@@ -915,6 +915,15 @@ class ClaimedJobs(list[HotJob]):
     held_for: float | None = None
 
 
+class LeasedJobs(dict[str, int]):
+    """A lease's {job id: attempt} of the jobs now Processing and ours; under rate limits also the ids the
+    limits held back (back to Pending, no attempt counted) and in how many seconds a limit that held jobs back
+    has its next token (None: nothing was held, or only by a paused limit)."""
+
+    held: tuple[str, ...] = ()
+    held_for: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimHold:
     """What a claim must skip because its limit has no token left: whole queues, job types (lower-cased) and
