@@ -394,8 +394,8 @@ class RateLimits(models.Model):
 
 
 class RateBuckets(models.Model):
-    """The token bucket of one limit and key ('' for a limit's shared allowance), updated in the claim's
-    transaction; ``window_used`` counts the claims since ``window_started_at`` (what the Deck shows)."""
+    """The token bucket of one limit and key ('' for a limit's shared allowance), updated in the lease's
+    transaction; ``window_used`` counts the starts since ``window_started_at`` (what the Deck shows)."""
 
     pk = models.CompositePrimaryKey("limit_name", "rate_key")
     limit_name = models.CharField(max_length=300)

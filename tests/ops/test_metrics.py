@@ -257,9 +257,10 @@ def test_rate_limit_instruments_and_gauges_name_the_limit_never_a_key(client: Cl
         enqueue("test.other.v1", {}, queue="m-keys", rate_key=tenant, allow_unregistered=True)
     before = scrape(client)
 
-    claimed = storage.fetch_batch("w1", 10, None, [capped, tenants])
+    claimed = storage.fetch_batch("w1", 10)  # claimed without the limits: the lease spends the tokens
+    leased = storage.mark_processing_batch(claimed, "w1", [capped, tenants])
 
-    assert len(claimed) == 3, "one of the capped type (a new limit starts with one token), one per tenant"
+    assert len(leased) == 3, "one of the capped type (a new limit starts with one token), one per tenant"
     after = scrape(client)
     assert value(after, "chokaq_rate_limit_claimed_total", limit="type:test.ok.v1") - value(
         before, "chokaq_rate_limit_claimed_total", limit="type:test.ok.v1") == 1
