@@ -374,7 +374,7 @@ class JobAttempts(models.Model):
 class RateLimits(models.Model):
     """Fleet-wide rate limits, one row per ``queue:<name>`` / ``type:<key>``: the declared rate (settings and
     ``@job``, written by each worker at start) and an operator's override (a rate, 0 = paused, or lifted).
-    A claim locks the rows of the limits in force, so the buckets below change one claim at a time."""
+    A lease locks the rows of the limits in force, so the buckets below change one lease at a time."""
 
     name = models.CharField(max_length=300, primary_key=True)
     declared_count = models.IntegerField(null=True)

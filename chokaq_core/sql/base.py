@@ -934,7 +934,7 @@ class BaseDialect:
                           dropped: Sequence[tuple[str, str]]) -> None:
         """Write the buckets a lease changed or added, and delete the refilled ones it dropped (under the
         limits' row locks, so no other lease writes them meanwhile)."""
-        ts = self.TS  # a statement per bucket: a claim writes a few (the same texts on every vendor's driver)
+        ts = self.TS  # a statement per bucket: a lease writes a few (the same texts on every vendor's driver)
         for b in changed:
             cursor.execute(
                 f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
