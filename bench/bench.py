@@ -110,7 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"comma-separated steps (default all: {','.join(STEPS)}; with --scale {','.join(SCALE_STEPS)})")
     p.add_argument("--rate-limit", default=None, metavar="RATE",
                    help="also run paired drains, unlimited then with the no-op type rate-limited to RATE (e.g.\n"
-                        "'1000000/s', far above the drain rate): the overhead of a rate limit in the claim")
+                        "'1000000/s', far above the drain rate): the overhead of a rate limit (claim and lease)")
     p.add_argument("--json", dest="json_out", default=None, help="also write all results to this JSON file")
     p.add_argument("--child", choices=["sqlite", "postgresql"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -542,7 +542,8 @@ class Child:
 
     def rate_limited_drains(self, rate: str) -> dict[str, Any]:
         """Paired drains, unlimited then with the no-op type limited to ``rate`` (the worker reads the limit from
-        BENCH_CHOKAQ); the median ratio of their steady rates is the limit's overhead in the claim."""
+        BENCH_CHOKAQ); the median ratio of their steady rates is the limit's overhead (the claim reads the bucket,
+        the lease spends it)."""
         overrides = json.loads(os.environ.get("BENCH_CHOKAQ", "{}"))
         pairs = []
         for _ in range(self.args.repeat):

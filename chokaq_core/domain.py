@@ -762,7 +762,7 @@ def is_valid_name(field_name: str, value: object) -> bool:
     return isinstance(value, str) and bool(NAME_PATTERNS[field_name].fullmatch(value)) and bool(value.strip("."))
 
 
-# ---------------------------------------------------------------- rate limits (fleet-wide, enforced in the claim)
+# ---------------------------------------------------------------- rate limits (fleet-wide, spent by the lease)
 
 RATE_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 RATE_SCOPES = ("queue", "type")
@@ -868,7 +868,7 @@ class RateLimit:
 
 @dataclass(frozen=True, slots=True)
 class RateBucket:
-    """The token bucket of one limit (and key): its tokens as of ``refilled_at``, and the claims of the
+    """The token bucket of one limit (and key): its tokens as of ``refilled_at``, and the starts of the
     current display window (``window_used`` since ``window_started_at``)."""
 
     limit_name: str
@@ -912,6 +912,15 @@ class ClaimedJobs(list[HotJob]):
     """The jobs a claim under rate limits took, and in how many seconds a limit that held jobs back has its
     next token (None: nothing was held, or only by a paused limit)."""
 
+    held_for: float | None = None
+
+
+class LeasedJobs(dict[str, int]):
+    """A lease's {job id: attempt} of the jobs now Processing and ours; under rate limits also the ids the
+    limits held back (back to Pending, no attempt counted) and in how many seconds a limit that held jobs back
+    has its next token (None: nothing was held, or only by a paused limit)."""
+
+    held: tuple[str, ...] = ()
     held_for: float | None = None
 
 

@@ -11,8 +11,9 @@ Two kinds of series live in :data:`REGISTRY`:
   ``chokaq_jobs_heartbeat_failures_total``,
   ``chokaq_jobs_state_transition_conflicts_total``,
   ``chokaq_idempotency_claims_total``, ``chokaq_circuits_events_total``,
-  ``chokaq_rate_limit_claimed_total`` and ``chokaq_rate_limit_held_total`` (jobs a claim took under a rate
-  limit / sent back to Pending for want of a token; label ``limit``, the limit's name — keys are never labels).
+  ``chokaq_rate_limit_claimed_total`` and ``chokaq_rate_limit_held_total`` (jobs whose lease took a token of
+  a rate limit / sent back to Pending at their lease for want of a token; label ``limit``, the limit's name —
+  keys are never labels).
   The same instruments go to the OpenTelemetry meter ``ChokaQ`` 1.0.0 under
   their dotted names (a no-op unless the host configures a MeterProvider).
 * **fleet gauges** read from the database at scrape time, added to the same
@@ -114,9 +115,9 @@ CONFLICTS = Counter("chokaq_jobs_state_transition_conflicts", "Worker transition
                     ["queue", "type", "transition"], registry=REGISTRY)
 IDEMPOTENCY_CLAIMS = Counter("chokaq_idempotency_claims", "Idempotency middleware outcomes.", ["outcome"],
                              registry=REGISTRY)
-RATE_LIMIT_CLAIMED = Counter("chokaq_rate_limit_claimed", "Jobs claimed under a rate limit (its use).", ["limit"],
-                             registry=REGISTRY)
-RATE_LIMIT_HELD = Counter("chokaq_rate_limit_held", "Claimed jobs sent back to Pending: the limit had no token.",
+RATE_LIMIT_CLAIMED = Counter("chokaq_rate_limit_claimed", "Jobs started under a rate limit (its tokens spent).",
+                             ["limit"], registry=REGISTRY)
+RATE_LIMIT_HELD = Counter("chokaq_rate_limit_held", "Jobs sent back to Pending at their lease: the limit had no token.",
                           ["limit"], registry=REGISTRY)
 CIRCUIT_EVENTS = Counter("chokaq_circuits_events", "Circuit breaker events.", ["type", "state", "event"],
                          registry=REGISTRY)
@@ -310,7 +311,7 @@ def circuit_event(key: str, event: str, state: str) -> None:
 
 @_safely
 def rate_limited(claimed: dict[str, int], held: dict[str, int]) -> None:
-    """A committed claim under rate limits: jobs taken and jobs sent back, per limit."""
+    """A committed lease under rate limits: jobs that took a token and jobs sent back, per limit."""
     for name, count in claimed.items():
         _add(RATE_LIMIT_CLAIMED, "chokaq.rate_limit.claimed", {"limit": limit_tag(name)}, count)
     for name, count in held.items():

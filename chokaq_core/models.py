@@ -374,7 +374,7 @@ class JobAttempts(models.Model):
 class RateLimits(models.Model):
     """Fleet-wide rate limits, one row per ``queue:<name>`` / ``type:<key>``: the declared rate (settings and
     ``@job``, written by each worker at start) and an operator's override (a rate, 0 = paused, or lifted).
-    A claim locks the rows of the limits in force, so the buckets below change one claim at a time."""
+    A lease locks the rows of the limits in force, so the buckets below change one lease at a time."""
 
     name = models.CharField(max_length=300, primary_key=True)
     declared_count = models.IntegerField(null=True)
@@ -394,8 +394,8 @@ class RateLimits(models.Model):
 
 
 class RateBuckets(models.Model):
-    """The token bucket of one limit and key ('' for a limit's shared allowance), updated in the claim's
-    transaction; ``window_used`` counts the claims since ``window_started_at`` (what the Deck shows)."""
+    """The token bucket of one limit and key ('' for a limit's shared allowance), updated in the lease's
+    transaction; ``window_used`` counts the starts since ``window_started_at`` (what the Deck shows)."""
 
     pk = models.CompositePrimaryKey("limit_name", "rate_key")
     limit_name = models.CharField(max_length=300)

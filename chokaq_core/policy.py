@@ -357,9 +357,11 @@ def window_use(rate: Rate, bucket: RateBucket | None, now: datetime) -> int:
 
 @dataclass
 class RatePlan:
-    """What one claim may take under the limits in force, decided from their buckets at the database's time
-    ``now``: ``hold`` tells the claim what to skip, ``admit`` keeps the claimed jobs within the tokens (in claim
-    order) and ``changes`` gives the buckets to write in the same transaction."""
+    """What jobs may take under the limits in force, decided from their buckets at the database's time ``now``.
+    The claim reads the buckets: ``hold`` tells it what to skip and ``admit`` keeps the claimed jobs within the
+    tokens there are now (it writes nothing). The lease spends the tokens: under the limits' locks ``admit``
+    keeps the jobs to start within the tokens (in claim order), ``give_back`` returns those the lease did not
+    start after all, and ``changes`` gives the buckets to write in the lease's transaction."""
 
     limits: Sequence[RateLimit]
     buckets: dict[tuple[str, str], RateBucket]
@@ -415,8 +417,15 @@ class RatePlan:
                 kept.append(job)
         return kept, released
 
+    def give_back(self, jobs: Sequence[HotJob]) -> None:
+        """Return the tokens ``admit`` took for ``jobs`` (admitted, then not started: no longer ours)."""
+        for job in jobs:
+            self.taken.subtract((limit.name, limit.bucket_key(job.rate_key)) for limit in self.limits
+                                if limit.covers(job.queue, job.type))
+        self.taken = +self.taken  # no slot left at zero: it took nothing
+
     def claimed(self) -> dict[str, int]:
-        """Jobs this claim took, per limit (summed over its keys)."""
+        """Jobs that took a token, per limit (summed over its keys)."""
         per_limit: Counter[str] = Counter()
         for (name, _), count in self.taken.items():
             per_limit[name] += count

@@ -95,7 +95,7 @@ def _rate_limit_families(states: Sequence[RateLimitState], buckets: Sequence[Rat
     count = GaugeMetricFamily("chokaq_rate_limit_count", "Jobs a rate limit allows per window (0: paused).",
                               labels=["limit"])
     window = GaugeMetricFamily("chokaq_rate_limit_window_seconds", "A rate limit's window.", labels=["limit"])
-    used = GaugeMetricFamily("chokaq_rate_limit_used", "Jobs claimed in the limit's current window (all keys).",
+    used = GaugeMetricFamily("chokaq_rate_limit_used", "Jobs started in the limit's current window (all keys).",
                              labels=["limit"])
     held = GaugeMetricFamily("chokaq_rate_limit_held_jobs", "Due Pending jobs the limit holds back (no token).",
                              labels=["limit"])

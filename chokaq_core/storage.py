@@ -46,6 +46,7 @@ from chokaq_core.domain import (
     JobFilter,
     JobRow,
     JobStatus,
+    LeasedJobs,
     MetricPoint,
     NewJob,
     QueueLag,
@@ -306,31 +307,27 @@ def reset_memory() -> None:
 
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
                 rate_limits: Sequence[RateLimit] = ()) -> list[HotJob]:
-    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim's transaction also locks those limits,
-    skips what has no token left, keeps the claimed rows within the tokens (the rest go back to Pending, no
-    attempt counted) and writes the buckets; without limits it is the claim alone."""
+    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim reads those limits' buckets (locking and
+    writing nothing: the lease spends the tokens), skips what has no token left and keeps the claimed rows within
+    the tokens there are now (the rest go back to Pending, no attempt counted); without limits it is the claim
+    alone. Claims of several workers may together take more than the tokens: the lease sends the excess back."""
     if not rate_limits:
         return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
     names = sorted({limit.name for limit in rate_limits})
-    plans: list[RatePlan] = []
 
     def operation(cursor: Any) -> ClaimedJobs:
         sql = dialect()
-        now, buckets = sql.lock_rate_buckets(cursor, names)
+        now, buckets = sql.read_rate_buckets(cursor, names)
         plan = RatePlan.of(rate_limits, buckets, now)
-        plans[:] = [plan]  # the committed attempt's (a transient retry plans again)
         hold = plan.hold()
         kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
         if released:
             sql.release_jobs(cursor, [job.id for job in released], worker_id)
-        sql.save_rate_buckets(cursor, *plan.changes())
         claimed = ClaimedJobs(kept)
         claimed.held_for = plan.next_token_in() if hold or released else None
         return claimed
 
-    claimed = run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
-    metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))
-    return claimed
+    return run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
 
 
 def rate_limits() -> list[RateLimitState]:
@@ -357,20 +354,52 @@ def set_rate_limit(name: str, rate: Rate | None, *, lifted: bool = False, actor:
     call(IN_TRANSACTION, dialect().set_rate_limit, name, rate, lifted, actor)
 
 
-def mark_processing(job: HotJob, worker_id: str) -> int | None:
-    """The lease gate: returns the new attempt count, or None when the row is no longer ours."""
+def mark_processing(job: HotJob, worker_id: str, rate_limits: Sequence[RateLimit] = ()) -> int | None:
+    """The lease gate: returns the new attempt count, or None when the row is no longer ours (or, under
+    ``rate_limits``, when a limit had no token: the row is Pending again, see ``mark_processing_batch``)."""
+    if any(limit.covers(job.queue, job.type) for limit in rate_limits):
+        return mark_processing_batch([job], worker_id, rate_limits).get(job.id)
     attempts = call(HOT_PATH, dialect().mark_processing, job.id, worker_id)
     if attempts is not None:
         _emit(_processing_events([(job, attempts)]))
     return attempts
 
 
-def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str) -> dict[str, int]:
-    """The lease gate for several buffered jobs in one statement: {job id: attempt} of those still ours."""
+def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: Sequence[RateLimit] = ()
+                          ) -> LeasedJobs:
+    """The lease gate for several buffered jobs: {job id: attempt} of those now Processing and ours. Without a
+    limit that concerns the jobs it is one statement. Under ``rate_limits`` the lease spends the tokens, in one
+    transaction on the database clock that stamps ``started_at``: it locks those limits' buckets, leases the
+    jobs within the tokens (in the given claim order), sends the others back to Pending (no attempt counted;
+    ``held`` names them, ``held_for`` says when the next token comes) and writes the buckets."""
     if not jobs:
-        return {}
-    leased: dict[str, int] = call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id)
+        return LeasedJobs()
+    concerned = [limit for limit in rate_limits if any(limit.covers(job.queue, job.type) for job in jobs)]
+    if not concerned:
+        leased = LeasedJobs(call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id))
+    else:
+        plans: list[RatePlan] = []
+        leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
+        metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
     _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
+    return leased
+
+
+def _lease_within_tokens(cursor: Any, jobs: Sequence[HotJob], worker_id: str, limits: Sequence[RateLimit],
+                         plans: list[RatePlan]) -> LeasedJobs:
+    """``mark_processing_batch`` under limits, in the caller's transaction (``plans`` receives the plan)."""
+    sql = dialect()
+    now, buckets = sql.lock_rate_buckets(cursor, sorted({limit.name for limit in limits}))
+    plan = RatePlan.of(limits, buckets, now)
+    plans[:] = [plan]  # a transient retry plans again
+    admitted, held = plan.admit(jobs)
+    leased = LeasedJobs(sql.mark_processing_batch(cursor, [job.id for job in admitted], worker_id) if admitted else {})
+    plan.give_back([job for job in admitted if job.id not in leased])  # no longer ours: it did not start
+    if held:
+        sql.release_jobs(cursor, [job.id for job in held], worker_id)
+    sql.save_rate_buckets(cursor, *plan.changes())
+    leased.held = tuple(job.id for job in held)
+    leased.held_for = plan.next_token_in() if held else None
     return leased
 
 

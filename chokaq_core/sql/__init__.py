@@ -194,9 +194,12 @@ class Dialect(Protocol):
     def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
         """Lock the limits' rows until commit; the database's time and the limits' buckets."""
 
+    def read_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """The database's time and the limits' buckets, without a lock."""
+
     def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
                           dropped: Sequence[tuple[str, str]]) -> None:
-        """Write a claim's bucket changes."""
+        """Write a lease's bucket changes."""
 
     # ------------------------------------------------------------ worker registry
     def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None: ...

@@ -912,9 +912,9 @@ class BaseDialect:
              actor, *at, name])
 
     def lock_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
-        """Lock the rows of the limits ``names`` until commit (claims of these limits run one at a time), then read
+        """Lock the rows of the limits ``names`` until commit (leases of these limits run one at a time), then read
         their buckets: the database's time and the buckets. Two statements on purpose: a read that waited for the
-        lock must see the buckets the previous claim committed, and PostgreSQL's READ COMMITTED re-reads only the
+        lock must see the buckets the previous lease committed, and PostgreSQL's READ COMMITTED re-reads only the
         locked rows of a statement that waited, not the rows it joined (a join would double-spend tokens)."""
         now, at = self.now()
         tail, params = self.name_list(names)
@@ -924,11 +924,17 @@ class BaseDialect:
             return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), []
         return as_utc(rows[0][1]), self.rate_buckets(cursor, names)
 
+    def read_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
+        """The database's time and the buckets of the limits ``names``, locking nothing (a claim's estimate of
+        the tokens; the lease spends them under ``lock_rate_buckets``)."""
+        now, at = self.now()
+        return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), self.rate_buckets(cursor, names)
+
     def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
                           dropped: Sequence[tuple[str, str]]) -> None:
-        """Write the buckets a claim changed or added, and delete the refilled ones it dropped (under the
-        limits' row locks, so no other claim writes them meanwhile)."""
-        ts = self.TS  # a statement per bucket: a claim writes a few (the same texts on every vendor's driver)
+        """Write the buckets a lease changed or added, and delete the refilled ones it dropped (under the
+        limits' row locks, so no other lease writes them meanwhile)."""
+        ts = self.TS  # a statement per bucket: a lease writes a few (the same texts on every vendor's driver)
         for b in changed:
             cursor.execute(
                 f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"

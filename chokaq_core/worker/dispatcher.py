@@ -2,7 +2,9 @@
 §7.1 steps 2–4).
 
 Rows of a paused queue and every row met while shutting down go back to Pending untouched (user code
-never started). The lease gate runs for a whole gathered batch in one statement.
+never started). The lease gate runs for a whole gathered batch in one statement; under rate limits (the
+fetcher's :class:`RateLimits`, shared) it is the lease that spends the tokens, so the limit holds at the
+start of a job: rows the limit holds back go back to Pending and free their slots.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from chokaq_core import metrics, storage
 from chokaq_core.domain import HotJob, Retry
 from chokaq_core.policy import CircuitBreakers, Permit
 from chokaq_core.worker.completer import Outcome
+from chokaq_core.worker.fetcher import RateLimits
 from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 
 logger = logging.getLogger("chokaq.worker")
@@ -28,8 +31,11 @@ Leased = tuple[HotJob, int, Permit]  # a job that is Processing and ours, its at
 class Dispatcher:
     def __init__(self, worker_id: str, batch_size: int, circuit_delay: float, buffer: PrefetchBuffer,
                  limiter: Limiter, in_flight: InFlight, breakers: CircuitBreakers, stopping: threading.Event,
-                 submit: Callable[[Leased], None], complete: Callable[[Outcome], None]) -> None:
+                 submit: Callable[[Leased], None], complete: Callable[[Outcome], None],
+                 rate_limits: RateLimits | None = None) -> None:
+        """``rate_limits``: the limits the leases spend tokens of (none when not given)."""
         self.worker_id = worker_id
+        self.rate_limits = rate_limits
         self.batch_size = batch_size
         self.circuit_delay = circuit_delay
         self.buffer = buffer
@@ -114,7 +120,8 @@ class Dispatcher:
         if not admitted:
             return
         try:
-            leased = storage.mark_processing_batch([job for job, _ in admitted], self.worker_id)
+            rate_limits = self.rate_limits.current() if self.rate_limits is not None else []
+            leased = storage.mark_processing_batch([job for job, _ in admitted], self.worker_id, rate_limits)
         except Exception:
             logger.exception("lease gate failed for %s jobs (1014); releasing them", len(admitted))
             for job, permit in admitted:
@@ -122,9 +129,16 @@ class Dispatcher:
                 self.limiter.release()
             self.release([job for job, _ in admitted])  # user code never started: back to Pending
             return
+        held = set(leased.held)
+        if held:  # back to Pending: the fetcher's claims hold them back until the next token
+            logger.debug("%s jobs held back by a rate limit at their lease; next token in %s s", len(held),
+                         leased.held_for)
         for job, permit in admitted:
             attempt = leased.get(job.id)
-            if attempt is None:
+            if job.id in held:
+                self.breakers.get(job.type).release(permit)
+                self.finish_slot()
+            elif attempt is None:
                 self.breakers.get(job.type).release(permit)
                 logger.info("lease rejected for %s (2002): no longer Fetched by this worker", job.id)
                 metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)

@@ -4,8 +4,9 @@ It claims when a whole batch fits (never one row per freed slot: under a backlog
 transaction per job). A full batch means more is waiting, so it claims again at once; a short one makes it
 wait for a wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
 thread) or the polling interval. A burst fetcher stops the worker once nothing is eligible any more.
-Under rate limits (followed from the database by :class:`RateLimits`) a claim that was held back
-waits only until the limit's next token.
+Under rate limits (followed from the database by :class:`RateLimits`, which the dispatcher's lease shares)
+the claim takes no more than the tokens there are now, and a claim that was held back waits only until the
+limit's next token; the lease spends the tokens (see ``storage.mark_processing_batch``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ MIN_TOKEN_WAIT = 0.01  # seconds: the shortest wait for a limit's next token
 
 class RateLimits:
     """The rate limits in force for this worker's queues, as the database holds them (declared, overridden,
-    paused or lifted), read again at most every ``interval`` seconds."""
+    paused or lifted), read again at most every ``interval`` seconds. The fetcher's claims and the
+    dispatcher's leases share one (each thread asks it; one of them reads the database when it is due)."""
 
     def __init__(self, queues: Sequence[str] | None, interval: float = FOLLOW_INTERVAL,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -38,17 +40,19 @@ class RateLimits:
         self.clock = clock
         self._limits: list[RateLimit] = []
         self._read_at: float | None = None
+        self._lock = threading.Lock()
 
     def current(self) -> list[RateLimit]:
-        now = self.clock()
-        if self._read_at is None or now - self._read_at >= self.interval:
-            self._read_at = now
-            try:
-                self._limits = [limit for state in storage.rate_limits()
-                                if (limit := state.limit) is not None and self._concerns(limit)]
-            except Exception:
-                logger.exception("reading the rate limits failed; the last ones read stay in force")
-        return self._limits
+        with self._lock:
+            now = self.clock()
+            if self._read_at is None or now - self._read_at >= self.interval:
+                self._read_at = now
+                try:
+                    self._limits = [limit for state in storage.rate_limits()
+                                    if (limit := state.limit) is not None and self._concerns(limit)]
+                except Exception:
+                    logger.exception("reading the rate limits failed; the last ones read stay in force")
+            return self._limits
 
     def _concerns(self, limit: RateLimit) -> bool:
         scope, _, target = limit.name.partition(":")

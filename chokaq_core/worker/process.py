@@ -82,17 +82,18 @@ class Worker:
         self.executions = Executions(float(cfg.EXECUTION.PENDING_CANCELLATION_RETENTION))
         self.completer = Completer(self.worker_id, wk.COMPLETION_BATCH_SIZE, wk.COMPLETION_FLUSH_INTERVAL,
                                    self.stopped)
+        self.rate_limits = RateLimits(self.queues)  # one view of the limits: claims read them, leases spend them
         self.fetcher = Fetcher(self.worker_id, self.queues, self.batch_size, wk.POLLING_INTERVAL, self.buffer,
                                self.in_flight, self.stopping,
                                burst_idle=self._burst_idle if self.options.burst else None, on_burst_done=self.stop,
-                               rate_limits=RateLimits(self.queues))
+                               rate_limits=self.rate_limits)
         self.executor = Executor(cfg, _retry_policy(cfg), self.breakers, load_middleware(list(cfg.MIDDLEWARE)),
                                  import_string(str(cfg.PIPE_HANDLER)) if cfg.MODE == "pipe" else None,
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
         self.pool = ExecutorPool(self.executor.execute)
         self.dispatcher = Dispatcher(self.worker_id, self.batch_size, cfg.RETRY.CIRCUIT_BREAKER_DELAY, self.buffer,
                                      self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit,
-                                     self.completer.submit)
+                                     self.completer.submit, self.rate_limits)
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
                                      self.completer.awaiting)

@@ -248,8 +248,10 @@ def test_worker_metrics_port(tmp_path: Path) -> None:
 def test_rate_limit_instruments_and_gauges_name_the_limit_never_a_key(client: Client) -> None:
     from chokaq_core.domain import RateLimit, parse_rate
 
-    capped = RateLimit("type:test.ok.v1", parse_rate("10/s burst 2"))
-    tenants = RateLimit("queue:m-keys", parse_rate("10/s burst 1"), per_key=True)
+    # a token each 6 s: none comes back before the scrape (on PostgreSQL the buckets carry the test transaction's
+    # start time, which the scrape's clock has left behind by then)
+    capped = RateLimit("type:test.ok.v1", parse_rate("10/m burst 2"))
+    tenants = RateLimit("queue:m-keys", parse_rate("10/m burst 1"), per_key=True)
     storage.declare_rate_limits([capped, tenants])
     for _ in range(5):
         enqueue("test.ok.v1", {}, queue="m-rl")
@@ -257,16 +259,17 @@ def test_rate_limit_instruments_and_gauges_name_the_limit_never_a_key(client: Cl
         enqueue("test.other.v1", {}, queue="m-keys", rate_key=tenant, allow_unregistered=True)
     before = scrape(client)
 
-    claimed = storage.fetch_batch("w1", 10, None, [capped, tenants])
+    claimed = storage.fetch_batch("w1", 10)  # claimed without the limits: the lease spends the tokens
+    leased = storage.mark_processing_batch(claimed, "w1", [capped, tenants])
 
-    assert len(claimed) == 3, "one of the capped type (a new limit starts with one token), one per tenant"
+    assert len(leased) == 3, "one of the capped type (a new limit starts with one token), one per tenant"
     after = scrape(client)
     assert value(after, "chokaq_rate_limit_claimed_total", limit="type:test.ok.v1") - value(
         before, "chokaq_rate_limit_claimed_total", limit="type:test.ok.v1") == 1
     assert value(after, "chokaq_rate_limit_held_total", limit="type:test.ok.v1") - value(
         before, "chokaq_rate_limit_held_total", limit="type:test.ok.v1") == 4
     assert value(after, "chokaq_rate_limit_count", limit="type:test.ok.v1") == 10
-    assert value(after, "chokaq_rate_limit_window_seconds", limit="type:test.ok.v1") == 1
+    assert value(after, "chokaq_rate_limit_window_seconds", limit="type:test.ok.v1") == 60
     assert value(after, "chokaq_rate_limit_used", limit="type:test.ok.v1") == 1
     assert value(after, "chokaq_rate_limit_held_jobs", limit="type:test.ok.v1") == 4
     assert value(after, "chokaq_rate_limit_used", limit="queue:m-keys") == 2

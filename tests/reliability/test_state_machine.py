@@ -13,7 +13,9 @@ invariants are checked with plain ORM reads (never through the code under test):
 * idempotency keys are unique among Hot rows;
 * a job's attempt count never decreases, except when it is resurrected from the DLQ;
 * claims under a rate limit (queue ``sm-b``) never take more than its tokens, never starve the unlimited
-  queue, never count as an attempt, and the bucket's window counter equals the rows claimed in the window.
+  queue and never count as an attempt; leases spend the tokens: a lease under the limit starts no more than
+  its tokens (the rest go back to Pending without an attempt), the bucket's window counter equals the jobs
+  started in the window, and the rows' own ``started_at`` never show more starts in the window than that.
 
 Runs on the test database of the run (SQLite and PostgreSQL through ``scripts/test``); every example
 starts from empty ChokaQ tables.
@@ -91,7 +93,7 @@ class JobLifecycle(RuleBasedStateMachine):
         self.resurrected: set[str] = set()  # ids resurrected since the last invariant check
         self.last_attempts: dict[str, int] = {}
         self.tokens = 1  # whole tokens of LIMITED's bucket (a new bucket holds one)
-        self.window_claims = 0  # rows claimed under LIMITED since its window began
+        self.window_claims = 0  # jobs started under LIMITED since its window began
 
     # ------------------------------------------------------------ helpers
 
@@ -152,18 +154,16 @@ class JobLifecycle(RuleBasedStateMachine):
         if not self.tokens:
             free = sum(1 for i in due if self.jobs[i].queue != "sm-b")
             assert len(got) == min(limit, free), "an exhausted limit held back the unlimited queue"
-        self.tokens -= len(limited)
-        self.window_claims += len(limited)
-        for job_id in got:
+        for job_id in got:  # the claim spends no token: the lease does
             job = self.jobs[job_id]
             job.status, job.worker = 1, worker
 
     @rule()
     def refill(self) -> None:
-        """An idle spell: the bucket saved up its burst and its window is over."""
+        """An idle spell: the bucket saved up its burst and a new window begins."""
         RateBuckets.objects.filter(limit_name=LIMITED.name).delete()
         RateBuckets.objects.create(limit_name=LIMITED.name, rate_key="", tokens=float(LIMITED.rate.burst),
-                                   refilled_at=timezone.now(), window_started_at=ago(BACKDATE * 10), window_used=0)
+                                   refilled_at=timezone.now(), window_started_at=ago(0), window_used=0)
         self.tokens, self.window_claims = LIMITED.rate.burst, 0
 
     @precondition(lambda self: self.ids(HOT, 1))
@@ -175,16 +175,45 @@ class JobLifecycle(RuleBasedStateMachine):
         worker = next(w for w in WORKERS if w != owner) if wrong else owner
         row = storage.get_hot(job_id)
         if row is None:
-            assert storage.mark_processing(_fake(job_id), worker or WORKERS[0]) is None
+            assert storage.mark_processing(_fake(job_id), worker or WORKERS[0], [LIMITED]) is None
             return
-        attempts = storage.mark_processing(row, worker or WORKERS[0])
+        attempts = storage.mark_processing(row, worker or WORKERS[0], [LIMITED])
         if wrong:
             assert attempts is None, "the lease gate let a foreign worker start the job"
             return
         assert job is not None
+        if job.queue == "sm-b" and not self.tokens:
+            assert attempts is None, "a lease started a job its limit had no token for"
+            job.status, job.worker = 0, None  # held back: Pending again, no attempt
+            return
+        self._started(job)
+        assert attempts == job.attempts
+
+    @precondition(lambda self: self.ids(HOT, 1))
+    @rule(worker=st.sampled_from(WORKERS), data=st.data())
+    def start_batch(self, worker: str, data: st.DataObject) -> None:
+        """A dispatcher's gathered batch: the lease spends the tokens in the batch's (claim) order."""
+        ids = data.draw(st.lists(st.sampled_from(self.ids(HOT, 1)), min_size=1, max_size=4, unique=True))
+        rows = [row for i in ids if (row := storage.get_hot(i)) is not None]
+        leased = storage.mark_processing_batch(rows, worker, [LIMITED])
+        for row in rows:
+            job = self.jobs[row.id]
+            if job.worker != worker:
+                assert row.id not in leased, "the lease gate let a foreign worker start the job"
+            elif job.queue == "sm-b" and not self.tokens:
+                assert row.id not in leased and row.id in leased.held, "a lease started a job without a token"
+                job.status, job.worker = 0, None
+            else:
+                self._started(job)
+                assert leased.get(row.id) == job.attempts
+        assert set(leased.held) <= {row.id for row in rows if self.jobs[row.id].worker == worker}
+
+    def _started(self, job: Job) -> None:
         job.attempts += 1
         job.status = 2
-        assert attempts == job.attempts
+        if job.queue == "sm-b":
+            self.tokens -= 1
+            self.window_claims += 1
 
     @rule(worker=st.sampled_from(WORKERS), data=st.data())
     def heartbeat(self, worker: str, data: st.DataObject) -> None:
@@ -335,8 +364,11 @@ class JobLifecycle(RuleBasedStateMachine):
             return
         assert bucket.tokens > -1e-9, f"the bucket was overdrawn: {bucket.tokens}"
         assert int(bucket.tokens + 1e-6) == self.tokens, f"tokens {bucket.tokens}, model {self.tokens}"
-        assert bucket.window_used == self.window_claims, "the window's counter differs from the rows claimed"
+        assert bucket.window_used == self.window_claims, "the window's counter differs from the jobs started"
         assert bucket.window_used <= LIMITED.rate.count + LIMITED.rate.burst, "a window was exceeded"
+        started = sum(model.objects.filter(queue="sm-b", started_at__gte=bucket.window_started_at).count()
+                      for model in (JobsHot, JobsArchive))
+        assert started <= bucket.window_used, "the rows' start times show more starts in the window than it counted"
 
     @invariant()
     def counters_equal_real_counts(self) -> None:

@@ -1,4 +1,5 @@
-"""Fleet-wide rate limits in the claim: token buckets per limit (and key), written in the claim's transaction."""
+"""Fleet-wide rate limits: token buckets per limit (and key). The lease spends the tokens (in its transaction, on
+the clock that stamps ``started_at``); the claim only reads the buckets and takes no more than they hold now."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from chokaq_core import storage
-from chokaq_core.domain import JobStatus, RateLimit, parse_rate
+from chokaq_core.domain import HotJob, JobStatus, RateLimit, parse_rate
 from chokaq_core.models import JobsHot, RateBuckets, RateLimits
 
-from .rows import pending
+from .rows import of_kind, pending
 
 
 def limit(name: str, rate: str, *, per_key: bool = False, max_keys: int = 1000) -> RateLimit:
-    """A limit in force, recorded as declared (a claim locks the limit rows)."""
+    """A limit in force, recorded as declared (a lease locks the limit rows)."""
     declared = RateLimit(name, parse_rate(rate), per_key, max_keys)
     storage.declare_rate_limits([declared])
     return declared
@@ -35,7 +36,14 @@ def age_buckets(seconds: float) -> None:
                                window_started_at=F("window_started_at") - timedelta(seconds=seconds))
 
 
-def test_a_claim_takes_no_more_than_the_tokens_and_the_rest_stays_pending_without_an_attempt() -> None:
+def start(worker: str, n: int, queues: list[str] | None, limits: list[RateLimit]) -> list[HotJob]:
+    """What a worker does: claim up to ``n`` rows under ``limits``, then lease them; the jobs it started."""
+    claimed = storage.fetch_batch(worker, n, queues, limits)
+    leased = storage.mark_processing_batch(claimed, worker, limits)
+    return [job for job in claimed if job.id in leased]
+
+
+def test_a_claim_takes_no_more_than_the_tokens_and_spends_none_of_them() -> None:
     capped = limit("type:rl.capped.v1", "60/h burst 3")  # a token a minute: none comes back during the test
     saved_up("type:rl.capped.v1", 3)
     ids = pending("rl", 8, type="rl.capped.v1")
@@ -47,20 +55,72 @@ def test_a_claim_takes_no_more_than_the_tokens_and_the_rest_stays_pending_withou
     assert held.count() == 5
     assert all(r.status == JobStatus.PENDING and r.worker_id is None and r.attempt_count == 0 for r in held)
     bucket = RateBuckets.objects.get(limit_name="type:rl.capped.v1", rate_key="")
-    assert bucket.window_used == 3, "the bucket's counter equals the rows claimed"
+    assert (bucket.tokens, bucket.window_used) == (3, 0), "a claim writes no bucket"
+    assert len(storage.fetch_batch("w2", 8, ["rl"], [capped])) == 3, "another claim sees the same tokens"
+
+
+def test_the_lease_spends_the_tokens_and_sends_what_they_do_not_cover_back_to_pending(published: list) -> None:
+    capped = limit("type:rl.lease.v1", "60/h burst 3")
+    saved_up("type:rl.lease.v1", 3)
+    pending("rl-lease", 8, type="rl.lease.v1")
+    free = pending("rl-lease-free", 1, type="rl.free.v1")  # no limit covers it
+    first = storage.fetch_batch("w1", 3, ["rl-lease"], [capped])
+    second = storage.fetch_batch("w2", 3, ["rl-lease"], [capped])  # the same 3 tokens
+    second += storage.fetch_batch("w2", 1, ["rl-lease-free"])
+    assert len(first) == 3 and len(second) == 4 and second[-1].id == free[0]
+    published.clear()
+
+    assert storage.mark_processing_batch(first, "w1", [capped]) == {job.id: 1 for job in first}
+    late = storage.mark_processing_batch(second, "w2", [capped])
+
+    assert late == {free[0]: 1}, "no token left for the second claim's limited rows; the free one starts"
+    assert late.held == tuple(job.id for job in second[:3]) and late.held_for is not None and late.held_for > 1
+    for job in second[:3]:
+        row = JobsHot.objects.get(id=job.id)
+        assert (row.status, row.worker_id, row.attempt_count, row.started_at) == (JobStatus.PENDING, None, 0, None)
+    started = JobsHot.objects.filter(type="rl.lease.v1", started_at__isnull=False)
+    assert started.count() == 3
+    bucket = RateBuckets.objects.get(limit_name="type:rl.lease.v1", rate_key="")
+    assert bucket.window_used == 3, "the bucket's counter equals the rows started"
     assert bucket.tokens < 1
-    assert storage.fetch_batch("w2", 8, ["rl"], [capped]) == [], "no token left, nothing claimed"
+    assert {u["jobId"] for u in of_kind(published, "JobUpdated") if u["status"] == int(JobStatus.PROCESSING)} == {
+        *(job.id for job in first), free[0]}, "only started jobs are announced as Processing"
+    assert storage.fetch_batch("w2", 8, ["rl-lease"], [capped]) == [], "no token left, nothing claimed"
+
+
+def test_a_lease_that_lost_a_row_spends_no_token_for_it() -> None:
+    capped = limit("type:rl.lost.v1", "60/h burst 3")
+    saved_up("type:rl.lost.v1", 3)
+    pending("rl-lost", 2, type="rl.lost.v1")
+    claimed = storage.fetch_batch("w1", 2, ["rl-lost"], [capped])
+    assert storage.cancel([claimed[0].id], actor="ops")[0] == [claimed[0].id]
+
+    assert storage.mark_processing_batch(claimed, "w1", [capped]) == {claimed[1].id: 1}
+
+    bucket = RateBuckets.objects.get(limit_name="type:rl.lost.v1", rate_key="")
+    assert bucket.window_used == 1 and round(bucket.tokens, 3) == 2, "the cancelled row took no token"
+
+
+def test_one_lease_under_a_limit_runs_through_the_single_lease_too() -> None:
+    capped = limit("type:rl.one.v1", "60/h burst 1")
+    saved_up("type:rl.one.v1", 1)
+    pending("rl-one", 2, type="rl.one.v1")
+    claimed = storage.fetch_batch("w1", 2, ["rl-one"], [])  # claimed without the limit: both rows
+
+    assert storage.mark_processing(claimed[0], "w1", [capped]) == 1
+    assert storage.mark_processing(claimed[1], "w1", [capped]) is None, "no token: back to Pending"
+    assert JobsHot.objects.get(id=claimed[1].id).status == JobStatus.PENDING
 
 
 def test_tokens_come_back_at_the_rate_up_to_the_burst() -> None:
     capped = limit("type:rl.refill.v1", "4/s burst 2")
     pending("rl-refill", 10, type="rl.refill.v1")
-    assert len(storage.fetch_batch("w1", 10, ["rl-refill"], [capped])) == 1, "a new limit starts with one token"
+    assert len(start("w1", 10, ["rl-refill"], [capped])) == 1, "a new limit starts with one token"
 
     age_buckets(0.5)  # 4/s for half a second: two tokens
-    assert len(storage.fetch_batch("w1", 10, ["rl-refill"], [capped])) == 2
+    assert len(start("w1", 10, ["rl-refill"], [capped])) == 2
     age_buckets(60)  # a long idle spell refills only up to the burst
-    assert len(storage.fetch_batch("w1", 10, ["rl-refill"], [capped])) == 2
+    assert len(start("w1", 10, ["rl-refill"], [capped])) == 2
     assert RateBuckets.objects.get(limit_name="type:rl.refill.v1").window_used == 2, "a new window began"
 
 
@@ -80,7 +140,7 @@ def test_each_key_of_a_per_key_limit_has_its_own_allowance() -> None:
     for tenant in ("a", "b", "c"):
         storage.enqueue([j for j in _jobs("rl-keys", 5, "rl.tenant.v1", f"tenant:{tenant}")])
 
-    claimed = storage.fetch_batch("w1", 15, ["rl-keys"], [tenants])
+    claimed = start("w1", 15, ["rl-keys"], [tenants])
 
     by_key: dict[str | None, int] = {}
     for job in claimed:
@@ -90,7 +150,7 @@ def test_each_key_of_a_per_key_limit_has_its_own_allowance() -> None:
         "tenant:a": 1, "tenant:b": 1, "tenant:c": 1}
     age_buckets(0.1)  # 20/s: two tokens each, the burst
     by_key = {}
-    for job in storage.fetch_batch("w1", 15, ["rl-keys"], [tenants]):
+    for job in start("w1", 15, ["rl-keys"], [tenants]):
         by_key[job.rate_key] = by_key.get(job.rate_key, 0) + 1
     assert by_key == {"tenant:a": 2, "tenant:b": 2, "tenant:c": 2}
 
@@ -100,7 +160,7 @@ def test_a_per_key_limit_keeps_at_most_max_keys_live() -> None:
     for tenant in ("a", "b", "c"):
         storage.enqueue(_jobs("rl-few", 1, "rl.few.v1", f"tenant:{tenant}"))
 
-    claimed = storage.fetch_batch("w1", 10, ["rl-few"], [tenants])
+    claimed = start("w1", 10, ["rl-few"], [tenants])
 
     assert len(claimed) == 2
     assert RateBuckets.objects.count() == 2
@@ -167,15 +227,35 @@ def test_without_a_limit_in_force_the_claim_is_the_plain_claim(monkeypatch: pyte
     def refuse(*args: object) -> None:
         raise AssertionError("a claim without limits touched the rate-limit tables")
 
-    for name in ("lock_rate_buckets", "save_rate_buckets", "rate_buckets"):
+    for name in ("lock_rate_buckets", "read_rate_buckets", "save_rate_buckets", "rate_buckets"):
         monkeypatch.setattr(type(storage.dialect()), name, refuse)
-    assert sorted(j.id for j in storage.fetch_batch("w1", 5, ["rl-plain"])) == sorted(ids)
+    claimed = storage.fetch_batch("w1", 5, ["rl-plain"])
+    assert sorted(j.id for j in claimed) == sorted(ids)
+    other = RateLimit("type:rl.other.v1", parse_rate("0/m"))
+    assert storage.mark_processing_batch(claimed, "w1", [other]) == {i: 1 for i in ids}, \
+        "a lease whose jobs no limit concerns is the plain lease"
+
+
+def test_a_claim_under_limits_neither_locks_nor_writes_the_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    capped = limit("type:rl.read.v1", "60/h burst 2")
+    saved_up("type:rl.read.v1", 2)
+    pending("rl-read", 4, type="rl.read.v1")
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the claim locked or wrote the buckets")
+
+    for name in ("lock_rate_buckets", "save_rate_buckets"):
+        monkeypatch.setattr(type(storage.dialect()), name, refuse)
+    claimed = storage.fetch_batch("w1", 4, ["rl-read"], [capped])
+
+    assert len(claimed) == 2
+    assert claimed.held_for is not None, "the claim says when the next token comes"  # type: ignore[attr-defined]
 
 
 @pytest.mark.sql_only
-def test_a_claim_that_waited_for_another_claims_lock_sees_the_tokens_that_claim_left() -> None:
-    """Another transaction (a claim, as far as the limit is concerned) holds the limit's row and spends the
-    bucket's 5 tokens; a claim started meanwhile waits for it, then must see 0 tokens, not the 5 its first
+def test_a_lease_that_waited_for_another_leases_lock_sees_the_tokens_that_lease_left() -> None:
+    """Another transaction (a lease, as far as the limit is concerned) holds the limit's row and spends the
+    bucket's 5 tokens; a lease started meanwhile waits for it, then must see 0 tokens, not the 5 its first
     snapshot showed (PostgreSQL's READ COMMITTED re-reads only the rows a waiting statement locks)."""
     import threading
 
@@ -184,6 +264,8 @@ def test_a_claim_that_waited_for_another_claims_lock_sees_the_tokens_that_claim_
     capped = limit("type:rl.race.v1", "1/h burst 5")
     saved_up("type:rl.race.v1", 5)
     pending("rl-race", 10, type="rl.race.v1")
+    claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
+    assert len(claimed) == 5
     locked, errors = threading.Event(), []
 
     def spend_all() -> None:
@@ -195,7 +277,7 @@ def test_a_claim_that_waited_for_another_claims_lock_sees_the_tokens_that_claim_
                                        ["type:rl.race.v1"])
                 RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(window_used=5)
                 locked.set()
-                threading.Event().wait(0.5)  # the other claim starts and waits for this lock meanwhile
+                threading.Event().wait(0.5)  # the other lease starts and waits for this lock meanwhile
                 RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(tokens=0.0)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
@@ -206,8 +288,9 @@ def test_a_claim_that_waited_for_another_claims_lock_sees_the_tokens_that_claim_
     holder = threading.Thread(target=spend_all)
     holder.start()
     assert locked.wait(30)
-    claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
+    leased = storage.mark_processing_batch(claimed, "w-b", [capped])
     holder.join(timeout=60)
 
     assert errors == []
-    assert claimed == [], "the waiting claim spent tokens the other transaction had already spent"
+    assert leased == {}, "the waiting lease spent tokens the other transaction had already spent"
+    assert len(leased.held) == 5

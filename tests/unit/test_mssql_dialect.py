@@ -687,6 +687,8 @@ CASES = [
          [[("queue:mail", T0), ("type:pay.v1", T0)], [("type:pay.v1", "", 2.5, T0, T0, 7)]],
          (T0, [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)])),
     Case("lock_rate_buckets", (["queue:gone"],), [[], [(T0,)]], (T0, [])),
+    Case("read_rate_buckets", (["type:pay.v1"],), [[(T0,)], [("type:pay.v1", "", 2.5, T0, T0, 7)]],
+         (T0, [RateBucket("type:pay.v1", "", 2.5, T0, T0, 7)])),
     Case("save_rate_buckets", ([RateBucket("type:pay.v1", "", 0.5, T0, T0, 3)],
                                [RateBucket("type:pay.v1", "tenant:1", 1.0, T0, T0, 1)], [("type:pay.v1", "tenant:2")]),
          [None, None, None], None),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from chokaq_core import job as register_job
-from chokaq_core import storage
+from chokaq_core import metrics, storage
 from chokaq_core.conf import config
 from chokaq_core.domain import (
     CancellationReason,
@@ -21,10 +21,13 @@ from chokaq_core.domain import (
     FailureReason,
     HotJob,
     JobStatus,
+    LeasedJobs,
     QueueState,
+    RateLimit,
     Retry,
     Success,
     WorkerInfo,
+    parse_rate,
 )
 from chokaq_core.handlers import JobContext
 from chokaq_core.policy import BreakerPolicy, CircuitBreakers, RetryPolicy
@@ -34,7 +37,7 @@ from chokaq_core.worker.control import Control
 from chokaq_core.worker.dispatcher import Dispatcher, Leased
 from chokaq_core.worker.executions import Executions
 from chokaq_core.worker.executor import Executor
-from chokaq_core.worker.fetcher import Fetcher
+from chokaq_core.worker.fetcher import Fetcher, RateLimits
 from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 from chokaq_core.worker.supervisor import Registry, Supervisor
 
@@ -214,14 +217,20 @@ class Recorder:
         self.submitted: list[Leased] = []
         self.outcomes: list[Outcome] = []
         self.released: list[list[str]] = []
+        self.lease_limits: list[list[RateLimit]] = []  # the rate limits each lease was given
 
 
 def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str, int] | Exception,
-               paused: set[str] = frozenset(), threshold: int = 5) -> tuple[Dispatcher, Limiter, InFlight]:  # type: ignore[assignment]
-    def mark(jobs: Any, worker_id: str) -> dict[str, int]:
+               paused: set[str] = frozenset(), threshold: int = 5,  # type: ignore[assignment]
+               held: tuple[str, ...] = (), rate_limits: RateLimits | None = None
+               ) -> tuple[Dispatcher, Limiter, InFlight]:
+    def mark(jobs: Any, worker_id: str, rate_limits: Sequence[RateLimit] = ()) -> LeasedJobs:
+        rec.lease_limits.append(list(rate_limits))
         if isinstance(leased, Exception):
             raise leased
-        return leased
+        result = LeasedJobs(leased)
+        result.held = held
+        return result
 
     monkeypatch.setattr(storage, "mark_processing_batch", mark)
     monkeypatch.setattr(storage, "release_jobs", lambda ids, w: rec.released.append(list(ids)) or len(ids))
@@ -230,7 +239,7 @@ def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str,
     limiter, in_flight = Limiter(4, 4), InFlight()
     breakers = CircuitBreakers(BreakerPolicy(failure_threshold=threshold))
     return (Dispatcher("w", 10, 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
-                       rec.submitted.append, rec.outcomes.append), limiter, in_flight)
+                       rec.submitted.append, rec.outcomes.append, rate_limits), limiter, in_flight)
 
 
 def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Callable[[], bool]) -> None:
@@ -254,6 +263,23 @@ def test_dispatcher_leases_a_gathered_batch_and_submits_what_is_still_ours(monke
     assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j3", 2)]
     assert limiter.running == 2  # j2's lease was rejected: its slot is free again
     assert rec.released == []
+
+
+def test_dispatcher_frees_the_slots_of_jobs_a_rate_limit_held_back_at_their_lease(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    limits = RateLimits(None)
+    capped = RateLimit("type:t", parse_rate("5/s"))
+    limits._limits, limits._read_at = [capped], float("inf")  # read: no database
+    conflicts: list[object] = []
+    monkeypatch.setattr(metrics, "transition_conflict", lambda *args: conflicts.append(args))
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={"j1": 1}, held=("j2", "j3"), rate_limits=limits)
+    run_until(d, [hot(1), hot(2), hot(3)], in_flight, lambda: len(rec.submitted) == 1 and limiter.running == 1)
+    assert rec.lease_limits == [[capped]], "the lease spends the tokens of the limits the fetcher follows"
+    assert [job.id for job, _, _ in rec.submitted] == ["j1"]
+    assert rec.released == [], "the lease already sent them back to Pending"
+    assert in_flight._count == 1, "held jobs are no longer in flight"
+    assert conflicts == [], "a job held back by a limit is no lost lease"
 
 
 def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPatch) -> None:
