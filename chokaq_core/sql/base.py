@@ -10,6 +10,7 @@ the edit was stale and nothing changed.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,7 +58,9 @@ from chokaq_core.domain import (
     TypeHistory,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Moved, json_datetime, json_rows
+
+Cursor = Any
+Moved = list[tuple[str, str]]  # (job id, queue) of each row a transition changed
 
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
@@ -103,6 +106,39 @@ def last_error_set(error_class: str, message: str, held_by: str, now: str, row: 
 def cancel_details(actor: str | None) -> str:
     """Error details of an operator's cancellation."""
     return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
+
+
+def json_rows(packed: Any, datetime_at: Sequence[int] = ()) -> list[list[Any]]:
+    """Rows a ``deck_snapshot`` statement packed as a JSON array of arrays (or, on SQL Server, of objects whose
+    keys ``c0``, ``c1``, … give the positions): decoded, with the ISO timestamps at ``datetime_at`` parsed into
+    aware UTC datetimes. ``None`` (a part the statement found no rows for) is no rows."""
+    if packed is None:
+        return []
+    rows = json.loads(packed) if isinstance(packed, str | bytes) else packed
+    out = []
+    for row in rows:
+        if isinstance(row, dict):  # SQL Server's FOR JSON PATH, INCLUDE_NULL_VALUES: every key present
+            values = [row.get(f"c{i}") for i in range(len(row))]
+        else:
+            values = list(row)
+        for i in datetime_at:
+            values[i] = json_datetime(values[i])
+        out.append(values)
+    return out
+
+
+def json_datetime(value: Any) -> datetime | None:
+    """An ISO 8601 timestamp as JSON renders it (PostgreSQL: offset; SQLite and SQL Server: naive UTC, SQL Server
+    with up to 7 fractional digits) as an aware UTC datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    text = str(value).replace(" ", "T", 1)
+    head, dot, rest = text.partition(".")
+    if dot:  # at most 6 fractional digits for fromisoformat; keep any offset after them
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    moment = datetime.fromisoformat(text)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 # ---------------------------------------------------------------- tables and column lists
@@ -554,9 +590,30 @@ SHARED_STATEMENTS = {
 }
 
 
+# The dialect functions (spec 01 §1.4's names), by concern: what storage calls; the other public methods of
+# ``BaseDialect`` are the hooks and builders the vendors share.
+DIALECT_FUNCTIONS: tuple[str, ...] = (
+    "enqueue", "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
+    "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
+    "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
+    "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
+    "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active",
+    "rate_limits", "rate_buckets", "pending_by_key", "declare_rate_limits", "set_rate_limit", "lock_rate_buckets",
+    "save_rate_buckets", "upsert_worker", "stop_worker", "list_workers", "purge_workers", "purge_metric_buckets",
+    "session_pid", "tidy_hot_table", "claim_schedule_tick", "schedule_ticks", "schedule_states",
+    "set_schedule_enabled", "record_schedule_run", "record_history", "history_buckets", "purge_history",
+    "change_marker", "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead",
+    "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
+    "preview_dlq_bulk", "count_matching", "matching_ids", "purge_dlq_by_filter", "resurrect_dlq_by_filter",
+    "purge_archive_ids", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
+    "record_attempts", "job_attempts", "purge_attempts",
+)
+
+
 class BaseDialect:
-    """Every function of the Dialect protocol written once; a vendor gives its statements and overrides the hooks
-    below (timestamps, LIMIT/TOP, id lists, the claim, the move, the counters, the snapshot, case folding)."""
+    """The dialect interface (``sql.Dialect``): every function of ``DIALECT_FUNCTIONS`` written once; a vendor
+    gives its statements and overrides the hooks below (timestamps, LIMIT/TOP, id lists, the claim, the move, the
+    counters, the snapshot, case folding)."""
 
     QUEUE_HEALTH_SQL: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
     TOP_ERRORS_SQL: str  # ERROR_GROUP_WIDTH columns; params: sample size, empty-details text, limit
@@ -565,12 +622,14 @@ class BaseDialect:
     QUEUE_STATS_SQL = QUEUE_STATS_SQL
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
+    # Capabilities. The channel enqueue NOTIFYs, for an idle worker to LISTEN on (None: no push channel):
     NOTIFY_CHANNEL: str | None = None
     SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
-    MOVES_IN_ONE_STATEMENT = False
-    MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets
-    ENQUEUE_IN_ONE_STATEMENT = False
-    PREPARES = False
+    MOVES_IN_ONE_STATEMENT = False  # each move between pillars (resurrect, purges, zombies) is one statement
+    MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets (no
+    # record_history after it)
+    ENQUEUE_IN_ONE_STATEMENT = False  # an enqueue of jobs without idempotency keys is one statement
+    PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
@@ -625,7 +684,8 @@ class BaseDialect:
         return list(cursor.fetchall())
 
     def session_pid(self, cursor: Cursor) -> int | None:
-        """The server process serving this session (``SESSION_PID_SQL``); None where the vendor has none."""
+        """The id of the server process serving this session (PostgreSQL's ``pg_backend_pid()``), so storage can
+        tell a direct connection from one through a pooler; None where the vendor has no such id."""
         if self.SESSION_PID_SQL is None:
             return None
         cursor.execute(self.SESSION_PID_SQL)
@@ -958,23 +1018,24 @@ class BaseDialect:
         cursor.execute(sql, [self.param_ts(cutoff), batch_size])
 
     def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
+        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``; rows deleted."""
         self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
         return self.changed(cursor)
 
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
+        """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
         self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
         return self.changed(cursor)
 
     def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of attempts-history rows that failed before ``cutoff``."""
+        """Delete one batch of attempts-history rows that failed before ``cutoff``; rows deleted."""
         self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
         return self.changed(cursor)
 
     # ------------------------------------------------------------ reads
 
     def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
+        """Every recorded failed execution of a job, oldest first."""
         return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], as_utc(r[6]), as_utc(r[7]))
                 for r in self._all(cursor, self.JOB_ATTEMPTS_SQL, [job_id])]
 
@@ -1000,9 +1061,11 @@ class BaseDialect:
         return None if row is None else dead_job(row)
 
     def list_workers(self, cursor: Cursor) -> list[WorkerInfo]:
+        """Every worker registry row, freshest heartbeat first."""
         return [worker_info(r) for r in self._all(cursor, self.LIST_WORKERS_SQL)]
 
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
+        """The latest claimed tick of every recurring job, by name."""
         return {str(name): as_utc(at) for name, at in self._all(cursor, f"SELECT name, last_tick_at FROM {SCHEDULES}")}
 
     def active_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
@@ -1014,12 +1077,16 @@ class BaseDialect:
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+        """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
+        (id, type, tags, idempotency key); no payload."""
         where, params = self.active_where(filters)
         sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
         return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
 
     def list_archive(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                      sort: HistorySort) -> list[JobRow]:
+        """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
+        after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
         clauses, params = self.where(filters, "finished_at", ("id", "type", "tags"))
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort, where, params)
@@ -1030,12 +1097,15 @@ class BaseDialect:
 
     def list_dlq(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                  sort: HistorySort) -> list[JobRow]:
+        """One keyset page of DLQ rows, as ``list_archive``."""
         where, params = self.search_bound(DLQ, "failed_at", filters, sort, *self.dlq_where(filters))
         select, where, params = self.source("dlq", DLQ, self.DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
         return [dlq_row(r) for r in self._all(cursor, sql, params)]
 
     def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Where each id is now: its Hot status, SUCCEEDED (Archive) or FAILED/CANCELLED/ZOMBIE (DLQ); absent ids
+        are left out. Primary-key lookups only."""
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
@@ -1043,16 +1113,20 @@ class BaseDialect:
         return located(cursor.fetchall())
 
     def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
+        """Per-second succeeded (outcome 0) and failed (outcome 1) counts from MetricBuckets, oldest first."""
         return [metric(r) for r in self._all(cursor, self.THROUGHPUT_SQL, [self.param_ts(since)])]
 
     def queue_health(self, cursor: Cursor) -> list[QueueLag]:
+        """Per ``Queues`` row: due Pending count, average and max lag in seconds (0 when none)."""
         return [lag(r) for r in self._all(cursor, self.QUEUE_HEALTH_SQL, self.queue_health_params())]
 
     def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
+        """Top (reason, error prefix) groups over the 5000 newest DLQ rows (spec 01 §5)."""
         return [error_group(r) for r in self._all(cursor, self.TOP_ERRORS_SQL,
                                                   [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])]
 
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
+        """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
         where, params = self.dlq_where(filters)
         matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0] or 0)
         sample: list[str] = []
@@ -1070,13 +1144,17 @@ class BaseDialect:
         return (DLQ, *self.dlq_where(filters))
 
     def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        """(rows matching, their largest id) of a bulk-by-filter run over ``pillar`` ("hot": the Active view's
+        filters, "dlq": the DLQ view's): the run's size and its bound (rows added later lie beyond it)."""
         table, where, params = self.matching_where(pillar, filters)
         count, upto = self._one(cursor, f"SELECT count(*), max(id) FROM {table}{where}", params)
         return int(count or 0), None if upto is None else str(upto)
 
     def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
                      limit: int) -> list[str]:
-        """DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
+        """One keyset batch of a bulk-by-filter run, newest id first: at most ``limit`` ids matching ``filters``
+        in ``pillar`` below ``after`` (the previous batch's last id), or, for the first batch, up to ``upto``.
+        DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
         take no lock (the cancel's own statements decide, so a row a worker is claiming is not skipped)."""
         table, where, params = self.matching_where(pillar, filters)
         hint, lock = (self.PICK_HINT, self.PICK_LOCK) if pillar == "dlq" else ("", "")
@@ -1092,9 +1170,12 @@ class BaseDialect:
         return int(self._one(cursor, sql, [self.param_ts(cutoff), int(limit)])[0] or 0)
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        """Archive rows ``purge_archive`` would delete (finished_at < cutoff), counted up to ``limit``: a preview,
+        not a render-time count."""
         return self._count_older(cursor, ARCHIVE, "finished_at", "<", cutoff, limit)
 
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        """DLQ rows ``purge_dlq_older_than`` would delete (created_at <= cutoff), counted up to ``limit``."""
         return self._count_older(cursor, DLQ, "created_at", "<=", cutoff, limit)
 
     # ------------------------------------------------------------ the live Deck's one read, schedules, attempts
@@ -1126,12 +1207,17 @@ class BaseDialect:
                      request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit))]
 
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
+        """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,
+        ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
+        ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
+        exactly as its own function returns it. The parts travel as JSON (``json_rows`` decodes them)."""
         return snapshot_of(request, *self._one(cursor, *self.snapshot(request)))
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did (a concurrent
-        claimer waits for the row lock, then finds the tick taken)."""
+        """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller that moved it
+        (a concurrent claimer waits for the row lock, then finds the tick taken; run it in the enqueue's
+        transaction). A name seen for the first time records ``tick`` and returns False, so a new schedule starts
+        with its next tick."""
         now, at = self.now()
         if self._all(cursor, f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, {self.TS}, {now})"
                      " ON CONFLICT (name) DO NOTHING RETURNING name", [name, self.param_ts(tick), *at]):
@@ -1141,7 +1227,9 @@ class BaseDialect:
                               [self.param_ts(tick), *at, name, self.param_ts(tick)]))
 
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        """One INSERT … SELECT over the batch as items, stamped with the database clock, in order."""
+        """Insert one ``chokaq_job_attempts`` row per failed execution (one INSERT … SELECT over the batch as
+        items, in order), stamped with the database clock: run it in the transaction that reschedules or
+        dead-letters those executions."""
         if attempts:
             cursor.execute(self.RECORD_ATTEMPTS_SQL, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
@@ -1149,11 +1237,17 @@ class BaseDialect:
                  "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])
 
     def change_marker(self, cursor: Cursor) -> int | None:
-        """None: no cheap commit marker (or a push channel instead); workers poll."""
+        """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a
+        worker without a push channel polls it every few milliseconds to notice new jobs at once. None where
+        the vendor has a push channel (PostgreSQL's LISTEN/NOTIFY) or no such marker; no statement then."""
         return None
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
-        """Nothing to do by default: the vendor's own housekeeping keeps the Hot table healthy."""
+        """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
+        ``min_dead_rows`` + 20 % of its live rows (autovacuum's formula with a larger base), vacuum and
+        analyze it (one caller fleet-wide at a time); True when it did. Runs outside a transaction. Only
+        PostgreSQL needs it (a server with autovacuum off or lagging leaves every claim walking dead index
+        entries under stale statistics); elsewhere it does nothing and returns False."""
         return False
 
     # ------------------------------------------------------------ history roll-ups
@@ -1164,6 +1258,9 @@ class BaseDialect:
 
     def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
                        at: datetime) -> None:
+        """Count the rows a completion just moved to the Archive / the DLQ in the minute and the hour buckets
+        of ``at`` (per queue, type and outcome, successes' durations in the histogram bins): run it in the
+        transaction of the move. Ids that are not (or no longer) there count nothing."""
         archived = list(dict.fromkeys(archived_ids))
         failed = list(dict.fromkeys(failed_ids))
         if not archived and not failed:
@@ -1175,6 +1272,8 @@ class BaseDialect:
                        [self.param_ts(minute), self.param_ts(hour), *archived_params, *failed_params])
 
     def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+        """The ``granularity``-second buckets from ``since`` summed over queues and types (oldest first), and the
+        ``types_limit`` busiest types over them: O(buckets × queues × types) rows, never Archive."""
         since_param = self.param_ts(since)
         points = self._all(cursor, HISTORY_POINTS_SQL.format(ts=self.TS), [int(granularity), since_param])
         types = self._all(cursor, HISTORY_TYPES_SQL.format(ts=self.TS, limit=self.LIMIT),
@@ -1182,15 +1281,20 @@ class BaseDialect:
         return HistoryWindow([history_point(r) for r in points], [type_history(r) for r in types])
 
     def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of ``granularity``-second history buckets that started before ``cutoff``."""
         cursor.execute(self.PURGE_HISTORY_SQL, [int(granularity), self.param_ts(cutoff), batch_size])
         return self.changed(cursor)
 
     # ------------------------------------------------------------ recurring jobs: the Recurring panel
 
     def schedule_states(self, cursor: Cursor) -> list[ScheduleState]:
+        """Every ``chokaq_schedules`` row (tick, operator switch, latest job), by name."""
         return [schedule_state(r) for r in self._all(cursor, SCHEDULE_STATES_SQL)]
 
     def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        """The operator's switch of recurring job ``name``, kept in its row (created at ``tick`` when missing);
+        switching on also moves the latest tick up to ``tick`` (its due tick now), so ticks that fell while it
+        was off are not run."""
         now, at = self.now()
         cursor.execute(
             f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, enabled) VALUES (%s, {self.TS}, {now}, %s)"
@@ -1200,6 +1304,8 @@ class BaseDialect:
             [name, self.param_ts(tick), *at, bool(enabled)])
 
     def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        """Remember ``job_id`` as recurring job ``name``'s latest job, run now (the row created at ``tick`` when
+        missing); run it in the transaction that enqueues the job."""
         now, at = self.now()
         cursor.execute(
             f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, last_job_id, last_run_at)"
@@ -1270,18 +1376,23 @@ class BaseDialect:
         return None if row is None else int(row[0])
 
     def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+        """The lease gate for several buffered rows in one statement: {job id: new attempt count} of
+        the rows that were still Fetched by this worker (the others must not run)."""
         if not job_ids:
             return {}
         rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(), self.ids_param(job_ids), worker_id])
         return {str(job_id): int(attempts) for job_id, attempts in rows}
 
     def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+        """One UPDATE stamping the heartbeat of every listed Processing row this worker owns;
+        returns the ids still owned."""
         if not job_ids:
             return []
         return [str(r[0]) for r in self._all(cursor, self.KEEP_ALIVE_SQL,
                                              [*self.clock(), self.ids_param(job_ids), worker_id])]
 
     def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+        """(job id, actor) of this worker's Processing rows an operator asked to cancel."""
         return [(str(job_id), str(actor)) for job_id, actor in self._all(cursor, self.CANCEL_REQUESTS_SQL, [worker_id])]
 
     def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -1291,14 +1402,15 @@ class BaseDialect:
         return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+        """Flag Processing rows for cooperative cancellation; returns the flagged ids."""
         if not job_ids:
             return []
         return [str(r[0]) for r in self._all(cursor, self.REQUEST_CANCEL_SQL, [actor, self.ids_param(job_ids)])]
 
     def update_hot_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None,
                         priority: int | None, actor: str | None, revision: int | None = None) -> bool:
-        """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
-        nothing to change."""
+        """Edit a Pending Hot row (coalescing NULLs) and bump its revision; False if not Pending, not at
+        ``revision`` (None: any) or nothing to change."""
         if payload is None and tags is None and priority is None:
             return False
         return bool(self._all(cursor, self.UPDATE_HOT_SQL,
@@ -1306,7 +1418,8 @@ class BaseDialect:
 
     def update_dlq_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
                         revision: int | None = None) -> bool:
-        """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
+        """Edit a DLQ row, keeping the old payload in ``previous_payload``, and bump its revision; False if not
+        at ``revision`` (None: any) or nothing to change."""
         if payload is None and tags is None:
             return False
         return bool(self._all(cursor, self.UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision]))
@@ -1340,7 +1453,8 @@ class BaseDialect:
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:
-        """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
+        """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1. ``revision``: only if the DLQ
+        row is still at that edit version (None: whatever it is); the Hot row carries it, one up."""
         return bool(self._resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
 
     def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -1367,11 +1481,13 @@ class BaseDialect:
         return sum(counts.values())
 
     def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+        """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
         if not job_ids or batch_size <= 0:
             return []
         return self._purge(cursor, self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size], "failed_total")
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+        """Delete the given Archive rows; PurgedTotal +n."""
         if not job_ids:
             return []
         return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], PURGED)
@@ -1381,7 +1497,8 @@ class BaseDialect:
         return self._purge_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size, "failed_total")
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n."""
+        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n (SucceededTotal never
+        shrinks)."""
         return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
 
     def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
@@ -1418,13 +1535,15 @@ class BaseDialect:
                           {str(row["id"]): row for row in rows})
 
     def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-        """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
+        """Hot → Archive for every item this worker owns (None: no owner guard); SucceededTotal and the success
+        bucket bumped per queue."""
         by_id = {item.job_id: item for item in items}
         return self._complete(cursor, TO_ARCHIVE, self.ARCHIVE_SUCCEEDED_SQL, worker_id, [
             {"id": i.job_id, "duration_ms": finite(i.duration_ms), "result": i.result} for i in by_id.values()])
 
     def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-        """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
+        """Hot → DLQ with each item's reason and details, owner-guarded; FailedTotal and the failure buckets
+        bumped."""
         by_id = {item.job_id: item for item in items}
         return self._complete(cursor, TO_DLQ, self.MOVE_TO_DLQ_SQL, worker_id, [
             {"id": i.job_id, "failure_reason": int(i.reason), "error_details": error_details(i.error_details),
