@@ -632,6 +632,7 @@ class BaseDialect:
     PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
+    TRUE, FALSE = "TRUE", "FALSE"  # the boolean literals
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
@@ -758,51 +759,64 @@ class BaseDialect:
 
     # ------------------------------------------------------------ queue controls and the worker registry
 
-    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
+    def upsert(self, table: str, key: str, values: Mapping[str, str], update: Mapping[str, str | None]) -> str:
+        """A statement inserting one row into ``table`` (``values``: column → SQL expression) or, when a row of that
+        ``key`` is there, setting ``update`` (column → an expression over ``{new}``, the row offered, and ``{old}``,
+        the row there; None: the offered value)."""
+        sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
+        return (f"INSERT INTO {table} ({', '.join(values)}) VALUES ({', '.join(values.values())})"
+                f" ON CONFLICT ({key}) DO UPDATE SET {sets}")
+
+    def param(self, kind: str) -> str:
+        """A parameter of a ``kind`` ("name", "text", "int", "bool") as an operand that keeps its type when NULL."""
+        return "%s"
+
+    def returning(self, columns: str) -> tuple[str, str]:
+        """How an UPDATE returns ``columns`` of the rows it changed: (after SET, at the end)."""
+        return "", f" RETURNING {columns}"
+
+    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, kind: str, value: Any) -> None:
         """Create the queue row (unpaused, visible, no limits) with one control set, or update that control
         (spec 01 §4.17)."""
-        values = {"is_paused": "FALSE", "is_active": "TRUE", column: "%s"}
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {QUEUES} (name, {', '.join(values)}, last_updated_at) VALUES (%s, {', '.join(values.values())},"
-            f" {now}) ON CONFLICT (name) DO UPDATE SET {column} = excluded.{column},"
-            " last_updated_at = excluded.last_updated_at", [queue, value, *at])
+        values = {"name": self.param("name"), "is_paused": self.FALSE, "is_active": self.TRUE, column: self.param(kind),
+                  "last_updated_at": now}
+        cursor.execute(self.upsert(QUEUES, "name", values, {column: None, "last_updated_at": None}), [queue, value, *at])
 
     def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
-        self._upsert_queue(cursor, queue, "is_paused", bool(paused))
+        self._upsert_queue(cursor, queue, "is_paused", "bool", bool(paused))
 
     def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None:
-        self._upsert_queue(cursor, queue, "zombie_timeout_seconds", seconds)
+        self._upsert_queue(cursor, queue, "zombie_timeout_seconds", "int", seconds)
 
     def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None:
-        self._upsert_queue(cursor, queue, "max_workers", max_workers)
+        self._upsert_queue(cursor, queue, "max_workers", "int", max_workers)
 
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; pauses the queue in both directions."""
         now, at = self.now()
-        cursor.execute(f"UPDATE {QUEUES} SET is_active = %s, is_paused = TRUE, last_updated_at = {now} WHERE name = %s",
-                       [bool(active), *at, queue])
-        return bool(cursor.rowcount)
+        output, tail = self.returning("name")
+        cursor.execute(f"UPDATE {QUEUES} SET is_active = %s, is_paused = {self.TRUE}, last_updated_at = {now}{output}"
+                       f" WHERE name = %s{tail}", [bool(active), *at, queue])
+        return bool(self.rows(cursor))
 
     def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None:
-        """Register or refresh a worker row; ``started_at`` is set on first insert only."""
+        """Register or refresh a worker row; ``started_at`` is set on first insert only (``stopped_at`` NULL)."""
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {WORKERS} (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,"
-            " is_running, capacity, active_count, runtime_json, circuits_json)"
-            f" VALUES (%s, %s, %s, %s, {now}, {now}, NULL, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,"
-            " queues = excluded.queues, last_heartbeat_at = excluded.last_heartbeat_at,"
-            f" stopped_at = CASE WHEN excluded.is_running THEN NULL ELSE {WORKERS}.stopped_at END,"
-            " is_running = excluded.is_running, capacity = excluded.capacity, active_count = excluded.active_count,"
-            " runtime_json = excluded.runtime_json, circuits_json = excluded.circuits_json",
-            [info.worker_id, info.hostname, info.pid, info.queues, *at, *at, bool(info.is_running), info.capacity,
-             info.active_count, info.runtime_json, info.circuits_json])
+        kinds = {"worker_id": "name", "hostname": "name", "pid": "int", "queues": "name", "started_at": None,
+                 "last_heartbeat_at": None, "is_running": "bool", "capacity": "int", "active_count": "int",
+                 "runtime_json": "text", "circuits_json": "text"}
+        values = {column: now if kind is None else self.param(kind) for column, kind in kinds.items()}
+        update: dict[str, str | None] = {c: None for c in kinds if c not in ("worker_id", "started_at")}
+        update["stopped_at"] = f"CASE WHEN {{new}}.is_running = {self.TRUE} THEN NULL ELSE {{old}}.stopped_at END"
+        cursor.execute(self.upsert(WORKERS, "worker_id", values, update),
+                       [info.worker_id, info.hostname, info.pid, info.queues, *at, *at, bool(info.is_running),
+                        info.capacity, info.active_count, info.runtime_json, info.circuits_json])
 
     def stop_worker(self, cursor: Cursor, worker_id: str) -> None:
         """Mark a worker stopped (not running, no active executions)."""
         now, at = self.now()
-        cursor.execute(f"UPDATE {WORKERS} SET is_running = FALSE, stopped_at = {now}, active_count = 0"
+        cursor.execute(f"UPDATE {WORKERS} SET is_running = {self.FALSE}, stopped_at = {now}, active_count = 0"
                        " WHERE worker_id = %s", [*at, worker_id])
 
     # ------------------------------------------------------------ builders
@@ -1296,23 +1310,20 @@ class BaseDialect:
         switching on also moves the latest tick up to ``tick`` (its due tick now), so ticks that fell while it
         was off are not run."""
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, enabled) VALUES (%s, {self.TS}, {now}, %s)"
-            " ON CONFLICT (name) DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at,"
-            f" last_tick_at = CASE WHEN excluded.enabled AND excluded.last_tick_at > {SCHEDULES}.last_tick_at"
-            f" THEN excluded.last_tick_at ELSE {SCHEDULES}.last_tick_at END",
-            [name, self.param_ts(tick), *at, bool(enabled)])
+        values = {"name": self.param("name"), "last_tick_at": self.TS, "updated_at": now, "enabled": self.param("bool")}
+        later = (f"CASE WHEN {{new}}.enabled = {self.TRUE} AND {{new}}.last_tick_at > {{old}}.last_tick_at"
+                 " THEN {new}.last_tick_at ELSE {old}.last_tick_at END")
+        cursor.execute(self.upsert(SCHEDULES, "name", values, {"enabled": None, "updated_at": None, "last_tick_at": later}),
+                       [name, self.param_ts(tick), *at, bool(enabled)])
 
     def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
         """Remember ``job_id`` as recurring job ``name``'s latest job, run now (the row created at ``tick`` when
         missing); run it in the transaction that enqueues the job."""
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, last_job_id, last_run_at)"
-            f" VALUES (%s, {self.TS}, {now}, %s, {now}) ON CONFLICT (name) DO UPDATE SET"
-            " updated_at = excluded.updated_at, last_job_id = excluded.last_job_id, last_run_at = excluded.last_run_at",
-            [name, self.param_ts(tick), *at, job_id, *at])
-
+        values = {"name": self.param("name"), "last_tick_at": self.TS, "updated_at": now,
+                  "last_job_id": self.param("name"), "last_run_at": now}
+        cursor.execute(self.upsert(SCHEDULES, "name", values, dict.fromkeys(("updated_at", "last_job_id", "last_run_at"))),
+                       [name, self.param_ts(tick), *at, job_id, *at])
 
     # ------------------------------------------------------------ enqueue and the claim
 

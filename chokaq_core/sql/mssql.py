@@ -52,7 +52,6 @@ from chokaq_core.domain import (
     JobStatus,
     NewJob,
     SnapshotRequest,
-    WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
@@ -118,6 +117,9 @@ _MOVED_TYPES = {
     "error_class": "nvarchar(255) NULL",
     "error_message": "nvarchar(1000) NULL",
 }
+
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit"}  # ``param`` kinds
+
 
 def _moved_table(columns: Sequence[str]) -> str:
     return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
@@ -192,6 +194,14 @@ def _bucket_merge(outcome: int, source: str) -> str:
         "        total_duration_ms, max_duration_ms, last_updated_at)\n"
         f"    VALUES (@Bucket, s.queue, {outcome}, s.failure_reason, s.n, s.timed, s.total, s.longest, @Now);"
     )
+
+
+def _merge(table: str, key: Sequence[str], source: str, columns: Sequence[str], sets: Mapping[str, str]) -> str:
+    """``MERGE … WITH (HOLDLOCK)`` of the rows of ``source`` (a derived table ``s`` with ``columns``) into ``table``
+    (``t``): ``sets`` where the ``key`` matches, else the row inserted."""
+    return (f"MERGE {table} WITH (HOLDLOCK) AS t\nUSING {source} ON {' AND '.join(f't.{k} = s.{k}' for k in key)}\n"
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{c} = {e}' for c, e in sets.items())}\n"
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) VALUES ({', '.join(f's.{c}' for c in columns)});")
 
 
 def _params(*declarations: str) -> str:
@@ -519,54 +529,6 @@ RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutM
     "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
 
 
-def _queue_upsert(column: str, sql_type: str) -> str:
-    """Upsert of one queue setting (spec 01 §4.17); a new row starts visible and unpaused."""
-    values = {"is_paused": "0", "is_active": "1", column: "@Value"}
-    return _batch(
-        "DECLARE @Name nvarchar(4000) = %s;",
-        f"DECLARE @Value {sql_type} = %s;",
-        "MERGE chokaq_queues WITH (HOLDLOCK) AS t\n"
-        "USING (SELECT @Name AS name) AS s ON t.name = s.name\n"
-        f"WHEN MATCHED THEN UPDATE SET {column} = @Value, last_updated_at = SYSUTCDATETIME()\n"
-        f"WHEN NOT MATCHED THEN INSERT (name, {', '.join(values)}, last_updated_at)\n"
-        f"    VALUES (s.name, {', '.join(values.values())}, SYSUTCDATETIME());",
-    )
-
-
-QUEUE_UPSERT_SQL = {
-    "is_paused": _queue_upsert("is_paused", "bit"),
-    "zombie_timeout_seconds": _queue_upsert("zombie_timeout_seconds", "int"),
-    "max_workers": _queue_upsert("max_workers", "int"),
-}
-
-SET_QUEUE_ACTIVE_SQL = _batch(
-    _params("@Active bit", "@Name nvarchar(4000)"),
-    "UPDATE chokaq_queues SET is_active = @Active, is_paused = 1, last_updated_at = SYSUTCDATETIME()\n"
-    "OUTPUT inserted.name\n"
-    "WHERE name = @Name;",
-)
-
-UPSERT_WORKER_SQL = _batch(
-    _NOW,
-    _params("@WorkerId nvarchar(4000)", "@Hostname nvarchar(4000)", "@Pid int", "@Queues nvarchar(4000)",
-            "@IsRunning bit", "@Capacity int", "@ActiveCount int", "@RuntimeJson nvarchar(max)",
-            "@CircuitsJson nvarchar(max)"),
-    "MERGE chokaq_workers WITH (HOLDLOCK) AS t\n"
-    "USING (SELECT @WorkerId AS worker_id) AS s ON t.worker_id = s.worker_id\n"
-    "WHEN MATCHED THEN UPDATE SET hostname = @Hostname, pid = @Pid, queues = @Queues, last_heartbeat_at = @Now,\n"
-    "    stopped_at = CASE WHEN @IsRunning = 1 THEN NULL ELSE t.stopped_at END, is_running = @IsRunning,\n"
-    "    capacity = @Capacity, active_count = @ActiveCount, runtime_json = @RuntimeJson,"
-    " circuits_json = @CircuitsJson\n"
-    "WHEN NOT MATCHED THEN INSERT (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,\n"
-    "        is_running, capacity, active_count, runtime_json, circuits_json)\n"
-    "    VALUES (s.worker_id, @Hostname, @Pid, @Queues, @Now, @Now, NULL, @IsRunning, @Capacity, @ActiveCount,\n"
-    "        @RuntimeJson, @CircuitsJson);",
-)
-
-STOP_WORKER_SQL = (
-    "UPDATE chokaq_workers SET is_running = 0, stopped_at = SYSUTCDATETIME(), active_count = 0 WHERE worker_id = %s"
-)
-
 # The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
 QUEUE_STATES_SELECT = "SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues"
 QUEUE_STATES_SQL = f"{QUEUE_STATES_SELECT} ORDER BY name"
@@ -701,30 +663,6 @@ PURGE_HISTORY_SQL = _batch(
     "SET @N = @@ROWCOUNT;",
     "SELECT @N;",
 )
-# The operator's switch; enabling moves the latest tick up to the due one, so no tick missed while off is run.
-SET_SCHEDULE_ENABLED_SQL = (
-    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
-    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick, CAST(%s AS bit) AS enabled)"
-    " AS s ON t.name = s.name\n"
-    "WHEN MATCHED THEN UPDATE SET enabled = s.enabled, updated_at = SYSUTCDATETIME(),"
-    " last_tick_at = CASE WHEN s.enabled = 1 AND s.tick > t.last_tick_at THEN s.tick ELSE t.last_tick_at END\n"
-    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, enabled)"
-    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.enabled);"
-)
-RECORD_SCHEDULE_RUN_SQL = (
-    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
-    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick,"
-    " CAST(%s AS nvarchar(50)) AS job_id) AS s ON t.name = s.name\n"
-    "WHEN MATCHED THEN UPDATE SET updated_at = SYSUTCDATETIME(), last_job_id = s.job_id, last_run_at = SYSUTCDATETIME()\n"
-    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, last_job_id, last_run_at)"
-    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.job_id, SYSUTCDATETIME());"
-)
-
-
-
-
-
-
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
 LOCATE_SELECT = (
     f"SELECT id, status FROM chokaq_jobs_hot WHERE id IN {_IDS}\n"
@@ -855,6 +793,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     IGNORE_DUPLICATE = ""  # the locking hint of the NOT EXISTS read makes a racing twin wait instead
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
+    TRUE, FALSE = "1", "0"
 
     def search_clause(self, column: str) -> str:
         return f"LOWER({column}) LIKE %s ESCAPE '\\'"
@@ -920,35 +859,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return _rows(cursor)
 
-    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
-        cursor.execute(QUEUE_UPSERT_SQL[column], [queue, value])
-
-    def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
-        """Update only; sets ``is_paused = 1`` in both directions (spec 01 §4.17)."""
-        cursor.execute(SET_QUEUE_ACTIVE_SQL, [bool(active), queue])
-        return bool(_rows(cursor))
-
-    def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None:
-        """Register or refresh a worker row; ``started_at`` is set on first insert only."""
-        cursor.execute(
-            UPSERT_WORKER_SQL,
-            [
-                info.worker_id,
-                info.hostname,
-                info.pid,
-                info.queues,
-                bool(info.is_running),
-                info.capacity,
-                info.active_count,
-                info.runtime_json,
-                info.circuits_json,
-            ],
-        )
-
-    def stop_worker(self, cursor: Cursor, worker_id: str) -> None:
-        """Mark a worker stopped (not running, no active executions)."""
-        cursor.execute(STOP_WORKER_SQL, [worker_id])
-
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
@@ -956,22 +866,22 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def history_upsert(self, source: str) -> str:
         """One MERGE of the completion's history rows: counts added, the longest duration kept."""
-        matched = " AND ".join(f"t.{c} = s.{c}" for c in HISTORY_KEY)
-        added = ", ".join(f"{c} = t.{c} + s.{c}" for c in HISTORY_COUNTS)
-        return (
-            f"MERGE {HISTORY} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(HISTORY_COLUMNS)})\n"
-            f"ON {matched}\nWHEN MATCHED THEN UPDATE SET {added}, max_duration_ms = CASE WHEN s.max_duration_ms"
-            " IS NULL OR t.max_duration_ms >= s.max_duration_ms THEN t.max_duration_ms ELSE s.max_duration_ms END\n"
-            f"WHEN NOT MATCHED THEN INSERT ({', '.join(HISTORY_COLUMNS)})"
-            f" VALUES ({', '.join(f's.{c}' for c in HISTORY_COLUMNS)});"
-        )
+        longest = ("CASE WHEN s.max_duration_ms IS NULL OR t.max_duration_ms >= s.max_duration_ms THEN t.max_duration_ms"
+                   " ELSE s.max_duration_ms END")
+        return _merge(HISTORY, HISTORY_KEY, f"({source}) AS s ({', '.join(HISTORY_COLUMNS)})", HISTORY_COLUMNS,
+                      {**{c: f"t.{c} + s.{c}" for c in HISTORY_COUNTS}, "max_duration_ms": longest})
 
-    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
-        cursor.execute(SET_SCHEDULE_ENABLED_SQL, [name, _ts(tick), bool(enabled)])
+    def upsert(self, table: str, key: str, values: Mapping[str, str], update: Mapping[str, str | None]) -> str:
+        """A MERGE of the row offered (``s``, its parameters typed by ``param``) into ``table`` (``t``)."""
+        source = "(SELECT " + ", ".join(f"{v} AS {c}" for c, v in values.items()) + ") AS s"
+        return _merge(table, [key], source, list(values),
+                      {c: (e or "{new}." + c).format(new="s", old="t") for c, e in update.items()})
 
-    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
-        cursor.execute(RECORD_SCHEDULE_RUN_SQL, [name, _ts(tick), job_id])
+    def param(self, kind: str) -> str:
+        return f"CAST(%s AS {PARAM_TYPES[kind]})"  # a NULL keeps its type
 
+    def returning(self, columns: str) -> tuple[str, str]:
+        return " OUTPUT " + ", ".join(f"inserted.{c.strip()}" for c in columns.split(",")), ""
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
 
