@@ -562,6 +562,15 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
+
+
+def _aged_batch(table: str, key: str, column: str, where: str = "") -> str:
+    """One batch delete of ``table``'s rows (named by ``key``) whose ``column`` is before a cutoff, oldest first;
+    "pick" locks the picked rows, skipping locked ones; params: ``where``'s, the cutoff, the batch size."""
+    return (f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {where}{column} < %s"
+            f" ORDER BY {column} LIMIT %s{{pick}})")
+
+
 SHARED_STATEMENTS = {
     "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                            " RETURNING attempt_count",
@@ -587,6 +596,11 @@ SHARED_STATEMENTS = {
                       " max(failed_at) AS latest, error_class, error_message\n"
                       "FROM recent GROUP BY failure_reason, error_class, error_message, prefix"
                       " ORDER BY n DESC, latest DESC LIMIT %s",
+    # Retention: the oldest rows of a table, one batch ("pick": the pick's lock, or nothing).
+    "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
+    "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
+    "PURGE_HISTORY_SQL": _aged_batch(HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
+    "PURGE_ATTEMPTS_SQL": _aged_batch("chokaq_job_attempts", "id", "failed_at"),
 }
 
 

@@ -143,19 +143,13 @@ def _stats_add(counter: str) -> str:
     )
 
 
-# An Archive purge: ``purged_total += rows deleted`` per queue (``succeeded_total`` never shrinks).
-_STATS_PURGED = (
-    "UPDATE t SET purged_total = t.purged_total + c.n\n"
-    "FROM chokaq_stats_summary AS t\n"
-    "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
-)
-
-
-def _stats_sub(counter: str, touch: bool = False) -> str:
-    """``counter = max(counter - rows moved, 0)`` per queue, update only."""
+def _uncount(counter: str, touch: bool = False) -> str:
+    """``counter = max(counter - rows moved, 0)`` per queue, update only; an Archive purge's ``PURGED`` grows by
+    the rows instead (``succeeded_total`` never shrinks)."""
+    value = f"t.{PURGED} + c.n" if counter == PURGED else f"CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END"
     touched = ", last_activity_at = @Now" if touch else ""
     return (
-        f"UPDATE t SET {counter} = CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END{touched}\n"
+        f"UPDATE t SET {counter} = {value}{touched}\n"
         "FROM chokaq_stats_summary AS t\n"
         "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
     )
@@ -449,7 +443,7 @@ RESURRECT_SQL = _batch(
     "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
     " created_at, @Now, created_by, @Actor, revision\n"
     "FROM @Moved;",
-    _stats_sub("failed_total", touch=True),
+    _uncount("failed_total", touch=True),
     "SELECT id, queue FROM @Moved;",
 )
 
@@ -503,7 +497,7 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
         "DELETE d\n"
         "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
         f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        _STATS_PURGED if counter == PURGED else _stats_sub(counter),
+        _uncount(counter),
         f"SELECT {result};",
     )
 
@@ -729,7 +723,7 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
     "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
     "FROM chokaq_jobs_archive AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS};",
-    _STATS_PURGED,
+    _uncount(PURGED),
     "SELECT id, queue FROM @Moved;",
 )
 
