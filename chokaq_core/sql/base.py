@@ -255,8 +255,9 @@ def error_group(r: Sequence[Any]) -> ErrorGroup:
 
 # ---------------------------------------------------------------- shared statements
 
-QUEUE_STATES_SQL = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES} ORDER BY name"
-_HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
+QUEUE_STATES_SELECT = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES}"
+QUEUE_STATES_SQL = f"{QUEUE_STATES_SELECT} ORDER BY name"
+HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
                " sum(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS fetched,"
                " sum(CASE WHEN status = 2 THEN 1 ELSE 0 END) AS processing")
 SUMMARY_WIDTH = 12  # columns of a summary row (``summary``)
@@ -284,7 +285,7 @@ def summary_stats_sql(later: str) -> str:
     return f"""
 SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
        s.last_activity_at, s.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
-FROM (SELECT {_HOT_COUNTS} FROM {HOT}) h
+FROM (SELECT {HOT_COUNTS} FROM {HOT}) h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
                    coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at,
                    coalesce(sum(purged_total), 0) AS purged
@@ -294,21 +295,30 @@ CROSS JOIN ({pending_split_sql(later)}) AS pend
 
 
 SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > now()")
-QUEUE_STATS_SQL = f"""
-SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
+
+
+def queue_stats_select(dirty: str = "") -> str:
+    """Per Queues row: Hot counts by status and the retained counters, unordered (``dirty``: a table hint that
+    allows dirty reads, spec 01 §1.3)."""
+    return f"""SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
        coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at,
        coalesce(s.purged_total, 0)
-FROM {QUEUES} q
-LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM {HOT} GROUP BY queue) h ON h.queue = q.name
-LEFT JOIN {STATS} s ON s.queue = q.name
-ORDER BY q.name
-"""
-LIST_WORKERS_SQL = f"SELECT {', '.join(WORKER_FIELDS)} FROM {WORKERS} ORDER BY last_heartbeat_at DESC, worker_id"
-THROUGHPUT_SQL = (
-    "SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
-    " sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
-    f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start"
-)
+FROM {QUEUES} AS q{dirty}
+LEFT JOIN (SELECT queue, {HOT_COUNTS} FROM {HOT}{dirty} GROUP BY queue) AS h ON h.queue = q.name
+LEFT JOIN {STATS} AS s{dirty} ON s.queue = q.name"""
+
+
+def throughput_select(since: str, dirty: str = "") -> str:
+    """Per-second succeeded and failed counts from ``since`` (an operand), unordered (``dirty``: as above)."""
+    return ("SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
+            " sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
+            f" FROM {BUCKETS}{dirty} WHERE bucket_start >= {since} GROUP BY bucket_start")
+
+
+QUEUE_STATS_SQL = f"{queue_stats_select()}\nORDER BY q.name"
+LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM {WORKERS}"
+LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
+THROUGHPUT_SQL = f"{throughput_select('%s')} ORDER BY bucket_start"
 ACTIVE_ROW = ("id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"
               " started_at, last_error_class, last_error_message, last_error_at, held_by")
 ACTIVE_WIDTH = 16  # columns of ACTIVE_ROW (``active_row``)

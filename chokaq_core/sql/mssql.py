@@ -63,8 +63,11 @@ from chokaq_core.sql.base import (
     HISTORY_COLUMNS,
     HISTORY_COUNTS,
     HISTORY_KEY,
+    HOT_COUNTS,
     HOT_FIELDS,
+    LIST_WORKERS_SELECT,
     PURGED,
+    QUEUE_STATES_SELECT,
     REVISION_BUMP,
     SUMMARY_WIDTH,
     TO_ARCHIVE,
@@ -78,7 +81,9 @@ from chokaq_core.sql.base import (
     insert_moved,
     last_error_set,
     pending_split_sql,
+    queue_stats_select,
     revision_guard,
+    throughput_select,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
@@ -90,6 +95,7 @@ _INT_MAX = 2**31 - 1
 # ---------------------------------------------------------------- SQL builders
 
 _NOW = "DECLARE @Now datetime2(7) = SYSUTCDATETIME();"
+_DIRTY = " WITH (NOLOCK)"  # passive dashboard telemetry may read dirty data (spec 01 §1.3)
 # The current UTC second (spec 01 §4.13): whole seconds since a fixed epoch, added back to it (int until 2068).
 _BUCKET = (
     "DECLARE @Bucket datetime2(7) = DATEADD(SECOND, DATEDIFF(SECOND, CAST('20000101' AS datetime2(7)), @Now),"
@@ -524,34 +530,19 @@ RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutM
 
 
 # The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
-QUEUE_STATES_SELECT = "SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues"
-QUEUE_STATES_SQL = f"{QUEUE_STATES_SELECT} ORDER BY name"
-
-_HOT_COUNTS = (
-    "SUM(CASE WHEN x.status = 0 THEN 1 ELSE 0 END) AS pending,"
-    " SUM(CASE WHEN x.status = 1 THEN 1 ELSE 0 END) AS fetched,"
-    " SUM(CASE WHEN x.status = 2 THEN 1 ELSE 0 END) AS processing"
-)
-
 # Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
 SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        totals.succeeded, totals.failed, totals.retried,
        (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
         WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged, pend.ready, pend.scheduled,
        pend.retrying, pend.held
-FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
+FROM (SELECT {HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
 CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
                    COALESCE(SUM(y.retried_total), 0) AS retried, COALESCE(SUM(y.purged_total), 0) AS purged
             FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals
 CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
 
-QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at,
-       COALESCE(s.purged_total, 0)
-FROM chokaq_queues AS q WITH (NOLOCK)
-LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK) GROUP BY x.queue) AS h
-    ON h.queue = q.name
-LEFT JOIN chokaq_stats_summary AS s WITH (NOLOCK) ON s.queue = q.name"""
+QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
 QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 
 
@@ -621,8 +612,6 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
 
 # ---------------------------------------------------------------- retention, schedules and reads
 
-LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers"
-LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
 
 
 def _batch_delete(table: str, column: str) -> str:
@@ -670,18 +659,7 @@ def _active_select(limit: str, where: str = "") -> str:
     return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC"
 
 
-# The passive telemetry reads below may read dirty data (spec 01 §1.3).
-def _throughput_select(since: str) -> str:
-    """Per-second sums from ``since`` (a ``datetimeoffset`` operand), unordered."""
-    return (
-        "SELECT bucket_start, SUM(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
-        " SUM(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)\n"
-        f"FROM chokaq_metric_buckets WITH (NOLOCK) WHERE bucket_start >= {since}\n"
-        "GROUP BY bucket_start"
-    )
-
-
-THROUGHPUT_SQL = _throughput_select("CAST(%s AS datetimeoffset(7))") + " ORDER BY bucket_start"
+THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " ORDER BY bucket_start"
 
 _NOW_OFFSET = "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);"
 
@@ -752,7 +730,7 @@ DECK_SNAPSHOT_SQL = _batch(
     f"""SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)} AS summary,
        {_packed(_active_select("@ActiveLimit"), ACTIVE_WIDTH, "c5 DESC, c0 DESC")} AS active,
        CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
-       CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
+       CASE WHEN @Since IS NOT NULL THEN {_packed(throughput_select("@Since", _DIRTY), 3, "c0")} END AS throughput,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
