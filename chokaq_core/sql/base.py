@@ -402,14 +402,25 @@ def history_source(archived: str, failed: str, ts: str) -> str:
                         f" WHERE id {failed})", ts, ts)
 
 
+def upsert_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
+                update: Mapping[str, str | None]) -> str:
+    """Insert the rows of ``source`` (a SELECT or VALUES of ``columns``) into ``table``; where a row of the same ``key``
+    is there, set ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row
+    there; None: the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
+    sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
+    return f"INSERT INTO {table} ({', '.join(columns)}) {source} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
+
+
+# Counts added, the longest duration kept (a NULL one, no timed row, changes nothing).
+HISTORY_UPDATE = {**{c: f"{{old}}.{c} + {{new}}.{c}" for c in HISTORY_COUNTS},
+                  "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL OR {old}.max_duration_ms >="
+                                     " {new}.max_duration_ms THEN {old}.max_duration_ms ELSE {new}.max_duration_ms END"}
+
+
 def history_add(source: str) -> str:
-    """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets: counts added, the longest
-    duration kept (``INSERT … ON CONFLICT``; SQL Server merges instead)."""
-    added = ", ".join(f"{c} = {HISTORY}.{c} + excluded.{c}" for c in HISTORY_COUNTS)
-    longest = (f"max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL OR {HISTORY}.max_duration_ms >="
-               f" excluded.max_duration_ms THEN {HISTORY}.max_duration_ms ELSE excluded.max_duration_ms END")
-    return (f"INSERT INTO {HISTORY} ({', '.join(HISTORY_COLUMNS)}) SELECT * FROM ({source}) AS r WHERE 1 = 1"
-            f" ORDER BY 1, 2, 3, 4, 5 ON CONFLICT ({', '.join(HISTORY_KEY)}) DO UPDATE SET {added}, {longest}")
+    """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``HISTORY_UPDATE``)."""
+    return upsert_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS,
+                       f"SELECT * FROM ({source}) AS r WHERE 1 = 1 ORDER BY 1, 2, 3, 4, 5", HISTORY_UPDATE)
 
 
 def _history_sums(prefix: str = "") -> str:
@@ -514,30 +525,36 @@ def insert_moved(move: Move, source: str, now: str) -> str:
             f"    SELECT {', '.join(now if c == move.stamp else c for c in move.fields)} FROM {source}")
 
 
+def stats_update(counter: str) -> dict[str, str | None]:
+    """What the counter upsert (spec 01 §4.13) sets on a queue's row that is there: ``counter`` += the rows."""
+    return {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None}
+
+
 def stats_add(counter: str, source: str, now: str) -> str:
-    """The counter upsert (spec 01 §4.13): ``counter`` += the rows of ``source`` per queue, a missing row inserted."""
-    return (f"INSERT INTO {STATS} AS s (queue, {counter}, last_activity_at)\n"
-            f"    SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue\n"
-            f"    ON CONFLICT (queue) DO UPDATE SET {counter} = s.{counter} + excluded.{counter},"
-            " last_activity_at = excluded.last_activity_at")
+    """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
+    return upsert_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
+                       f"SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue",
+                       stats_update(counter))
+
+
+BUCKET_KEY = ("bucket_start", "queue", "outcome", "failure_reason")
+BUCKET_COLUMNS = (*BUCKET_KEY, "completed_count", "duration_count", "total_duration_ms", "max_duration_ms",
+                  "last_updated_at")
+# The MetricBuckets upsert (spec 01 §4.13) on a bucket that is there: counts added, the longest duration kept.
+BUCKET_UPDATE = {**{c: f"{{old}}.{c} + {{new}}.{c}" for c in ("completed_count", "duration_count", "total_duration_ms")},
+                 "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL THEN {old}.max_duration_ms"
+                                    " WHEN {old}.max_duration_ms IS NULL OR {new}.max_duration_ms > {old}.max_duration_ms"
+                                    " THEN {new}.max_duration_ms ELSE {old}.max_duration_ms END",
+                 "last_updated_at": None}
 
 
 def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
-    """The MetricBuckets upsert of this ``second`` (spec 01 §4.13) from ``source`` (queue, failure_reason,
-    duration_ms); the longest duration ignores NULLs."""
-    return (f"INSERT INTO {BUCKETS} AS b (bucket_start, queue, outcome, failure_reason, completed_count,"
-            " duration_count, total_duration_ms, max_duration_ms, last_updated_at)\n"
-            f"    SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
-            f" coalesce(sum(duration_ms), 0), max(duration_ms), {now}\n"
-            f"    FROM {source} WHERE true GROUP BY queue, failure_reason ORDER BY queue, failure_reason\n"
-            "    ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET\n"
-            "        completed_count = b.completed_count + excluded.completed_count,\n"
-            "        duration_count = b.duration_count + excluded.duration_count,\n"
-            "        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,\n"
-            "        max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL THEN b.max_duration_ms\n"
-            "            WHEN b.max_duration_ms IS NULL OR excluded.max_duration_ms > b.max_duration_ms"
-            " THEN excluded.max_duration_ms ELSE b.max_duration_ms END,\n"
-            "        last_updated_at = excluded.last_updated_at")
+    """The MetricBuckets upsert of this ``second`` from ``source`` (queue, failure_reason, duration_ms); the longest
+    duration ignores NULLs."""
+    return upsert_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS,
+                       f"SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
+                       f" coalesce(sum(duration_ms), 0), max(duration_ms), {now} FROM {source} WHERE true"
+                       " GROUP BY queue, failure_reason ORDER BY queue, failure_reason", BUCKET_UPDATE)
 
 
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
@@ -785,11 +802,13 @@ class BaseDialect:
 
     def upsert(self, table: str, key: str, values: Mapping[str, str], update: Mapping[str, str | None]) -> str:
         """A statement inserting one row into ``table`` (``values``: column → SQL expression) or, when a row of that
-        ``key`` is there, setting ``update`` (column → an expression over ``{new}``, the row offered, and ``{old}``,
-        the row there; None: the offered value)."""
-        sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
-        return (f"INSERT INTO {table} ({', '.join(values)}) VALUES ({', '.join(values.values())})"
-                f" ON CONFLICT ({key}) DO UPDATE SET {sets}")
+        ``key`` is there, setting ``update`` (as ``upsert_rows``)."""
+        return self.merge_rows(table, [key], list(values), f"VALUES ({', '.join(values.values())})", update)
+
+    def merge_rows(self, table: str, key: Sequence[str], columns: Sequence[str], source: str,
+                   update: Mapping[str, str | None]) -> str:
+        """The vendor's ``upsert_rows``."""
+        return upsert_rows(table, key, columns, source, update)
 
     def param(self, kind: str) -> str:
         """A parameter of a ``kind`` ("name", "text", "int", "bool") as an operand that keeps its type when NULL."""

@@ -57,18 +57,23 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     ACTIVE_ROW,
     ACTIVE_WIDTH,
+    BUCKET_COLUMNS,
+    BUCKET_KEY,
+    BUCKET_UPDATE,
+    BUCKETS,
     EMPTY_ERROR,
     ERROR_GROUP_WIDTH,
     HISTORY,
     HISTORY_COLUMNS,
-    HISTORY_COUNTS,
     HISTORY_KEY,
+    HISTORY_UPDATE,
     HOT_COUNTS,
     HOT_FIELDS,
     LIST_WORKERS_SELECT,
     PURGED,
     QUEUE_STATES_SELECT,
     REVISION_BUMP,
+    STATS,
     SUMMARY_WIDTH,
     TO_ARCHIVE,
     TO_DLQ,
@@ -83,6 +88,7 @@ from chokaq_core.sql.base import (
     pending_split_sql,
     queue_stats_select,
     revision_guard,
+    stats_update,
     throughput_select,
 )
 
@@ -139,14 +145,8 @@ def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
 
 def _stats_add(counter: str) -> str:
     """``counter += rows moved`` per queue, inserting a missing row (spec 01 §4.13)."""
-    values = ", ".join("s.n" if c == counter else "0" for c in ("succeeded_total", "failed_total", "retried_total"))
-    return (
-        "MERGE chokaq_stats_summary WITH (HOLDLOCK) AS t\n"
-        "USING (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS s ON t.queue = s.queue\n"
-        f"WHEN MATCHED THEN UPDATE SET {counter} = t.{counter} + s.n, last_activity_at = @Now\n"
-        "WHEN NOT MATCHED THEN INSERT (queue, succeeded_total, failed_total, retried_total, last_activity_at)\n"
-        f"    VALUES (s.queue, {values}, @Now);"
-    )
+    return merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
+                      "SELECT queue, COUNT(*), @Now FROM @Moved GROUP BY queue", stats_update(counter))
 
 
 def _uncount(counter: str, touch: bool = False) -> str:
@@ -177,30 +177,16 @@ _FAILURE_BUCKETS = (
 
 def _bucket_merge(outcome: int, source: str) -> str:
     """Upsert of this second's outcome buckets (spec 01 §4.13); ``max`` ignores NULLs."""
-    return (
-        "MERGE chokaq_metric_buckets WITH (HOLDLOCK) AS t\n"
-        f"USING ({source}) AS s\n"
-        f"ON t.bucket_start = @Bucket AND t.queue = s.queue AND t.outcome = {outcome}"
-        " AND t.failure_reason = s.failure_reason\n"
-        "WHEN MATCHED THEN UPDATE SET\n"
-        "    completed_count = t.completed_count + s.n,\n"
-        "    duration_count = t.duration_count + s.timed,\n"
-        "    total_duration_ms = t.total_duration_ms + s.total,\n"
-        "    max_duration_ms = CASE WHEN s.longest IS NULL THEN t.max_duration_ms\n"
-        "        WHEN t.max_duration_ms IS NULL OR s.longest > t.max_duration_ms THEN s.longest\n"
-        "        ELSE t.max_duration_ms END,\n"
-        "    last_updated_at = @Now\n"
-        "WHEN NOT MATCHED THEN INSERT (bucket_start, queue, outcome, failure_reason, completed_count, duration_count,\n"
-        "        total_duration_ms, max_duration_ms, last_updated_at)\n"
-        f"    VALUES (@Bucket, s.queue, {outcome}, s.failure_reason, s.n, s.timed, s.total, s.longest, @Now);"
-    )
+    return merge_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS, f"SELECT @Bucket, b.queue, {outcome}, b.failure_reason, b.n,"
+                      f" b.timed, b.total, b.longest, @Now FROM ({source}) AS b", BUCKET_UPDATE)
 
 
-def _merge(table: str, key: Sequence[str], source: str, columns: Sequence[str], sets: Mapping[str, str]) -> str:
-    """``MERGE … WITH (HOLDLOCK)`` of the rows of ``source`` (a derived table ``s`` with ``columns``) into ``table``
-    (``t``): ``sets`` where the ``key`` matches, else the row inserted."""
-    return (f"MERGE {table} WITH (HOLDLOCK) AS t\nUSING {source} ON {' AND '.join(f't.{k} = s.{k}' for k in key)}\n"
-            f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{c} = {e}' for c, e in sets.items())}\n"
+def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
+               update: Mapping[str, str | None]) -> str:
+    """``base.upsert_rows`` as ``MERGE … WITH (HOLDLOCK)``: ``source`` is the derived table ``s``, ``table`` is ``t``."""
+    sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='s', old='t')}" for c, e in update.items())
+    return (f"MERGE {table} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(columns)})\n"
+            f"ON {' AND '.join(f't.{k} = s.{k}' for k in key)}\nWHEN MATCHED THEN UPDATE SET {sets}\n"
             f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) VALUES ({', '.join(f's.{c}' for c in columns)});")
 
 
@@ -837,17 +823,11 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return self.counted(cursor) > 0
 
     def history_upsert(self, source: str) -> str:
-        """One MERGE of the completion's history rows: counts added, the longest duration kept."""
-        longest = ("CASE WHEN s.max_duration_ms IS NULL OR t.max_duration_ms >= s.max_duration_ms THEN t.max_duration_ms"
-                   " ELSE s.max_duration_ms END")
-        return _merge(HISTORY, HISTORY_KEY, f"({source}) AS s ({', '.join(HISTORY_COLUMNS)})", HISTORY_COLUMNS,
-                      {**{c: f"t.{c} + s.{c}" for c in HISTORY_COUNTS}, "max_duration_ms": longest})
+        return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
 
-    def upsert(self, table: str, key: str, values: Mapping[str, str], update: Mapping[str, str | None]) -> str:
-        """A MERGE of the row offered (``s``, its parameters typed by ``param``) into ``table`` (``t``)."""
-        source = "(SELECT " + ", ".join(f"{v} AS {c}" for c, v in values.items()) + ") AS s"
-        return _merge(table, [key], source, list(values),
-                      {c: (e or "{new}." + c).format(new="s", old="t") for c, e in update.items()})
+    def merge_rows(self, table: str, key: Sequence[str], columns: Sequence[str], source: str,
+                   update: Mapping[str, str | None]) -> str:
+        return merge_rows(table, key, columns, source, update)
 
     def param(self, kind: str) -> str:
         return f"CAST(%s AS {PARAM_TYPES[kind]})"  # a NULL keeps its type
