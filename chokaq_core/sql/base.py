@@ -502,7 +502,6 @@ class Move:
     counter: str
     outcome: int | None
 
-
     @property
     def carried(self) -> tuple[str, ...]:
         """The columns a moved row carries into its pillar (all but the stamp)."""
@@ -674,6 +673,7 @@ class BaseDialect:
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     TRUE, FALSE = "TRUE", "FALSE"  # the boolean literals
+    FOLDS_CASE = False  # a search lowers the column and the term (else the vendor's LIKE ignores case itself)
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
@@ -741,10 +741,10 @@ class BaseDialect:
 
     def search_clause(self, column: str) -> str:
         """The case-insensitive substring match of one searched column (the pattern from ``search_pattern``)."""
-        return f"{column} LIKE %s ESCAPE '\\'"
+        return f"lower({column}) LIKE %s ESCAPE '\\'" if self.FOLDS_CASE else f"{column} LIKE %s ESCAPE '\\'"
 
     def search_pattern(self, term: str) -> str:
-        return escaped_like(term)
+        return escaped_like(term.lower() if self.FOLDS_CASE else term)
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         """``(predicate tail, params)`` matching ``id`` against ``ids``: ``IN (%s, …)`` by default."""

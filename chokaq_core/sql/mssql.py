@@ -82,7 +82,6 @@ from chokaq_core.sql.base import (
     BaseDialect,
     Move,
     carried_values,
-    escaped_like,
     insert_moved,
     last_error_set,
     pending_split_sql,
@@ -599,11 +598,11 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
 # ---------------------------------------------------------------- retention, schedules and reads
 
 
-
-def _batch_delete(table: str, column: str) -> str:
-    """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row."""
-    return _changed(_params("@Cutoff datetimeoffset(7)", "@Batch int"),
-                    statement=f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;")
+def _batch_delete(table: str, column: str, *declares: str, where: str = "") -> str:
+    """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row (``declares``:
+    parameters before the cutoff, which ``where`` tests first)."""
+    return _changed(_params(*declares, "@Cutoff datetimeoffset(7)", "@Batch int"), statement=(
+        f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {where}{column} < @Cutoff;"))
 
 
 PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
@@ -622,16 +621,7 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "END",
     "SELECT @Claimed;",
 )
-PURGE_HISTORY_SQL = _batch(
-    "DECLARE @Granularity int = %s;",
-    "DECLARE @Cutoff datetimeoffset(7) = %s;",
-    "DECLARE @Batch int = %s;",
-    "DECLARE @N int;",
-    "DELETE TOP (@Batch) FROM chokaq_history_buckets WITH (ROWLOCK, READPAST)"
-    " WHERE granularity = @Granularity AND bucket_start < @Cutoff;",
-    "SET @N = @@ROWCOUNT;",
-    "SELECT @N;",
-)
+PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
 LOCATE_SELECT = (
     f"SELECT id, status FROM chokaq_jobs_hot WHERE id IN {_IDS}\n"
@@ -753,11 +743,10 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     TRUE, FALSE = "1", "0"
 
-    def search_clause(self, column: str) -> str:
-        return f"LOWER({column}) LIKE %s ESCAPE '\\'"
+    FOLDS_CASE = True
 
     def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower()).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
+        return super().search_pattern(term).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
 
     def param_ts(self, value: datetime | None) -> Any:
         return None if value is None else _ts(value)
@@ -834,6 +823,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def returning(self, columns: str) -> tuple[str, str]:
         return " OUTPUT " + ", ".join(f"inserted.{c.strip()}" for c in columns.split(",")), ""
+
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
 
@@ -853,7 +843,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def item_ts(self, value: datetime | None) -> Any:
         """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""
         return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
-
 
 
 DIALECT: Dialect = SQLServerDialect()

@@ -36,7 +36,6 @@ from chokaq_core.sql.base import (
     bucket_add,
     bulkhead,
     carried_values,
-    escaped_like,
     history_add,
     history_rows,
     insert_moved,
@@ -345,15 +344,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
+    FOLDS_CASE = True
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
               "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
               "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED"}
-
-    def search_clause(self, column: str) -> str:
-        return f"lower({column}) LIKE %s ESCAPE '\\'"
-
-    def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower())
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
 
@@ -412,5 +406,6 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         cols = ", ".join(f"c{i}" for i in range(width))
         return (f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]'::json)"
                 f" FROM ({sql}) AS t({cols}))")
+
 
 DIALECT: Dialect = PostgreSQLDialect()

@@ -198,7 +198,6 @@ RECORD_ATTEMPTS_SQL = (
 )
 
 
-
 class SQLiteDialect(BaseDialect, statements=globals()):
     """The base over SQLite's text timestamps (the clock is Python's, spec 01 §1.2), JSON id lists and the
     Python hand-off of moved rows."""
