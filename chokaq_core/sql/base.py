@@ -540,11 +540,12 @@ BUCKET_KEY = ("bucket_start", "queue", "outcome", "failure_reason")
 BUCKET_COLUMNS = (*BUCKET_KEY, "completed_count", "duration_count", "total_duration_ms", "max_duration_ms",
                   "last_updated_at")
 # The MetricBuckets upsert (spec 01 §4.13) on a bucket that is there: counts added, the longest duration kept.
-BUCKET_UPDATE = {**{c: f"{{old}}.{c} + {{new}}.{c}" for c in ("completed_count", "duration_count", "total_duration_ms")},
-                 "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL THEN {old}.max_duration_ms"
-                                    " WHEN {old}.max_duration_ms IS NULL OR {new}.max_duration_ms > {old}.max_duration_ms"
-                                    " THEN {new}.max_duration_ms ELSE {old}.max_duration_ms END",
-                 "last_updated_at": None}
+BUCKET_UPDATE = {
+    **{c: f"{{old}}.{c} + {{new}}.{c}" for c in ("completed_count", "duration_count", "total_duration_ms")},
+    "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL THEN {old}.max_duration_ms"
+                       " WHEN {old}.max_duration_ms IS NULL OR {new}.max_duration_ms > {old}.max_duration_ms"
+                       " THEN {new}.max_duration_ms ELSE {old}.max_duration_ms END",
+    "last_updated_at": None}
 
 
 def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
@@ -824,7 +825,8 @@ class BaseDialect:
         now, at = self.now()
         values = {"name": self.param("name"), "is_paused": self.FALSE, "is_active": self.TRUE, column: self.param(kind),
                   "last_updated_at": now}
-        cursor.execute(self.upsert(QUEUES, "name", values, {column: None, "last_updated_at": None}), [queue, value, *at])
+        update = dict.fromkeys((column, "last_updated_at"))
+        cursor.execute(self.upsert(QUEUES, "name", values, update), [queue, value, *at])
 
     def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
         self._upsert_queue(cursor, queue, "is_paused", "bool", bool(paused))
@@ -1356,8 +1358,8 @@ class BaseDialect:
         values = {"name": self.param("name"), "last_tick_at": self.TS, "updated_at": now, "enabled": self.param("bool")}
         later = (f"CASE WHEN {{new}}.enabled = {self.TRUE} AND {{new}}.last_tick_at > {{old}}.last_tick_at"
                  " THEN {new}.last_tick_at ELSE {old}.last_tick_at END")
-        cursor.execute(self.upsert(SCHEDULES, "name", values, {"enabled": None, "updated_at": None, "last_tick_at": later}),
-                       [name, self.param_ts(tick), *at, bool(enabled)])
+        update = {"enabled": None, "updated_at": None, "last_tick_at": later}
+        cursor.execute(self.upsert(SCHEDULES, "name", values, update), [name, self.param_ts(tick), *at, bool(enabled)])
 
     def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
         """Remember ``job_id`` as recurring job ``name``'s latest job, run now (the row created at ``tick`` when
@@ -1365,8 +1367,8 @@ class BaseDialect:
         now, at = self.now()
         values = {"name": self.param("name"), "last_tick_at": self.TS, "updated_at": now,
                   "last_job_id": self.param("name"), "last_run_at": now}
-        cursor.execute(self.upsert(SCHEDULES, "name", values, dict.fromkeys(("updated_at", "last_job_id", "last_run_at"))),
-                       [name, self.param_ts(tick), *at, job_id, *at])
+        update = dict.fromkeys(("updated_at", "last_job_id", "last_run_at"))
+        cursor.execute(self.upsert(SCHEDULES, "name", values, update), [name, self.param_ts(tick), *at, job_id, *at])
 
     # ------------------------------------------------------------ enqueue and the claim
 

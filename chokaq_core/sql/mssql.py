@@ -151,7 +151,8 @@ def _stats_add(counter: str) -> str:
 def _uncount(counter: str, touch: bool = False) -> str:
     """``counter = max(counter - rows moved, 0)`` per queue, update only; an Archive purge's ``PURGED`` grows by
     the rows instead (``succeeded_total`` never shrinks)."""
-    value = f"t.{PURGED} + c.n" if counter == PURGED else f"CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END"
+    value = (f"t.{PURGED} + c.n" if counter == PURGED
+             else f"CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END")
     touched = ", last_activity_at = @Now" if touch else ""
     return (
         f"UPDATE t SET {counter} = {value}{touched}\n"
@@ -182,7 +183,8 @@ def _bucket_merge(outcome: int, source: str) -> str:
 
 def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
                update: Mapping[str, str | None]) -> str:
-    """``base.upsert_rows`` as ``MERGE … WITH (HOLDLOCK)``: ``source`` is the derived table ``s``, ``table`` is ``t``."""
+    """``base.upsert_rows`` as ``MERGE … WITH (HOLDLOCK)``: ``source`` is the derived table ``s``, ``table``
+    is ``t``."""
     sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='s', old='t')}" for c, e in update.items())
     return (f"MERGE {table} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(columns)})\n"
             f"ON {' AND '.join(f't.{k} = s.{k}' for k in key)}\nWHEN MATCHED THEN UPDATE SET {sets}\n"

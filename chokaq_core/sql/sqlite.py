@@ -70,7 +70,8 @@ def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str |
     counter drops (floored at 0)."""
     value = f"{PURGED} + %s" if counter == PURGED else f"max({counter} - %s, 0)"
     for queue, n in counts.items():
-        cursor.execute(f"UPDATE {STATS} SET {counter} = {value}, last_activity_at = %s WHERE queue = %s", [n, now, queue])
+        cursor.execute(f"UPDATE {STATS} SET {counter} = {value}, last_activity_at = %s WHERE queue = %s",
+                       [n, now, queue])
 
 
 # ---------------------------------------------------------------- statements

@@ -999,8 +999,9 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
     # The parts are the separate reads' own statements (their ORDER BY re-applied outside the derived table).
     for alone, part in ((sql.SUMMARY_STATS_SQL, sql.SUMMARY_STATS_SQL),
                         (sql.THROUGHPUT_SQL, sql.throughput_select("CAST(%s AS datetimeoffset(7))", sql._DIRTY)),
-                        (sql.DIALECT.QUEUE_STATES_SQL, sql.QUEUE_STATES_SELECT), (sql.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT),
-                        (sql.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT), (sql.DIALECT.LIST_WORKERS_SQL, sql.LIST_WORKERS_SELECT),
+                        (sql.DIALECT.QUEUE_STATES_SQL, sql.QUEUE_STATES_SELECT),
+                        (sql.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT), (sql.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT),
+                        (sql.DIALECT.LIST_WORKERS_SQL, sql.LIST_WORKERS_SELECT),
                         (sql.TOP_ERRORS_SQL, sql.TOP_ERRORS_SELECT)):
         assert part in alone
     for part in (sql.SUMMARY_STATS_SQL, sql._active_select("@ActiveLimit"), sql.LOCATE_SELECT,
