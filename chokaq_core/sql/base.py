@@ -605,12 +605,13 @@ SHARED_STATEMENTS = {
                                  " RETURNING id, attempt_count",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
                       " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
-    "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot SET cancel_requested_by = %s WHERE id {ids} AND {by_id}status = 2"
-                          " RETURNING id",
-    "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot SET payload = coalesce(%s{text}, payload),"
-                      " tags = coalesce(%s{text}, tags), priority = coalesce(%s{int}, priority), last_modified_by = %s,"
-                      f" last_updated_at = {{now}}, {REVISION_BUMP} WHERE id = %s AND status = 0"
-                      f" AND {revision_guard('%s{int}')} RETURNING id",
+    # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end.
+    "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot{rowlock} SET cancel_requested_by = {text}{output}"
+                          " WHERE id {ids} AND {by_id}status = 2{returning}",
+    "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET payload = coalesce({text}, payload),"
+                      " tags = coalesce({text}, tags), priority = coalesce({int}, priority), last_modified_by = {text},"
+                      f" last_updated_at = {{now}}, {REVISION_BUMP}{{output}} WHERE id = %s AND status = 0"
+                      f" AND {revision_guard('{int}')}{{returning}}",
     "RELEASE_SQL": f"{_TO_PENDING} WHERE id {{ids}} AND {{by_id}}status = 1 AND worker_id = %s",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no

@@ -440,24 +440,6 @@ RESURRECT_SQL = _batch(
     "SELECT id, queue FROM @Moved;",
 )
 
-REQUEST_CANCEL_SQL = _batch(
-    _params("@Actor nvarchar(4000)", "@Ids nvarchar(max)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET cancel_requested_by = @Actor\n"
-    "OUTPUT inserted.id\n"
-    f"WHERE id IN {_IDS} AND status = 2;",
-)
-
-UPDATE_HOT_SQL = _batch(
-    _NOW,
-    _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)",
-            "@JobId nvarchar(4000)", "@Revision int"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-    "SET payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags),"
-    f" priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now, {REVISION_BUMP}\n"
-    "OUTPUT inserted.id\n"
-    f"WHERE id = @JobId AND status = 0 AND {revision_guard('@Revision')};",
-)
-
 # previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
 UPDATE_DLQ_SQL = _batch(
     _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Actor nvarchar(4000)", "@JobId nvarchar(4000)",
@@ -744,6 +726,10 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     TRUE, FALSE = "1", "0"
+    # The words of the SHARED_STATEMENTS it has not written itself (typed parameters: a NULL keeps its type).
+    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": f"IN {_IDS.replace('@Ids', '%s')}", "by_id": "",
+              "text": "CAST(%s AS nvarchar(max))", "int": "CAST(%s AS int)", "rowlock": " WITH (ROWLOCK)",
+              "output": " OUTPUT inserted.id", "returning": ""}
 
     FOLDS_CASE = True
 

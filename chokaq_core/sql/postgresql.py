@@ -345,9 +345,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     FOLDS_CASE = True
-    TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
-              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
-              "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED"}
+    TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
+              "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
+              "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "", "output": "",
+              "returning": " RETURNING id"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
 

@@ -206,9 +206,9 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     DLQ_ROW = DLQ_ROW
-    TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
-              "ago": "%s", "trim": "trim", "chr": "char", "lazy": "",
-              "pick": ""}
+    TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "%s",
+              "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
+              "output": "", "returning": " RETURNING id"}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]
