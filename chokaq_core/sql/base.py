@@ -10,6 +10,7 @@ the edit was stale and nothing changed.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,7 +58,9 @@ from chokaq_core.domain import (
     TypeHistory,
     WorkerInfo,
 )
-from chokaq_core.sql import Cursor, Moved, json_datetime, json_rows
+
+Cursor = Any
+Moved = list[tuple[str, str]]  # (job id, queue) of each row a transition changed
 
 ZOMBIE_DETAILS = "Zombie: Worker heartbeat expired during execution"
 UNKNOWN_ERROR = "Unknown error (No details provided)"  # spec 01 §4.6: the text stored for empty details
@@ -103,6 +106,39 @@ def last_error_set(error_class: str, message: str, held_by: str, now: str, row: 
 def cancel_details(actor: str | None) -> str:
     """Error details of an operator's cancellation."""
     return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
+
+
+def json_rows(packed: Any, datetime_at: Sequence[int] = ()) -> list[list[Any]]:
+    """Rows a ``deck_snapshot`` statement packed as a JSON array of arrays (or, on SQL Server, of objects whose
+    keys ``c0``, ``c1``, … give the positions): decoded, with the ISO timestamps at ``datetime_at`` parsed into
+    aware UTC datetimes. ``None`` (a part the statement found no rows for) is no rows."""
+    if packed is None:
+        return []
+    rows = json.loads(packed) if isinstance(packed, str | bytes) else packed
+    out = []
+    for row in rows:
+        if isinstance(row, dict):  # SQL Server's FOR JSON PATH, INCLUDE_NULL_VALUES: every key present
+            values = [row.get(f"c{i}") for i in range(len(row))]
+        else:
+            values = list(row)
+        for i in datetime_at:
+            values[i] = json_datetime(values[i])
+        out.append(values)
+    return out
+
+
+def json_datetime(value: Any) -> datetime | None:
+    """An ISO 8601 timestamp as JSON renders it (PostgreSQL: offset; SQLite and SQL Server: naive UTC, SQL Server
+    with up to 7 fractional digits) as an aware UTC datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    text = str(value).replace(" ", "T", 1)
+    head, dot, rest = text.partition(".")
+    if dot:  # at most 6 fractional digits for fromisoformat; keep any offset after them
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    moment = datetime.fromisoformat(text)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 # ---------------------------------------------------------------- tables and column lists
@@ -219,8 +255,9 @@ def error_group(r: Sequence[Any]) -> ErrorGroup:
 
 # ---------------------------------------------------------------- shared statements
 
-QUEUE_STATES_SQL = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES} ORDER BY name"
-_HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
+QUEUE_STATES_SELECT = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES}"
+QUEUE_STATES_SQL = f"{QUEUE_STATES_SELECT} ORDER BY name"
+HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
                " sum(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS fetched,"
                " sum(CASE WHEN status = 2 THEN 1 ELSE 0 END) AS processing")
 SUMMARY_WIDTH = 12  # columns of a summary row (``summary``)
@@ -248,7 +285,7 @@ def summary_stats_sql(later: str) -> str:
     return f"""
 SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
        s.last_activity_at, s.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
-FROM (SELECT {_HOT_COUNTS} FROM {HOT}) h
+FROM (SELECT {HOT_COUNTS} FROM {HOT}) h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
                    coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at,
                    coalesce(sum(purged_total), 0) AS purged
@@ -258,21 +295,30 @@ CROSS JOIN ({pending_split_sql(later)}) AS pend
 
 
 SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > now()")
-QUEUE_STATS_SQL = f"""
-SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
+
+
+def queue_stats_select(dirty: str = "") -> str:
+    """Per Queues row: Hot counts by status and the retained counters, unordered (``dirty``: a table hint that
+    allows dirty reads, spec 01 §1.3)."""
+    return f"""SELECT q.name, coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0),
        coalesce(s.succeeded_total, 0), coalesce(s.failed_total, 0), coalesce(s.retried_total, 0), s.last_activity_at,
        coalesce(s.purged_total, 0)
-FROM {QUEUES} q
-LEFT JOIN (SELECT queue, {_HOT_COUNTS} FROM {HOT} GROUP BY queue) h ON h.queue = q.name
-LEFT JOIN {STATS} s ON s.queue = q.name
-ORDER BY q.name
-"""
-LIST_WORKERS_SQL = f"SELECT {', '.join(WORKER_FIELDS)} FROM {WORKERS} ORDER BY last_heartbeat_at DESC, worker_id"
-THROUGHPUT_SQL = (
-    "SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
-    " sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
-    f" FROM {BUCKETS} WHERE bucket_start >= %s GROUP BY bucket_start ORDER BY bucket_start"
-)
+FROM {QUEUES} AS q{dirty}
+LEFT JOIN (SELECT queue, {HOT_COUNTS} FROM {HOT}{dirty} GROUP BY queue) AS h ON h.queue = q.name
+LEFT JOIN {STATS} AS s{dirty} ON s.queue = q.name"""
+
+
+def throughput_select(since: str, dirty: str = "") -> str:
+    """Per-second succeeded and failed counts from ``since`` (an operand), unordered (``dirty``: as above)."""
+    return ("SELECT bucket_start, sum(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
+            " sum(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)"
+            f" FROM {BUCKETS}{dirty} WHERE bucket_start >= {since} GROUP BY bucket_start")
+
+
+QUEUE_STATS_SQL = f"{queue_stats_select()}\nORDER BY q.name"
+LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM {WORKERS}"
+LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
+THROUGHPUT_SQL = f"{throughput_select('%s')} ORDER BY bucket_start"
 ACTIVE_ROW = ("id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"
               " started_at, last_error_class, last_error_message, last_error_at, held_by")
 ACTIVE_WIDTH = 16  # columns of ACTIVE_ROW (``active_row``)
@@ -356,14 +402,25 @@ def history_source(archived: str, failed: str, ts: str) -> str:
                         f" WHERE id {failed})", ts, ts)
 
 
+def upsert_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
+                update: Mapping[str, str | None]) -> str:
+    """Insert the rows of ``source`` (a SELECT or VALUES of ``columns``) into ``table``; where a row of the same ``key``
+    is there, set ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row
+    there; None: the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
+    sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
+    return f"INSERT INTO {table} ({', '.join(columns)}) {source} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
+
+
+# Counts added, the longest duration kept (a NULL one, no timed row, changes nothing).
+HISTORY_UPDATE = {**{c: f"{{old}}.{c} + {{new}}.{c}" for c in HISTORY_COUNTS},
+                  "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL OR {old}.max_duration_ms >="
+                                     " {new}.max_duration_ms THEN {old}.max_duration_ms ELSE {new}.max_duration_ms END"}
+
+
 def history_add(source: str) -> str:
-    """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets: counts added, the longest
-    duration kept (``INSERT … ON CONFLICT``; SQL Server merges instead)."""
-    added = ", ".join(f"{c} = {HISTORY}.{c} + excluded.{c}" for c in HISTORY_COUNTS)
-    longest = (f"max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL OR {HISTORY}.max_duration_ms >="
-               f" excluded.max_duration_ms THEN {HISTORY}.max_duration_ms ELSE excluded.max_duration_ms END")
-    return (f"INSERT INTO {HISTORY} ({', '.join(HISTORY_COLUMNS)}) SELECT * FROM ({source}) AS r WHERE 1 = 1"
-            f" ORDER BY 1, 2, 3, 4, 5 ON CONFLICT ({', '.join(HISTORY_KEY)}) DO UPDATE SET {added}, {longest}")
+    """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``HISTORY_UPDATE``)."""
+    return upsert_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS,
+                       f"SELECT * FROM ({source}) AS r WHERE 1 = 1 ORDER BY 1, 2, 3, 4, 5", HISTORY_UPDATE)
 
 
 def _history_sums(prefix: str = "") -> str:
@@ -445,7 +502,6 @@ class Move:
     counter: str
     outcome: int | None
 
-
     @property
     def carried(self) -> tuple[str, ...]:
         """The columns a moved row carries into its pillar (all but the stamp)."""
@@ -468,30 +524,37 @@ def insert_moved(move: Move, source: str, now: str) -> str:
             f"    SELECT {', '.join(now if c == move.stamp else c for c in move.fields)} FROM {source}")
 
 
+def stats_update(counter: str) -> dict[str, str | None]:
+    """What the counter upsert (spec 01 §4.13) sets on a queue's row that is there: ``counter`` += the rows."""
+    return {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None}
+
+
 def stats_add(counter: str, source: str, now: str) -> str:
-    """The counter upsert (spec 01 §4.13): ``counter`` += the rows of ``source`` per queue, a missing row inserted."""
-    return (f"INSERT INTO {STATS} AS s (queue, {counter}, last_activity_at)\n"
-            f"    SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue\n"
-            f"    ON CONFLICT (queue) DO UPDATE SET {counter} = s.{counter} + excluded.{counter},"
-            " last_activity_at = excluded.last_activity_at")
+    """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
+    return upsert_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
+                       f"SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue",
+                       stats_update(counter))
+
+
+BUCKET_KEY = ("bucket_start", "queue", "outcome", "failure_reason")
+BUCKET_COLUMNS = (*BUCKET_KEY, "completed_count", "duration_count", "total_duration_ms", "max_duration_ms",
+                  "last_updated_at")
+# The MetricBuckets upsert (spec 01 §4.13) on a bucket that is there: counts added, the longest duration kept.
+BUCKET_UPDATE = {
+    **{c: f"{{old}}.{c} + {{new}}.{c}" for c in ("completed_count", "duration_count", "total_duration_ms")},
+    "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL THEN {old}.max_duration_ms"
+                       " WHEN {old}.max_duration_ms IS NULL OR {new}.max_duration_ms > {old}.max_duration_ms"
+                       " THEN {new}.max_duration_ms ELSE {old}.max_duration_ms END",
+    "last_updated_at": None}
 
 
 def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
-    """The MetricBuckets upsert of this ``second`` (spec 01 §4.13) from ``source`` (queue, failure_reason,
-    duration_ms); the longest duration ignores NULLs."""
-    return (f"INSERT INTO {BUCKETS} AS b (bucket_start, queue, outcome, failure_reason, completed_count,"
-            " duration_count, total_duration_ms, max_duration_ms, last_updated_at)\n"
-            f"    SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
-            f" coalesce(sum(duration_ms), 0), max(duration_ms), {now}\n"
-            f"    FROM {source} WHERE true GROUP BY queue, failure_reason ORDER BY queue, failure_reason\n"
-            "    ON CONFLICT (bucket_start, queue, outcome, failure_reason) DO UPDATE SET\n"
-            "        completed_count = b.completed_count + excluded.completed_count,\n"
-            "        duration_count = b.duration_count + excluded.duration_count,\n"
-            "        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,\n"
-            "        max_duration_ms = CASE WHEN excluded.max_duration_ms IS NULL THEN b.max_duration_ms\n"
-            "            WHEN b.max_duration_ms IS NULL OR excluded.max_duration_ms > b.max_duration_ms"
-            " THEN excluded.max_duration_ms ELSE b.max_duration_ms END,\n"
-            "        last_updated_at = excluded.last_updated_at")
+    """The MetricBuckets upsert of this ``second`` from ``source`` (queue, failure_reason, duration_ms); the longest
+    duration ignores NULLs."""
+    return upsert_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS,
+                       f"SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
+                       f" coalesce(sum(duration_ms), 0), max(duration_ms), {now} FROM {source} WHERE true"
+                       " GROUP BY queue, failure_reason ORDER BY queue, failure_reason", BUCKET_UPDATE)
 
 
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
@@ -526,6 +589,15 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
+
+
+def _aged_batch(table: str, key: str, column: str, where: str = "") -> str:
+    """One batch delete of ``table``'s rows (named by ``key``) whose ``column`` is before a cutoff, oldest first;
+    "pick" locks the picked rows, skipping locked ones; params: ``where``'s, the cutoff, the batch size."""
+    return (f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {where}{column} < %s"
+            f" ORDER BY {column} LIMIT %s{{pick}})")
+
+
 SHARED_STATEMENTS = {
     "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                            " RETURNING attempt_count",
@@ -533,12 +605,13 @@ SHARED_STATEMENTS = {
                                  " RETURNING id, attempt_count",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
                       " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
-    "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot SET cancel_requested_by = %s WHERE id {ids} AND {by_id}status = 2"
-                          " RETURNING id",
-    "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot SET payload = coalesce(%s{text}, payload),"
-                      " tags = coalesce(%s{text}, tags), priority = coalesce(%s{int}, priority), last_modified_by = %s,"
-                      f" last_updated_at = {{now}}, {REVISION_BUMP} WHERE id = %s AND status = 0"
-                      f" AND {revision_guard('%s{int}')} RETURNING id",
+    # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end.
+    "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot{rowlock} SET cancel_requested_by = {text}{output}"
+                          " WHERE id {ids} AND {by_id}status = 2{returning}",
+    "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET payload = coalesce({text}, payload),"
+                      " tags = coalesce({text}, tags), priority = coalesce({int}, priority), last_modified_by = {text},"
+                      f" last_updated_at = {{now}}, {REVISION_BUMP}{{output}} WHERE id = %s AND status = 0"
+                      f" AND {revision_guard('{int}')}{{returning}}",
     "RELEASE_SQL": f"{_TO_PENDING} WHERE id {{ids}} AND {{by_id}}status = 1 AND worker_id = %s",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
@@ -551,12 +624,39 @@ SHARED_STATEMENTS = {
                       " max(failed_at) AS latest, error_class, error_message\n"
                       "FROM recent GROUP BY failure_reason, error_class, error_message, prefix"
                       " ORDER BY n DESC, latest DESC LIMIT %s",
+    # Retention: the oldest rows of a table, one batch ("pick": the pick's lock, or nothing).
+    "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
+    "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
+    "PURGE_HISTORY_SQL": _aged_batch(HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
+    "PURGE_ATTEMPTS_SQL": _aged_batch("chokaq_job_attempts", "id", "failed_at"),
 }
 
 
+# The dialect functions (spec 01 §1.4's names), by concern: what storage calls; the other public methods of
+# ``BaseDialect`` are the hooks and builders the vendors share.
+DIALECT_FUNCTIONS: tuple[str, ...] = (
+    "enqueue", "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
+    "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
+    "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
+    "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
+    "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active",
+    "rate_limits", "rate_buckets", "pending_by_key", "declare_rate_limits", "set_rate_limit", "lock_rate_buckets",
+    "read_rate_buckets",
+    "save_rate_buckets", "upsert_worker", "stop_worker", "list_workers", "purge_workers", "purge_metric_buckets",
+    "session_pid", "tidy_hot_table", "claim_schedule_tick", "schedule_ticks", "schedule_states",
+    "set_schedule_enabled", "record_schedule_run", "record_history", "history_buckets", "purge_history",
+    "change_marker", "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead",
+    "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
+    "preview_dlq_bulk", "count_matching", "matching_ids", "purge_dlq_by_filter", "resurrect_dlq_by_filter",
+    "purge_archive_ids", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
+    "record_attempts", "job_attempts", "purge_attempts",
+)
+
+
 class BaseDialect:
-    """Every function of the Dialect protocol written once; a vendor gives its statements and overrides the hooks
-    below (timestamps, LIMIT/TOP, id lists, the claim, the move, the counters, the snapshot, case folding)."""
+    """The dialect interface (``sql.Dialect``): every function of ``DIALECT_FUNCTIONS`` written once; a vendor
+    gives its statements and overrides the hooks below (timestamps, LIMIT/TOP, id lists, the claim, the move, the
+    counters, the snapshot, case folding)."""
 
     QUEUE_HEALTH_SQL: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
     TOP_ERRORS_SQL: str  # ERROR_GROUP_WIDTH columns; params: sample size, empty-details text, limit
@@ -565,14 +665,18 @@ class BaseDialect:
     QUEUE_STATS_SQL = QUEUE_STATS_SQL
     LIST_WORKERS_SQL = LIST_WORKERS_SQL
     THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
+    # Capabilities. The channel enqueue NOTIFYs, for an idle worker to LISTEN on (None: no push channel):
     NOTIFY_CHANNEL: str | None = None
     SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
-    MOVES_IN_ONE_STATEMENT = False
-    MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets
-    ENQUEUE_IN_ONE_STATEMENT = False
-    PREPARES = False
+    MOVES_IN_ONE_STATEMENT = False  # each move between pillars (resurrect, purges, zombies) is one statement
+    MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets (no
+    # record_history after it)
+    ENQUEUE_IN_ONE_STATEMENT = False  # an enqueue of jobs without idempotency keys is one statement
+    PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
+    TRUE, FALSE = "TRUE", "FALSE"  # the boolean literals
+    FOLDS_CASE = False  # a search lowers the column and the term (else the vendor's LIKE ignores case itself)
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
@@ -625,7 +729,8 @@ class BaseDialect:
         return list(cursor.fetchall())
 
     def session_pid(self, cursor: Cursor) -> int | None:
-        """The server process serving this session (``SESSION_PID_SQL``); None where the vendor has none."""
+        """The id of the server process serving this session (PostgreSQL's ``pg_backend_pid()``), so storage can
+        tell a direct connection from one through a pooler; None where the vendor has no such id."""
         if self.SESSION_PID_SQL is None:
             return None
         cursor.execute(self.SESSION_PID_SQL)
@@ -639,10 +744,10 @@ class BaseDialect:
 
     def search_clause(self, column: str) -> str:
         """The case-insensitive substring match of one searched column (the pattern from ``search_pattern``)."""
-        return f"{column} LIKE %s ESCAPE '\\'"
+        return f"lower({column}) LIKE %s ESCAPE '\\'" if self.FOLDS_CASE else f"{column} LIKE %s ESCAPE '\\'"
 
     def search_pattern(self, term: str) -> str:
-        return escaped_like(term)
+        return escaped_like(term.lower() if self.FOLDS_CASE else term)
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         """``(predicate tail, params)`` matching ``id`` against ``ids``: ``IN (%s, …)`` by default."""
@@ -698,51 +803,67 @@ class BaseDialect:
 
     # ------------------------------------------------------------ queue controls and the worker registry
 
-    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
+    def upsert(self, table: str, key: str, values: Mapping[str, str], update: Mapping[str, str | None]) -> str:
+        """A statement inserting one row into ``table`` (``values``: column → SQL expression) or, when a row of that
+        ``key`` is there, setting ``update`` (as ``upsert_rows``)."""
+        return self.merge_rows(table, [key], list(values), f"VALUES ({', '.join(values.values())})", update)
+
+    def merge_rows(self, table: str, key: Sequence[str], columns: Sequence[str], source: str,
+                   update: Mapping[str, str | None]) -> str:
+        """The vendor's ``upsert_rows``."""
+        return upsert_rows(table, key, columns, source, update)
+
+    def param(self, kind: str) -> str:
+        """A parameter of a ``kind`` ("name", "text", "int", "bool") as an operand that keeps its type when NULL."""
+        return "%s"
+
+    def returning(self, columns: str) -> tuple[str, str]:
+        """How an UPDATE returns ``columns`` of the rows it changed: (after SET, at the end)."""
+        return "", f" RETURNING {columns}"
+
+    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, kind: str, value: Any) -> None:
         """Create the queue row (unpaused, visible, no limits) with one control set, or update that control
         (spec 01 §4.17)."""
-        values = {"is_paused": "FALSE", "is_active": "TRUE", column: "%s"}
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {QUEUES} (name, {', '.join(values)}, last_updated_at) VALUES (%s, {', '.join(values.values())},"
-            f" {now}) ON CONFLICT (name) DO UPDATE SET {column} = excluded.{column},"
-            " last_updated_at = excluded.last_updated_at", [queue, value, *at])
+        values = {"name": self.param("name"), "is_paused": self.FALSE, "is_active": self.TRUE, column: self.param(kind),
+                  "last_updated_at": now}
+        update = dict.fromkeys((column, "last_updated_at"))
+        cursor.execute(self.upsert(QUEUES, "name", values, update), [queue, value, *at])
 
     def set_queue_paused(self, cursor: Cursor, queue: str, paused: bool) -> None:
-        self._upsert_queue(cursor, queue, "is_paused", bool(paused))
+        self._upsert_queue(cursor, queue, "is_paused", "bool", bool(paused))
 
     def set_queue_zombie_timeout(self, cursor: Cursor, queue: str, seconds: int | None) -> None:
-        self._upsert_queue(cursor, queue, "zombie_timeout_seconds", seconds)
+        self._upsert_queue(cursor, queue, "zombie_timeout_seconds", "int", seconds)
 
     def set_queue_max_workers(self, cursor: Cursor, queue: str, max_workers: int | None) -> None:
-        self._upsert_queue(cursor, queue, "max_workers", max_workers)
+        self._upsert_queue(cursor, queue, "max_workers", "int", max_workers)
 
     def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
         """Update only; pauses the queue in both directions."""
         now, at = self.now()
-        cursor.execute(f"UPDATE {QUEUES} SET is_active = %s, is_paused = TRUE, last_updated_at = {now} WHERE name = %s",
-                       [bool(active), *at, queue])
-        return bool(cursor.rowcount)
+        output, tail = self.returning("name")
+        cursor.execute(f"UPDATE {QUEUES} SET is_active = %s, is_paused = {self.TRUE}, last_updated_at = {now}{output}"
+                       f" WHERE name = %s{tail}", [bool(active), *at, queue])
+        return bool(self.rows(cursor))
 
     def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None:
-        """Register or refresh a worker row; ``started_at`` is set on first insert only."""
+        """Register or refresh a worker row; ``started_at`` is set on first insert only (``stopped_at`` NULL)."""
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {WORKERS} (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,"
-            " is_running, capacity, active_count, runtime_json, circuits_json)"
-            f" VALUES (%s, %s, %s, %s, {now}, {now}, NULL, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,"
-            " queues = excluded.queues, last_heartbeat_at = excluded.last_heartbeat_at,"
-            f" stopped_at = CASE WHEN excluded.is_running THEN NULL ELSE {WORKERS}.stopped_at END,"
-            " is_running = excluded.is_running, capacity = excluded.capacity, active_count = excluded.active_count,"
-            " runtime_json = excluded.runtime_json, circuits_json = excluded.circuits_json",
-            [info.worker_id, info.hostname, info.pid, info.queues, *at, *at, bool(info.is_running), info.capacity,
-             info.active_count, info.runtime_json, info.circuits_json])
+        kinds = {"worker_id": "name", "hostname": "name", "pid": "int", "queues": "name", "started_at": None,
+                 "last_heartbeat_at": None, "is_running": "bool", "capacity": "int", "active_count": "int",
+                 "runtime_json": "text", "circuits_json": "text"}
+        values = {column: now if kind is None else self.param(kind) for column, kind in kinds.items()}
+        update: dict[str, str | None] = {c: None for c in kinds if c not in ("worker_id", "started_at")}
+        update["stopped_at"] = f"CASE WHEN {{new}}.is_running = {self.TRUE} THEN NULL ELSE {{old}}.stopped_at END"
+        cursor.execute(self.upsert(WORKERS, "worker_id", values, update),
+                       [info.worker_id, info.hostname, info.pid, info.queues, *at, *at, bool(info.is_running),
+                        info.capacity, info.active_count, info.runtime_json, info.circuits_json])
 
     def stop_worker(self, cursor: Cursor, worker_id: str) -> None:
         """Mark a worker stopped (not running, no active executions)."""
         now, at = self.now()
-        cursor.execute(f"UPDATE {WORKERS} SET is_running = FALSE, stopped_at = {now}, active_count = 0"
+        cursor.execute(f"UPDATE {WORKERS} SET is_running = {self.FALSE}, stopped_at = {now}, active_count = 0"
                        " WHERE worker_id = %s", [*at, worker_id])
 
     # ------------------------------------------------------------ builders
@@ -964,23 +1085,24 @@ class BaseDialect:
         cursor.execute(sql, [self.param_ts(cutoff), batch_size])
 
     def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``."""
+        """Delete one batch of worker rows whose last heartbeat is before ``cutoff``; rows deleted."""
         self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
         return self.changed(cursor)
 
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of MetricBuckets rows that started before ``cutoff``."""
+        """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
         self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
         return self.changed(cursor)
 
     def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of attempts-history rows that failed before ``cutoff``."""
+        """Delete one batch of attempts-history rows that failed before ``cutoff``; rows deleted."""
         self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
         return self.changed(cursor)
 
     # ------------------------------------------------------------ reads
 
     def job_attempts(self, cursor: Cursor, job_id: str) -> list[Attempt]:
+        """Every recorded failed execution of a job, oldest first."""
         return [Attempt(r[0], int(r[1]), r[2], r[3], r[4], r[5], as_utc(r[6]), as_utc(r[7]))
                 for r in self._all(cursor, self.JOB_ATTEMPTS_SQL, [job_id])]
 
@@ -1006,9 +1128,11 @@ class BaseDialect:
         return None if row is None else dead_job(row)
 
     def list_workers(self, cursor: Cursor) -> list[WorkerInfo]:
+        """Every worker registry row, freshest heartbeat first."""
         return [worker_info(r) for r in self._all(cursor, self.LIST_WORKERS_SQL)]
 
     def schedule_ticks(self, cursor: Cursor) -> dict[str, datetime]:
+        """The latest claimed tick of every recurring job, by name."""
         return {str(name): as_utc(at) for name, at in self._all(cursor, f"SELECT name, last_tick_at FROM {SCHEDULES}")}
 
     def active_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
@@ -1020,12 +1144,16 @@ class BaseDialect:
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
+        """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
+        (id, type, tags, idempotency key); no payload."""
         where, params = self.active_where(filters)
         sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
         return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
 
     def list_archive(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                      sort: HistorySort) -> list[JobRow]:
+        """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
+        after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
         clauses, params = self.where(filters, "finished_at", ("id", "type", "tags"))
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort, where, params)
@@ -1036,12 +1164,15 @@ class BaseDialect:
 
     def list_dlq(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                  sort: HistorySort) -> list[JobRow]:
+        """One keyset page of DLQ rows, as ``list_archive``."""
         where, params = self.search_bound(DLQ, "failed_at", filters, sort, *self.dlq_where(filters))
         select, where, params = self.source("dlq", DLQ, self.DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
         return [dlq_row(r) for r in self._all(cursor, sql, params)]
 
     def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Where each id is now: its Hot status, SUCCEEDED (Archive) or FAILED/CANCELLED/ZOMBIE (DLQ); absent ids
+        are left out. Primary-key lookups only."""
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
@@ -1049,16 +1180,20 @@ class BaseDialect:
         return located(cursor.fetchall())
 
     def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
+        """Per-second succeeded (outcome 0) and failed (outcome 1) counts from MetricBuckets, oldest first."""
         return [metric(r) for r in self._all(cursor, self.THROUGHPUT_SQL, [self.param_ts(since)])]
 
     def queue_health(self, cursor: Cursor) -> list[QueueLag]:
+        """Per ``Queues`` row: due Pending count, average and max lag in seconds (0 when none)."""
         return [lag(r) for r in self._all(cursor, self.QUEUE_HEALTH_SQL, self.queue_health_params())]
 
     def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
+        """Top (reason, error prefix) groups over the 5000 newest DLQ rows (spec 01 §5)."""
         return [error_group(r) for r in self._all(cursor, self.TOP_ERRORS_SQL,
                                                   [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])]
 
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
+        """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
         where, params = self.dlq_where(filters)
         matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0] or 0)
         sample: list[str] = []
@@ -1076,13 +1211,17 @@ class BaseDialect:
         return (DLQ, *self.dlq_where(filters))
 
     def count_matching(self, cursor: Cursor, pillar: str, filters: JobFilter) -> tuple[int, str | None]:
+        """(rows matching, their largest id) of a bulk-by-filter run over ``pillar`` ("hot": the Active view's
+        filters, "dlq": the DLQ view's): the run's size and its bound (rows added later lie beyond it)."""
         table, where, params = self.matching_where(pillar, filters)
         count, upto = self._one(cursor, f"SELECT count(*), max(id) FROM {table}{where}", params)
         return int(count or 0), None if upto is None else str(upto)
 
     def matching_ids(self, cursor: Cursor, pillar: str, filters: JobFilter, after: str | None, upto: str,
                      limit: int) -> list[str]:
-        """DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
+        """One keyset batch of a bulk-by-filter run, newest id first: at most ``limit`` ids matching ``filters``
+        in ``pillar`` below ``after`` (the previous batch's last id), or, for the first batch, up to ``upto``.
+        DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
         take no lock (the cancel's own statements decide, so a row a worker is claiming is not skipped)."""
         table, where, params = self.matching_where(pillar, filters)
         hint, lock = (self.PICK_HINT, self.PICK_LOCK) if pillar == "dlq" else ("", "")
@@ -1098,9 +1237,12 @@ class BaseDialect:
         return int(self._one(cursor, sql, [self.param_ts(cutoff), int(limit)])[0] or 0)
 
     def count_archive_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        """Archive rows ``purge_archive`` would delete (finished_at < cutoff), counted up to ``limit``: a preview,
+        not a render-time count."""
         return self._count_older(cursor, ARCHIVE, "finished_at", "<", cutoff, limit)
 
     def count_dlq_older_than(self, cursor: Cursor, cutoff: datetime, limit: int) -> int:
+        """DLQ rows ``purge_dlq_older_than`` would delete (created_at <= cutoff), counted up to ``limit``."""
         return self._count_older(cursor, DLQ, "created_at", "<=", cutoff, limit)
 
     # ------------------------------------------------------------ the live Deck's one read, schedules, attempts
@@ -1132,12 +1274,17 @@ class BaseDialect:
                      request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit))]
 
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows in one statement; each part decoded by the row builder of its own read."""
+        """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,
+        ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
+        ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
+        exactly as its own function returns it. The parts travel as JSON (``json_rows`` decodes them)."""
         return snapshot_of(request, *self._one(cursor, *self.snapshot(request)))
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did (a concurrent
-        claimer waits for the row lock, then finds the tick taken)."""
+        """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller that moved it
+        (a concurrent claimer waits for the row lock, then finds the tick taken; run it in the enqueue's
+        transaction). A name seen for the first time records ``tick`` and returns False, so a new schedule starts
+        with its next tick."""
         now, at = self.now()
         if self._all(cursor, f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, {self.TS}, {now})"
                      " ON CONFLICT (name) DO NOTHING RETURNING name", [name, self.param_ts(tick), *at]):
@@ -1147,7 +1294,9 @@ class BaseDialect:
                               [self.param_ts(tick), *at, name, self.param_ts(tick)]))
 
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
-        """One INSERT … SELECT over the batch as items, stamped with the database clock, in order."""
+        """Insert one ``chokaq_job_attempts`` row per failed execution (one INSERT … SELECT over the batch as
+        items, in order), stamped with the database clock: run it in the transaction that reschedules or
+        dead-letters those executions."""
         if attempts:
             cursor.execute(self.RECORD_ATTEMPTS_SQL, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
@@ -1155,11 +1304,17 @@ class BaseDialect:
                  "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])
 
     def change_marker(self, cursor: Cursor) -> int | None:
-        """None: no cheap commit marker (or a push channel instead); workers poll."""
+        """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a
+        worker without a push channel polls it every few milliseconds to notice new jobs at once. None where
+        the vendor has a push channel (PostgreSQL's LISTEN/NOTIFY) or no such marker; no statement then."""
         return None
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
-        """Nothing to do by default: the vendor's own housekeeping keeps the Hot table healthy."""
+        """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
+        ``min_dead_rows`` + 20 % of its live rows (autovacuum's formula with a larger base), vacuum and
+        analyze it (one caller fleet-wide at a time); True when it did. Runs outside a transaction. Only
+        PostgreSQL needs it (a server with autovacuum off or lagging leaves every claim walking dead index
+        entries under stale statistics); elsewhere it does nothing and returns False."""
         return False
 
     # ------------------------------------------------------------ history roll-ups
@@ -1170,6 +1325,9 @@ class BaseDialect:
 
     def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
                        at: datetime) -> None:
+        """Count the rows a completion just moved to the Archive / the DLQ in the minute and the hour buckets
+        of ``at`` (per queue, type and outcome, successes' durations in the histogram bins): run it in the
+        transaction of the move. Ids that are not (or no longer) there count nothing."""
         archived = list(dict.fromkeys(archived_ids))
         failed = list(dict.fromkeys(failed_ids))
         if not archived and not failed:
@@ -1181,6 +1339,8 @@ class BaseDialect:
                        [self.param_ts(minute), self.param_ts(hour), *archived_params, *failed_params])
 
     def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
+        """The ``granularity``-second buckets from ``since`` summed over queues and types (oldest first), and the
+        ``types_limit`` busiest types over them: O(buckets × queues × types) rows, never Archive."""
         since_param = self.param_ts(since)
         points = self._all(cursor, HISTORY_POINTS_SQL.format(ts=self.TS), [int(granularity), since_param])
         types = self._all(cursor, HISTORY_TYPES_SQL.format(ts=self.TS, limit=self.LIMIT),
@@ -1188,31 +1348,35 @@ class BaseDialect:
         return HistoryWindow([history_point(r) for r in points], [type_history(r) for r in types])
 
     def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
+        """Delete one batch of ``granularity``-second history buckets that started before ``cutoff``."""
         cursor.execute(self.PURGE_HISTORY_SQL, [int(granularity), self.param_ts(cutoff), batch_size])
         return self.changed(cursor)
 
     # ------------------------------------------------------------ recurring jobs: the Recurring panel
 
     def schedule_states(self, cursor: Cursor) -> list[ScheduleState]:
+        """Every ``chokaq_schedules`` row (tick, operator switch, latest job), by name."""
         return [schedule_state(r) for r in self._all(cursor, SCHEDULE_STATES_SQL)]
 
     def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
+        """The operator's switch of recurring job ``name``, kept in its row (created at ``tick`` when missing);
+        switching on also moves the latest tick up to ``tick`` (its due tick now), so ticks that fell while it
+        was off are not run."""
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, enabled) VALUES (%s, {self.TS}, {now}, %s)"
-            " ON CONFLICT (name) DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at,"
-            f" last_tick_at = CASE WHEN excluded.enabled AND excluded.last_tick_at > {SCHEDULES}.last_tick_at"
-            f" THEN excluded.last_tick_at ELSE {SCHEDULES}.last_tick_at END",
-            [name, self.param_ts(tick), *at, bool(enabled)])
+        values = {"name": self.param("name"), "last_tick_at": self.TS, "updated_at": now, "enabled": self.param("bool")}
+        later = (f"CASE WHEN {{new}}.enabled = {self.TRUE} AND {{new}}.last_tick_at > {{old}}.last_tick_at"
+                 " THEN {new}.last_tick_at ELSE {old}.last_tick_at END")
+        update = {"enabled": None, "updated_at": None, "last_tick_at": later}
+        cursor.execute(self.upsert(SCHEDULES, "name", values, update), [name, self.param_ts(tick), *at, bool(enabled)])
 
     def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
+        """Remember ``job_id`` as recurring job ``name``'s latest job, run now (the row created at ``tick`` when
+        missing); run it in the transaction that enqueues the job."""
         now, at = self.now()
-        cursor.execute(
-            f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at, last_job_id, last_run_at)"
-            f" VALUES (%s, {self.TS}, {now}, %s, {now}) ON CONFLICT (name) DO UPDATE SET"
-            " updated_at = excluded.updated_at, last_job_id = excluded.last_job_id, last_run_at = excluded.last_run_at",
-            [name, self.param_ts(tick), *at, job_id, *at])
-
+        values = {"name": self.param("name"), "last_tick_at": self.TS, "updated_at": now,
+                  "last_job_id": self.param("name"), "last_run_at": now}
+        update = dict.fromkeys(("updated_at", "last_job_id", "last_run_at"))
+        cursor.execute(self.upsert(SCHEDULES, "name", values, update), [name, self.param_ts(tick), *at, job_id, *at])
 
     # ------------------------------------------------------------ enqueue and the claim
 
@@ -1276,18 +1440,23 @@ class BaseDialect:
         return None if row is None else int(row[0])
 
     def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+        """The lease gate for several buffered rows in one statement: {job id: new attempt count} of
+        the rows that were still Fetched by this worker (the others must not run)."""
         if not job_ids:
             return {}
         rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(), self.ids_param(job_ids), worker_id])
         return {str(job_id): int(attempts) for job_id, attempts in rows}
 
     def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+        """One UPDATE stamping the heartbeat of every listed Processing row this worker owns;
+        returns the ids still owned."""
         if not job_ids:
             return []
         return [str(r[0]) for r in self._all(cursor, self.KEEP_ALIVE_SQL,
                                              [*self.clock(), self.ids_param(job_ids), worker_id])]
 
     def cancel_requests(self, cursor: Cursor, worker_id: str) -> list[tuple[str, str]]:
+        """(job id, actor) of this worker's Processing rows an operator asked to cancel."""
         return [(str(job_id), str(actor)) for job_id, actor in self._all(cursor, self.CANCEL_REQUESTS_SQL, [worker_id])]
 
     def cancel_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -1297,14 +1466,15 @@ class BaseDialect:
         return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
+        """Flag Processing rows for cooperative cancellation; returns the flagged ids."""
         if not job_ids:
             return []
         return [str(r[0]) for r in self._all(cursor, self.REQUEST_CANCEL_SQL, [actor, self.ids_param(job_ids)])]
 
     def update_hot_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None,
                         priority: int | None, actor: str | None, revision: int | None = None) -> bool:
-        """Edit a Pending Hot row (None keeps the old value); False if not Pending, at another revision or
-        nothing to change."""
+        """Edit a Pending Hot row (coalescing NULLs) and bump its revision; False if not Pending, not at
+        ``revision`` (None: any) or nothing to change."""
         if payload is None and tags is None and priority is None:
             return False
         return bool(self._all(cursor, self.UPDATE_HOT_SQL,
@@ -1312,7 +1482,8 @@ class BaseDialect:
 
     def update_dlq_data(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, actor: str | None,
                         revision: int | None = None) -> bool:
-        """Edit a DLQ row, keeping the replaced payload in ``previous_payload``."""
+        """Edit a DLQ row, keeping the old payload in ``previous_payload``, and bump its revision; False if not
+        at ``revision`` (None: any) or nothing to change."""
         if payload is None and tags is None:
             return False
         return bool(self._all(cursor, self.UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision]))
@@ -1346,7 +1517,8 @@ class BaseDialect:
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:
-        """DLQ → Hot Pending with optional edits (None keeps the old value); FailedTotal -1."""
+        """DLQ → Hot Pending with optional edits; attempt count 0; FailedTotal −1. ``revision``: only if the DLQ
+        row is still at that edit version (None: whatever it is); the Hot row carries it, one up."""
         return bool(self._resurrect(cursor, [job_id], payload, tags, priority, actor, revision))
 
     def resurrect_batch(self, cursor: Cursor, job_ids: Sequence[str], actor: str | None) -> Moved:
@@ -1373,11 +1545,13 @@ class BaseDialect:
         return sum(counts.values())
 
     def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
+        """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
         if not job_ids or batch_size <= 0:
             return []
         return self._purge(cursor, self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size], "failed_total")
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
+        """Delete the given Archive rows; PurgedTotal +n."""
         if not job_ids:
             return []
         return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], PURGED)
@@ -1387,7 +1561,8 @@ class BaseDialect:
         return self._purge_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size, "failed_total")
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
-        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n."""
+        """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n (SucceededTotal never
+        shrinks)."""
         return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
 
     def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
@@ -1424,13 +1599,15 @@ class BaseDialect:
                           {str(row["id"]): row for row in rows})
 
     def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
-        """Hot → Archive for the owned items; SucceededTotal and the success bucket bumped per queue."""
+        """Hot → Archive for every item this worker owns (None: no owner guard); SucceededTotal and the success
+        bucket bumped per queue."""
         by_id = {item.job_id: item for item in items}
         return self._complete(cursor, TO_ARCHIVE, self.ARCHIVE_SUCCEEDED_SQL, worker_id, [
             {"id": i.job_id, "duration_ms": finite(i.duration_ms), "result": i.result} for i in by_id.values()])
 
     def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
-        """Hot → DLQ with each item's reason and details; FailedTotal and the failure buckets bumped."""
+        """Hot → DLQ with each item's reason and details, owner-guarded; FailedTotal and the failure buckets
+        bumped."""
         by_id = {item.job_id: item for item in items}
         return self._complete(cursor, TO_DLQ, self.MOVE_TO_DLQ_SQL, worker_id, [
             {"id": i.job_id, "failure_reason": int(i.reason), "error_details": error_details(i.error_details),

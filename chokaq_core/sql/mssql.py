@@ -52,21 +52,28 @@ from chokaq_core.domain import (
     JobStatus,
     NewJob,
     SnapshotRequest,
-    WorkerInfo,
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     ACTIVE_ROW,
     ACTIVE_WIDTH,
+    BUCKET_COLUMNS,
+    BUCKET_KEY,
+    BUCKET_UPDATE,
+    BUCKETS,
     EMPTY_ERROR,
     ERROR_GROUP_WIDTH,
     HISTORY,
     HISTORY_COLUMNS,
-    HISTORY_COUNTS,
     HISTORY_KEY,
+    HISTORY_UPDATE,
+    HOT_COUNTS,
     HOT_FIELDS,
+    LIST_WORKERS_SELECT,
     PURGED,
+    QUEUE_STATES_SELECT,
     REVISION_BUMP,
+    STATS,
     SUMMARY_WIDTH,
     TO_ARCHIVE,
     TO_DLQ,
@@ -75,11 +82,13 @@ from chokaq_core.sql.base import (
     BaseDialect,
     Move,
     carried_values,
-    escaped_like,
     insert_moved,
     last_error_set,
     pending_split_sql,
+    queue_stats_select,
     revision_guard,
+    stats_update,
+    throughput_select,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
@@ -91,6 +100,7 @@ _INT_MAX = 2**31 - 1
 # ---------------------------------------------------------------- SQL builders
 
 _NOW = "DECLARE @Now datetime2(7) = SYSUTCDATETIME();"
+_DIRTY = " WITH (NOLOCK)"  # passive dashboard telemetry may read dirty data (spec 01 §1.3)
 # The current UTC second (spec 01 §4.13): whole seconds since a fixed epoch, added back to it (int until 2068).
 _BUCKET = (
     "DECLARE @Bucket datetime2(7) = DATEADD(SECOND, DATEDIFF(SECOND, CAST('20000101' AS datetime2(7)), @Now),"
@@ -119,6 +129,9 @@ _MOVED_TYPES = {
     "error_message": "nvarchar(1000) NULL",
 }
 
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit"}  # ``param`` kinds
+
+
 def _moved_table(columns: Sequence[str]) -> str:
     return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
 
@@ -131,29 +144,18 @@ def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
 
 def _stats_add(counter: str) -> str:
     """``counter += rows moved`` per queue, inserting a missing row (spec 01 §4.13)."""
-    values = ", ".join("s.n" if c == counter else "0" for c in ("succeeded_total", "failed_total", "retried_total"))
-    return (
-        "MERGE chokaq_stats_summary WITH (HOLDLOCK) AS t\n"
-        "USING (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS s ON t.queue = s.queue\n"
-        f"WHEN MATCHED THEN UPDATE SET {counter} = t.{counter} + s.n, last_activity_at = @Now\n"
-        "WHEN NOT MATCHED THEN INSERT (queue, succeeded_total, failed_total, retried_total, last_activity_at)\n"
-        f"    VALUES (s.queue, {values}, @Now);"
-    )
+    return merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
+                      "SELECT queue, COUNT(*), @Now FROM @Moved GROUP BY queue", stats_update(counter))
 
 
-# An Archive purge: ``purged_total += rows deleted`` per queue (``succeeded_total`` never shrinks).
-_STATS_PURGED = (
-    "UPDATE t SET purged_total = t.purged_total + c.n\n"
-    "FROM chokaq_stats_summary AS t\n"
-    "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
-)
-
-
-def _stats_sub(counter: str, touch: bool = False) -> str:
-    """``counter = max(counter - rows moved, 0)`` per queue, update only."""
+def _uncount(counter: str, touch: bool = False) -> str:
+    """``counter = max(counter - rows moved, 0)`` per queue, update only; an Archive purge's ``PURGED`` grows by
+    the rows instead (``succeeded_total`` never shrinks)."""
+    value = (f"t.{PURGED} + c.n" if counter == PURGED
+             else f"CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END")
     touched = ", last_activity_at = @Now" if touch else ""
     return (
-        f"UPDATE t SET {counter} = CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END{touched}\n"
+        f"UPDATE t SET {counter} = {value}{touched}\n"
         "FROM chokaq_stats_summary AS t\n"
         "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
     )
@@ -175,23 +177,18 @@ _FAILURE_BUCKETS = (
 
 def _bucket_merge(outcome: int, source: str) -> str:
     """Upsert of this second's outcome buckets (spec 01 §4.13); ``max`` ignores NULLs."""
-    return (
-        "MERGE chokaq_metric_buckets WITH (HOLDLOCK) AS t\n"
-        f"USING ({source}) AS s\n"
-        f"ON t.bucket_start = @Bucket AND t.queue = s.queue AND t.outcome = {outcome}"
-        " AND t.failure_reason = s.failure_reason\n"
-        "WHEN MATCHED THEN UPDATE SET\n"
-        "    completed_count = t.completed_count + s.n,\n"
-        "    duration_count = t.duration_count + s.timed,\n"
-        "    total_duration_ms = t.total_duration_ms + s.total,\n"
-        "    max_duration_ms = CASE WHEN s.longest IS NULL THEN t.max_duration_ms\n"
-        "        WHEN t.max_duration_ms IS NULL OR s.longest > t.max_duration_ms THEN s.longest\n"
-        "        ELSE t.max_duration_ms END,\n"
-        "    last_updated_at = @Now\n"
-        "WHEN NOT MATCHED THEN INSERT (bucket_start, queue, outcome, failure_reason, completed_count, duration_count,\n"
-        "        total_duration_ms, max_duration_ms, last_updated_at)\n"
-        f"    VALUES (@Bucket, s.queue, {outcome}, s.failure_reason, s.n, s.timed, s.total, s.longest, @Now);"
-    )
+    return merge_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS, f"SELECT @Bucket, b.queue, {outcome}, b.failure_reason, b.n,"
+                      f" b.timed, b.total, b.longest, @Now FROM ({source}) AS b", BUCKET_UPDATE)
+
+
+def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
+               update: Mapping[str, str | None]) -> str:
+    """``base.upsert_rows`` as ``MERGE … WITH (HOLDLOCK)``: ``source`` is the derived table ``s``, ``table``
+    is ``t``."""
+    sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='s', old='t')}" for c, e in update.items())
+    return (f"MERGE {table} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(columns)})\n"
+            f"ON {' AND '.join(f't.{k} = s.{k}' for k in key)}\nWHEN MATCHED THEN UPDATE SET {sets}\n"
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) VALUES ({', '.join(f's.{c}' for c in columns)});")
 
 
 def _params(*declarations: str) -> str:
@@ -439,26 +436,8 @@ RESURRECT_SQL = _batch(
     "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
     " created_at, @Now, created_by, @Actor, revision\n"
     "FROM @Moved;",
-    _stats_sub("failed_total", touch=True),
+    _uncount("failed_total", touch=True),
     "SELECT id, queue FROM @Moved;",
-)
-
-REQUEST_CANCEL_SQL = _batch(
-    _params("@Actor nvarchar(4000)", "@Ids nvarchar(max)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET cancel_requested_by = @Actor\n"
-    "OUTPUT inserted.id\n"
-    f"WHERE id IN {_IDS} AND status = 2;",
-)
-
-UPDATE_HOT_SQL = _batch(
-    _NOW,
-    _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int", "@Actor nvarchar(4000)",
-            "@JobId nvarchar(4000)", "@Revision int"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-    "SET payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags),"
-    f" priority = COALESCE(@Priority, priority), last_modified_by = @Actor, last_updated_at = @Now, {REVISION_BUMP}\n"
-    "OUTPUT inserted.id\n"
-    f"WHERE id = @JobId AND status = 0 AND {revision_guard('@Revision')};",
 )
 
 # previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
@@ -493,7 +472,7 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
         "DELETE d\n"
         "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
         f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        _STATS_PURGED if counter == PURGED else _stats_sub(counter),
+        _uncount(counter),
         f"SELECT {result};",
     )
 
@@ -519,83 +498,20 @@ RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutM
     "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
 
 
-def _queue_upsert(column: str, sql_type: str) -> str:
-    """Upsert of one queue setting (spec 01 §4.17); a new row starts visible and unpaused."""
-    values = {"is_paused": "0", "is_active": "1", column: "@Value"}
-    return _batch(
-        "DECLARE @Name nvarchar(4000) = %s;",
-        f"DECLARE @Value {sql_type} = %s;",
-        "MERGE chokaq_queues WITH (HOLDLOCK) AS t\n"
-        "USING (SELECT @Name AS name) AS s ON t.name = s.name\n"
-        f"WHEN MATCHED THEN UPDATE SET {column} = @Value, last_updated_at = SYSUTCDATETIME()\n"
-        f"WHEN NOT MATCHED THEN INSERT (name, {', '.join(values)}, last_updated_at)\n"
-        f"    VALUES (s.name, {', '.join(values.values())}, SYSUTCDATETIME());",
-    )
-
-
-QUEUE_UPSERT_SQL = {
-    "is_paused": _queue_upsert("is_paused", "bit"),
-    "zombie_timeout_seconds": _queue_upsert("zombie_timeout_seconds", "int"),
-    "max_workers": _queue_upsert("max_workers", "int"),
-}
-
-SET_QUEUE_ACTIVE_SQL = _batch(
-    _params("@Active bit", "@Name nvarchar(4000)"),
-    "UPDATE chokaq_queues SET is_active = @Active, is_paused = 1, last_updated_at = SYSUTCDATETIME()\n"
-    "OUTPUT inserted.name\n"
-    "WHERE name = @Name;",
-)
-
-UPSERT_WORKER_SQL = _batch(
-    _NOW,
-    _params("@WorkerId nvarchar(4000)", "@Hostname nvarchar(4000)", "@Pid int", "@Queues nvarchar(4000)",
-            "@IsRunning bit", "@Capacity int", "@ActiveCount int", "@RuntimeJson nvarchar(max)",
-            "@CircuitsJson nvarchar(max)"),
-    "MERGE chokaq_workers WITH (HOLDLOCK) AS t\n"
-    "USING (SELECT @WorkerId AS worker_id) AS s ON t.worker_id = s.worker_id\n"
-    "WHEN MATCHED THEN UPDATE SET hostname = @Hostname, pid = @Pid, queues = @Queues, last_heartbeat_at = @Now,\n"
-    "    stopped_at = CASE WHEN @IsRunning = 1 THEN NULL ELSE t.stopped_at END, is_running = @IsRunning,\n"
-    "    capacity = @Capacity, active_count = @ActiveCount, runtime_json = @RuntimeJson,"
-    " circuits_json = @CircuitsJson\n"
-    "WHEN NOT MATCHED THEN INSERT (worker_id, hostname, pid, queues, started_at, last_heartbeat_at, stopped_at,\n"
-    "        is_running, capacity, active_count, runtime_json, circuits_json)\n"
-    "    VALUES (s.worker_id, @Hostname, @Pid, @Queues, @Now, @Now, NULL, @IsRunning, @Capacity, @ActiveCount,\n"
-    "        @RuntimeJson, @CircuitsJson);",
-)
-
-STOP_WORKER_SQL = (
-    "UPDATE chokaq_workers SET is_running = 0, stopped_at = SYSUTCDATETIME(), active_count = 0 WHERE worker_id = %s"
-)
-
 # The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
-QUEUE_STATES_SELECT = "SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM chokaq_queues"
-QUEUE_STATES_SQL = f"{QUEUE_STATES_SELECT} ORDER BY name"
-
-_HOT_COUNTS = (
-    "SUM(CASE WHEN x.status = 0 THEN 1 ELSE 0 END) AS pending,"
-    " SUM(CASE WHEN x.status = 1 THEN 1 ELSE 0 END) AS fetched,"
-    " SUM(CASE WHEN x.status = 2 THEN 1 ELSE 0 END) AS processing"
-)
-
 # Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
 SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
        totals.succeeded, totals.failed, totals.retried,
        (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
         WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged, pend.ready, pend.scheduled,
        pend.retrying, pend.held
-FROM (SELECT {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
+FROM (SELECT {HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
 CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
                    COALESCE(SUM(y.retried_total), 0) AS retried, COALESCE(SUM(y.purged_total), 0) AS purged
             FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals
 CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
 
-QUEUE_STATS_SELECT = f"""SELECT q.name, COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       COALESCE(s.succeeded_total, 0), COALESCE(s.failed_total, 0), COALESCE(s.retried_total, 0), s.last_activity_at,
-       COALESCE(s.purged_total, 0)
-FROM chokaq_queues AS q WITH (NOLOCK)
-LEFT JOIN (SELECT x.queue, {_HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK) GROUP BY x.queue) AS h
-    ON h.queue = q.name
-LEFT JOIN chokaq_stats_summary AS s WITH (NOLOCK) ON s.queue = q.name"""
+QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
 QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 
 
@@ -665,14 +581,12 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
 
 # ---------------------------------------------------------------- retention, schedules and reads
 
-LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM chokaq_workers"
-LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
 
-
-def _batch_delete(table: str, column: str) -> str:
-    """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row."""
-    return _changed(_params("@Cutoff datetimeoffset(7)", "@Batch int"),
-                    statement=f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {column} < @Cutoff;")
+def _batch_delete(table: str, column: str, *declares: str, where: str = "") -> str:
+    """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row (``declares``:
+    parameters before the cutoff, which ``where`` tests first)."""
+    return _changed(_params(*declares, "@Cutoff datetimeoffset(7)", "@Batch int"), statement=(
+        f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {where}{column} < @Cutoff;"))
 
 
 PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
@@ -691,40 +605,7 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "END",
     "SELECT @Claimed;",
 )
-PURGE_HISTORY_SQL = _batch(
-    "DECLARE @Granularity int = %s;",
-    "DECLARE @Cutoff datetimeoffset(7) = %s;",
-    "DECLARE @Batch int = %s;",
-    "DECLARE @N int;",
-    "DELETE TOP (@Batch) FROM chokaq_history_buckets WITH (ROWLOCK, READPAST)"
-    " WHERE granularity = @Granularity AND bucket_start < @Cutoff;",
-    "SET @N = @@ROWCOUNT;",
-    "SELECT @N;",
-)
-# The operator's switch; enabling moves the latest tick up to the due one, so no tick missed while off is run.
-SET_SCHEDULE_ENABLED_SQL = (
-    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
-    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick, CAST(%s AS bit) AS enabled)"
-    " AS s ON t.name = s.name\n"
-    "WHEN MATCHED THEN UPDATE SET enabled = s.enabled, updated_at = SYSUTCDATETIME(),"
-    " last_tick_at = CASE WHEN s.enabled = 1 AND s.tick > t.last_tick_at THEN s.tick ELSE t.last_tick_at END\n"
-    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, enabled)"
-    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.enabled);"
-)
-RECORD_SCHEDULE_RUN_SQL = (
-    "MERGE chokaq_schedules WITH (HOLDLOCK) AS t\n"
-    "USING (SELECT CAST(%s AS nvarchar(200)) AS name, CAST(%s AS datetimeoffset(7)) AS tick,"
-    " CAST(%s AS nvarchar(50)) AS job_id) AS s ON t.name = s.name\n"
-    "WHEN MATCHED THEN UPDATE SET updated_at = SYSUTCDATETIME(), last_job_id = s.job_id, last_run_at = SYSUTCDATETIME()\n"
-    "WHEN NOT MATCHED THEN INSERT (name, last_tick_at, updated_at, last_job_id, last_run_at)"
-    " VALUES (s.name, s.tick, SYSUTCDATETIME(), s.job_id, SYSUTCDATETIME());"
-)
-
-
-
-
-
-
+PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
 # Reads ``@Ids`` (the JSON array of ``_ids_json``).
 LOCATE_SELECT = (
     f"SELECT id, status FROM chokaq_jobs_hot WHERE id IN {_IDS}\n"
@@ -738,18 +619,7 @@ def _active_select(limit: str, where: str = "") -> str:
     return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC"
 
 
-# The passive telemetry reads below may read dirty data (spec 01 §1.3).
-def _throughput_select(since: str) -> str:
-    """Per-second sums from ``since`` (a ``datetimeoffset`` operand), unordered."""
-    return (
-        "SELECT bucket_start, SUM(CASE WHEN outcome = 0 THEN completed_count ELSE 0 END),"
-        " SUM(CASE WHEN outcome = 1 THEN completed_count ELSE 0 END)\n"
-        f"FROM chokaq_metric_buckets WITH (NOLOCK) WHERE bucket_start >= {since}\n"
-        "GROUP BY bucket_start"
-    )
-
-
-THROUGHPUT_SQL = _throughput_select("CAST(%s AS datetimeoffset(7))") + " ORDER BY bucket_start"
+THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " ORDER BY bucket_start"
 
 _NOW_OFFSET = "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);"
 
@@ -791,7 +661,7 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
     "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
     "FROM chokaq_jobs_archive AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS};",
-    _STATS_PURGED,
+    _uncount(PURGED),
     "SELECT id, queue FROM @Moved;",
 )
 
@@ -820,7 +690,7 @@ DECK_SNAPSHOT_SQL = _batch(
     f"""SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)} AS summary,
        {_packed(_active_select("@ActiveLimit"), ACTIVE_WIDTH, "c5 DESC, c0 DESC")} AS active,
        CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
-       CASE WHEN @Since IS NOT NULL THEN {_packed(_throughput_select("@Since"), 3, "c0")} END AS throughput,
+       CASE WHEN @Since IS NOT NULL THEN {_packed(throughput_select("@Since", _DIRTY), 3, "c0")} END AS throughput,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
@@ -855,12 +725,16 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     IGNORE_DUPLICATE = ""  # the locking hint of the NOT EXISTS read makes a racing twin wait instead
     LIMIT = " OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY"
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
+    TRUE, FALSE = "1", "0"
+    # The words of the SHARED_STATEMENTS it has not written itself (typed parameters: a NULL keeps its type).
+    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": f"IN {_IDS.replace('@Ids', '%s')}", "by_id": "",
+              "text": "CAST(%s AS nvarchar(max))", "int": "CAST(%s AS int)", "rowlock": " WITH (ROWLOCK)",
+              "output": " OUTPUT inserted.id", "returning": ""}
 
-    def search_clause(self, column: str) -> str:
-        return f"LOWER({column}) LIKE %s ESCAPE '\\'"
+    FOLDS_CASE = True
 
     def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower()).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
+        return super().search_pattern(term).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
 
     def param_ts(self, value: datetime | None) -> Any:
         return None if value is None else _ts(value)
@@ -920,57 +794,23 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return _rows(cursor)
 
-    def _upsert_queue(self, cursor: Cursor, queue: str, column: str, value: Any) -> None:
-        cursor.execute(QUEUE_UPSERT_SQL[column], [queue, value])
-
-    def set_queue_active(self, cursor: Cursor, queue: str, active: bool) -> bool:
-        """Update only; sets ``is_paused = 1`` in both directions (spec 01 §4.17)."""
-        cursor.execute(SET_QUEUE_ACTIVE_SQL, [bool(active), queue])
-        return bool(_rows(cursor))
-
-    def upsert_worker(self, cursor: Cursor, info: WorkerInfo) -> None:
-        """Register or refresh a worker row; ``started_at`` is set on first insert only."""
-        cursor.execute(
-            UPSERT_WORKER_SQL,
-            [
-                info.worker_id,
-                info.hostname,
-                info.pid,
-                info.queues,
-                bool(info.is_running),
-                info.capacity,
-                info.active_count,
-                info.runtime_json,
-                info.circuits_json,
-            ],
-        )
-
-    def stop_worker(self, cursor: Cursor, worker_id: str) -> None:
-        """Mark a worker stopped (not running, no active executions)."""
-        cursor.execute(STOP_WORKER_SQL, [worker_id])
-
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
         return self.counted(cursor) > 0
 
     def history_upsert(self, source: str) -> str:
-        """One MERGE of the completion's history rows: counts added, the longest duration kept."""
-        matched = " AND ".join(f"t.{c} = s.{c}" for c in HISTORY_KEY)
-        added = ", ".join(f"{c} = t.{c} + s.{c}" for c in HISTORY_COUNTS)
-        return (
-            f"MERGE {HISTORY} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(HISTORY_COLUMNS)})\n"
-            f"ON {matched}\nWHEN MATCHED THEN UPDATE SET {added}, max_duration_ms = CASE WHEN s.max_duration_ms"
-            " IS NULL OR t.max_duration_ms >= s.max_duration_ms THEN t.max_duration_ms ELSE s.max_duration_ms END\n"
-            f"WHEN NOT MATCHED THEN INSERT ({', '.join(HISTORY_COLUMNS)})"
-            f" VALUES ({', '.join(f's.{c}' for c in HISTORY_COLUMNS)});"
-        )
+        return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
 
-    def set_schedule_enabled(self, cursor: Cursor, name: str, enabled: bool, tick: datetime) -> None:
-        cursor.execute(SET_SCHEDULE_ENABLED_SQL, [name, _ts(tick), bool(enabled)])
+    def merge_rows(self, table: str, key: Sequence[str], columns: Sequence[str], source: str,
+                   update: Mapping[str, str | None]) -> str:
+        return merge_rows(table, key, columns, source, update)
 
-    def record_schedule_run(self, cursor: Cursor, name: str, job_id: str, tick: datetime) -> None:
-        cursor.execute(RECORD_SCHEDULE_RUN_SQL, [name, _ts(tick), job_id])
+    def param(self, kind: str) -> str:
+        return f"CAST(%s AS {PARAM_TYPES[kind]})"  # a NULL keeps its type
+
+    def returning(self, columns: str) -> tuple[str, str]:
+        return " OUTPUT " + ", ".join(f"inserted.{c.strip()}" for c in columns.split(",")), ""
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
@@ -991,7 +831,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def item_ts(self, value: datetime | None) -> Any:
         """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""
         return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
-
 
 
 DIALECT: Dialect = SQLServerDialect()

@@ -36,7 +36,6 @@ from chokaq_core.sql.base import (
     bucket_add,
     bulkhead,
     carried_values,
-    escaped_like,
     history_add,
     history_rows,
     insert_moved,
@@ -75,26 +74,13 @@ def _stats_add(counter: str, source: str) -> str:
     return f"stats AS ({stats_add(counter, source, 'now()')})"
 
 
-def _stats_sub(counter: str, source: str, touch: bool = False) -> str:
-    """``dec`` CTE: ``counter = greatest(counter - n, 0)`` per queue, update only."""
+def _uncount(counter: str, source: str, touch: bool = False) -> str:
+    """``dec`` CTE: ``counter = greatest(counter - n, 0)`` per queue over the rows of ``source``, update only; an
+    Archive purge's ``PURGED`` grows by n instead (``succeeded_total`` never shrinks)."""
+    value = f"s.{PURGED} + c.n" if counter == PURGED else f"greatest(s.{counter} - c.n, 0)"
     touched = ", last_activity_at = now()" if touch else ""
-    return (
-        f"dec AS (UPDATE chokaq_stats_summary s SET {counter} = greatest(s.{counter} - c.n, 0){touched}\n"
-        f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)"
-    )
-
-
-def _stats_purged(source: str) -> str:
-    """``dec`` CTE of an Archive purge: ``purged_total += n`` per queue (``succeeded_total`` never shrinks)."""
-    return (
-        "dec AS (UPDATE chokaq_stats_summary s SET purged_total = s.purged_total + c.n\n"
-        f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)"
-    )
-
-
-def _counted(counter: str, source: str) -> str:
-    """The ``dec`` CTE of a purge over ``source``: ``PURGED`` grows, any other counter drops."""
-    return _stats_purged(source) if counter == PURGED else _stats_sub(counter, source)
+    return (f"dec AS (UPDATE chokaq_stats_summary s SET {counter} = {value}{touched}\n"
+            f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)")
 
 
 def _completion(ctes: str, move: Move) -> str:
@@ -112,7 +98,7 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
     return (
         f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
         f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-        f"{_counted(counter, 'del')}\n"
+        f"{_uncount(counter, 'del')}\n"
         f"SELECT {result}"
     )
 
@@ -285,7 +271,7 @@ ins AS (
            created_at, now(), created_by, %s::text, {CARRIED_REVISION}
     FROM moved
     RETURNING id, queue),
-{_stats_sub("failed_total", "ins", touch=True)}
+{_uncount("failed_total", "ins", touch=True)}
 SELECT id, queue FROM ins
 """
 
@@ -306,21 +292,6 @@ PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_
 
 # ---------------------------------------------------------------- retention, schedules, reads
 
-PURGE_WORKERS_SQL = """
-DELETE FROM chokaq_workers WHERE worker_id IN (
-    SELECT worker_id FROM chokaq_workers WHERE last_heartbeat_at < %s
-    ORDER BY last_heartbeat_at LIMIT %s FOR UPDATE SKIP LOCKED)
-"""
-PURGE_METRIC_BUCKETS_SQL = """
-DELETE FROM chokaq_metric_buckets WHERE (bucket_start, queue, outcome, failure_reason) IN (
-    SELECT bucket_start, queue, outcome, failure_reason FROM chokaq_metric_buckets WHERE bucket_start < %s
-    ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
-"""
-PURGE_HISTORY_SQL = """
-DELETE FROM chokaq_history_buckets WHERE (granularity, bucket_start, queue, type, outcome) IN (
-    SELECT granularity, bucket_start, queue, type, outcome FROM chokaq_history_buckets
-    WHERE granularity = %s AND bucket_start < %s ORDER BY bucket_start LIMIT %s FOR UPDATE SKIP LOCKED)
-"""
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
 # One vacuum of the Hot table at a time, fleet-wide, without session state (a session advisory lock would
 # leak behind a transaction pooler): a VACUUM holds SHARE UPDATE EXCLUSIVE on the table while it runs, so a
@@ -345,14 +316,8 @@ ORDER BY q.name
 
 PURGE_ARCHIVE_IDS_SQL = f"""
 WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
-{_stats_purged("del")}
+{_uncount(PURGED, "del")}
 SELECT id, queue FROM del
-"""
-
-
-PURGE_ATTEMPTS_SQL = """
-DELETE FROM chokaq_job_attempts WHERE id IN (
-    SELECT id FROM chokaq_job_attempts WHERE failed_at < %s ORDER BY failed_at LIMIT %s FOR UPDATE SKIP LOCKED)
 """
 
 
@@ -379,15 +344,11 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
-    TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "::text",
-              "int": "::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
-              "lazy": f" AND {ASYNC_COMMIT}"}
-
-    def search_clause(self, column: str) -> str:
-        return f"lower({column}) LIKE %s ESCAPE '\\'"
-
-    def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower())
+    FOLDS_CASE = True
+    TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
+              "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
+              "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "", "output": "",
+              "returning": " RETURNING id"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
 
@@ -446,5 +407,6 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         cols = ", ".join(f"c{i}" for i in range(width))
         return (f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]'::json)"
                 f" FROM ({sql}) AS t({cols}))")
+
 
 DIALECT: Dialect = PostgreSQLDialect()

@@ -23,9 +23,7 @@ from chokaq_core.domain import ClaimHold, FailureReason, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     ARCHIVE,
-    BUCKETS,
     DLQ,
-    HISTORY,
     HOT,
     HOT_FIELDS,
     NO_EXCEPTION,
@@ -34,7 +32,6 @@ from chokaq_core.sql.base import (
     REVISION_BUMP,
     STATS,
     TO_DLQ,
-    WORKERS,
     ZOMBIE_DETAILS,
     BaseDialect,
     Move,
@@ -68,23 +65,12 @@ def _marks(count: int) -> str:
 # ---------------------------------------------------------------- counters
 
 
-def _drop_stats(cursor: Cursor, column: str, counts: Counter[str], now: str | None) -> None:
-    """Update-only decrement floored at 0."""
-    for queue, n in counts.items():
-        cursor.execute(
-            f"UPDATE {STATS} SET {column} = max({column} - %s, 0), last_activity_at = %s WHERE queue = %s",
-            [n, now, queue],
-        )
-
-
 def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str | None) -> None:
     """Apply the rows a delete removed to ``counter`` per queue: ``PURGED`` (an Archive purge) grows, any other
     counter drops (floored at 0)."""
-    if counter != PURGED:
-        _drop_stats(cursor, counter, counts, now)
-        return
+    value = f"{PURGED} + %s" if counter == PURGED else f"max({counter} - %s, 0)"
     for queue, n in counts.items():
-        cursor.execute(f"UPDATE {STATS} SET {PURGED} = {PURGED} + %s, last_activity_at = %s WHERE queue = %s",
+        cursor.execute(f"UPDATE {STATS} SET {counter} = {value}, last_activity_at = %s WHERE queue = %s",
                        [n, now, queue])
 
 
@@ -213,16 +199,6 @@ RECORD_ATTEMPTS_SQL = (
 )
 
 
-PURGE_WORKERS_SQL = (f"DELETE FROM {WORKERS} WHERE worker_id IN (SELECT worker_id FROM {WORKERS}"
-                     " WHERE last_heartbeat_at < %s ORDER BY last_heartbeat_at LIMIT %s)")
-PURGE_METRIC_BUCKETS_SQL = (f"DELETE FROM {BUCKETS} WHERE rowid IN (SELECT rowid FROM {BUCKETS} WHERE bucket_start < %s"
-                            " ORDER BY bucket_start LIMIT %s)")
-PURGE_HISTORY_SQL = (f"DELETE FROM {HISTORY} WHERE rowid IN (SELECT rowid FROM {HISTORY} WHERE granularity = %s"
-                     " AND bucket_start < %s ORDER BY bucket_start LIMIT %s)")
-PURGE_ATTEMPTS_SQL = (f"DELETE FROM {ATTEMPTS} WHERE id IN (SELECT id FROM {ATTEMPTS} WHERE failed_at < %s"
-                      " ORDER BY failed_at LIMIT %s)")
-
-
 class SQLiteDialect(BaseDialect, statements=globals()):
     """The base over SQLite's text timestamps (the clock is Python's, spec 01 §1.2), JSON id lists and the
     Python hand-off of moved rows."""
@@ -230,8 +206,9 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # "stamp": the clock() parameter itself, no CTE (the driver counts the changed rows only of a statement
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     DLQ_ROW = DLQ_ROW
-    TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "", "int": "",
-              "ago": "%s", "trim": "trim", "chr": "char", "lazy": ""}
+    TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "%s",
+              "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
+              "output": "", "returning": " RETURNING id"}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]

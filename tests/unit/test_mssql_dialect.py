@@ -943,7 +943,7 @@ def test_the_claim_sends_worker_window_and_limit() -> None:
 
 
 def test_dashboard_reads_are_dirty_and_correctness_reads_are_not() -> None:
-    dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql._throughput_select("@Since"),
+    dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql.throughput_select("@Since", sql._DIRTY),
                    sql.QUEUE_HEALTH_SELECT, sql.TOP_ERRORS_SELECT)
     for function, text, _ in _statements():
         tables = len(re.findall(r"\bchokaq_\w+", text))
@@ -1000,13 +1000,14 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
         assert select.count(f"CASE WHEN {guard} THEN (SELECT ") == parts, guard
     # The parts are the separate reads' own statements (their ORDER BY re-applied outside the derived table).
     for alone, part in ((sql.SUMMARY_STATS_SQL, sql.SUMMARY_STATS_SQL),
-                        (sql.THROUGHPUT_SQL, sql._throughput_select("CAST(%s AS datetimeoffset(7))")),
-                        (sql.QUEUE_STATES_SQL, sql.QUEUE_STATES_SELECT), (sql.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT),
-                        (sql.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT), (sql.LIST_WORKERS_SQL, sql.LIST_WORKERS_SELECT),
+                        (sql.THROUGHPUT_SQL, sql.throughput_select("CAST(%s AS datetimeoffset(7))", sql._DIRTY)),
+                        (sql.DIALECT.QUEUE_STATES_SQL, sql.QUEUE_STATES_SELECT),
+                        (sql.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT), (sql.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT),
+                        (sql.DIALECT.LIST_WORKERS_SQL, sql.LIST_WORKERS_SELECT),
                         (sql.TOP_ERRORS_SQL, sql.TOP_ERRORS_SELECT)):
         assert part in alone
     for part in (sql.SUMMARY_STATS_SQL, sql._active_select("@ActiveLimit"), sql.LOCATE_SELECT,
-                 sql._throughput_select("@Since"), sql.QUEUE_STATES_SELECT, sql.QUEUE_STATS_SELECT,
+                 sql.throughput_select("@Since", sql._DIRTY), sql.QUEUE_STATES_SELECT, sql.QUEUE_STATS_SELECT,
                  sql.QUEUE_HEALTH_SELECT, sql.LIST_WORKERS_SELECT, sql.TOP_ERRORS_SELECT):
         assert f"FROM ({part}) AS t(c0, " in select
     assert json_rows(for_json([(T1, True, None)]), datetime_at=[0]) == [[T1, True, None]], "the fake's FOR JSON"
