@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # django.setup() of the demo project and the worker command's imports, as `manage.py chokaq_worker` does them
@@ -41,3 +43,13 @@ def test_a_sqlite_worker_loads_the_sqlite_dialect_when_it_needs_it_but_not_the_i
     modules = worker_modules(f"sqlite:///{ROOT / 'var' / 'unused-probe.sqlite3'}")
     assert "chokaq_core.sql.memory" not in modules
     assert "deck.consumers" not in modules
+
+
+def test_the_worker_caps_malloc_arenas_unless_the_environment_already_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chokaq_core.management.commands import chokaq_worker
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert chokaq_worker.limit_malloc_arenas() is False, "the operator's MALLOC_ARENA_MAX wins"
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    assert chokaq_worker.limit_malloc_arenas(8) is True  # glibc (this machine): mallopt accepted the cap
+    assert chokaq_worker.limit_malloc_arenas() is True
