@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -160,7 +161,18 @@ def _rate_key(definition: JobDefinition | None, options: EnqueueOptions) -> str 
 
 def _name(field_name: str, value: Any) -> str:
     """A job id, queue, type key or idempotency key: a non-blank string within its alphabet and length
-    (``domain.NAME_ALPHABETS``)."""
+    (``domain.NAME_ALPHABETS``). Queue and type names repeat from job to job: each is checked once."""
+    if type(value) is str and field_name in _REPEATED_NAMES:
+        return _checked_name(field_name, value)
+    return check_name(field_name, _text(field_name, value, NAME_ALPHABETS[field_name][1], required=True))
+
+
+_REPEATED_NAMES = frozenset(("queue", "type key"))
+
+
+@lru_cache(maxsize=1024)
+def _checked_name(field_name: str, value: str) -> str:
+    """``_name`` of a string, remembered (an invalid one raises and is not remembered)."""
     return check_name(field_name, _text(field_name, value, NAME_ALPHABETS[field_name][1], required=True))
 
 
@@ -236,6 +248,8 @@ def serialize_payload(payload: Mapping[str, Any]) -> str:
     """The payload as compact JSON text; TypeError names the first field JSON cannot hold."""
     if not isinstance(payload, Mapping):
         raise TypeError(f"payload must be a mapping of handler arguments, got {type(payload).__name__}")
+    if not payload:
+        return "{}"  # most jobs of a batch: nothing to walk, dump or measure
     for key in payload:
         if not isinstance(key, str):
             raise TypeError(f"payload field names must be strings, got {key!r}")

@@ -15,6 +15,7 @@ a caller's ``atomic()`` block does not roll it back), events dispatched at once.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import random
 import sqlite3
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Any, Concatenate
 
 from django.db import connections, transaction
@@ -64,7 +66,7 @@ from chokaq_core.domain import (
     WorkerInfo,
 )
 from chokaq_core.policy import RatePlan
-from chokaq_core.sql import Dialect, dialect_for, memory, sqlite, wakeup
+from chokaq_core.sql import Dialect, dialect_for, wakeup
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
 logger = logging.getLogger("chokaq.storage")
@@ -82,10 +84,21 @@ def memory_mode() -> bool:
     return config().STORAGE == "memory"
 
 
+def _memory() -> ModuleType:
+    """``chokaq_core.sql.memory``, imported on first use like every vendor module (``dialect_for``): a process on
+    PostgreSQL or SQL Server never loads it, Django's SQLite backend nor the SQLite dialect (≈ 1 MiB)."""
+    return importlib.import_module("chokaq_core.sql.memory")
+
+
+def _sqlite() -> ModuleType:
+    """``chokaq_core.sql.sqlite``, the dialect of memory mode, imported on first use."""
+    return importlib.import_module("chokaq_core.sql.sqlite")
+
+
 def dialect(using: str | None = None) -> Dialect:
     """The vendor dialect of the ChokaQ alias (the SQLite one in memory mode), typed by the protocol."""
     if memory_mode():
-        return sqlite.DIALECT
+        return _sqlite().DIALECT
     return dialect_for(connections[using or alias()])
 
 
@@ -166,22 +179,24 @@ def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
     """The driver-level cursor (``%s`` placeholders on every vendor), without Django's debug logging;
     driver errors still surface as Django's (``IntegrityError``, ``OperationalError``, …). ``prepared``:
     where the dialect prepares, a server-side binding cursor that prepares its statements (see
-    ``_PreparingCursor``)."""
+    ``_PreparingCursor``), opened on the driver connection directly (no Django cursor wrapper to build)."""
     connection = connections[using]
-    with connection.cursor() as wrapper, connection.wrap_database_errors:
-        if not prepared or not dialect(using).PREPARES or not config().SQL.PREPARED_STATEMENTS:
-            yield wrapper.cursor
-            return
+    if prepared and dialect(using).PREPARES and config().SQL.PREPARED_STATEMENTS:
+        # what connection.cursor() does before it builds its wrapper
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        connection.validate_thread_sharing()
         import psycopg
 
-        raw = wrapper.cursor.connection
-        if not _direct_session(using, raw, wrapper.cursor):
-            yield wrapper.cursor
-            return
-        if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked explicitly;
-            raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # its client-side cursors never prepare anyway
-        with psycopg.Cursor(raw) as cursor:
-            yield _PreparingCursor(cursor)
+        raw = connection.connection
+        with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+            if _direct_session(using, raw, cursor):
+                if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked
+                    raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # explicitly; its client-side cursors never
+                yield _PreparingCursor(cursor)  # prepare anyway
+                return
+    with connection.cursor() as wrapper, connection.wrap_database_errors:
+        yield wrapper.cursor
 
 
 def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True,
@@ -189,7 +204,7 @@ def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: b
     """Run ``operation(cursor)`` in a transaction with the transient-error retry policy (``prepared``: its
     statements are the hot path's fixed texts, see ``Mode``)."""
     if memory_mode():  # the private database's lock is the transaction; nothing there is transient
-        return memory.database().run(operation)
+        return _memory().database().run(operation)
     db = using or alias()
     connection = connections[db]
     nested = connection.in_atomic_block
@@ -270,7 +285,8 @@ def _discard_if_broken(connection: Any) -> None:
 
 
 def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
-    """Insert Pending rows; returns the stored id per job. Events fire on commit for new rows only."""
+    """Insert Pending rows; returns the stored id per job. Metrics and events follow the commit, for new rows
+    only (one after-commit callback builds both: a rolled-back enqueue pays for neither)."""
     db = using or alias()
     if memory_mode():
         stored = run(lambda cursor: _enqueue_in_memory(cursor, jobs))
@@ -283,26 +299,28 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
         stored = run(lambda cursor: sql.enqueue(cursor, jobs), using=db, atomic=not alone, prepared=True)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
-        on_commit(lambda: metrics.jobs_enqueued(fresh), using=db)
-    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
-    _emit(
-        [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
-                            created_by=j.created_by) for j in fresh] + ([events.stats_updated()] if fresh else []),
-        using=db,
-    )
+        on_commit(lambda: _enqueued(fresh), using=db)
     return stored
+
+
+def _enqueued(fresh: Sequence[NewJob]) -> None:
+    """After an enqueue commits: count the new rows, then publish their events (one moment for the batch)."""
+    metrics.jobs_enqueued(fresh)
+    now = datetime.now(UTC).isoformat()
+    events.dispatch([events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
+                                        created_by=j.created_by) for j in fresh] + [events.stats_updated()])
 
 
 def _enqueue_in_memory(cursor: Any, jobs: Sequence[NewJob]) -> list[str]:
     """``enqueue`` in memory mode: make room under the capacity cap first, in the same transaction."""
     if jobs:
-        memory.evict_if_full(cursor, int(config().IN_MEMORY.MAX_CAPACITY))
-    return sqlite.DIALECT.enqueue(cursor, jobs)
+        _memory().evict_if_full(cursor, int(config().IN_MEMORY.MAX_CAPACITY))
+    return _sqlite().DIALECT.enqueue(cursor, jobs)
 
 
 def reset_memory() -> None:
     """Forget every row of the in-memory storage (tests)."""
-    memory.database().reset()
+    _memory().database().reset()
 
 
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,

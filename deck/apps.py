@@ -1,4 +1,14 @@
+from typing import Any
+
 from django.apps import AppConfig
+
+
+def close_sockets_of_ended_session(sender: Any, **kwargs: Any) -> None:
+    """``user_logged_out`` receiver. A logout happens in a web process, so only there is ``deck.consumers``
+    (channels, the engine's read service, the fragments) imported: a worker that loads the Deck app does not."""
+    from deck import consumers
+
+    consumers.close_sockets_of_ended_session(sender, **kwargs)
 
 
 class DeckConfig(AppConfig):
@@ -10,7 +20,6 @@ class DeckConfig(AppConfig):
 
         from chokaq_core.service import operator_command
         from deck import checks
-        from deck.consumers import close_sockets_of_ended_session
         from deck.permissions import check_policy
         from deck.views import record_shell_command
 

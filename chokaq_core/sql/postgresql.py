@@ -14,6 +14,7 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,12 +108,17 @@ def _purge(table: str, where: str, order: str, counter: str, result: str) -> str
 
 # One statement: the rows, their queues' control and counter rows, and one NOTIFY per queue that got a row
 # (delivered at commit, like every NOTIFY). Without idempotency keys it is the whole enqueue, so storage runs
-# it in autocommit when the caller has no transaction open: one round trip instead of BEGIN/…/COMMIT.
+# it in autocommit when the caller has no transaction open: one round trip instead of BEGIN/…/COMMIT. The jobs
+# travel as one JSON parameter, an array of [id, queue, type, payload, tags, idempotency_key, priority,
+# delay_seconds, created_by, rate_key] rows (``jobs_json``): json.dumps is C, while psycopg dumps ten array
+# parameters element by element in Python (≈ 17 µs per job).
+ENQUEUE_COLUMNS = ("id", "queue", "type", "payload", "tags", "idempotency_key", "priority", "delay_seconds",
+                   "created_by", "rate_key")
+_ENQUEUE_TYPES = {"priority": "int", "delay_seconds": "float8"}
 ENQUEUE_SQL = f"""
 WITH src AS (
-    SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                         %s::int[], %s::float8[], %s::text[], %s::text[])
-        AS t(id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, created_by, rate_key)),
+    SELECT {", ".join(f"(r->>{i})::{_ENQUEUE_TYPES.get(c, 'text')} AS {c}" for i, c in enumerate(ENQUEUE_COLUMNS))}
+    FROM json_array_elements(%s::json) AS r),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,
         attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)
@@ -133,6 +139,13 @@ stats AS (
 notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM ins ORDER BY queue) q)
 SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
+
+
+def jobs_json(jobs: Sequence[NewJob]) -> str:
+    """The ENQUEUE_SQL parameter: one JSON array per job, its fields in ``ENQUEUE_COLUMNS`` order."""
+    return json.dumps([[j.id, j.queue, j.type, j.payload, j.tags, j.idempotency_key, int(j.priority),
+                        j.delay_seconds, j.created_by, j.rate_key] for j in jobs],
+                      ensure_ascii=False, separators=(",", ":"))
 
 
 # What rate limits hold back (ClaimHold), as arrays: one statement text whatever is held.
@@ -357,12 +370,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs."""
-        cursor.execute(ENQUEUE_SQL, [
-            [j.id for j in jobs], [j.queue for j in jobs], [j.type for j in jobs], [j.payload for j in jobs],
-            [j.tags for j in jobs], [j.idempotency_key for j in jobs], [int(j.priority) for j in jobs],
-            [None if j.delay_seconds is None else float(j.delay_seconds) for j in jobs],  # all floats: a float8[]
-            [j.created_by for j in jobs], [j.rate_key for j in jobs],
-        ])
+        cursor.execute(ENQUEUE_SQL, [jobs_json(jobs)])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         return inserted, self.key_holders(cursor, jobs, inserted)
 

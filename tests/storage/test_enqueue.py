@@ -58,6 +58,25 @@ def test_enqueue_writes_a_pending_row_with_every_column() -> None:
     assert row["last_updated_at"] == row["created_at"]
 
 
+def test_enqueue_stores_every_text_exactly_and_tells_null_from_the_word_null() -> None:
+    """The batch travels as one JSON parameter on PostgreSQL: quotes, backslashes, non-ASCII and astral
+    characters come back unchanged, a JSON null is SQL NULL while the text "null" stays text."""
+    payload = '{"q":"\\"quoted\\" and \\\\ back","u":"żółć ✓ 😀"}'
+    job = new_job("texts", payload=payload, tags="null,ąę,😀", created_by='o\'brien "x" \\', delay=0.25)
+    other = new_job("texts", payload="null", created_by="null")
+
+    assert storage.enqueue([job, other]) == [job.id, other.id]
+
+    row = hot(job.id)
+    assert row is not None
+    assert (row["queue"], row["payload"], row["tags"], row["created_by"]) == (
+        "texts", payload, "null,ąę,😀", 'o\'brien "x" \\')
+    assert close_to(row["scheduled_at"], row["created_at"] + timedelta(seconds=0.25), 1)
+    blank = hot(other.id)
+    assert blank is not None
+    assert (blank["payload"], blank["tags"], blank["created_by"], blank["scheduled_at"]) == ("null", None, "null", None)
+
+
 def test_enqueue_with_delay_schedules_at_now_plus_delay() -> None:
     job = new_job("mail", delay=120)
     before = timezone.now()

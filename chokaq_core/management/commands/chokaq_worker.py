@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -16,6 +17,21 @@ from chokaq_core import health, prometheus
 from chokaq_core.worker import Worker, WorkerOptions
 
 METRICS_PORT_OFFSET = "CHOKAQ_METRICS_PORT_OFFSET"  # set by --processes for each child
+# glibc gives every thread that allocates its own malloc arena (a worker runs ~18 threads: ≈ 3 MiB of PSS in
+# arenas); the GIL already serializes nearly every allocation, so one arena costs no contention. An explicit
+# MALLOC_ARENA_MAX in the environment wins (glibc read it at start-up).
+MALLOC_ARENAS = 1
+_M_ARENA_MAX = -8  # mallopt's parameter number (glibc malloc.h)
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas for this process before its threads start; False where there is no glibc."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to cap
+        return False
 
 
 class Command(BaseCommand):
@@ -44,6 +60,7 @@ class Command(BaseCommand):
             if options["worker_id"]:
                 raise CommandError("--worker-id cannot be combined with --processes > 1")
             sys.exit(self._supervise_children(processes))
+        limit_malloc_arenas()
         self._check_schema()
         queues = [q.strip() for q in options["queues"].split(",") if q.strip()] or None
         worker = Worker(WorkerOptions(

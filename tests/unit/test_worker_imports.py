@@ -1,0 +1,55 @@
+"""What a worker process of the demo project imports: only what it runs (its PSS is a performance target)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# django.setup() of the demo project and the worker command's imports, as `manage.py chokaq_worker` does them
+PROBE = """
+import json, sys
+import django
+django.setup()
+from django.core.management import load_command_class
+load_command_class("chokaq_core", "chokaq_worker")
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def worker_modules(database_url: str) -> set[str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": database_url}
+    env.pop("REDIS_URL", None)
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_a_postgresql_worker_loads_neither_the_in_memory_store_nor_the_decks_websocket_side() -> None:
+    modules = worker_modules("postgres://postgres@127.0.0.1:5432/unused")  # setup does not connect
+    unneeded = {"chokaq_core.sql.memory", "chokaq_core.sql.sqlite", "django.db.backends.sqlite3.base",
+                "deck.consumers", "channels.generic.websocket", "chokaq_core.service"}
+    assert not unneeded & modules, sorted(unneeded & modules)
+    assert {"chokaq_core.storage", "chokaq_core.worker", "deck.apps"} <= modules
+
+
+def test_a_sqlite_worker_loads_the_sqlite_dialect_when_it_needs_it_but_not_the_in_memory_store() -> None:
+    modules = worker_modules(f"sqlite:///{ROOT / 'var' / 'unused-probe.sqlite3'}")
+    assert "chokaq_core.sql.memory" not in modules
+    assert "deck.consumers" not in modules
+
+
+def test_the_worker_caps_malloc_arenas_unless_the_environment_already_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chokaq_core.management.commands import chokaq_worker
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert chokaq_worker.limit_malloc_arenas() is False, "the operator's MALLOC_ARENA_MAX wins"
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    assert chokaq_worker.limit_malloc_arenas(8) is True  # glibc (this machine): mallopt accepted the cap
+    assert chokaq_worker.limit_malloc_arenas() is True
