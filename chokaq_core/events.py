@@ -41,12 +41,16 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import connections, transaction
+from django.dispatch import Signal
 
 from chokaq_core.conf import config
 
 logger = logging.getLogger("chokaq.events")
 
 GROUP = "chokaq.deck"
+operator_command = Signal()
+"""Sent for a command an operator ran outside the Deck (``manage.py chokaq_queue``), with ``command`` (the
+service verb), ``actor``, ``scope`` and ``message``: the Deck, when installed, records it in its audit log."""
 MESSAGE_TYPE = "deck.events"
 
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.dispatch import Signal
-
 from chokaq_core import events, health, prometheus, schedule, storage
 from chokaq_core.api import MAX_PAYLOAD_DEPTH, PRIORITY_RANGE, serialize_payload
 from chokaq_core.conf import config
@@ -277,15 +275,10 @@ def rate_limit_change(state: RateLimitState, change: str) -> str:
     return f"Rate limit {state.name}: {change} (in force: {rate.text if rate else 'none'})"
 
 
-operator_command = Signal()
-"""Sent for a command an operator ran outside the Deck (``manage.py chokaq_queue``), with ``command`` (the
-service verb), ``actor``, ``scope`` and ``message``: the Deck, when installed, records it in its audit log."""
-
-
 def record_command(command: str, *, actor: str, scope: str, message: str) -> None:
     """Hand a command run outside the Deck (a shell) to the audit log, through ``operator_command`` (the engine
     knows no Deck; the Deck audits its own commands itself)."""
-    operator_command.send(sender=record_command, command=command, actor=actor, scope=scope, message=message)
+    events.operator_command.send(sender=record_command, command=command, actor=actor, scope=scope, message=message)
 
 
 def _rate_limit(name: str, actor: str | None, change: str) -> RateLimitState:

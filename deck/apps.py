@@ -11,6 +11,14 @@ def close_sockets_of_ended_session(sender: Any, **kwargs: Any) -> None:
     consumers.close_sockets_of_ended_session(sender, **kwargs)
 
 
+def record_shell_command(sender: Any, **kwargs: Any) -> None:
+    """``events.operator_command`` receiver: the Deck's audit log, imported when a shell command runs (the
+    worker process, which never sends it, loads neither the Deck's views nor the engine's service)."""
+    from deck import views
+
+    views.record_shell_command(sender, **kwargs)
+
+
 class DeckConfig(AppConfig):
     name = "deck"
     verbose_name = "The Deck"
@@ -18,10 +26,9 @@ class DeckConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib.auth.signals import user_logged_out
 
-        from chokaq_core.service import operator_command
+        from chokaq_core.events import operator_command
         from deck import checks
         from deck.permissions import check_policy
-        from deck.views import record_shell_command
 
         checks.register()
         check_policy()  # a contradictory CHOKAQ_DECK policy stops the process at start-up (spec 04 §8)

@@ -358,7 +358,7 @@ def record(who: str, name: str, done: Done, event_id: int) -> int:
 
 def record_shell_command(sender: object, *, command: str, actor: str, scope: str, message: str,
                          **_: Any) -> None:
-    """A command an operator ran from a shell (``service.operator_command``), audited as the Deck's own."""
+    """A command an operator ran from a shell (``events.operator_command``), audited as the Deck's own."""
     record(actor[:150], command, Done(message, scope=scope), COMMAND_COMPLETED)
 
 
