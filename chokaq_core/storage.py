@@ -411,13 +411,20 @@ def _lease_within_tokens(cursor: Any, jobs: Sequence[HotJob], worker_id: str, li
     plan = RatePlan.of(limits, buckets, now)
     plans[:] = [plan]  # a transient retry plans again
     admitted, held = plan.admit(jobs)
-    leased = LeasedJobs(sql.mark_processing_batch(cursor, [job.id for job in admitted], worker_id) if admitted else {})
-    plan.give_back([job for job in admitted if job.id not in leased])  # no longer ours: it did not start
-    if held:
-        sql.release_jobs(cursor, [job.id for job in held], worker_id)
+    leased = LeasedJobs()
+    while admitted:
+        leased.update(sql.mark_processing_batch(cursor, [job.id for job in admitted], worker_id))
+        lost = [job for job in admitted if job.id not in leased]  # no longer ours: they did not start
+        if not lost or not held:
+            plan.give_back(lost)
+            break
+        plan.give_back(lost)  # their tokens go to the jobs admit held back for them
+        plan.held.clear()
+        admitted, held = plan.admit(held)
+    released = set(sql.release_jobs(cursor, [job.id for job in held], worker_id)) if held else set()
     sql.save_rate_buckets(cursor, *plan.changes())
-    leased.held = tuple(job.id for job in held)
-    leased.held_for = plan.next_token_in() if held else None
+    leased.held = tuple(job.id for job in held if job.id in released)  # a foreign job was never ours to hold
+    leased.held_for = plan.next_token_in() if leased.held else None
     return leased
 
 
@@ -516,7 +523,7 @@ def purge_attempts(cutoff: datetime, progress: Callable[[int], None] | None = No
 
 
 def release_jobs(job_ids: Sequence[str], worker_id: str) -> int:
-    return call(ALONE, dialect().release_jobs, job_ids, worker_id) if job_ids else 0
+    return len(call(ALONE, dialect().release_jobs, job_ids, worker_id)) if job_ids else 0
 
 
 # ---------------------------------------------------------------- operator commands

@@ -612,7 +612,8 @@ SHARED_STATEMENTS = {
                       " tags = coalesce({text}, tags), priority = coalesce({int}, priority), last_modified_by = {text},"
                       f" last_updated_at = {{now}}, {REVISION_BUMP}{{output}} WHERE id = %s AND status = 0"
                       f" AND {revision_guard('{int}')}{{returning}}",
-    "RELEASE_SQL": f"{_TO_PENDING} WHERE id {{ids}} AND {{by_id}}status = 1 AND worker_id = %s",
+    "RELEASE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 0, worker_id = NULL, last_updated_at = {now}"
+                   "{output} WHERE id {ids} AND {by_id}status = 1 AND worker_id = %s{returning}",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
     # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
@@ -696,7 +697,7 @@ class BaseDialect:
     REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
     UPDATE_HOT_SQL: str  # params: clock, payload, tags, priority, actor, job id, revision → (id)
     UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
-    RELEASE_SQL: str  # params: clock, ids, worker → changed
+    RELEASE_SQL: str  # params: clock, ids, worker → id
     RECOVER_ABANDONED_SQL: str  # params: clock, ago_params(timeout) → changed
     ARCHIVE_ZOMBIES_SQL: str  # params: seconds_params(global timeout), details → moved
     RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
@@ -1488,12 +1489,12 @@ class BaseDialect:
             return False
         return bool(self._all(cursor, self.UPDATE_DLQ_SQL, [payload, tags, actor, job_id, revision]))
 
-    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> int:
-        """Fetched → Pending for the unstarted rows this worker owns."""
+    def release_jobs(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
+        """Fetched → Pending for the unstarted rows this worker owns; returns their ids."""
         if not job_ids:
-            return 0
-        cursor.execute(self.RELEASE_SQL, [*self.clock(), self.ids_param(job_ids), worker_id])
-        return self.changed(cursor)
+            return []
+        return [str(r[0]) for r in self._all(cursor, self.RELEASE_SQL,
+                                             [*self.clock(), self.ids_param(job_ids), worker_id])]
 
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
         """Fetched rows untouched for the timeout → Pending."""

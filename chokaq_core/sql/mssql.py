@@ -417,8 +417,6 @@ RESCHEDULE_SQL = _batch(
 )
 
 _TO_PENDING = "SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
-RELEASE_SQL = _changed(_NOW, _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"), statement=(
-    f"UPDATE chokaq_jobs_hot WITH (ROWLOCK) {_TO_PENDING}WHERE id IN {_IDS} AND status = 1 AND worker_id = @WorkerId;"))
 
 _RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision")
 

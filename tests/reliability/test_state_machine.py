@@ -195,6 +195,7 @@ class JobLifecycle(RuleBasedStateMachine):
         """A dispatcher's gathered batch: the lease spends the tokens in the batch's (claim) order."""
         ids = data.draw(st.lists(st.sampled_from(self.ids(HOT, 1)), min_size=1, max_size=4, unique=True))
         rows = [row for i in ids if (row := storage.get_hot(i)) is not None]
+        owned = {row.id for row in rows if self.jobs[row.id].worker == worker}  # before held-back jobs are released
         leased = storage.mark_processing_batch(rows, worker, [LIMITED])
         for row in rows:
             job = self.jobs[row.id]
@@ -206,7 +207,7 @@ class JobLifecycle(RuleBasedStateMachine):
             else:
                 self._started(job)
                 assert leased.get(row.id) == job.attempts
-        assert set(leased.held) <= {row.id for row in rows if self.jobs[row.id].worker == worker}
+        assert set(leased.held) <= owned, "the lease held back a job this worker does not own"
 
     def _started(self, job: Job) -> None:
         job.attempts += 1
@@ -398,3 +399,34 @@ JobLifecycle.TestCase.settings = settings(
 
 def test_job_lifecycle_state_machine(transactional_db: None) -> None:
     run_state_machine_as_test(JobLifecycle, settings=JobLifecycle.TestCase.settings)
+
+
+class _Draws:
+    """A stand-in for hypothesis' ``data`` that hands out fixed draws, to replay one path through the machine."""
+
+    def __init__(self, *values: object) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: object) -> object:
+        return self.values.pop(0)
+
+
+def test_a_batch_lease_that_holds_back_its_own_job_satisfies_the_model(transactional_db: None) -> None:
+    """The path hypothesis found: with the limit's token spent, a worker's batch lease holds back its own job.
+    The job goes back to Pending, so the model's owner check must be taken before the lease, not after."""
+    machine = JobLifecycle()
+    machine.clean()
+    try:
+        machine.enqueue(queue="sm-b", key=None, delayed=False)
+        machine.enqueue(queue="sm-b", key=None, delayed=False)
+        machine.claim(worker="sm-w1", limit=2)
+        first, second = machine.ids(HOT, 1)
+        machine.start_batch(worker="sm-w1", data=_Draws([first]))  # spends the bucket's one token
+        assert machine.tokens == 0
+        machine.start_batch(worker="sm-w1", data=_Draws([second]))  # held back: Pending again, not an attempt
+        assert machine.jobs[second].status == 0 and machine.jobs[second].worker is None
+        machine.counters_equal_real_counts()
+        machine.each_job_in_exactly_one_pillar()
+        machine.the_rate_limits_bucket_counts_its_claims()
+    finally:
+        machine.teardown()

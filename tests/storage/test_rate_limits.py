@@ -101,6 +101,37 @@ def test_a_lease_that_lost_a_row_spends_no_token_for_it() -> None:
     assert bucket.window_used == 1 and round(bucket.tokens, 3) == 2, "the cancelled row took no token"
 
 
+def test_a_token_a_lost_row_took_goes_to_the_next_job_of_the_batch() -> None:
+    """The lease admits in claim order; a row that is no longer ours gives its token to the job it held back."""
+    capped = limit("type:rl.regive.v1", "60/h burst 1")
+    saved_up("type:rl.regive.v1", 1)
+    pending("rl-regive", 2, type="rl.regive.v1")
+    foreign = storage.fetch_batch("w2", 1, ["rl-regive"], [])  # another worker's row, first in the batch
+    own = storage.fetch_batch("w1", 1, ["rl-regive"], [])
+
+    leased = storage.mark_processing_batch([*foreign, *own], "w1", [capped])
+
+    assert leased == {own[0].id: 1}, "the one token starts this worker's own job"
+    assert leased.held == () and leased.held_for is None
+    assert JobsHot.objects.get(id=foreign[0].id).worker_id == "w2", "the other worker's row is untouched"
+    assert RateBuckets.objects.get(limit_name="type:rl.regive.v1", rate_key="").window_used == 1
+
+
+def test_a_lease_holds_back_only_rows_it_owns() -> None:
+    capped = limit("type:rl.heldown.v1", "60/h burst 1")
+    saved_up("type:rl.heldown.v1", 1)
+    pending("rl-heldown", 3, type="rl.heldown.v1")
+    own = storage.fetch_batch("w1", 2, ["rl-heldown"], [])
+    foreign = storage.fetch_batch("w2", 1, ["rl-heldown"], [])
+
+    leased = storage.mark_processing_batch([*own, *foreign], "w1", [capped])
+
+    assert leased == {own[0].id: 1}
+    assert leased.held == (own[1].id,), "the foreign row was never this worker's to hold back"
+    row = JobsHot.objects.get(id=foreign[0].id)
+    assert (row.status, row.worker_id) == (JobStatus.FETCHED, "w2")
+
+
 def test_one_lease_under_a_limit_runs_through_the_single_lease_too() -> None:
     capped = limit("type:rl.one.v1", "60/h burst 1")
     saved_up("type:rl.one.v1", 1)
