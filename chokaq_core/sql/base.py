@@ -25,6 +25,7 @@ from chokaq_core.domain import (
     INDEXED_SORTS,
     ArchivedJob,
     Attempt,
+    BucketSpend,
     BulkPreview,
     ClaimHold,
     DeadJob,
@@ -350,6 +351,10 @@ RATE_LIMIT_FIELDS = ("name", "declared_count", "declared_window", "declared_burs
 RATE_BUCKET_FIELDS = ("limit_name", "rate_key", "tokens", "refilled_at", "window_started_at", "window_used")
 
 
+class StaleBuckets(Exception):
+    """A lease planned on buckets that another lease has written since (or on a job no longer its worker's)."""
+
+
 def _rate(count: Any, window: Any, burst: Any) -> Rate | None:
     return None if count is None or window is None else Rate(int(count), float(window), int(burst or 1))
 
@@ -642,7 +647,7 @@ DIALECT_FUNCTIONS: tuple[str, ...] = (
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
     "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active",
     "rate_limits", "rate_buckets", "pending_by_key", "declare_rate_limits", "set_rate_limit", "lock_rate_buckets",
-    "read_rate_buckets",
+    "read_rate_buckets", "lease_spending",
     "save_rate_buckets", "upsert_worker", "stop_worker", "list_workers", "purge_workers", "purge_metric_buckets",
     "session_pid", "tidy_hot_table", "claim_schedule_tick", "schedule_ticks", "schedule_states",
     "set_schedule_enabled", "record_schedule_run", "record_history", "history_buckets", "purge_history",
@@ -955,6 +960,7 @@ class BaseDialect:
 
     # ------------------------------------------------------------ rate limits (declared, overridden, their buckets)
 
+    SPENDS_IN_ONE_STATEMENT = False  # lease_spending commits on its own (else it runs in the caller's transaction)
     ROW_LOCK_HINT = ""  # a table hint that locks the rows a read returns until commit (SQL Server)
     ROW_LOCK_TAIL = ""  # the clause after a read that locks its rows until commit (PostgreSQL: FOR UPDATE)
     IGNORE_DUPLICATE = " ON CONFLICT DO NOTHING"  # an INSERT … SELECT that loses a race to a twin inserts nothing
@@ -1070,6 +1076,28 @@ class BaseDialect:
                  b.window_used])
         for name, key in dropped:
             cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
+
+    def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str,
+                       spends: Sequence[BucketSpend]) -> dict[str, int]:
+        """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock: each is
+        written only if it is still as known (compare-and-set), in the caller's transaction. Raises
+        ``StaleBuckets`` (roll back: the lease under ``lock_rate_buckets`` decides) when a bucket changed since or a
+        job was no longer this worker's (its token would be spent)."""
+        ts = self.TS
+        output, tail = self.returning("limit_name")
+        for spend in spends:
+            known, spent = spend.known, spend.spent
+            if not self._all(
+                cursor, f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
+                f" window_used = %s{output} WHERE limit_name = %s AND rate_key = %s AND tokens = %s"
+                f" AND refilled_at = {ts}{tail}",
+                [spent.tokens, self.param_ts(spent.refilled_at), self.param_ts(spent.window_started_at),
+                 spent.window_used, known.limit_name, known.rate_key, known.tokens, self.param_ts(known.refilled_at)]):
+                raise StaleBuckets(known.limit_name)
+        leased = self.mark_processing_batch(cursor, job_ids, worker_id)
+        if len(leased) != len(job_ids):
+            raise StaleBuckets("a job of the lease is no longer this worker's")
+        return leased
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 
