@@ -474,7 +474,7 @@ def _lease_on_known_buckets(jobs: Sequence[HotJob], worker_id: str, limits: Sequ
     sql = dialect()
     try:
         leased = LeasedJobs(call(HOT_PATH if sql.SPENDS_IN_ONE_STATEMENT else Mode(prepared=True),
-                                 sql.lease_spending, [job.id for job in admitted], worker_id, spends))
+                                 sql.lease_spending, [job.id for job in admitted], worker_id, spends, plan.now))
     except StaleBuckets:
         KNOWN_BUCKETS.forget(names)
         return None

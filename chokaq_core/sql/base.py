@@ -762,8 +762,8 @@ class BaseDialect:
     def queue_health_params(self) -> list[Any]:
         return []
 
-    def clock(self) -> list[Any]:
-        """The current time as the leading parameter of a statement that stamps rows: none where the
+    def clock(self, at: datetime | None = None) -> list[Any]:
+        """The current time (or ``at``) as the leading parameter of a statement that stamps rows: none where the
         statement reads the database clock."""
         return []
 
@@ -1077,12 +1077,13 @@ class BaseDialect:
         for name, key in dropped:
             cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
 
-    def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str,
-                       spends: Sequence[BucketSpend]) -> dict[str, int]:
-        """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock: each is
-        written only if it is still as known (compare-and-set), in the caller's transaction. Raises
-        ``StaleBuckets`` (roll back: the lease under ``lock_rate_buckets`` decides) when a bucket changed since or a
-        job was no longer this worker's (its token would be spent)."""
+    def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str, spends: Sequence[BucketSpend],
+                       at: datetime) -> dict[str, int]:
+        """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock at ``at``:
+        each is written only if it is still as known (compare-and-set), in the caller's transaction, and the jobs
+        start at ``at`` (a start is stamped when its token was taken, as under the lock; SQL Server stamps its own
+        clock, a statement's latency later). Raises ``StaleBuckets`` (roll back: the lease under
+        ``lock_rate_buckets`` decides) when a bucket changed since or a job was no longer this worker's."""
         ts = self.TS
         output, tail = self.returning("limit_name")
         for spend in spends:
@@ -1094,10 +1095,10 @@ class BaseDialect:
                 [spent.tokens, self.param_ts(spent.refilled_at), self.param_ts(spent.window_started_at),
                  spent.window_used, known.limit_name, known.rate_key, known.tokens, self.param_ts(known.refilled_at)]):
                 raise StaleBuckets(known.limit_name)
-        leased = self.mark_processing_batch(cursor, job_ids, worker_id)
-        if len(leased) != len(job_ids):
+        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(at), self.ids_param(job_ids), worker_id])
+        if len(rows) != len(job_ids):
             raise StaleBuckets("a job of the lease is no longer this worker's")
-        return leased
+        return {str(job_id): int(attempts) for job_id, attempts in rows}
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 

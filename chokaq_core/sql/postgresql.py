@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from chokaq_core.domain import (
@@ -361,8 +362,8 @@ known AS (
         AND b.rate_key = s.rate_key AND b.tokens = s.known_tokens AND b.refilled_at = s.known_refilled_at
     FOR UPDATE OF b),
 leased AS (
-    UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = now(),
-        heartbeat_at = now(), last_updated_at = now()
+    UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = %(at)s::timestamptz,
+        heartbeat_at = %(at)s::timestamptz, last_updated_at = %(at)s::timestamptz
     WHERE id = ANY(%(ids)s::text[]) AND worker_id = %(worker)s AND status = 1
         AND (SELECT count(*) FROM known) = %(buckets)s AND {ASYNC_COMMIT}
     RETURNING id, attempt_count),
@@ -428,12 +429,12 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
         return list(cursor.fetchall())
 
-    def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str,
-                       spends: Sequence[BucketSpend]) -> dict[str, int]:
+    def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str, spends: Sequence[BucketSpend],
+                       at: datetime) -> dict[str, int]:
         """One statement, committed on its own: the buckets are written only if still as known, each charged for
         the jobs that started."""
         cursor.execute(LEASE_SPENDING_SQL, {"spends": spends_json(spends), "ids": list(job_ids), "worker": worker_id,
-                                            "buckets": len(spends)})
+                                            "buckets": len(spends), "at": at})
         rows = cursor.fetchall()
         if next(int(n) for job_id, n in rows if job_id is None) != len(spends):
             raise StaleBuckets("a bucket changed since the lease planned on it")

@@ -153,6 +153,8 @@ def test_a_lease_on_the_buckets_it_knows_pays_without_the_limits_lock(monkeypatc
     bucket = RateBuckets.objects.get(limit_name="type:rl.known.v1", rate_key="")
     assert bucket.window_used == 4, "the bucket's counter equals the rows started"
     assert 1 <= bucket.tokens < 1.1, "four of the five tokens spent (a token a minute came back at most)"
+    starts = {row.started_at for row in JobsHot.objects.filter(id__in=second)}
+    assert starts == {bucket.refilled_at}, "the jobs start at the moment their tokens were taken"
 
 
 def test_a_bucket_written_since_it_was_read_makes_the_lease_take_the_lock() -> None:

@@ -695,7 +695,7 @@ CASES = [
                                [RateBucket("type:pay.v1", "tenant:1", 1.0, T0, T0, 1)], [("type:pay.v1", "tenant:2")]),
          [None, None, None], None),
     Case("lease_spending", (["J1"], "w1", [BucketSpend(RateBucket("type:pay.v1", "", 2.5, T0, T0, 7),
-                                                      RateBucket("type:pay.v1", "", 1.5, T0, T0, 8), ("J1",))]),
+                                                      RateBucket("type:pay.v1", "", 1.5, T0, T0, 8), ("J1",))], T0),
          [[("type:pay.v1",)], [("J1", 1)]], {"J1": 1}),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
@@ -1272,4 +1272,4 @@ def test_a_lease_spending_on_a_changed_bucket_or_a_lost_row_raises_so_the_transa
     spend = BucketSpend(RateBucket("type:pay.v1", "", 2.5, T0, T0, 7), RateBucket("type:pay.v1", "", 1.5, T0, T0, 8),
                         ("J1",))
     with pytest.raises(StaleBuckets):
-        sql.DIALECT.lease_spending(Recorder(script), ["J1"], "w1", [spend])
+        sql.DIALECT.lease_spending(Recorder(script), ["J1"], "w1", [spend], T0)
