@@ -603,9 +603,9 @@ SHARED_STATEMENTS = {
                            " RETURNING attempt_count",
     "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                                  " RETURNING id, attempt_count",
-    "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
-                      " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
     # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end.
+    "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET heartbeat_at = {now}, last_updated_at = {now}"
+                      "{output} WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s{returning}",
     "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot{rowlock} SET cancel_requested_by = {text}{output}"
                           " WHERE id {ids} AND {by_id}status = 2{returning}",
     "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET payload = coalesce({text}, payload),"

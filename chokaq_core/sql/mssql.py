@@ -130,6 +130,9 @@ _MOVED_TYPES = {
 }
 
 PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit"}  # ``param`` kinds
+_IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
+_ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
+_NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
 
 
 def _moved_table(columns: Sequence[str]) -> str:
@@ -276,8 +279,7 @@ def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
     """
     declare_queues = ["DECLARE @Queues nvarchar(max) = %s;"] if queue_filter else []
     queue_predicate = (
-        "\n      AND h.queue IN (SELECT f.name FROM OPENJSON(@Queues) WITH (name nvarchar(4000) '$.name') AS f)"
-        if queue_filter else ""
+        f"\n      AND h.queue IN {_NAMES.format('@Queues')}" if queue_filter else ""
     )
     claim = f"""WITH Eligible AS (
     SELECT TOP (@ScanLimit) h.id, h.queue, h.priority, COALESCE(h.scheduled_at, h.created_at) AS sort_at
@@ -308,10 +310,7 @@ INNER JOIN Picked AS p ON p.id = h.id
 WHERE h.status = 0;"""
     # Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control
     # rows, held to commit, make the claim statement that follows count every earlier committed claim.
-    capped_filter = (
-        " AND c.name IN (SELECT f.name FROM OPENJSON(@Queues) WITH (name nvarchar(4000) '$.name') AS f)"
-        if queue_filter else ""
-    )
+    capped_filter = f" AND c.name IN {_NAMES.format('@Queues')}" if queue_filter else ""
     return _batch(
         _NOW,
         _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int"),
@@ -336,21 +335,11 @@ MARK_PROCESSING_SQL = _batch(
     "WHERE id = @JobId AND worker_id = @WorkerId AND status = 1;",
 )
 
-_IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
-
 MARK_PROCESSING_BATCH_SQL = _batch(
     _NOW,
     _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     _LEASE + "OUTPUT inserted.id, inserted.attempt_count\n"
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
-)
-
-KEEP_ALIVE_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET heartbeat_at = @Now, last_updated_at = @Now\n"
-    "OUTPUT inserted.id\n"
-    f"WHERE id IN {_IDS} AND status = 2 AND worker_id = @WorkerId;",
 )
 
 _WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
@@ -477,7 +466,7 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
 
 PURGE_DLQ_IDS_SQL = _purge(
     "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
-    "p.id IN (SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)",
+    f"p.id IN {_IDS}",
     "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
 )
 _BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
@@ -725,7 +714,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     TRUE, FALSE = "1", "0"
     # The words of the SHARED_STATEMENTS it has not written itself (typed parameters: a NULL keeps its type).
-    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": f"IN {_IDS.replace('@Ids', '%s')}", "by_id": "",
+    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": _ID_LIST, "by_id": "",
               "text": "CAST(%s AS nvarchar(max))", "int": "CAST(%s AS int)", "rowlock": " WITH (ROWLOCK)",
               "output": " OUTPUT inserted.id", "returning": ""}
 
@@ -793,7 +782,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return _rows(cursor)
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
         return self.counted(cursor) > 0
 
@@ -811,11 +799,10 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return " OUTPUT " + ", ".join(f"inserted.{c.strip()}" for c in columns.split(",")), ""
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
-        return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
+        return _ID_LIST, [_ids_json(ids)]
 
     def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
-        return ("IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)",
-                [_json({"name": name} for name in names)])
+        return f"IN {_NAMES.format('%s')}", [_json({"name": name} for name in names)]
 
     def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
         """One batch whose parameters land in typed variables the CASEs test."""
