@@ -614,6 +614,12 @@ SHARED_STATEMENTS = {
                       f" AND {revision_guard('{int}')}{{returning}}",
     "RELEASE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 0, worker_id = NULL, last_updated_at = {now}"
                    "{output} WHERE id {ids} AND {by_id}status = 1 AND worker_id = %s{returning}",
+    # "differs": the null-safe inequality; previous_payload keeps the text an edit replaces.
+    "UPDATE_DLQ_SQL": "WITH edit(new_payload, new_tags, actor) AS (SELECT {text}, {text}, {text})"
+                      " UPDATE chokaq_jobs_dlq SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload {differs} payload"
+                      " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
+                      f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
+                      f" FROM edit WHERE id = %s AND {revision_guard('{int}')} RETURNING id",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
     # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
@@ -800,8 +806,8 @@ class BaseDialect:
         and SQL Server count inside the statement): lower it, or for ``PURGED`` raise it."""
 
     def now(self) -> tuple[str, list[Any]]:
-        """``(SQL, params)`` of the current time: the database clock by default."""
-        return "now()", []
+        """``(SQL, params)`` of the current time: the database clock (``TOKENS["now"]``) by default."""
+        return self.TOKENS["now"], []
 
     # ------------------------------------------------------------ queue controls and the worker registry
 

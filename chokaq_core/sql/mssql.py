@@ -505,14 +505,6 @@ QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 # ---------------------------------------------------------------- helpers
 
 
-def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
-    """The rows of the batch's result set, skipping results that carry none (messages, counts)."""
-    while cursor.description is None:
-        if not cursor.nextset():
-            return []
-    return [tuple(row) for row in cursor.fetchall()]
-
-
 def _ts(value: datetime) -> str:
     """A datetime parameter: ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
     aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -533,8 +525,9 @@ def _split_seconds(seconds: float) -> tuple[int, int]:
     return max(-_INT_MAX, min(_INT_MAX, int(whole))), int(ms)
 
 
-def _error_text(exc: BaseException) -> str:
-    """Every message of an exception chain (pyodbc puts the native error number in the text)."""
+def _is_idempotency_race(exc: BaseException) -> bool:
+    """A concurrent producer committed the same idempotency key first: 2601 on ``hot_idempotency`` in a message of
+    the exception chain (pyodbc puts the native error number in the text)."""
     parts: list[str] = []
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -542,12 +535,7 @@ def _error_text(exc: BaseException) -> str:
         seen.add(id(current))
         parts.extend(str(arg) for arg in current.args)
         current = current.__cause__ or current.__context__
-    return " ".join(parts)
-
-
-def _is_idempotency_race(exc: BaseException) -> bool:
-    """A concurrent producer committed the same idempotency key first (2601 on ``hot_idempotency``)."""
-    text = _error_text(exc)
+    text = " ".join(parts)
     return any(code in text for code in DUPLICATE_KEY_ERRORS) and IDEMPOTENCY_INDEX in text
 
 
@@ -726,11 +714,12 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def param_ts(self, value: datetime | None) -> Any:
         return None if value is None else _ts(value)
 
-    def now(self) -> tuple[str, list[Any]]:
-        return "SYSUTCDATETIME()", []
-
     def rows(self, cursor: Cursor) -> list[Any]:
-        return _rows(cursor)
+        """The rows of the batch's result set, skipping results that carry none (messages, counts)."""
+        while cursor.description is None:
+            if not cursor.nextset():
+                return []
+        return [tuple(row) for row in cursor.fetchall()]
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         return _ids_json(ids)
@@ -761,7 +750,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                  or first_of_key.setdefault(job.idempotency_key, job) is job]
         try:
             cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
-            rows = _rows(cursor)
+            rows = self.rows(cursor)
         except Exception as exc:
             if retry and _is_idempotency_race(exc):
                 return set(), {}
@@ -779,7 +768,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         else:
             cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
-        return _rows(cursor)
+        return self.rows(cursor)
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
@@ -788,9 +777,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
 
-    def merge_rows(self, table: str, key: Sequence[str], columns: Sequence[str], source: str,
-                   update: Mapping[str, str | None]) -> str:
-        return merge_rows(table, key, columns, source, update)
+    merge_rows = staticmethod(merge_rows)
 
     def param(self, kind: str) -> str:
         return f"CAST(%s AS {PARAM_TYPES[kind]})"  # a NULL keeps its type

@@ -29,7 +29,6 @@ from chokaq_core.sql.base import (
     NO_EXCEPTION,
     PURGED,
     QUEUES,
-    REVISION_BUMP,
     STATS,
     TO_DLQ,
     ZOMBIE_DETAILS,
@@ -88,11 +87,6 @@ _COUNTED = ("(SELECT " + ", ".join(f"{_ITEM.format(c)} AS {c}" for c in ("queue"
             + " FROM json_each(%s))")
 _OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
 
-UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %s) UPDATE {DLQ}"
-                  " SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload IS NOT payload"
-                  " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
-                  f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
-                  f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
 _JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at, rate_key"
 ENQUEUE_SQL = (
     f"INSERT INTO {HOT} ({_JOB}, status, attempt_count, created_at, last_updated_at)"
@@ -208,7 +202,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     DLQ_ROW = DLQ_ROW
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "%s",
               "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
-              "output": "", "returning": " RETURNING id"}
+              "output": "", "returning": " RETURNING id", "differs": "IS NOT"}
 
     def clock(self) -> list[Any]:
         return [_ts(_now())]
