@@ -280,21 +280,36 @@ def pending_split_sql(later: str, source: str = HOT) -> str:
     )
 
 
-def summary_stats_sql(later: str) -> str:
-    """Hot counts by status, the retained counters and the Pending split (``pending_split_sql``)."""
+def summary_stats_sql(later: str, dirty: str = "") -> str:
+    """Hot counts by status, the retained counters and the Pending split (``pending_split_sql``); ``dirty``: a table
+    hint that allows dirty reads (spec 01 §1.3). The latest activity skips NULLs before its aggregate (SQL Server
+    would send a warning ahead of the row)."""
     return f"""
-SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
-       s.last_activity_at, s.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
-FROM (SELECT {HOT_COUNTS} FROM {HOT}) h
+SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), totals.succeeded, totals.failed,
+       totals.retried, (SELECT max(z.last_activity_at) FROM {STATS} AS z{dirty} WHERE z.last_activity_at IS NOT NULL)
+       AS last_activity_at, totals.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
+FROM (SELECT {HOT_COUNTS} FROM {HOT}{dirty}) AS h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
-                   coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at,
-                   coalesce(sum(purged_total), 0) AS purged
-            FROM {STATS}) s
-CROSS JOIN ({pending_split_sql(later)}) AS pend
+                   coalesce(sum(retried_total), 0) AS retried, coalesce(sum(purged_total), 0) AS purged
+            FROM {STATS}{dirty}) AS totals
+CROSS JOIN ({pending_split_sql(later, HOT + dirty)}) AS pend
 """
 
 
 SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > now()")
+
+
+def queue_health_select(lag: str, now: str, dirty: str = "") -> str:
+    """Per Queues row: its due Pending rows' count, average and longest lag in seconds (0 when none), unordered:
+    ``lag`` is the vendor's seconds from ``p.due_at`` to ``now`` (0 for a row not yet late)."""
+    return f"""SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
+FROM {QUEUES} AS q{dirty}
+LEFT JOIN (
+    SELECT l.queue, count(*) AS n, avg(l.lag) AS avg_lag, max(l.lag) AS max_lag
+    FROM (SELECT p.queue, {lag} AS lag
+          FROM (SELECT w.queue, coalesce(w.scheduled_at, w.created_at) AS due_at FROM {HOT} AS w{dirty}
+                WHERE w.status = 0 AND (w.scheduled_at IS NULL OR w.scheduled_at <= {now})) AS p) AS l
+    GROUP BY l.queue) AS h ON h.queue = q.name"""
 
 
 def queue_stats_select(dirty: str = "") -> str:

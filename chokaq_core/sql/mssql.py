@@ -67,7 +67,6 @@ from chokaq_core.sql.base import (
     HISTORY_COLUMNS,
     HISTORY_KEY,
     HISTORY_UPDATE,
-    HOT_COUNTS,
     HOT_FIELDS,
     LIST_WORKERS_SELECT,
     PURGED,
@@ -84,10 +83,11 @@ from chokaq_core.sql.base import (
     carried_values,
     insert_moved,
     last_error_set,
-    pending_split_sql,
+    queue_health_select,
     queue_stats_select,
     revision_guard,
     stats_update,
+    summary_stats_sql,
     throughput_select,
 )
 
@@ -487,16 +487,7 @@ RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutM
 
 # The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
 # Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
-SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       totals.succeeded, totals.failed, totals.retried,
-       (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
-        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged, pend.ready, pend.scheduled,
-       pend.retrying, pend.held
-FROM (SELECT {HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
-CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
-                   COALESCE(SUM(y.retried_total), 0) AS retried, COALESCE(SUM(y.purged_total), 0) AS purged
-            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals
-CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
+SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > SYSUTCDATETIME()", _DIRTY)
 
 QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
 QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
@@ -599,16 +590,8 @@ THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " 
 _NOW_OFFSET = "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);"
 
 # Reads ``@Now`` (``_NOW_OFFSET``).
-QUEUE_HEALTH_SELECT = """SELECT q.name, COALESCE(h.n, 0), COALESCE(h.avg_lag, 0), COALESCE(h.max_lag, 0)
-FROM chokaq_queues AS q WITH (NOLOCK)
-LEFT JOIN (
-    SELECT l.queue, COUNT(*) AS n, AVG(l.lag) AS avg_lag, MAX(l.lag) AS max_lag
-    FROM (SELECT p.queue,
-                 CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END AS lag
-          FROM (SELECT w.queue, COALESCE(w.scheduled_at, w.created_at) AS due_at
-                FROM chokaq_jobs_hot AS w WITH (NOLOCK)
-                WHERE w.status = 0 AND (w.scheduled_at IS NULL OR w.scheduled_at <= @Now)) AS p) AS l
-    GROUP BY l.queue) AS h ON h.queue = q.name"""
+QUEUE_HEALTH_SELECT = queue_health_select(
+    "CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END", "@Now", _DIRTY)
 QUEUE_HEALTH_SQL = _batch(_NOW_OFFSET, f"{QUEUE_HEALTH_SELECT}\nORDER BY q.name;")
 
 # Spec 01 §5: the @Sample newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server

@@ -38,6 +38,7 @@ from chokaq_core.sql.base import (
     bulkhead,
     dlq_row_sql,
     last_error_set,
+    queue_health_select,
     revision_guard,
     stats_add,
     summary_stats_sql,
@@ -170,16 +171,8 @@ def _claim_sql(window: str) -> str:
 SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
 DLQ_ROW = dlq_row_sql("substr(error_details, -400)")  # the last 400 characters
 
-QUEUE_HEALTH_SQL = f"""
-        SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
-        FROM {QUEUES} q LEFT JOIN (
-            SELECT queue, count(*) AS n, avg(lag) AS avg_lag, max(lag) AS max_lag FROM (
-                SELECT queue, max(0.0, (julianday(%s) - julianday(coalesce(scheduled_at, created_at))) * 86400.0)
-                       AS lag
-                FROM {HOT} WHERE status = 0 AND (scheduled_at IS NULL OR scheduled_at <= %s))
-            GROUP BY queue) h ON h.queue = q.name
-        ORDER BY q.name
-"""
+QUEUE_HEALTH_SQL = (queue_health_select("max(0.0, (julianday(%s) - julianday(p.due_at)) * 86400.0)", "%s")
+                    + "\nORDER BY q.name")
 
 
 # ---------------------------------------------------------------- attempts history and retention
