@@ -80,6 +80,7 @@ from chokaq_core.sql.base import (
     WORKER_FIELDS,
     BaseDialect,
     Move,
+    as_utc,
     carried_values,
     insert_moved,
     last_error_set,
@@ -496,12 +497,6 @@ QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 # ---------------------------------------------------------------- helpers
 
 
-def _ts(value: datetime) -> str:
-    """A datetime parameter: ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
-    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return aware.isoformat(timespec="microseconds")
-
-
 def _json(items: Iterable[Mapping[str, Any]]) -> str:
     return json.dumps(list(items), separators=(",", ":"))
 
@@ -695,7 +690,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return super().search_pattern(term).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
 
     def param_ts(self, value: datetime | None) -> Any:
-        return None if value is None else _ts(value)
+        """ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
+        return None if value is None else as_utc(value).isoformat(timespec="microseconds")
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the batch's result set, skipping results that carry none (messages, counts)."""
@@ -754,7 +750,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return self.rows(cursor)
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
+        cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, self.param_ts(tick)])
         return self.counted(cursor) > 0
 
     def history_upsert(self, source: str) -> str:
@@ -779,7 +775,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         ids = list(dict.fromkeys(request.locate_ids))
         since = request.throughput_since
         return DECK_SNAPSHOT_SQL, [
-            int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
+            int(request.active_limit), _ids_json(ids) if ids else None, self.param_ts(since),
             bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
         ]
 

@@ -102,11 +102,11 @@ _NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTI
 CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
                     f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by,"
                     f" {_NO_EXCEPTION}")
+_RESCHEDULED = {"id": "id", "attempt_count": "attempts", "scheduled_at": "due", "stamp": "stamp",
+                "error_class": "error_class", "error_message": "error_message", "held_by": "held_by"}
 RESCHEDULE_SQL = (
-    "WITH items AS (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt_count') AS attempts,"
-    " json_extract(value, '$.scheduled_at') AS due, json_extract(value, '$.stamp') AS stamp,"
-    " json_extract(value, '$.error_class') AS error_class, json_extract(value, '$.error_message') AS error_message,"
-    " json_extract(value, '$.held_by') AS held_by FROM json_each(%s))"
+    f"WITH items AS (SELECT {', '.join(f'{_ITEM.format(k)} AS {v}' for k, v in _RESCHEDULED.items())}"
+    " FROM json_each(%s))"
     f" UPDATE {HOT} SET status = 0, attempt_count = items.attempts, scheduled_at = items.due, worker_id = NULL,"
     " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp, "
     + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
