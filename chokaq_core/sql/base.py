@@ -103,6 +103,14 @@ def last_error_set(error_class: str, message: str, held_by: str, now: str, row: 
             f" held_by = {held_by}")
 
 
+def job_item(job: NewJob, **delay: Any) -> dict[str, Any]:
+    """A new job as an item of the vendor's enqueue batch: its Hot columns, then ``delay`` (the vendor's form of
+    ``job.delay_seconds``)."""
+    return {"id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
+            "idempotency_key": job.idempotency_key, "priority": int(job.priority), "created_by": job.created_by,
+            "rate_key": job.rate_key, **delay}
+
+
 def cancel_details(actor: str | None) -> str:
     """Error details of an operator's cancellation."""
     return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"

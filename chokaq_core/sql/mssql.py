@@ -83,6 +83,7 @@ from chokaq_core.sql.base import (
     as_utc,
     carried_values,
     insert_moved,
+    job_item,
     last_error_set,
     queue_health_select,
     queue_stats_select,
@@ -528,18 +529,6 @@ def _is_idempotency_race(exc: BaseException) -> bool:
 # ---------------------------------------------------------------- enqueue / claim
 
 
-def _jobs_json(jobs: Sequence[NewJob]) -> str:
-    items = []
-    for job in jobs:
-        delay_s, delay_ms = (None, None) if job.delay_seconds is None else _split_seconds(job.delay_seconds)
-        items.append({
-            "id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
-            "idempotency_key": job.idempotency_key, "priority": int(job.priority), "delay_s": delay_s,
-            "delay_ms": delay_ms, "created_by": job.created_by, "rate_key": job.rate_key,
-        })
-    return _json(items)
-
-
 # ---------------------------------------------------------------- retention, schedules and reads
 
 
@@ -709,8 +698,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def guard_params(self, worker_id: str | None) -> list[Any]:
         return [worker_id]
 
-    def delay_fields(self, seconds: float) -> dict[str, Any]:
-        delay_s, delay_ms = _split_seconds(seconds)
+    def delay_fields(self, seconds: float | None) -> dict[str, Any]:
+        delay_s, delay_ms = (None, None) if seconds is None else _split_seconds(seconds)
         return {"delay_s": delay_s, "delay_ms": delay_ms}
 
     def seconds_params(self, seconds: float) -> list[Any]:
@@ -728,7 +717,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         batch = [job for job in jobs if job.idempotency_key is None
                  or first_of_key.setdefault(job.idempotency_key, job) is job]
         try:
-            cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
+            cursor.execute(ENQUEUE_SQL, [_json(job_item(job, **self.delay_fields(job.delay_seconds)) for job in batch)])
             rows = self.rows(cursor)
         except Exception as exc:
             if retry and _is_idempotency_race(exc):

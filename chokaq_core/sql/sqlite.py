@@ -37,6 +37,7 @@ from chokaq_core.sql.base import (
     bucket_add,
     bulkhead,
     dlq_row_sql,
+    job_item,
     last_error_set,
     queue_health_select,
     revision_guard,
@@ -244,10 +245,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         now = _now()
         stamp = _ts(now)
         cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
-            {"id": j.id, "queue": j.queue, "type": j.type, "payload": j.payload, "tags": j.tags,
-             "idempotency_key": j.idempotency_key, "priority": int(j.priority), "created_by": j.created_by,
-             "rate_key": j.rate_key,
-             "scheduled_at": None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds))}
+            job_item(j, scheduled_at=None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds)))
             for j in jobs])])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         queues = json.dumps(sorted({job.queue for job in jobs}))
