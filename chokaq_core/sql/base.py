@@ -1227,11 +1227,7 @@ class BaseDialect:
         """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
         where, params = self.dlq_where(filters)
         matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0] or 0)
-        sample: list[str] = []
-        if matched and max_jobs > 0:
-            sample = [str(r[0]) for r in self._all(
-                cursor, f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}",
-                [*params, min(max_jobs, 10)])]
+        sample = self._pick_dlq(cursor, filters, min(max_jobs, 10), lock=False) if matched and max_jobs > 0 else []
         return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
     def matching_where(self, pillar: str, filters: JobFilter) -> tuple[str, str, list[Any]]:
@@ -1596,13 +1592,14 @@ class BaseDialect:
         shrinks)."""
         return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
 
-    def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
+    def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int, lock: bool = True) -> list[str]:
         """The first ``max_jobs`` filter matches, newest failure first, locked (skipping locked ones) where the
-        vendor can."""
+        vendor can unless ``lock`` is False."""
         where, params = self.dlq_where(filters)
+        hint, tail = (self.PICK_HINT, self.PICK_LOCK) if lock else ("", "")
         return [str(r[0]) for r in self._all(
-            cursor, f"SELECT id FROM {DLQ}{self.PICK_HINT}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}"
-            f"{self.PICK_LOCK}", [*params, int(max_jobs)])]
+            cursor, f"SELECT id FROM {DLQ}{hint}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}{tail}",
+            [*params, int(max_jobs)])]
 
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches; FailedTotal -n."""
