@@ -603,12 +603,12 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
             f"    ORDER BY priority DESC, sort_at, id LIMIT {limit})")
 
 
-# Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
-# "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
-# "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
-# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions; "lazy" ends the
-# WHERE of a statement whose own commit need not wait for the disk (the lease: bench/README, "Asynchronous
-# commit of the claim and the lease").
+# Statements the vendors share, over their TOKENS (a vendor module's own statement of the same name wins):
+# "clock" opens a statement that stamps rows with "now"; "stamp" is now where the driver must count the changed
+# rows; "ids" matches ``id`` against ids_param; "by_id" prefixes a status test of rows named by id; "text"/"int"
+# type a parameter; "ago" is ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code
+# functions; "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
+# bench/README, "Asynchronous commit of the claim and the lease").
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
