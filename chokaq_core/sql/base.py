@@ -446,9 +446,9 @@ def history_add(source: str) -> str:
                        f"SELECT * FROM ({source}) AS r WHERE 1 = 1 ORDER BY 1, 2, 3, 4, 5", HISTORY_UPDATE)
 
 
-def _history_sums(prefix: str = "") -> str:
+def _history_sums() -> str:
     outcome = ", ".join(f"sum(CASE WHEN outcome = {o} THEN completed_count ELSE 0 END)" for o in (0, 1))
-    return f"{prefix}{outcome}, max(max_duration_ms), {', '.join(f'sum({c})' for c in HISTORY_BIN_COLUMNS)}"
+    return f"{outcome}, max(max_duration_ms), {', '.join(f'sum({c})' for c in HISTORY_BIN_COLUMNS)}"
 
 
 # params: granularity, param_ts(since)
@@ -900,37 +900,35 @@ class BaseDialect:
     # ------------------------------------------------------------ builders
 
     def where(self, filters: JobFilter, date_column: str, search_columns: Sequence[str],
-              prefix: str = "") -> tuple[list[str], list[Any]]:
-        """Filter clauses on ``prefix``-qualified columns (spec 01 §4.10): equality, case-insensitive search, dates."""
+              equal: Sequence[tuple[str, Any]] = ()) -> tuple[str, list[Any]]:
+        """`` WHERE …`` (or nothing) and its params (spec 01 §4.10): equality, case-insensitive search, dates, then
+        the view's own ``equal`` columns (None: not filtered)."""
         clauses: list[str] = []
         params: list[Any] = []
-        equal: tuple[tuple[str, str | None], ...] = (
-            ("queue", filters.queue), ("type", filters.type), ("id", filters.job_id))
-        for column, value in equal:
+        for column, value in (("queue", filters.queue), ("type", filters.type), ("id", filters.job_id)):
             if value is not None:
-                clauses.append(f"{prefix}{column} = %s")
+                clauses.append(f"{column} = %s")
                 params.append(value)
         if filters.search:
             pattern = self.search_pattern(filters.search)
-            clauses.append("(" + " OR ".join(self.search_clause(f"{prefix}{c}") for c in search_columns) + ")")
+            clauses.append("(" + " OR ".join(self.search_clause(c) for c in search_columns) + ")")
             params += [pattern] * len(search_columns)
         bounds: tuple[tuple[str, datetime | None], ...] = ((">=", filters.from_at), ("<=", filters.to_at))
         for op, moment in bounds:
             if moment is not None:
-                clauses.append(f"{prefix}{date_column} {op} {self.TS}")
+                clauses.append(f"{date_column} {op} {self.TS}")
                 params.append(self.param_ts(moment))
-        return clauses, params
-
-    def dlq_where(self, filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
-        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "error_details"), prefix)
-        if filters.failure_reason is not None:
-            clauses.append(f"{prefix}failure_reason = %s")
-            params.append(int(filters.failure_reason))
-        for column, value in (("error_class", filters.error_class), ("error_message", filters.error_message)):
-            if value is not None:  # a Top Errors group: served by dlq_by_error (reason, class, failed_at)
-                clauses.append(f"{prefix}{column} = %s")
+        for column, value in equal:
+            if value is not None:
+                clauses.append(f"{column} = %s")
                 params.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def dlq_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
+        """The DLQ view's filters; a Top Errors group (reason, class, message) is served by ``dlq_by_error``."""
+        reason = None if filters.failure_reason is None else int(filters.failure_reason)
+        return self.where(filters, "created_at", ("id", "type", "tags", "error_details"), (
+            ("failure_reason", reason), ("error_class", filters.error_class), ("error_message", filters.error_message)))
 
     def search_bound(self, table: str, date: str, filters: JobFilter, sort: HistorySort,
                      where: str, params: list[Any]) -> tuple[str, list[Any]]:
@@ -1168,11 +1166,8 @@ class BaseDialect:
 
     def active_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
         """The Active view's filters: status, queue, type and the search (id, type, tags, idempotency key)."""
-        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
-        if filters.status is not None:
-            clauses.append("status = %s")
-            params.append(int(filters.status))
-        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+        status = None if filters.status is None else int(filters.status)
+        return self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"), (("status", status),))
 
     def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
@@ -1185,9 +1180,8 @@ class BaseDialect:
                      sort: HistorySort) -> list[JobRow]:
         """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
         after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
-        clauses, params = self.where(filters, "finished_at", ("id", "type", "tags"))
-        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort, where, params)
+        where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort,
+                                          *self.where(filters, "finished_at", ("id", "type", "tags")))
         select, where, params = self.source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit,
                                   sort)
