@@ -345,7 +345,6 @@ THROUGHPUT_SQL = f"{throughput_select('%s')} ORDER BY bucket_start"
 ACTIVE_ROW = ("id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"
               " started_at, last_error_class, last_error_message, last_error_at, held_by")
 ACTIVE_WIDTH = 16  # columns of ACTIVE_ROW (``active_row``)
-ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM {HOT}{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
 ARCHIVE_ROW = ("id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"
                " duration_ms")
 _DLQ_HEAD = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason"
@@ -1173,8 +1172,11 @@ class BaseDialect:
         """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
         (id, type, tags, idempotency key); no payload."""
         where, params = self.active_where(filters)
-        sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
-        return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
+        return [active_row(r) for r in self._all(cursor, self.active_sql(where), [*params, int(limit)])]
+
+    def active_sql(self, where: str = "") -> str:
+        """The Active view's read of the rows ``where`` keeps; params: its own, then the limit."""
+        return f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
 
     def list_archive(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                      sort: HistorySort) -> list[JobRow]:
@@ -1282,7 +1284,7 @@ class BaseDialect:
         if sql is None:
             sql = self._snapshots[locate] = (
                 f"SELECT {self.pack(self.SUMMARY_STATS_SQL, SUMMARY_WIDTH, 'c0')},"
-                f" {self.pack(ACTIVE_SQL.format(where=''), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
+                f" {self.pack(self.active_sql(), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
                 f" {self.pack(locate, 2, 'c0')},\n"
                 + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
                     (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),

@@ -49,7 +49,6 @@ from typing import Any
 from chokaq_core.domain import (
     ClaimHold,
     FailureReason,
-    JobStatus,
     NewJob,
     SnapshotRequest,
 )
@@ -85,6 +84,7 @@ from chokaq_core.sql.base import (
     insert_moved,
     job_item,
     last_error_set,
+    locate_statement,
     queue_health_select,
     queue_stats_select,
     revision_guard,
@@ -556,17 +556,12 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "SELECT @Claimed;",
 )
 PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
-# Reads ``@Ids`` (the JSON array of ``_ids_json``).
-LOCATE_SELECT = (
-    f"SELECT id, status FROM chokaq_jobs_hot WHERE id IN {_IDS}\n"
-    f"UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id IN {_IDS}\n"
-    f"UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id IN {_IDS}"
-)
+LOCATE_SELECT = locate_statement(f"IN {_IDS}")  # reads ``@Ids`` (the JSON array of ``_ids_json``)
 
 
-def _active_select(limit: str, where: str = "") -> str:
-    """The newest ``limit`` Hot rows matching ``where``: TOP with its ORDER BY, so it may stand as a derived table."""
-    return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC"
+def _active_select(limit: str) -> str:
+    """The newest ``limit`` Hot rows: TOP with its ORDER BY, so it may stand as a derived table."""
+    return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot ORDER BY created_at DESC, id DESC"
 
 
 THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " ORDER BY bucket_start"
