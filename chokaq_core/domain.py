@@ -915,6 +915,16 @@ class ClaimedJobs(list[HotJob]):
     held_for: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BucketSpend:
+    """What a lease planned on a bucket it knows: ``known`` as stored when planned, ``spent`` as it is once every
+    job of ``job_ids`` has started (a token each); the lease writes it only if the stored bucket is still ``known``."""
+
+    known: RateBucket
+    spent: RateBucket
+    job_ids: tuple[str, ...]
+
+
 class LeasedJobs(dict[str, int]):
     """A lease's {job id: attempt} of the jobs now Processing and ours; under rate limits also the ids the
     limits held back (back to Pending, no attempt counted) and in how many seconds a limit that held jobs back

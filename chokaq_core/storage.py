@@ -19,12 +19,13 @@ import importlib
 import logging
 import random
 import sqlite3
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any, Concatenate
 
@@ -35,6 +36,7 @@ from chokaq_core.conf import config
 from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
+    BucketSpend,
     BulkPreview,
     ClaimedJobs,
     DeadJob,
@@ -67,6 +69,7 @@ from chokaq_core.domain import (
 )
 from chokaq_core.policy import RatePlan
 from chokaq_core.sql import Dialect, dialect_for, wakeup
+from chokaq_core.sql.base import StaleBuckets
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
 
 logger = logging.getLogger("chokaq.storage")
@@ -336,6 +339,7 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
     def operation(cursor: Any) -> ClaimedJobs:
         sql = dialect()
         now, buckets = sql.read_rate_buckets(cursor, names)
+        KNOWN_BUCKETS.note(now, buckets)
         plan = RatePlan.of(rate_limits, buckets, now)
         hold = plan.hold()
         kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
@@ -397,9 +401,90 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
         leased = LeasedJobs(call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id))
     else:
         plans: list[RatePlan] = []
-        leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
+        planned = _lease_on_known_buckets(jobs, worker_id, concerned, plans)
+        if planned is None:
+            leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
+            KNOWN_BUCKETS.note(plans[0].now, plans[0].stored(), plans[0].changes()[2])
+        else:
+            leased = planned
         metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
     _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
+    return leased
+
+
+class KnownBuckets:
+    """The rate buckets as this process last read or wrote them, and the database's clock as last read. A lease
+    plans on them without a lock and pays by compare-and-set (``lease_spending``): while one worker holds a limit's
+    leases (or the limit is far above the rate) a limited lease costs what a plain one does; a bucket another
+    worker wrote since makes that lease fail and the locked lease decide, which refreshes what is known."""
+
+    MAX_AGE = 10.0  # seconds: the clock read longer ago is not trusted (a paused process, a changed host clock)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buckets: dict[tuple[str, str], RateBucket] = {}
+        self._clock: tuple[datetime, float] | None = None  # the database's time, and time.monotonic() then
+
+    def note(self, now: datetime, buckets: Sequence[RateBucket], dropped: Sequence[tuple[str, str]] = ()) -> None:
+        """What a read (or a write) showed at the database's time ``now``; an older sight never replaces a newer."""
+        with self._lock:
+            if self._clock is None or now > self._clock[0]:
+                self._clock = (now, time.monotonic())
+            for bucket in buckets:
+                slot = (bucket.limit_name, bucket.rate_key)
+                seen = self._buckets.get(slot)
+                if seen is None or bucket.refilled_at >= seen.refilled_at:
+                    self._buckets[slot] = bucket
+            for slot in dropped:
+                self._buckets.pop(slot, None)
+
+    def forget(self, names: Sequence[str]) -> None:
+        with self._lock:
+            self._buckets = {slot: b for slot, b in self._buckets.items() if slot[0] not in names}
+
+    def now_and_buckets(self, names: Sequence[str]) -> tuple[datetime, list[RateBucket]] | None:
+        """The database's time now, estimated from the last reading (never ahead of it: a lease that plans on an
+        earlier time finds fewer tokens), and the known buckets of ``names``; None while the clock is unknown."""
+        with self._lock:
+            if self._clock is None or time.monotonic() - self._clock[1] > self.MAX_AGE:
+                return None
+            read, at = self._clock
+            return (read + timedelta(seconds=time.monotonic() - at),
+                    [b for slot, b in self._buckets.items() if slot[0] in names])
+
+
+KNOWN_BUCKETS = KnownBuckets()
+
+
+def _lease_on_known_buckets(jobs: Sequence[HotJob], worker_id: str, limits: Sequence[RateLimit],
+                            plans: list[RatePlan]) -> LeasedJobs | None:
+    """``mark_processing_batch`` planned on the known buckets: when they cover every job and a lease without a
+    lock can pay for them, one compare-and-set lease; None when the locked lease must decide."""
+    names = sorted({limit.name for limit in limits})
+    known = KNOWN_BUCKETS.now_and_buckets(names)
+    if known is None:
+        return None
+    plan = RatePlan.of(limits, known[1], known[0])
+    admitted, held = plan.admit(jobs)
+    changed, added, _ = plan.changes()
+    if held or added:
+        return None  # a held job or a new bucket: the locked lease decides (and learns the buckets)
+    spends = [BucketSpend(plan.buckets[(b.limit_name, b.rate_key)], b, tuple(
+        job.id for job in admitted if (b.limit_name, b.rate_key) in plan.slots(job))) for b in changed]
+    sql = dialect()
+    try:
+        leased = LeasedJobs(call(HOT_PATH if sql.SPENDS_IN_ONE_STATEMENT else Mode(prepared=True),
+                                 sql.lease_spending, [job.id for job in admitted], worker_id, spends, plan.now))
+    except StaleBuckets:
+        KNOWN_BUCKETS.forget(names)
+        return None
+    lost = [job for job in admitted if job.id not in leased]
+    plan.give_back(lost)  # their rows took no token (only a one-statement lease gets here with a lost row)
+    if lost:
+        KNOWN_BUCKETS.forget(names)
+    else:
+        KNOWN_BUCKETS.note(plan.now, changed)
+    plans[:] = [plan]
     return leased
 
 

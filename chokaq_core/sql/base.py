@@ -25,6 +25,7 @@ from chokaq_core.domain import (
     INDEXED_SORTS,
     ArchivedJob,
     Attempt,
+    BucketSpend,
     BulkPreview,
     ClaimHold,
     DeadJob,
@@ -372,6 +373,10 @@ RATE_LIMIT_FIELDS = ("name", "declared_count", "declared_window", "declared_burs
 RATE_BUCKET_FIELDS = ("limit_name", "rate_key", "tokens", "refilled_at", "window_started_at", "window_used")
 
 
+class StaleBuckets(Exception):
+    """A lease planned on buckets that another lease has written since (or on a job no longer its worker's)."""
+
+
 def _rate(count: Any, window: Any, burst: Any) -> Rate | None:
     return None if count is None or window is None else Rate(int(count), float(window), int(burst or 1))
 
@@ -670,7 +675,7 @@ DIALECT_FUNCTIONS: tuple[str, ...] = (
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
     "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active",
     "rate_limits", "rate_buckets", "pending_by_key", "declare_rate_limits", "set_rate_limit", "lock_rate_buckets",
-    "read_rate_buckets", "save_rate_buckets",
+    "read_rate_buckets", "lease_spending", "save_rate_buckets",
     "upsert_worker", "stop_worker", "list_workers", "purge_workers", "purge_metric_buckets", "session_pid",
     "tidy_hot_table",
     "claim_schedule_tick", "schedule_ticks", "schedule_states", "set_schedule_enabled", "record_schedule_run",
@@ -786,8 +791,8 @@ class BaseDialect:
     def queue_health_params(self) -> list[Any]:
         return []
 
-    def clock(self) -> list[Any]:
-        """The current time as the leading parameter of a statement that stamps rows: none where the
+    def clock(self, at: datetime | None = None) -> list[Any]:
+        """The current time (or ``at``) as the leading parameter of a statement that stamps rows: none where the
         statement reads the database clock."""
         return []
 
@@ -982,6 +987,7 @@ class BaseDialect:
 
     # ------------------------------------------------------------ rate limits (declared, overridden, their buckets)
 
+    SPENDS_IN_ONE_STATEMENT = False  # lease_spending commits on its own (else it runs in the caller's transaction)
     ROW_LOCK_HINT = ""  # a table hint that locks the rows a read returns until commit (SQL Server)
     ROW_LOCK_TAIL = ""  # the clause after a read that locks its rows until commit (PostgreSQL: FOR UPDATE)
     IGNORE_DUPLICATE = " ON CONFLICT DO NOTHING"  # an INSERT … SELECT that loses a race to a twin inserts nothing
@@ -1097,6 +1103,29 @@ class BaseDialect:
                  b.window_used])
         for name, key in dropped:
             cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
+
+    def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str, spends: Sequence[BucketSpend],
+                       at: datetime) -> dict[str, int]:
+        """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock at ``at``:
+        each is written only if it is still as known (compare-and-set), in the caller's transaction, and the jobs
+        start at ``at`` (a start is stamped when its token was taken, as under the lock; SQL Server stamps its own
+        clock, a statement's latency later). Raises ``StaleBuckets`` (roll back: the lease under
+        ``lock_rate_buckets`` decides) when a bucket changed since or a job was no longer this worker's."""
+        ts = self.TS
+        output, tail = self.returning("limit_name")
+        for spend in spends:
+            known, spent = spend.known, spend.spent
+            if not self._all(
+                cursor, f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
+                f" window_used = %s{output} WHERE limit_name = %s AND rate_key = %s AND tokens = %s"
+                f" AND refilled_at = {ts}{tail}",
+                [spent.tokens, self.param_ts(spent.refilled_at), self.param_ts(spent.window_started_at),
+                 spent.window_used, known.limit_name, known.rate_key, known.tokens, self.param_ts(known.refilled_at)]):
+                raise StaleBuckets(known.limit_name)
+        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(at), self.ids_param(job_ids), worker_id])
+        if len(rows) != len(job_ids):
+            raise StaleBuckets("a job of the lease is no longer this worker's")
+        return {str(job_id): int(attempts) for job_id, attempts in rows}
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 

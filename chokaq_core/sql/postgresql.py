@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from chokaq_core.domain import (
+    BucketSpend,
     ClaimHold,
     FailureReason,
     NewJob,
@@ -33,6 +35,7 @@ from chokaq_core.sql.base import (
     TO_DLQ,
     BaseDialect,
     Move,
+    StaleBuckets,
     bucket_add,
     bulkhead,
     carried_values,
@@ -335,6 +338,33 @@ ORDER BY a.n
 """
 
 
+# The lease paying its tokens, in one statement (spends: what BaseDialect.lease_spending writes, as JSON). "known"
+# locks the buckets that are still as planned (a lock that waited re-checks the newest version); the lease runs
+# only if all are; each bucket is charged for the jobs that did start (a row no longer ours takes no token).
+LEASE_SPENDING_SQL = f"""
+WITH spend AS (
+    SELECT * FROM json_to_recordset(%(spends)s::json) AS s(limit_name text, rate_key text, known_tokens float8,
+        known_refilled_at timestamptz, tokens float8, refilled_at timestamptz, window_started_at timestamptz,
+        window_used int, job_ids text[])),
+known AS (
+    SELECT b.limit_name FROM chokaq_rate_buckets b JOIN spend s ON b.limit_name = s.limit_name
+        AND b.rate_key = s.rate_key AND b.tokens = s.known_tokens AND b.refilled_at = s.known_refilled_at
+    FOR UPDATE OF b),
+leased AS (
+    UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = %(at)s::timestamptz,
+        heartbeat_at = %(at)s::timestamptz, last_updated_at = %(at)s::timestamptz
+    WHERE id = ANY(%(ids)s::text[]) AND worker_id = %(worker)s AND status = 1
+        AND (SELECT count(*) FROM known) = %(buckets)s AND {ASYNC_COMMIT}
+    RETURNING id, attempt_count),
+paid AS (
+    UPDATE chokaq_rate_buckets b SET tokens = s.tokens - n.started, refilled_at = s.refilled_at,
+        window_started_at = s.window_started_at, window_used = s.window_used + n.started
+    FROM spend s CROSS JOIN LATERAL (SELECT count(*)::int AS started FROM leased l WHERE l.id = ANY(s.job_ids)) n
+    WHERE b.limit_name = s.limit_name AND b.rate_key = s.rate_key AND n.started > 0)
+SELECT NULL, (SELECT count(*) FROM known)::int UNION ALL SELECT id, attempt_count FROM leased
+"""
+
+
 class PostgreSQLDialect(BaseDialect, statements=globals()):
     """The base over PostgreSQL's statements: array parameters, the database clock, lower() LIKE (the same match
     as ILIKE, cheaper on a scan)."""
@@ -353,6 +383,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
               "returning": " RETURNING id", "differs": "IS DISTINCT FROM"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
+    SPENDS_IN_ONE_STATEMENT = True
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
@@ -387,6 +418,17 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
         return list(cursor.fetchall())
 
+    def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str, spends: Sequence[BucketSpend],
+                       at: datetime) -> dict[str, int]:
+        """One statement, committed on its own: the buckets are written only if still as known, each charged for
+        the jobs that started."""
+        cursor.execute(LEASE_SPENDING_SQL, {"spends": spends_json(spends), "ids": list(job_ids), "worker": worker_id,
+                                            "buckets": len(spends), "at": at})
+        rows = cursor.fetchall()
+        if next(int(n) for job_id, n in rows if job_id is None) != len(spends):
+            raise StaleBuckets("a bucket changed since the lease planned on it")
+        return {str(job_id): int(n) for job_id, n in rows if job_id is not None}
+
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
         cursor.execute(HOT_DEAD_ROWS_SQL)
@@ -407,3 +449,12 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
 
 DIALECT: Dialect = PostgreSQLDialect()
+
+
+def spends_json(spends: Sequence[BucketSpend]) -> str:
+    """The JSON of LEASE_SPENDING_SQL's spends: each bucket as known and as it is before this lease's tokens."""
+    return json.dumps([{
+        "limit_name": s.known.limit_name, "rate_key": s.known.rate_key, "known_tokens": s.known.tokens,
+        "known_refilled_at": s.known.refilled_at.isoformat(), "tokens": s.spent.tokens + len(s.job_ids),
+        "refilled_at": s.spent.refilled_at.isoformat(), "window_started_at": s.spent.window_started_at.isoformat(),
+        "window_used": s.spent.window_used - len(s.job_ids), "job_ids": list(s.job_ids)} for s in spends])

@@ -198,8 +198,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
               "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
               "output": "", "returning": " RETURNING id", "differs": "IS NOT"}
 
-    def clock(self) -> list[Any]:
-        return [_ts(_now())]
+    def clock(self, at: datetime | None = None) -> list[Any]:
+        return [_ts(at or _now())]
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         return json.dumps(list(dict.fromkeys(ids)))

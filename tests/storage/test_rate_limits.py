@@ -132,6 +132,46 @@ def test_a_lease_holds_back_only_rows_it_owns() -> None:
     assert (row.status, row.worker_id) == (JobStatus.FETCHED, "w2")
 
 
+def _no_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    def locked(*args: object) -> None:
+        raise AssertionError("the lease took the limits' lock")
+
+    monkeypatch.setattr(type(storage.dialect()), "lock_rate_buckets", locked)
+
+
+def test_a_lease_on_the_buckets_it_knows_pays_without_the_limits_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    capped = limit("type:rl.known.v1", "60/h burst 5")
+    saved_up("type:rl.known.v1", 5)
+    pending("rl-known", 4, type="rl.known.v1")
+    claimed = storage.fetch_batch("w1", 4, ["rl-known"], [capped])  # the claim reads the buckets: now known
+    _no_lock(monkeypatch)
+
+    first = storage.mark_processing_batch(claimed[:2], "w1", [capped])
+    second = storage.mark_processing_batch(claimed[2:], "w1", [capped])  # planned on what the first wrote
+
+    assert first == {job.id: 1 for job in claimed[:2]} and second == {job.id: 1 for job in claimed[2:]}
+    bucket = RateBuckets.objects.get(limit_name="type:rl.known.v1", rate_key="")
+    assert bucket.window_used == 4, "the bucket's counter equals the rows started"
+    assert 1 <= bucket.tokens < 1.1, "four of the five tokens spent (a token a minute came back at most)"
+    starts = {row.started_at for row in JobsHot.objects.filter(id__in=second)}
+    assert starts == {bucket.refilled_at}, "the jobs start at the moment their tokens were taken"
+
+
+def test_a_bucket_written_since_it_was_read_makes_the_lease_take_the_lock() -> None:
+    capped = limit("type:rl.stale.v1", "60/h burst 5")
+    saved_up("type:rl.stale.v1", 5)
+    pending("rl-stale", 2, type="rl.stale.v1")
+    claimed = storage.fetch_batch("w1", 2, ["rl-stale"], [capped])  # sees 5 tokens
+    # another worker's leases spent them meanwhile
+    RateBuckets.objects.filter(limit_name="type:rl.stale.v1").update(tokens=0.5, refilled_at=timezone.now())
+
+    leased = storage.mark_processing_batch(claimed, "w1", [capped])
+
+    assert leased == {} and set(leased.held) == {job.id for job in claimed}, "no token: both back to Pending"
+    assert RateBuckets.objects.get(limit_name="type:rl.stale.v1", rate_key="").window_used == 0
+    assert not JobsHot.objects.filter(type="rl.stale.v1", started_at__isnull=False).exists()
+
+
 def test_one_lease_under_a_limit_runs_through_the_single_lease_too() -> None:
     capped = limit("type:rl.one.v1", "60/h burst 1")
     saved_up("type:rl.one.v1", 1)

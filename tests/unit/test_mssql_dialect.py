@@ -46,6 +46,7 @@ from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
     AttemptError,
+    BucketSpend,
     BulkPreview,
     ClaimHold,
     DeadJob,
@@ -80,6 +81,7 @@ from chokaq_core.domain import (
 )
 from chokaq_core.sql import DIALECT_FUNCTIONS, base, json_rows
 from chokaq_core.sql import mssql as sql
+from chokaq_core.sql.base import StaleBuckets
 
 RENDER_ALIAS = "chokaq_mssql_render"
 
@@ -693,6 +695,9 @@ CASES = [
     Case("save_rate_buckets", ([RateBucket("type:pay.v1", "", 0.5, T0, T0, 3)],
                                [RateBucket("type:pay.v1", "tenant:1", 1.0, T0, T0, 1)], [("type:pay.v1", "tenant:2")]),
          [None, None, None], None),
+    Case("lease_spending", (["J1"], "w1", [BucketSpend(RateBucket("type:pay.v1", "", 2.5, T0, T0, 7),
+                                                      RateBucket("type:pay.v1", "", 1.5, T0, T0, 8), ("J1",))], T0),
+         [[("type:pay.v1",)], [("J1", 1)]], {"J1": 1}),
     Case("queue_states", (), [[("default", False, True, None, None), ("mail", True, False, 60, 3)]],
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
     Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2, 0, 0, 1, 0)]],
@@ -1243,3 +1248,12 @@ def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read()
     plain = Recorder([[]])
     sql.DIALECT.fetch_batch(plain, "w1", 5, None)
     assert plain.calls[0][0] == sql.FETCH_ALL_SQL, "without a hold the claim is the plain statement"
+
+
+@pytest.mark.parametrize("script", [[[]], [[("type:pay.v1",)], []]], ids=["bucket-changed", "row-lost"])
+def test_a_lease_spending_on_a_changed_bucket_or_a_lost_row_raises_so_the_transaction_rolls_back(
+        script: list[Any]) -> None:
+    spend = BucketSpend(RateBucket("type:pay.v1", "", 2.5, T0, T0, 7), RateBucket("type:pay.v1", "", 1.5, T0, T0, 8),
+                        ("J1",))
+    with pytest.raises(StaleBuckets):
+        sql.DIALECT.lease_spending(Recorder(script), ["J1"], "w1", [spend], T0)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core import checks
 
+from chokaq_core import storage
 from chokaq_core.api import EnqueueOptions, build, job
 from chokaq_core.conf import config
 from chokaq_core.domain import (
@@ -187,3 +188,47 @@ def test_a_per_key_limit_drops_refilled_buckets_and_keeps_max_keys_live() -> Non
     changed, added, dropped = plan.changes()
     assert [b.rate_key for b in added] == ["new"] and dropped == [("type:rl.v1", "old")]
     assert changed == []
+
+
+# ---------------------------------------------------------------- the buckets a process knows (planned leases)
+
+
+def test_known_buckets_keep_the_newest_sight_of_each_bucket() -> None:
+    known = storage.KnownBuckets()
+    newer = RateBucket("type:a.v1", "", 2.0, T0 + timedelta(seconds=5), T0, 3)
+    known.note(T0 + timedelta(seconds=5), [newer])
+    known.note(T0 + timedelta(seconds=1), [RateBucket("type:a.v1", "", 4.0, T0, T0, 1)])  # a claim's older read
+
+    now, buckets = known.now_and_buckets(["type:a.v1"]) or (None, [])
+    assert buckets == [newer]
+    assert now is not None and now >= T0 + timedelta(seconds=5), "the clock moves on from its newest reading"
+    assert known.now_and_buckets(["type:other.v1"])[1] == []  # type: ignore[index]
+    known.note(T0 + timedelta(seconds=6), [], dropped=[("type:a.v1", "")])
+    assert known.now_and_buckets(["type:a.v1"])[1] == []  # type: ignore[index]
+
+
+def test_known_buckets_trust_no_clock_read_too_long_ago(monkeypatch: pytest.MonkeyPatch) -> None:
+    known = storage.KnownBuckets()
+    assert known.now_and_buckets(["type:a.v1"]) is None, "nothing read yet"
+    known.note(T0, [RateBucket("type:a.v1", "", 2.0, T0, T0, 3)])
+    read_at = storage.time.monotonic()
+    monkeypatch.setattr(storage.time, "monotonic", lambda: read_at + known.MAX_AGE + 1)
+    assert known.now_and_buckets(["type:a.v1"]) is None
+    known.forget(["type:a.v1"])
+    monkeypatch.undo()
+    known.note(T0 + timedelta(seconds=1), [])
+    assert known.now_and_buckets(["type:a.v1"])[1] == []  # type: ignore[index]
+
+
+def test_a_plan_names_the_buckets_a_start_takes_from_and_the_buckets_once_written() -> None:
+    per_type = RateLimit("type:pay.v1", Rate(60, 60.0, 5))
+    per_queue = RateLimit("queue:mail", Rate(60, 60.0, 5))
+    bucket = RateBucket("type:pay.v1", "", 3.0, T0, T0, 1)
+    plan = RatePlan.of([per_type, per_queue], [bucket], T0)
+    job = hot("pay.v1", "mail")
+
+    assert plan.slots(job) == [("type:pay.v1", ""), ("queue:mail", "")]
+    plan.admit([job])
+    stored = {(b.limit_name, b.rate_key): b for b in plan.stored()}
+    assert stored[("type:pay.v1", "")].tokens == 2.0 and stored[("type:pay.v1", "")].window_used == 2
+    assert stored[("queue:mail", "")].tokens == 0.0, "a new bucket holds one token, now spent"
