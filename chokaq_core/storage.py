@@ -99,7 +99,7 @@ def _sqlite() -> ModuleType:
 
 
 def dialect(using: str | None = None) -> Dialect:
-    """The vendor dialect of the ChokaQ alias (the SQLite one in memory mode), typed by the protocol."""
+    """The vendor dialect of the ChokaQ alias (the SQLite one in memory mode): a ``BaseDialect`` instance."""
     if memory_mode():
         return _sqlite().DIALECT
     return dialect_for(connections[using or alias()])
@@ -871,7 +871,7 @@ def set_schedule_enabled(name: str, enabled: bool, tick: datetime) -> None:
 
 
 def change_marker() -> int | None:
-    """See the Dialect protocol: a commit marker to poll where there is no push channel, else None (memory
+    """See ``BaseDialect.change_marker``: a commit marker to poll where there is no push channel, else None (memory
     mode: the worker lives in the writer's own process)."""
     if memory_mode():
         return None

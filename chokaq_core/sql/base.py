@@ -104,6 +104,14 @@ def last_error_set(error_class: str, message: str, held_by: str, now: str, row: 
             f" held_by = {held_by}")
 
 
+def job_item(job: NewJob, **delay: Any) -> dict[str, Any]:
+    """A new job as an item of the vendor's enqueue batch: its Hot columns, then ``delay`` (the vendor's form of
+    ``job.delay_seconds``)."""
+    return {"id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
+            "idempotency_key": job.idempotency_key, "priority": int(job.priority), "created_by": job.created_by,
+            "rate_key": job.rate_key, **delay}
+
+
 def cancel_details(actor: str | None) -> str:
     """Error details of an operator's cancellation."""
     return f"Cancelled by admin: {actor}" if actor else "Cancelled by admin (Batch)"
@@ -281,21 +289,36 @@ def pending_split_sql(later: str, source: str = HOT) -> str:
     )
 
 
-def summary_stats_sql(later: str) -> str:
-    """Hot counts by status, the retained counters and the Pending split (``pending_split_sql``)."""
+def summary_stats_sql(later: str, dirty: str = "") -> str:
+    """Hot counts by status, the retained counters and the Pending split (``pending_split_sql``); ``dirty``: a table
+    hint that allows dirty reads (spec 01 §1.3). The latest activity skips NULLs before its aggregate (SQL Server
+    would send a warning ahead of the row)."""
     return f"""
-SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), s.succeeded, s.failed, s.retried,
-       s.last_activity_at, s.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
-FROM (SELECT {HOT_COUNTS} FROM {HOT}) h
+SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), totals.succeeded, totals.failed,
+       totals.retried, (SELECT max(z.last_activity_at) FROM {STATS} AS z{dirty} WHERE z.last_activity_at IS NOT NULL)
+       AS last_activity_at, totals.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
+FROM (SELECT {HOT_COUNTS} FROM {HOT}{dirty}) AS h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
-                   coalesce(sum(retried_total), 0) AS retried, max(last_activity_at) AS last_activity_at,
-                   coalesce(sum(purged_total), 0) AS purged
-            FROM {STATS}) s
-CROSS JOIN ({pending_split_sql(later)}) AS pend
+                   coalesce(sum(retried_total), 0) AS retried, coalesce(sum(purged_total), 0) AS purged
+            FROM {STATS}{dirty}) AS totals
+CROSS JOIN ({pending_split_sql(later, HOT + dirty)}) AS pend
 """
 
 
 SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > now()")
+
+
+def queue_health_select(lag: str, now: str, dirty: str = "") -> str:
+    """Per Queues row: its due Pending rows' count, average and longest lag in seconds (0 when none), unordered:
+    ``lag`` is the vendor's seconds from ``p.due_at`` to ``now`` (0 for a row not yet late)."""
+    return f"""SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
+FROM {QUEUES} AS q{dirty}
+LEFT JOIN (
+    SELECT l.queue, count(*) AS n, avg(l.lag) AS avg_lag, max(l.lag) AS max_lag
+    FROM (SELECT p.queue, {lag} AS lag
+          FROM (SELECT w.queue, coalesce(w.scheduled_at, w.created_at) AS due_at FROM {HOT} AS w{dirty}
+                WHERE w.status = 0 AND (w.scheduled_at IS NULL OR w.scheduled_at <= {now})) AS p) AS l
+    GROUP BY l.queue) AS h ON h.queue = q.name"""
 
 
 def queue_stats_select(dirty: str = "") -> str:
@@ -323,7 +346,6 @@ THROUGHPUT_SQL = f"{throughput_select('%s')} ORDER BY bucket_start"
 ACTIVE_ROW = ("id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"
               " started_at, last_error_class, last_error_message, last_error_at, held_by")
 ACTIVE_WIDTH = 16  # columns of ACTIVE_ROW (``active_row``)
-ACTIVE_SQL = f"SELECT {ACTIVE_ROW} FROM {HOT}{{where}} ORDER BY created_at DESC, id DESC LIMIT %s"
 ARCHIVE_ROW = ("id, queue, type, attempt_count, created_at, created_by, tags, worker_id, started_at, finished_at,"
                " duration_ms")
 _DLQ_HEAD = "id, queue, type, attempt_count, created_at, created_by, tags, worker_id, failed_at, failure_reason"
@@ -428,9 +450,9 @@ def history_add(source: str) -> str:
                        f"SELECT * FROM ({source}) AS r WHERE 1 = 1 ORDER BY 1, 2, 3, 4, 5", HISTORY_UPDATE)
 
 
-def _history_sums(prefix: str = "") -> str:
+def _history_sums() -> str:
     outcome = ", ".join(f"sum(CASE WHEN outcome = {o} THEN completed_count ELSE 0 END)" for o in (0, 1))
-    return f"{prefix}{outcome}, max(max_duration_ms), {', '.join(f'sum({c})' for c in HISTORY_BIN_COLUMNS)}"
+    return f"{outcome}, max(max_duration_ms), {', '.join(f'sum({c})' for c in HISTORY_BIN_COLUMNS)}"
 
 
 # params: granularity, param_ts(since)
@@ -585,12 +607,12 @@ def bulkhead(window: str, capped: str, limit: str) -> str:
             f"    ORDER BY priority DESC, sort_at, id LIMIT {limit})")
 
 
-# Statements PostgreSQL and SQLite share, over their TOKENS: "clock" opens a statement that stamps rows with
-# "now"; "stamp" is now where the driver must count the changed rows; "ids" matches ``id`` against ids_param;
-# "by_id" prefixes a status test of rows named by id; "text"/"int" type a parameter; "ago" is
-# ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code functions; "lazy" ends the
-# WHERE of a statement whose own commit need not wait for the disk (the lease: bench/README, "Asynchronous
-# commit of the claim and the lease").
+# Statements the vendors share, over their TOKENS (a vendor module's own statement of the same name wins):
+# "clock" opens a statement that stamps rows with "now"; "stamp" is now where the driver must count the changed
+# rows; "ids" matches ``id`` against ids_param; "by_id" prefixes a status test of rows named by id; "text"/"int"
+# type a parameter; "ago" is ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code
+# functions; "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
+# bench/README, "Asynchronous commit of the claim and the lease").
 _LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
@@ -608,9 +630,9 @@ SHARED_STATEMENTS = {
                            " RETURNING attempt_count",
     "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
                                  " RETURNING id, attempt_count",
-    "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot SET heartbeat_at = {now}, last_updated_at = {now}"
-                      " WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s RETURNING id",
     # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end.
+    "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET heartbeat_at = {now}, last_updated_at = {now}"
+                      "{output} WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s{returning}",
     "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot{rowlock} SET cancel_requested_by = {text}{output}"
                           " WHERE id {ids} AND {by_id}status = 2{returning}",
     "UPDATE_HOT_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET payload = coalesce({text}, payload),"
@@ -619,6 +641,12 @@ SHARED_STATEMENTS = {
                       f" AND {revision_guard('{int}')}{{returning}}",
     "RELEASE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 0, worker_id = NULL, last_updated_at = {now}"
                    "{output} WHERE id {ids} AND {by_id}status = 1 AND worker_id = %s{returning}",
+    # "differs": the null-safe inequality; previous_payload keeps the text an edit replaces.
+    "UPDATE_DLQ_SQL": "WITH edit(new_payload, new_tags, actor) AS (SELECT {text}, {text}, {text})"
+                      " UPDATE chokaq_jobs_dlq SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload {differs} payload"
+                      " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
+                      f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
+                      f" FROM edit WHERE id = %s AND {revision_guard('{int}')} RETURNING id",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
     # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
@@ -647,10 +675,11 @@ DIALECT_FUNCTIONS: tuple[str, ...] = (
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
     "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active",
     "rate_limits", "rate_buckets", "pending_by_key", "declare_rate_limits", "set_rate_limit", "lock_rate_buckets",
-    "read_rate_buckets", "lease_spending",
-    "save_rate_buckets", "upsert_worker", "stop_worker", "list_workers", "purge_workers", "purge_metric_buckets",
-    "session_pid", "tidy_hot_table", "claim_schedule_tick", "schedule_ticks", "schedule_states",
-    "set_schedule_enabled", "record_schedule_run", "record_history", "history_buckets", "purge_history",
+    "read_rate_buckets", "lease_spending", "save_rate_buckets",
+    "upsert_worker", "stop_worker", "list_workers", "purge_workers", "purge_metric_buckets", "session_pid",
+    "tidy_hot_table",
+    "claim_schedule_tick", "schedule_ticks", "schedule_states", "set_schedule_enabled", "record_schedule_run",
+    "record_history", "history_buckets", "purge_history",
     "change_marker", "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead",
     "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
     "preview_dlq_bulk", "count_matching", "matching_ids", "purge_dlq_by_filter", "resurrect_dlq_by_filter",
@@ -804,8 +833,8 @@ class BaseDialect:
         and SQL Server count inside the statement): lower it, or for ``PURGED`` raise it."""
 
     def now(self) -> tuple[str, list[Any]]:
-        """``(SQL, params)`` of the current time: the database clock by default."""
-        return "now()", []
+        """``(SQL, params)`` of the current time: the database clock (``TOKENS["now"]``) by default."""
+        return self.TOKENS["now"], []
 
     # ------------------------------------------------------------ queue controls and the worker registry
 
@@ -875,37 +904,35 @@ class BaseDialect:
     # ------------------------------------------------------------ builders
 
     def where(self, filters: JobFilter, date_column: str, search_columns: Sequence[str],
-              prefix: str = "") -> tuple[list[str], list[Any]]:
-        """Filter clauses on ``prefix``-qualified columns (spec 01 §4.10): equality, case-insensitive search, dates."""
+              equal: Sequence[tuple[str, Any]] = ()) -> tuple[str, list[Any]]:
+        """`` WHERE …`` (or nothing) and its params (spec 01 §4.10): equality, case-insensitive search, dates, then
+        the view's own ``equal`` columns (None: not filtered)."""
         clauses: list[str] = []
         params: list[Any] = []
-        equal: tuple[tuple[str, str | None], ...] = (
-            ("queue", filters.queue), ("type", filters.type), ("id", filters.job_id))
-        for column, value in equal:
+        for column, value in (("queue", filters.queue), ("type", filters.type), ("id", filters.job_id)):
             if value is not None:
-                clauses.append(f"{prefix}{column} = %s")
+                clauses.append(f"{column} = %s")
                 params.append(value)
         if filters.search:
             pattern = self.search_pattern(filters.search)
-            clauses.append("(" + " OR ".join(self.search_clause(f"{prefix}{c}") for c in search_columns) + ")")
+            clauses.append("(" + " OR ".join(self.search_clause(c) for c in search_columns) + ")")
             params += [pattern] * len(search_columns)
         bounds: tuple[tuple[str, datetime | None], ...] = ((">=", filters.from_at), ("<=", filters.to_at))
         for op, moment in bounds:
             if moment is not None:
-                clauses.append(f"{prefix}{date_column} {op} {self.TS}")
+                clauses.append(f"{date_column} {op} {self.TS}")
                 params.append(self.param_ts(moment))
-        return clauses, params
-
-    def dlq_where(self, filters: JobFilter, prefix: str = "") -> tuple[str, list[Any]]:
-        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "error_details"), prefix)
-        if filters.failure_reason is not None:
-            clauses.append(f"{prefix}failure_reason = %s")
-            params.append(int(filters.failure_reason))
-        for column, value in (("error_class", filters.error_class), ("error_message", filters.error_message)):
-            if value is not None:  # a Top Errors group: served by dlq_by_error (reason, class, failed_at)
-                clauses.append(f"{prefix}{column} = %s")
+        for column, value in equal:
+            if value is not None:
+                clauses.append(f"{column} = %s")
                 params.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def dlq_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
+        """The DLQ view's filters; a Top Errors group (reason, class, message) is served by ``dlq_by_error``."""
+        reason = None if filters.failure_reason is None else int(filters.failure_reason)
+        return self.where(filters, "created_at", ("id", "type", "tags", "error_details"), (
+            ("failure_reason", reason), ("error_class", filters.error_class), ("error_message", filters.error_message)))
 
     def search_bound(self, table: str, date: str, filters: JobFilter, sort: HistorySort,
                      where: str, params: list[Any]) -> tuple[str, list[Any]]:
@@ -1167,26 +1194,25 @@ class BaseDialect:
 
     def active_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
         """The Active view's filters: status, queue, type and the search (id, type, tags, idempotency key)."""
-        clauses, params = self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"))
-        if filters.status is not None:
-            clauses.append("status = %s")
-            params.append(int(filters.status))
-        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+        status = None if filters.status is None else int(filters.status)
+        return self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"), (("status", status),))
 
     def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
         """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
         (id, type, tags, idempotency key); no payload."""
         where, params = self.active_where(filters)
-        sql = f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
-        return [active_row(r) for r in self._all(cursor, sql, [*params, int(limit)])]
+        return [active_row(r) for r in self._all(cursor, self.active_sql(where), [*params, int(limit)])]
+
+    def active_sql(self, where: str = "") -> str:
+        """The Active view's read of the rows ``where`` keeps; params: its own, then the limit."""
+        return f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
 
     def list_archive(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                      sort: HistorySort) -> list[JobRow]:
         """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
         after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
-        clauses, params = self.where(filters, "finished_at", ("id", "type", "tags"))
-        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort, where, params)
+        where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort,
+                                          *self.where(filters, "finished_at", ("id", "type", "tags")))
         select, where, params = self.source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
         sql, params = self.keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit,
                                   sort)
@@ -1226,11 +1252,7 @@ class BaseDialect:
         """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
         where, params = self.dlq_where(filters)
         matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0] or 0)
-        sample: list[str] = []
-        if matched and max_jobs > 0:
-            sample = [str(r[0]) for r in self._all(
-                cursor, f"SELECT id FROM {DLQ}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}",
-                [*params, min(max_jobs, 10)])]
+        sample = self._pick_dlq(cursor, filters, min(max_jobs, 10), lock=False) if matched and max_jobs > 0 else []
         return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
     def matching_where(self, pillar: str, filters: JobFilter) -> tuple[str, str, list[Any]]:
@@ -1291,7 +1313,7 @@ class BaseDialect:
         if sql is None:
             sql = self._snapshots[locate] = (
                 f"SELECT {self.pack(self.SUMMARY_STATS_SQL, SUMMARY_WIDTH, 'c0')},"
-                f" {self.pack(ACTIVE_SQL.format(where=''), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
+                f" {self.pack(self.active_sql(), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
                 f" {self.pack(locate, 2, 'c0')},\n"
                 + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
                     (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),
@@ -1595,13 +1617,14 @@ class BaseDialect:
         shrinks)."""
         return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
 
-    def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> list[str]:
+    def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int, lock: bool = True) -> list[str]:
         """The first ``max_jobs`` filter matches, newest failure first, locked (skipping locked ones) where the
-        vendor can."""
+        vendor can unless ``lock`` is False."""
         where, params = self.dlq_where(filters)
+        hint, tail = (self.PICK_HINT, self.PICK_LOCK) if lock else ("", "")
         return [str(r[0]) for r in self._all(
-            cursor, f"SELECT id FROM {DLQ}{self.PICK_HINT}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}"
-            f"{self.PICK_LOCK}", [*params, int(max_jobs)])]
+            cursor, f"SELECT id FROM {DLQ}{hint}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}{tail}",
+            [*params, int(max_jobs)])]
 
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches; FailedTotal -n."""

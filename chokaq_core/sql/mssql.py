@@ -49,7 +49,6 @@ from typing import Any
 from chokaq_core.domain import (
     ClaimHold,
     FailureReason,
-    JobStatus,
     NewJob,
     SnapshotRequest,
 )
@@ -67,7 +66,6 @@ from chokaq_core.sql.base import (
     HISTORY_COLUMNS,
     HISTORY_KEY,
     HISTORY_UPDATE,
-    HOT_COUNTS,
     HOT_FIELDS,
     LIST_WORKERS_SELECT,
     PURGED,
@@ -81,13 +79,17 @@ from chokaq_core.sql.base import (
     WORKER_FIELDS,
     BaseDialect,
     Move,
+    as_utc,
     carried_values,
     insert_moved,
+    job_item,
     last_error_set,
-    pending_split_sql,
+    locate_statement,
+    queue_health_select,
     queue_stats_select,
     revision_guard,
     stats_update,
+    summary_stats_sql,
     throughput_select,
 )
 
@@ -130,6 +132,9 @@ _MOVED_TYPES = {
 }
 
 PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit"}  # ``param`` kinds
+_IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
+_ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
+_NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
 
 
 def _moved_table(columns: Sequence[str]) -> str:
@@ -276,8 +281,7 @@ def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
     """
     declare_queues = ["DECLARE @Queues nvarchar(max) = %s;"] if queue_filter else []
     queue_predicate = (
-        "\n      AND h.queue IN (SELECT f.name FROM OPENJSON(@Queues) WITH (name nvarchar(4000) '$.name') AS f)"
-        if queue_filter else ""
+        f"\n      AND h.queue IN {_NAMES.format('@Queues')}" if queue_filter else ""
     )
     claim = f"""WITH Eligible AS (
     SELECT TOP (@ScanLimit) h.id, h.queue, h.priority, COALESCE(h.scheduled_at, h.created_at) AS sort_at
@@ -308,10 +312,7 @@ INNER JOIN Picked AS p ON p.id = h.id
 WHERE h.status = 0;"""
     # Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control
     # rows, held to commit, make the claim statement that follows count every earlier committed claim.
-    capped_filter = (
-        " AND c.name IN (SELECT f.name FROM OPENJSON(@Queues) WITH (name nvarchar(4000) '$.name') AS f)"
-        if queue_filter else ""
-    )
+    capped_filter = f" AND c.name IN {_NAMES.format('@Queues')}" if queue_filter else ""
     return _batch(
         _NOW,
         _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int"),
@@ -336,21 +337,11 @@ MARK_PROCESSING_SQL = _batch(
     "WHERE id = @JobId AND worker_id = @WorkerId AND status = 1;",
 )
 
-_IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"
-
 MARK_PROCESSING_BATCH_SQL = _batch(
     _NOW,
     _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
     _LEASE + "OUTPUT inserted.id, inserted.attempt_count\n"
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
-)
-
-KEEP_ALIVE_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK) SET heartbeat_at = @Now, last_updated_at = @Now\n"
-    "OUTPUT inserted.id\n"
-    f"WHERE id IN {_IDS} AND status = 2 AND worker_id = @WorkerId;",
 )
 
 _WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
@@ -477,7 +468,7 @@ def _purge(table: str, declares: Sequence[str], where: str, order: str, counter:
 
 PURGE_DLQ_IDS_SQL = _purge(
     "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
-    "p.id IN (SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)",
+    f"p.id IN {_IDS}",
     "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
 )
 _BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
@@ -498,36 +489,13 @@ RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutM
 
 # The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
 # Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
-SUMMARY_STATS_SQL = f"""SELECT COALESCE(h.pending, 0), COALESCE(h.fetched, 0), COALESCE(h.processing, 0),
-       totals.succeeded, totals.failed, totals.retried,
-       (SELECT MAX(z.last_activity_at) FROM chokaq_stats_summary AS z WITH (NOLOCK)
-        WHERE z.last_activity_at IS NOT NULL) AS last_activity_at, totals.purged, pend.ready, pend.scheduled,
-       pend.retrying, pend.held
-FROM (SELECT {HOT_COUNTS} FROM chokaq_jobs_hot AS x WITH (NOLOCK)) AS h
-CROSS JOIN (SELECT COALESCE(SUM(y.succeeded_total), 0) AS succeeded, COALESCE(SUM(y.failed_total), 0) AS failed,
-                   COALESCE(SUM(y.retried_total), 0) AS retried, COALESCE(SUM(y.purged_total), 0) AS purged
-            FROM chokaq_stats_summary AS y WITH (NOLOCK)) AS totals
-CROSS JOIN ({pending_split_sql("scheduled_at > SYSUTCDATETIME()", "chokaq_jobs_hot WITH (NOLOCK)")}) AS pend"""
+SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > SYSUTCDATETIME()", _DIRTY)
 
 QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
 QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
-    """The rows of the batch's result set, skipping results that carry none (messages, counts)."""
-    while cursor.description is None:
-        if not cursor.nextset():
-            return []
-    return [tuple(row) for row in cursor.fetchall()]
-
-
-def _ts(value: datetime) -> str:
-    """A datetime parameter: ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
-    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return aware.isoformat(timespec="microseconds")
 
 
 def _json(items: Iterable[Mapping[str, Any]]) -> str:
@@ -544,8 +512,9 @@ def _split_seconds(seconds: float) -> tuple[int, int]:
     return max(-_INT_MAX, min(_INT_MAX, int(whole))), int(ms)
 
 
-def _error_text(exc: BaseException) -> str:
-    """Every message of an exception chain (pyodbc puts the native error number in the text)."""
+def _is_idempotency_race(exc: BaseException) -> bool:
+    """A concurrent producer committed the same idempotency key first: 2601 on ``hot_idempotency`` in a message of
+    the exception chain (pyodbc puts the native error number in the text)."""
     parts: list[str] = []
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -553,28 +522,11 @@ def _error_text(exc: BaseException) -> str:
         seen.add(id(current))
         parts.extend(str(arg) for arg in current.args)
         current = current.__cause__ or current.__context__
-    return " ".join(parts)
-
-
-def _is_idempotency_race(exc: BaseException) -> bool:
-    """A concurrent producer committed the same idempotency key first (2601 on ``hot_idempotency``)."""
-    text = _error_text(exc)
+    text = " ".join(parts)
     return any(code in text for code in DUPLICATE_KEY_ERRORS) and IDEMPOTENCY_INDEX in text
 
 
 # ---------------------------------------------------------------- enqueue / claim
-
-
-def _jobs_json(jobs: Sequence[NewJob]) -> str:
-    items = []
-    for job in jobs:
-        delay_s, delay_ms = (None, None) if job.delay_seconds is None else _split_seconds(job.delay_seconds)
-        items.append({
-            "id": job.id, "queue": job.queue, "type": job.type, "payload": job.payload, "tags": job.tags,
-            "idempotency_key": job.idempotency_key, "priority": int(job.priority), "delay_s": delay_s,
-            "delay_ms": delay_ms, "created_by": job.created_by, "rate_key": job.rate_key,
-        })
-    return _json(items)
 
 
 # ---------------------------------------------------------------- retention, schedules and reads
@@ -604,17 +556,12 @@ CLAIM_SCHEDULE_TICK_SQL = _batch(
     "SELECT @Claimed;",
 )
 PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
-# Reads ``@Ids`` (the JSON array of ``_ids_json``).
-LOCATE_SELECT = (
-    f"SELECT id, status FROM chokaq_jobs_hot WHERE id IN {_IDS}\n"
-    f"UNION ALL SELECT id, {int(JobStatus.SUCCEEDED)} FROM chokaq_jobs_archive WHERE id IN {_IDS}\n"
-    f"UNION ALL SELECT id, -1 - failure_reason FROM chokaq_jobs_dlq WHERE id IN {_IDS}"
-)
+LOCATE_SELECT = locate_statement(f"IN {_IDS}")  # reads ``@Ids`` (the JSON array of ``_ids_json``)
 
 
-def _active_select(limit: str, where: str = "") -> str:
-    """The newest ``limit`` Hot rows matching ``where``: TOP with its ORDER BY, so it may stand as a derived table."""
-    return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot{where} ORDER BY created_at DESC, id DESC"
+def _active_select(limit: str) -> str:
+    """The newest ``limit`` Hot rows: TOP with its ORDER BY, so it may stand as a derived table."""
+    return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot ORDER BY created_at DESC, id DESC"
 
 
 THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " ORDER BY bucket_start"
@@ -622,16 +569,8 @@ THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " 
 _NOW_OFFSET = "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);"
 
 # Reads ``@Now`` (``_NOW_OFFSET``).
-QUEUE_HEALTH_SELECT = """SELECT q.name, COALESCE(h.n, 0), COALESCE(h.avg_lag, 0), COALESCE(h.max_lag, 0)
-FROM chokaq_queues AS q WITH (NOLOCK)
-LEFT JOIN (
-    SELECT l.queue, COUNT(*) AS n, AVG(l.lag) AS avg_lag, MAX(l.lag) AS max_lag
-    FROM (SELECT p.queue,
-                 CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END AS lag
-          FROM (SELECT w.queue, COALESCE(w.scheduled_at, w.created_at) AS due_at
-                FROM chokaq_jobs_hot AS w WITH (NOLOCK)
-                WHERE w.status = 0 AND (w.scheduled_at IS NULL OR w.scheduled_at <= @Now)) AS p) AS l
-    GROUP BY l.queue) AS h ON h.queue = q.name"""
+QUEUE_HEALTH_SELECT = queue_health_select(
+    "CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END", "@Now", _DIRTY)
 QUEUE_HEALTH_SQL = _batch(_NOW_OFFSET, f"{QUEUE_HEALTH_SELECT}\nORDER BY q.name;")
 
 # Spec 01 §5: the @Sample newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server
@@ -725,7 +664,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     TRUE, FALSE = "1", "0"
     # The words of the SHARED_STATEMENTS it has not written itself (typed parameters: a NULL keeps its type).
-    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": f"IN {_IDS.replace('@Ids', '%s')}", "by_id": "",
+    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": _ID_LIST, "by_id": "",
               "text": "CAST(%s AS nvarchar(max))", "int": "CAST(%s AS int)", "rowlock": " WITH (ROWLOCK)",
               "output": " OUTPUT inserted.id", "returning": ""}
 
@@ -735,13 +674,15 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return super().search_pattern(term).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
 
     def param_ts(self, value: datetime | None) -> Any:
-        return None if value is None else _ts(value)
-
-    def now(self) -> tuple[str, list[Any]]:
-        return "SYSUTCDATETIME()", []
+        """ISO 8601 UTC text, read as ``datetimeoffset(7)`` (naive values are UTC)."""
+        return None if value is None else as_utc(value).isoformat(timespec="microseconds")
 
     def rows(self, cursor: Cursor) -> list[Any]:
-        return _rows(cursor)
+        """The rows of the batch's result set, skipping results that carry none (messages, counts)."""
+        while cursor.description is None:
+            if not cursor.nextset():
+                return []
+        return [tuple(row) for row in cursor.fetchall()]
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         return _ids_json(ids)
@@ -752,8 +693,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def guard_params(self, worker_id: str | None) -> list[Any]:
         return [worker_id]
 
-    def delay_fields(self, seconds: float) -> dict[str, Any]:
-        delay_s, delay_ms = _split_seconds(seconds)
+    def delay_fields(self, seconds: float | None) -> dict[str, Any]:
+        delay_s, delay_ms = (None, None) if seconds is None else _split_seconds(seconds)
         return {"delay_s": delay_s, "delay_ms": delay_ms}
 
     def seconds_params(self, seconds: float) -> list[Any]:
@@ -771,8 +712,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         batch = [job for job in jobs if job.idempotency_key is None
                  or first_of_key.setdefault(job.idempotency_key, job) is job]
         try:
-            cursor.execute(ENQUEUE_SQL, [_jobs_json(batch)])
-            rows = _rows(cursor)
+            cursor.execute(ENQUEUE_SQL, [_json(job_item(job, **self.delay_fields(job.delay_seconds)) for job in batch)])
+            rows = self.rows(cursor)
         except Exception as exc:
             if retry and _is_idempotency_race(exc):
                 return set(), {}
@@ -790,19 +731,16 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         else:
             cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
-        return _rows(cursor)
+        return self.rows(cursor)
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        """Move ``name``'s latest tick forward to ``tick``; True for the one caller that did."""
-        cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, _ts(tick)])
+        cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, self.param_ts(tick)])
         return self.counted(cursor) > 0
 
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
 
-    def merge_rows(self, table: str, key: Sequence[str], columns: Sequence[str], source: str,
-                   update: Mapping[str, str | None]) -> str:
-        return merge_rows(table, key, columns, source, update)
+    merge_rows = staticmethod(merge_rows)
 
     def param(self, kind: str) -> str:
         return f"CAST(%s AS {PARAM_TYPES[kind]})"  # a NULL keeps its type
@@ -811,18 +749,17 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return " OUTPUT " + ", ".join(f"inserted.{c.strip()}" for c in columns.split(",")), ""
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
-        return "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)", [_ids_json(ids)]
+        return _ID_LIST, [_ids_json(ids)]
 
     def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
-        return ("IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)",
-                [_json({"name": name} for name in names)])
+        return f"IN {_NAMES.format('%s')}", [_json({"name": name} for name in names)]
 
     def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
         """One batch whose parameters land in typed variables the CASEs test."""
         ids = list(dict.fromkeys(request.locate_ids))
         since = request.throughput_since
         return DECK_SNAPSHOT_SQL, [
-            int(request.active_limit), _ids_json(ids) if ids else None, None if since is None else _ts(since),
+            int(request.active_limit), _ids_json(ids) if ids else None, self.param_ts(since),
             bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
         ]
 

@@ -31,7 +31,6 @@ from chokaq_core.sql.base import (
     HOT_FIELDS,
     MAX_HELD_KEYS,
     PURGED,
-    REVISION_BUMP,
     TO_ARCHIVE,
     TO_DLQ,
     BaseDialect,
@@ -291,16 +290,6 @@ ins AS (
 SELECT id, queue FROM ins
 """
 
-UPDATE_DLQ_SQL = f"""
-WITH edit AS (SELECT %s::text AS new_payload, %s::text AS new_tags, %s::text AS actor)
-UPDATE chokaq_jobs_dlq
-SET previous_payload = CASE WHEN coalesce(new_payload, payload) IS DISTINCT FROM payload
-                            THEN payload ELSE previous_payload END,
-    payload = coalesce(new_payload, payload), tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}
-FROM edit WHERE id = %s AND {revision_guard("%s::int")}
-RETURNING id
-"""
-
 _BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
 PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
@@ -391,7 +380,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
               "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
               "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "", "output": "",
-              "returning": " RETURNING id"}
+              "returning": " RETURNING id", "differs": "IS DISTINCT FROM"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
     SPENDS_IN_ONE_STATEMENT = True

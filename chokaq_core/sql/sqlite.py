@@ -29,7 +29,6 @@ from chokaq_core.sql.base import (
     NO_EXCEPTION,
     PURGED,
     QUEUES,
-    REVISION_BUMP,
     STATS,
     TO_DLQ,
     ZOMBIE_DETAILS,
@@ -38,7 +37,9 @@ from chokaq_core.sql.base import (
     bucket_add,
     bulkhead,
     dlq_row_sql,
+    job_item,
     last_error_set,
+    queue_health_select,
     revision_guard,
     stats_add,
     summary_stats_sql,
@@ -88,11 +89,6 @@ _COUNTED = ("(SELECT " + ", ".join(f"{_ITEM.format(c)} AS {c}" for c in ("queue"
             + " FROM json_each(%s))")
 _OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
 
-UPDATE_DLQ_SQL = (f"WITH edit(new_payload, new_tags, actor) AS (SELECT %s, %s, %s) UPDATE {DLQ}"
-                  " SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload IS NOT payload"
-                  " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
-                  f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
-                  f" FROM edit WHERE id = %s AND {revision_guard()} RETURNING id")
 _JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at, rate_key"
 ENQUEUE_SQL = (
     f"INSERT INTO {HOT} ({_JOB}, status, attempt_count, created_at, last_updated_at)"
@@ -107,11 +103,11 @@ _NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTI
 CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
                     f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by,"
                     f" {_NO_EXCEPTION}")
+_RESCHEDULED = {"id": "id", "attempt_count": "attempts", "scheduled_at": "due", "stamp": "stamp",
+                "error_class": "error_class", "error_message": "error_message", "held_by": "held_by"}
 RESCHEDULE_SQL = (
-    "WITH items AS (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt_count') AS attempts,"
-    " json_extract(value, '$.scheduled_at') AS due, json_extract(value, '$.stamp') AS stamp,"
-    " json_extract(value, '$.error_class') AS error_class, json_extract(value, '$.error_message') AS error_message,"
-    " json_extract(value, '$.held_by') AS held_by FROM json_each(%s))"
+    f"WITH items AS (SELECT {', '.join(f'{_ITEM.format(k)} AS {v}' for k, v in _RESCHEDULED.items())}"
+    " FROM json_each(%s))"
     f" UPDATE {HOT} SET status = 0, attempt_count = items.attempts, scheduled_at = items.due, worker_id = NULL,"
     " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp, "
     + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
@@ -176,16 +172,8 @@ def _claim_sql(window: str) -> str:
 SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
 DLQ_ROW = dlq_row_sql("substr(error_details, -400)")  # the last 400 characters
 
-QUEUE_HEALTH_SQL = f"""
-        SELECT q.name, coalesce(h.n, 0), coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
-        FROM {QUEUES} q LEFT JOIN (
-            SELECT queue, count(*) AS n, avg(lag) AS avg_lag, max(lag) AS max_lag FROM (
-                SELECT queue, max(0.0, (julianday(%s) - julianday(coalesce(scheduled_at, created_at))) * 86400.0)
-                       AS lag
-                FROM {HOT} WHERE status = 0 AND (scheduled_at IS NULL OR scheduled_at <= %s))
-            GROUP BY queue) h ON h.queue = q.name
-        ORDER BY q.name
-"""
+QUEUE_HEALTH_SQL = (queue_health_select("max(0.0, (julianday(%s) - julianday(p.due_at)) * 86400.0)", "%s")
+                    + "\nORDER BY q.name")
 
 
 # ---------------------------------------------------------------- attempts history and retention
@@ -208,7 +196,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     DLQ_ROW = DLQ_ROW
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "%s",
               "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
-              "output": "", "returning": " RETURNING id"}
+              "output": "", "returning": " RETURNING id", "differs": "IS NOT"}
 
     def clock(self, at: datetime | None = None) -> list[Any]:
         return [_ts(at or _now())]
@@ -257,10 +245,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         now = _now()
         stamp = _ts(now)
         cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
-            {"id": j.id, "queue": j.queue, "type": j.type, "payload": j.payload, "tags": j.tags,
-             "idempotency_key": j.idempotency_key, "priority": int(j.priority), "created_by": j.created_by,
-             "rate_key": j.rate_key,
-             "scheduled_at": None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds))}
+            job_item(j, scheduled_at=None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds)))
             for j in jobs])])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         queues = json.dumps(sorted({job.queue for job in jobs}))
