@@ -233,6 +233,7 @@ class DeadJob(StoredJob):
     revision: int = 0  # the edit version, carried over from Hot (+1)
     error_class: str | None = None  # the exception class path of the failure (None: no exception, or an old row)
     error_message: str | None = None
+    rate_key: str | None = None  # the job's partition of a per-key rate limit, back in Hot when resurrected
 
     @property
     def error(self) -> str | None:

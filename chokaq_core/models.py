@@ -162,6 +162,7 @@ class JobsDLQ(JobModel):
     # (cancel, zombie) and in rows stored before these columns (the Deck shows the details' last line).
     error_class = models.CharField(max_length=255, null=True)
     error_message = models.CharField(max_length=1000, null=True)
+    rate_key = models.CharField(max_length=255, null=True)  # as JobsHot.rate_key: a resurrected job keeps it
 
     class Meta:
         db_table = "chokaq_jobs_dlq"

@@ -589,7 +589,8 @@ TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
 # DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``).
 TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
-                    "last_updated_at", "created_by", "last_modified_by", "revision"), "last_updated_at", "failed_total",
+                    "last_updated_at", "created_by", "last_modified_by", "revision", "rate_key"), "last_updated_at",
+              "failed_total",
               None)
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 

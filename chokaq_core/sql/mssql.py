@@ -129,6 +129,7 @@ _MOVED_TYPES = {
     "result": "nvarchar(max) NULL",
     "error_class": "nvarchar(255) NULL",
     "error_message": "nvarchar(1000) NULL",
+    "rate_key": "nvarchar(255) NULL",
 }
 
 PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit"}  # ``param`` kinds
@@ -409,7 +410,7 @@ RESCHEDULE_SQL = _batch(
 
 _TO_PENDING = "SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
 
-_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision")
+_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision", "rate_key")
 
 
 # DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
@@ -421,9 +422,9 @@ RESURRECT_SQL = _batch(
     f"DELETE d\n{_output_into(_RESURRECTED, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
     "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-    " last_updated_at, created_by, last_modified_by, revision)\n"
+    " last_updated_at, created_by, last_modified_by, revision, rate_key)\n"
     "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
-    " created_at, @Now, created_by, @Actor, revision\n"
+    " created_at, @Now, created_by, @Actor, revision, rate_key\n"
     "FROM @Moved;",
     _uncount("failed_total", touch=True),
     "SELECT id, queue FROM @Moved;",

@@ -278,12 +278,12 @@ SELECT id, queue FROM upd
 RESURRECT_SQL = f"""
 WITH moved AS (
     DELETE FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[]) AND {revision_guard("%s::int")}
-    RETURNING id, queue, type, payload, tags, created_by, created_at, revision),
+    RETURNING id, queue, type, payload, tags, created_by, created_at, revision, rate_key),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count,
-        created_at, last_updated_at, created_by, last_modified_by, revision)
+        created_at, last_updated_at, created_by, last_modified_by, revision, rate_key)
     SELECT id, queue, type, coalesce(%s::text, payload), coalesce(%s::text, tags), coalesce(%s::int, 10), 0, 0,
-           created_at, now(), created_by, %s::text, {CARRIED_REVISION}
+           created_at, now(), created_by, %s::text, {CARRIED_REVISION}, rate_key
     FROM moved
     RETURNING id, queue),
 {_uncount("failed_total", "ins", touch=True)}

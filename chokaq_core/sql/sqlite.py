@@ -115,7 +115,8 @@ RESCHEDULE_SQL = (
 )
 RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING id, queue, type,"
                  " coalesce(%s, payload) AS payload, coalesce(%s, tags) AS tags, coalesce(%s, 10) AS priority,"
-                 " 0 AS status, 0 AS attempt_count, created_at, created_by, %s AS last_modified_by, revision")
+                 " 0 AS status, 0 AS attempt_count, created_at, created_by, %s AS last_modified_by, revision,"
+                 " rate_key")
 PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
                      " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
 PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"

@@ -40,6 +40,7 @@ def new_job(
     priority: int = 10,
     delay: float | None = None,
     created_by: str | None = None,
+    rate_key: str | None = None,
 ) -> NewJob:
     return NewJob(
         id=id or new_ulid(),
@@ -51,6 +52,7 @@ def new_job(
         priority=priority,
         delay_seconds=delay,
         created_by=created_by,
+        rate_key=rate_key,
     )
 
 

@@ -147,6 +147,22 @@ def test_resurrect_returns_a_dlq_row_to_hot_pending(published: list) -> None:
     assert [j.id for j in storage.fetch_batch("w2", 5, ["res"])] == [job_id], "claimable at once"
 
 
+def test_a_job_keeps_its_rate_key_through_the_dlq_and_back() -> None:
+    """A per-key rate limit's partition stays the job's: failed or cancelled, then resurrected (in a batch, edited)."""
+    failed = dead("rk", rate_key="tenant:7")[0]
+    cancelled = pending("rk", rate_key="tenant:8")[0]
+    assert storage.cancel([cancelled], actor="ops")[0] == [cancelled]
+    edited = dead("rk", rate_key="tenant:9")[0]
+
+    assert (dlq_row(failed) or {})["rate_key"] == "tenant:7"
+    assert (dlq_row(cancelled) or {})["rate_key"] == "tenant:8"
+    assert storage.resurrect_batch([failed, cancelled], actor="ops") == 2
+    assert storage.resurrect(edited, payload='{"fixed": 1}', actor="ops") is True
+
+    assert [(hot(i) or {}).get("rate_key") for i in (failed, cancelled, edited)] == ["tenant:7", "tenant:8",
+                                                                                     "tenant:9"]
+
+
 def test_resurrect_applies_edits() -> None:
     job_id, _ = _dead_job("res-edit", tags="old")
 

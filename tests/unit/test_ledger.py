@@ -14,9 +14,10 @@ pytestmark = pytest.mark.django_db
 
 
 def test_the_migrations_record_their_ledger_rows() -> None:
-    rows = dict(SchemaMigrations.objects.filter(version__in=[4, 5, 6, 8, 9, 10, 11, 12]).values_list("version", "name"))
+    rows = dict(SchemaMigrations.objects.filter(version__in=[4, 5, 6, 8, 9, 10, 11, 12, 13]).values_list(
+        "version", "name"))
     assert rows == {4: "ArchiveResult", 5: "Schedules", 6: "JobAttempts", 8: "EditRevision",
-                    10: "History", 11: "RateLimits", 12: "ErrorColumns"}
+                    10: "History", 11: "RateLimits", 12: "ErrorColumns", 13: "DlqRateKey"}
 
 
 def test_a_ledger_row_is_recorded_once_and_removed_going_back() -> None:

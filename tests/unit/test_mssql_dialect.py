@@ -1058,13 +1058,14 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
                                                                                  "no exception")]), [[]]))
     [(text, params)] = cursor.calls
     assert "error_class nvarchar(255) '$.error_class', error_message nvarchar(1000) '$.error_message'" in text
-    assert re.search(r"OUTPUT deleted\.id, .*i\.error_class, i\.error_message\s+INTO @Moved", text)
+    assert re.search(r"OUTPUT deleted\.id, .*i\.error_class, i\.error_message, deleted\.rate_key\s+INTO @Moved", text)
     items = json.loads(params[0])
     assert [(i["error_class"], i["error_message"]) for i in items] == [
         ("builtins.ConnectionError", "it's 50% down"), (None, None)]
     for function in ("cancel_batch", "archive_zombies"):
         batch = _texts([function])[function][0]
-        assert re.search(r"OUTPUT deleted\.id, .*NULL, NULL\s+INTO @Moved", batch), "no exception: NULL class"
+        assert re.search(r"OUTPUT deleted\.id, .*NULL, NULL, deleted\.rate_key\s+INTO @Moved", batch), (
+            "no exception: NULL class; the rate key carried")
 
     _, cursor = _run(Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 30.0, ATTEMPT_ERROR),
                                                           Retry("J2", 0, 5.0, held_by="t.v1")]), [[]]))
@@ -1234,6 +1235,13 @@ def test_0012_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_conne
     assert split.endswith("WHERE [status] = 0;"), "a filtered index: Pending rows only"
     group = _statement_for(statements, "dlq_by_error")
     assert "ON [chokaq_jobs_dlq] ([failure_reason], [error_class], [failed_at] DESC)" in group
+
+
+def test_0013_adds_the_dlq_rate_key_with_the_type_its_moves_carry_on_sql_server(mssql_connection: Any) -> None:
+    text = "\n".join(collect_sql(mssql_connection, "0013_dlq_rate_key"))
+    assert re.search(r"ALTER TABLE \[chokaq_jobs_dlq\] ADD \[rate_key\] nvarchar\(255\) NULL", text)
+    assert sql._MOVED_TYPES["rate_key"] == "nvarchar(255) NULL", "the @Moved column has the table's type"
+    assert "rate_key" in sql.RESURRECT_SQL.split("INSERT INTO chokaq_jobs_hot")[1], "a resurrected job keeps it"
 
 
 def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read() -> None:
