@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum, IntEnum
+from operator import attrgetter
 
 from chokaq_core.domain import (
     CancellationReason,
@@ -458,7 +459,8 @@ class RatePlan:
     def changes(self) -> tuple[list[RateBucket], list[RateBucket], list[tuple[str, str]]]:
         """``(changed, added, dropped)`` buckets: the ones this claim took tokens from, and the refilled
         partitions of per-key limits (deleted, so the table holds only live keys; a key that comes back starts
-        again from one token, never more than it would have had)."""
+        again from one token, never more than it would have had). Each list is in (limit, key) order: the order
+        every lease locks and writes buckets in, so two leases never wait on each other's locks in a circle."""
         changed: list[RateBucket] = []
         added: list[RateBucket] = []
         dropped: list[tuple[str, str]] = []
@@ -478,4 +480,5 @@ class RatePlan:
                     and refilled(owner.rate, stored, self.now) >= owner.rate.capacity
                     and window_use(owner.rate, stored, self.now) == 0):
                 dropped.append((name, key))
-        return changed, added, dropped
+        slot = attrgetter("limit_name", "rate_key")
+        return sorted(changed, key=slot), sorted(added, key=slot), sorted(dropped)

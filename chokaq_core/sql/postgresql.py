@@ -349,7 +349,7 @@ WITH spend AS (
 known AS (
     SELECT b.limit_name FROM chokaq_rate_buckets b JOIN spend s ON b.limit_name = s.limit_name
         AND b.rate_key = s.rate_key AND b.tokens = s.known_tokens AND b.refilled_at = s.known_refilled_at
-    FOR UPDATE OF b),
+    ORDER BY b.limit_name, b.rate_key FOR UPDATE OF b),
 leased AS (
     UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = %(at)s::timestamptz,
         heartbeat_at = %(at)s::timestamptz, last_updated_at = %(at)s::timestamptz
