@@ -406,13 +406,6 @@ class RatePlan:
         """The buckets ``(limit name, key)`` a start of ``job`` takes a token from."""
         return [(limit.name, limit.bucket_key(job.rate_key)) for limit in self.limits if limit.covers(job.queue, job.type)]
 
-    def stored(self) -> list[RateBucket]:
-        """The buckets as stored once this plan's ``changes`` are written."""
-        changed, added, dropped = self.changes()
-        written = {(b.limit_name, b.rate_key): b for b in (*changed, *added)}
-        return [written.get(slot, bucket) for slot, bucket in self.buckets.items() if slot not in dropped] + [
-            b for slot, b in written.items() if slot not in self.buckets]
-
     def admit(self, jobs: Sequence[HotJob]) -> tuple[list[HotJob], list[HotJob]]:
         """``(kept, released)``: each job is kept while every limit covering it has a token for its key."""
         kept: list[HotJob] = []
@@ -432,8 +425,7 @@ class RatePlan:
     def give_back(self, jobs: Sequence[HotJob]) -> None:
         """Return the tokens ``admit`` took for ``jobs`` (admitted, then not started: no longer ours)."""
         for job in jobs:
-            self.taken.subtract((limit.name, limit.bucket_key(job.rate_key)) for limit in self.limits
-                                if limit.covers(job.queue, job.type))
+            self.taken.subtract(self.slots(job))
         self.taken = +self.taken  # no slot left at zero: it took nothing
 
     def claimed(self) -> dict[str, int]:

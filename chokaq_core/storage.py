@@ -404,7 +404,8 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
         planned = _lease_on_known_buckets(jobs, worker_id, concerned, plans)
         if planned is None:
             leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
-            KNOWN_BUCKETS.note(plans[0].now, plans[0].stored(), plans[0].changes()[2])
+            changed, added, dropped = plans[0].changes()  # what the lease read under the lock, then wrote
+            KNOWN_BUCKETS.note(plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
         else:
             leased = planned
         metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
@@ -426,7 +427,8 @@ class KnownBuckets:
         self._clock: tuple[datetime, float] | None = None  # the database's time, and time.monotonic() then
 
     def note(self, now: datetime, buckets: Sequence[RateBucket], dropped: Sequence[tuple[str, str]] = ()) -> None:
-        """What a read (or a write) showed at the database's time ``now``; an older sight never replaces a newer."""
+        """What a read (or a write) showed at the database's time ``now``, in order (a later sight of a bucket with
+        the same ``refilled_at`` wins); an older sight never replaces a newer; ``dropped`` ones are deleted."""
         with self._lock:
             if self._clock is None or now > self._clock[0]:
                 self._clock = (now, time.monotonic())
@@ -469,8 +471,9 @@ def _lease_on_known_buckets(jobs: Sequence[HotJob], worker_id: str, limits: Sequ
     changed, added, _ = plan.changes()
     if held or added:
         return None  # a held job or a new bucket: the locked lease decides (and learns the buckets)
+    slots = {job.id: plan.slots(job) for job in admitted}
     spends = [BucketSpend(plan.buckets[(b.limit_name, b.rate_key)], b, tuple(
-        job.id for job in admitted if (b.limit_name, b.rate_key) in plan.slots(job))) for b in changed]
+        job.id for job in admitted if (b.limit_name, b.rate_key) in slots[job.id])) for b in changed]
     sql = dialect()
     try:
         leased = LeasedJobs(call(HOT_PATH if sql.SPENDS_IN_ONE_STATEMENT else Mode(prepared=True),

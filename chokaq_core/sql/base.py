@@ -1086,17 +1086,23 @@ class BaseDialect:
         now, at = self.now()
         return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), self.rate_buckets(cursor, names)
 
+    def _bucket_update(self) -> str:
+        """The UPDATE of a bucket's state, before its WHERE (``_bucket_values`` are its parameters)."""
+        return (f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {self.TS}, window_started_at = {self.TS},"
+                " window_used = %s")
+
+    def _bucket_values(self, bucket: RateBucket) -> list[Any]:
+        return [bucket.tokens, self.param_ts(bucket.refilled_at), self.param_ts(bucket.window_started_at),
+                bucket.window_used]
+
     def save_rate_buckets(self, cursor: Cursor, changed: Sequence[RateBucket], added: Sequence[RateBucket],
                           dropped: Sequence[tuple[str, str]]) -> None:
         """Write the buckets a lease changed or added, and delete the refilled ones it dropped (under the
         limits' row locks, so no other lease writes them meanwhile)."""
         ts = self.TS  # a statement per bucket: a lease writes a few (the same texts on every vendor's driver)
         for b in changed:
-            cursor.execute(
-                f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
-                " window_used = %s WHERE limit_name = %s AND rate_key = %s",
-                [b.tokens, self.param_ts(b.refilled_at), self.param_ts(b.window_started_at), b.window_used,
-                 b.limit_name, b.rate_key])
+            cursor.execute(f"{self._bucket_update()} WHERE limit_name = %s AND rate_key = %s",
+                           [*self._bucket_values(b), b.limit_name, b.rate_key])
         for b in added:
             cursor.execute(
                 f"INSERT INTO {RATE_BUCKETS} ({', '.join(RATE_BUCKET_FIELDS)}) VALUES (%s, %s, %s, {ts}, {ts}, %s)",
@@ -1112,21 +1118,19 @@ class BaseDialect:
         start at ``at`` (a start is stamped when its token was taken, as under the lock; SQL Server stamps its own
         clock, a statement's latency later). Raises ``StaleBuckets`` (roll back: the lease under
         ``lock_rate_buckets`` decides) when a bucket changed since or a job was no longer this worker's."""
-        ts = self.TS
         output, tail = self.returning("limit_name")
         for spend in spends:
-            known, spent = spend.known, spend.spent
+            known = spend.known
             if not self._all(
-                cursor, f"UPDATE {RATE_BUCKETS} SET tokens = %s, refilled_at = {ts}, window_started_at = {ts},"
-                f" window_used = %s{output} WHERE limit_name = %s AND rate_key = %s AND tokens = %s"
-                f" AND refilled_at = {ts}{tail}",
-                [spent.tokens, self.param_ts(spent.refilled_at), self.param_ts(spent.window_started_at),
-                 spent.window_used, known.limit_name, known.rate_key, known.tokens, self.param_ts(known.refilled_at)]):
+                cursor, f"{self._bucket_update()}{output} WHERE limit_name = %s AND rate_key = %s AND tokens = %s"
+                f" AND refilled_at = {self.TS}{tail}",
+                [*self._bucket_values(spend.spent), known.limit_name, known.rate_key, known.tokens,
+                 self.param_ts(known.refilled_at)]):
                 raise StaleBuckets(known.limit_name)
-        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(at), self.ids_param(job_ids), worker_id])
-        if len(rows) != len(job_ids):
+        leased = self.mark_processing_batch(cursor, job_ids, worker_id, at)
+        if len(leased) != len(job_ids):
             raise StaleBuckets("a job of the lease is no longer this worker's")
-        return {str(job_id): int(attempts) for job_id, attempts in rows}
+        return leased
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 
@@ -1492,12 +1496,14 @@ class BaseDialect:
         row = self._one(cursor, self.MARK_PROCESSING_SQL, [*self.clock(), job_id, worker_id])
         return None if row is None else int(row[0])
 
-    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> dict[str, int]:
+    def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str,
+                              at: datetime | None = None) -> dict[str, int]:
         """The lease gate for several buffered rows in one statement: {job id: new attempt count} of
-        the rows that were still Fetched by this worker (the others must not run)."""
+        the rows that were still Fetched by this worker (the others must not run); ``at``: their start where the
+        statement takes its clock as a parameter (else now)."""
         if not job_ids:
             return {}
-        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(), self.ids_param(job_ids), worker_id])
+        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(at), self.ids_param(job_ids), worker_id])
         return {str(job_id): int(attempts) for job_id, attempts in rows}
 
     def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:

@@ -220,7 +220,7 @@ def test_known_buckets_trust_no_clock_read_too_long_ago(monkeypatch: pytest.Monk
     assert known.now_and_buckets(["type:a.v1"])[1] == []  # type: ignore[index]
 
 
-def test_a_plan_names_the_buckets_a_start_takes_from_and_the_buckets_once_written() -> None:
+def test_a_plan_names_the_buckets_a_start_takes_from_and_writes_them_in_limit_and_key_order() -> None:
     per_type = RateLimit("type:pay.v1", Rate(60, 60.0, 5))
     per_queue = RateLimit("queue:mail", Rate(60, 60.0, 5))
     bucket = RateBucket("type:pay.v1", "", 3.0, T0, T0, 1)
@@ -229,6 +229,9 @@ def test_a_plan_names_the_buckets_a_start_takes_from_and_the_buckets_once_writte
 
     assert plan.slots(job) == [("type:pay.v1", ""), ("queue:mail", "")]
     plan.admit([job])
-    stored = {(b.limit_name, b.rate_key): b for b in plan.stored()}
-    assert stored[("type:pay.v1", "")].tokens == 2.0 and stored[("type:pay.v1", "")].window_used == 2
-    assert stored[("queue:mail", "")].tokens == 0.0, "a new bucket holds one token, now spent"
+    changed, added, dropped = plan.changes()
+    assert [(b.limit_name, b.tokens, b.window_used) for b in changed] == [("type:pay.v1", 2.0, 2)]
+    assert [(b.limit_name, b.tokens) for b in added] == [("queue:mail", 0.0)], "a new bucket's one token, spent"
+    assert dropped == []
+    plan.give_back([job])
+    assert plan.changes() == ([], [], []), "a job given back took nothing"
