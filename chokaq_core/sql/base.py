@@ -704,6 +704,7 @@ class BaseDialect:
     # Capabilities. The channel enqueue NOTIFYs, for an idle worker to LISTEN on (None: no push channel):
     NOTIFY_CHANNEL: str | None = None
     SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
+    GENERIC_PLANS_SQL: str | None = None  # a session keeps its prepared statements' generic plans; None: no such
     MOVES_IN_ONE_STATEMENT = False  # each move between pillars (resurrect, purges, zombies) is one statement
     MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets (no
     # record_history after it)
@@ -771,6 +772,11 @@ class BaseDialect:
             return None
         cursor.execute(self.SESSION_PID_SQL)
         return int(cursor.fetchone()[0])
+
+    def keep_generic_plans(self, cursor: Cursor) -> None:
+        """Make this session run its prepared statements on their generic plans (no planning per call)."""
+        if self.GENERIC_PLANS_SQL is not None:
+            cursor.execute(self.GENERIC_PLANS_SQL)
 
     # ------------------------------------------------------------ hooks
 

@@ -307,6 +307,7 @@ SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND relation =
 """
 VACUUM_HOT_SQL = "VACUUM (ANALYZE, SKIP_LOCKED) chokaq_jobs_hot"
 SESSION_PID_SQL = "SELECT pg_backend_pid()"
+GENERIC_PLANS_SQL = "SET plan_cache_mode = force_generic_plan"
 
 
 QUEUE_HEALTH_SQL = """

@@ -121,10 +121,10 @@ class Worker:
             rescue_once(self.cfg)
         self.pool.grow(self.limiter.capacity)
         targets: list[tuple[str, Callable[[], None]]] = [
-            ("chokaq-fetcher", self.fetcher.run),
-            ("chokaq-dispatcher", self.dispatcher.run),
-            ("chokaq-completer", self.completer.run),
-            ("chokaq-supervisor", self.supervisor.run),
+            ("chokaq-fetcher", _engine(self.fetcher.run)),
+            ("chokaq-dispatcher", _engine(self.dispatcher.run)),
+            ("chokaq-completer", _engine(self.completer.run)),
+            ("chokaq-supervisor", _engine(self.supervisor.run)),
         ]
         if rescue:
             targets.append(("chokaq-rescue", lambda: rescue_loop(self.cfg, self.stopping)))
@@ -207,6 +207,14 @@ class Worker:
             runtime_json=json.dumps({"maxAttempts": policy.max_attempts, "baseDelaySeconds": policy.base_delay}),
             circuits_json=json.dumps(self.breakers.snapshot()),
         )
+
+
+def _engine(target: Callable[[], None]) -> Callable[[], None]:
+    """``target`` on a thread that runs only the engine's statements (``storage.engine_thread``)."""
+    def run() -> None:
+        storage.engine_thread()
+        target()
+    return run
 
 
 def _retry_policy(cfg: Config) -> RetryPolicy:
