@@ -341,13 +341,20 @@ def reset_memory() -> None:
 
 
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
-                rate_limits: Sequence[RateLimit] = ()) -> list[HotJob]:
+                rate_limits: Sequence[RateLimit] = (), lease: int = 0) -> list[HotJob]:
     """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim reads those limits' buckets (locking and
     writing nothing: the lease spends the tokens), skips what has no token left and keeps the claimed rows within
     the tokens there are now (the rest go back to Pending, no attempt counted); without limits it is the claim
-    alone. Claims of several workers may together take more than the tokens: the lease sends the excess back."""
+    alone. Claims of several workers may together take more than the tokens: the lease sends the excess back.
+
+    ``lease`` (without rate limits only): the caller holds that many free execution slots, so the first ``lease``
+    claimed rows are leased at once, in the claim's transaction (status Processing, the attempt counted, started
+    now: docs/architecture.md, "Leasing at the claim"); the caller must start them (or reschedule them)."""
     if not rate_limits:
-        return call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues)
+        jobs = call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues, None, lease)
+        if lease:
+            _emit(_processing_events([(job, job.attempt_count) for job in jobs if job.status == JobStatus.PROCESSING]))
+        return jobs
     names = sorted({limit.name for limit in rate_limits})
 
     def operation(cursor: Any) -> ClaimedJobs:

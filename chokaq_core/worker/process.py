@@ -94,6 +94,7 @@ class Worker:
         self.dispatcher = Dispatcher(self.worker_id, self.batch_size, cfg.RETRY.CIRCUIT_BREAKER_DELAY, self.buffer,
                                      self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit,
                                      self.completer.submit, self.rate_limits)
+        self.fetcher.reserve, self.fetcher.start_claimed = self.dispatcher.reserve, self.dispatcher.start_claimed
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
                                      self.completer.awaiting)
