@@ -104,7 +104,8 @@ class Fetcher:
                 else:
                     if self.reserve is not None:
                         reserved = self.reserve(limit)
-                    jobs = storage.fetch_batch(self.worker_id, limit, self.queues, lease=reserved)
+                    jobs = (storage.fetch_batch(self.worker_id, limit, self.queues, lease=reserved) if reserved
+                            else storage.fetch_batch(self.worker_id, limit, self.queues))
             except Exception:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
                 self._start_claimed([], reserved)
