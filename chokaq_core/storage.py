@@ -801,7 +801,7 @@ def stop_worker(worker_id: str) -> None:
     call(ALONE, dialect().stop_worker, worker_id)
 
 
-# ---------------------------------------------------------------- operations: health, retention, schedule (issue 5)
+# ---------------------------------------------------------------- operations: health, retention, schedule
 
 
 def list_workers() -> list[WorkerInfo]:
@@ -929,7 +929,7 @@ def get_dead(job_id: str) -> DeadJob | None:
     return call(ALONE, dialect().get_dead, job_id)
 
 
-# ---------------------------------------------------------------- Deck reads and bulk commands (issue 3)
+# ---------------------------------------------------------------- Deck reads and bulk commands
 
 
 def list_active(filters: JobFilter, limit: int) -> list[JobRow]:
