@@ -181,6 +181,29 @@ def set_queue_max_workers(queue: str, max_workers: int | str | None, *, must_exi
     return value
 
 
+def queue_change(queue: str, change: str) -> str:
+    """An operator's change of a queue as its audit entry tells it, from the Deck or a shell: "Queue mail:
+    paused"; ``change`` is one of ``paused_change``, ``active_change``, ``max_workers_change``,
+    ``zombie_timeout_change``."""
+    return f"Queue {queue}: {change}"
+
+
+def paused_change(paused: bool) -> str:
+    return "paused" if paused else "resumed"
+
+
+def active_change(active: bool) -> str:
+    return "shown (paused)" if active else "hidden (paused)"
+
+
+def max_workers_change(value: int | None) -> str:
+    return f"max workers {value}" if value else "max workers unlimited"
+
+
+def zombie_timeout_change(value: int | None) -> str:
+    return f"zombie timeout {value}s" if value else "zombie timeout cleared (global)"
+
+
 def set_queue_zombie_timeout(queue: str, seconds: int | str | None, *, must_exist: bool = False) -> int | None:
     """Per-queue zombie timeout override in seconds (None = the global setting); ``must_exist`` as for
     ``set_queue_paused``."""

@@ -483,8 +483,8 @@ def purge_dlq_many(request: HttpRequest) -> Done:
                 scope=",".join(ids), level="warning", job_ids=purged)
 
 
-def _queue_done(name: str, text: str) -> Done:
-    return Done(f"Queue {name}: {text}", scope=name)
+def _queue_done(name: str, change: str) -> Done:
+    return Done(service.queue_change(name, change), scope=name)
 
 
 @command(Role.OPERATOR)
@@ -492,7 +492,7 @@ def set_queue_paused(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     paused = forms.clean(forms.Toggle, request.POST)["value"]
     service.set_queue_paused(name, paused, must_exist=True)
-    return _queue_done(name, "paused" if paused else "resumed")
+    return _queue_done(name, service.paused_change(paused))
 
 
 @command(Role.OPERATOR)
@@ -501,7 +501,7 @@ def set_queue_active(request: HttpRequest, name: str) -> Done:
     visible = forms.clean(forms.Toggle, request.POST)["value"]
     if not service.set_queue_active(name, visible):
         raise service.NotFoundError(f"Queue {name!r} does not exist")
-    return _queue_done(name, "shown (paused)" if visible else "hidden (paused)")
+    return _queue_done(name, service.active_change(visible))
 
 
 @command(Role.OPERATOR)
@@ -510,7 +510,7 @@ def set_queue_zombie_timeout(request: HttpRequest, name: str) -> Done:
     seconds = forms.clean(forms.ZombieTimeout, request.POST).get("value")
     value = service.set_queue_zombie_timeout(name, None if seconds is None else max(60, seconds),
                                              must_exist=True)
-    return _queue_done(name, f"zombie timeout {value}s" if value else "zombie timeout cleared (global)")
+    return _queue_done(name, service.zombie_timeout_change(value))
 
 
 @command(Role.OPERATOR)
@@ -518,7 +518,7 @@ def set_queue_max_workers(request: HttpRequest, name: str) -> Done:
     name = forms.queue_name(name)
     value = service.set_queue_max_workers(name, forms.clean(forms.MaxWorkers, request.POST).get("value"),
                                          must_exist=True)
-    return _queue_done(name, f"max workers {value}" if value else "max workers unlimited")
+    return _queue_done(name, service.max_workers_change(value))
 
 
 def _rate_done(state: RateLimitState, text: str) -> Done:

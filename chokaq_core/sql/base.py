@@ -14,7 +14,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -545,10 +545,19 @@ def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str
     return [overrides.get(c, f"{row}.{c}") for c in columns]
 
 
-def insert_moved(move: Move, source: str, now: str) -> str:
-    """Copy the moved rows in ``source`` into the move's pillar, stamped ``now``."""
+def insert_moved(move: Move, source: str, now: str, values: Mapping[str, str] | None = None) -> str:
+    """Copy the moved rows in ``source`` into the move's pillar, stamped ``now``, the columns of ``values`` set to
+    those."""
+    values = {**(values or {}), move.stamp: now}
     return (f"INSERT INTO {move.table} ({', '.join(move.fields)})\n"
-            f"    SELECT {', '.join(now if c == move.stamp else c for c in move.fields)} FROM {source}")
+            f"    SELECT {', '.join(values.get(c, c) for c in move.fields)} FROM {source}")
+
+
+def resurrected(payload: str, tags: str, priority: str, actor: str) -> dict[str, str]:
+    """What a DLQ row becomes in Hot besides ``RESURRECT_KEEPS`` (operands: the edits, NULL to keep the row's
+    own): Pending, no attempt yet, priority 10 unless given, modified by ``actor``."""
+    return {"payload": f"coalesce({payload}, payload)", "tags": f"coalesce({tags}, tags)",
+            "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
 def stats_update(counter: str) -> dict[str, str | None]:
@@ -592,20 +601,24 @@ TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "statu
                     "last_updated_at", "created_by", "last_modified_by", "revision", "rate_key"), "last_updated_at",
               "failed_total",
               None)
+# The columns a resurrected row keeps from its DLQ row (its revision one up, see ``carried_values``).
+RESURRECT_KEEPS = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision", "rate_key")
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
-def bulkhead(window: str, capped: str, limit: str) -> str:
+def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:
     """The claim's ranking (spec 01 §4.2) after its ``window`` of due Pending rows (id, queue, priority, sort_at):
     ``active`` counts the running rows of the ``capped`` queues, ``ranked`` numbers each queue's rows in claim
-    order, ``picked`` keeps the first ``limit`` rows within every queue's ``max_workers``."""
+    order, ``picked`` keeps the first ``limit`` rows within every queue's ``max_workers`` (``top``: as
+    ``TOP (limit)``, SQL Server's form, rather than ``LIMIT``)."""
     return (f"active AS (SELECT queue, count(*) AS n FROM {HOT} WHERE status IN (1, 2) AND queue IN ({capped})"
             " GROUP BY queue),\n"
             "ranked AS (SELECT w.id, w.priority, w.sort_at, q.max_workers, coalesce(a.n, 0) AS cur,\n"
             "    row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.sort_at, w.id) AS rnk\n"
             f"    FROM {window} w LEFT JOIN {QUEUES} q ON q.name = w.queue LEFT JOIN active a ON a.queue = w.queue),\n"
-            "picked AS (SELECT id FROM ranked WHERE max_workers IS NULL OR cur + rnk <= max_workers\n"
-            f"    ORDER BY priority DESC, sort_at, id LIMIT {limit})")
+            f"picked AS (SELECT {f'TOP ({limit}) ' if top else ''}id FROM ranked"
+            " WHERE max_workers IS NULL OR cur + rnk <= max_workers\n"
+            f"    ORDER BY priority DESC, sort_at, id{'' if top else f' LIMIT {limit}'})")
 
 
 # Statements the vendors share, over their TOKENS (a vendor module's own statement of the same name wins):
@@ -642,12 +655,12 @@ SHARED_STATEMENTS = {
                       f" AND {revision_guard('{int}')}{{returning}}",
     "RELEASE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 0, worker_id = NULL, last_updated_at = {now}"
                    "{output} WHERE id {ids} AND {by_id}status = 1 AND worker_id = %s{returning}",
-    # "differs": the null-safe inequality; previous_payload keeps the text an edit replaces.
+    # "differs": new_payload is not payload (null-safe); previous_payload keeps the text an edit replaces.
     "UPDATE_DLQ_SQL": "WITH edit(new_payload, new_tags, actor) AS (SELECT {text}, {text}, {text})"
-                      " UPDATE chokaq_jobs_dlq SET previous_payload = CASE WHEN new_payload IS NOT NULL AND new_payload {differs} payload"
+                      " UPDATE chokaq_jobs_dlq{rowlock} SET previous_payload = CASE WHEN new_payload IS NOT NULL AND {differs}"
                       " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
-                      f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}"
-                      f" FROM edit WHERE id = %s AND {revision_guard('{int}')} RETURNING id",
+                      f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}{{output}}"
+                      f" FROM edit WHERE id = %s AND {revision_guard('{int}')}{{returning}}",
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
     # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
@@ -704,10 +717,12 @@ class BaseDialect:
     # Capabilities. The channel enqueue NOTIFYs, for an idle worker to LISTEN on (None: no push channel):
     NOTIFY_CHANNEL: str | None = None
     SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
+    GENERIC_PLANS_SQL: str | None = None  # a session keeps its prepared statements' generic plans; None: no such
     MOVES_IN_ONE_STATEMENT = False  # each move between pillars (resurrect, purges, zombies) is one statement
     MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets (no
     # record_history after it)
     ENQUEUE_IN_ONE_STATEMENT = False  # an enqueue of jobs without idempotency keys is one statement
+    LEASES_IN_CLAIM = False  # claim() leases its first rows itself (else fetch_batch runs the lease after it)
     PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
@@ -734,7 +749,7 @@ class BaseDialect:
     UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
     RELEASE_SQL: str  # params: clock, ids, worker → id
     RECOVER_ABANDONED_SQL: str  # params: clock, ago_params(timeout) → changed
-    ARCHIVE_ZOMBIES_SQL: str  # params: seconds_params(global timeout), details → moved
+    ARCHIVE_ZOMBIES_SQL: str  # params: clock, seconds_params(global timeout), details → moved
     RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
     PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
@@ -771,6 +786,11 @@ class BaseDialect:
             return None
         cursor.execute(self.SESSION_PID_SQL)
         return int(cursor.fetchone()[0])
+
+    def keep_generic_plans(self, cursor: Cursor) -> None:
+        """Make this session run its prepared statements on their generic plans (no planning per call)."""
+        if self.GENERIC_PLANS_SQL is not None:
+            cursor.execute(self.GENERIC_PLANS_SQL)
 
     # ------------------------------------------------------------ hooks
 
@@ -1343,12 +1363,15 @@ class BaseDialect:
         transaction). A name seen for the first time records ``tick`` and returns False, so a new schedule starts
         with its next tick."""
         now, at = self.now()
-        if self._all(cursor, f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) VALUES (%s, {self.TS}, {now})"
-                     " ON CONFLICT (name) DO NOTHING RETURNING name", [name, self.param_ts(tick), *at]):
-            return False
-        return bool(self._all(cursor, f"UPDATE {SCHEDULES} SET last_tick_at = {self.TS}, updated_at = {now}"
-                              f" WHERE name = %s AND last_tick_at < {self.TS} RETURNING name",
-                              [self.param_ts(tick), *at, name, self.param_ts(tick)]))
+        ts = self.param_ts(tick)
+        output, tail = self.returning("name")
+        if self._all(cursor, f"UPDATE {SCHEDULES} SET last_tick_at = {self.TS}, updated_at = {now}{output}"
+                     f" WHERE name = %s AND last_tick_at < {self.TS}{tail}", [ts, *at, name, ts]):
+            return True
+        cursor.execute(f"INSERT INTO {SCHEDULES} (name, last_tick_at, updated_at) SELECT %s, {self.TS}, {now}"
+                       f" WHERE NOT EXISTS (SELECT 1 FROM {SCHEDULES}{self.ROW_LOCK_HINT} WHERE name = %s)"
+                       f"{self.IGNORE_DUPLICATE}", [name, ts, *at, name])
+        return False
 
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
         """Insert one ``chokaq_job_attempts`` row per failed execution (one INSERT … SELECT over the batch as
@@ -1474,19 +1497,33 @@ class BaseDialect:
         return {str(key): str(job_id) for key, job_id in rows}
 
     def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
-                    hold: ClaimHold | None = None) -> list[HotJob]:
+                    hold: ClaimHold | None = None, lease: int = 0) -> list[HotJob]:
         """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide, bulkheads and what rate
-        limits hold back (``hold``), in claim order: priority desc, due time asc, id."""
+        limits hold back (``hold``), in claim order: priority desc, due time asc, id. The first ``lease`` of them
+        (the worker has a free execution slot for each) are leased in the same transaction: Processing, their
+        attempt counted, started now (``LEASES_IN_CLAIM``: by the claim statement itself, else by the lease
+        statement after it; a leased job's ``started_at`` and ``heartbeat_at`` are then not read back)."""
         if limit <= 0 or (queues is not None and not queues):
             return []
-        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)),
-                          hold or None)
-        return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+        names = None if queues is None else list(dict.fromkeys(queues))
+        rows = (self.claim_leasing(cursor, worker_id, limit, names, hold or None, lease)
+                if lease and self.LEASES_IN_CLAIM else self.claim(cursor, worker_id, limit, names, hold or None))
+        jobs = sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+        if lease and not self.LEASES_IN_CLAIM and jobs:
+            attempts = self.mark_processing_batch(cursor, [job.id for job in jobs[:lease]], worker_id)
+            jobs = [replace(job, status=JobStatus.PROCESSING, attempt_count=attempts[job.id]) if job.id in attempts
+                    else job for job in jobs]
+        return jobs
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
         """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched, its candidate rows
         filtered by ``hold_clause(hold)`` when a hold is given (None: the plain claim, not one statement more)."""
+        raise NotImplementedError
+
+    def claim_leasing(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+                      hold: ClaimHold | None, lease: int) -> list[Any]:
+        """Where ``LEASES_IN_CLAIM``: the claim whose statement also leases its first ``lease`` rows in claim order."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ the lease, commands and maintenance
@@ -1562,7 +1599,7 @@ class BaseDialect:
     def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
         return self._move(cursor, TO_DLQ, self.ARCHIVE_ZOMBIES_SQL,
-                          [*self.seconds_params(global_timeout_s), ZOMBIE_DETAILS])
+                          [*self.clock(), *self.seconds_params(global_timeout_s), ZOMBIE_DETAILS])
 
     # ------------------------------------------------------------ DLQ → Hot and the purges
 

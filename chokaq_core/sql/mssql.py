@@ -70,16 +70,18 @@ from chokaq_core.sql.base import (
     LIST_WORKERS_SELECT,
     PURGED,
     QUEUE_STATES_SELECT,
-    REVISION_BUMP,
+    RESURRECT_KEEPS,
     STATS,
     SUMMARY_WIDTH,
     TO_ARCHIVE,
     TO_DLQ,
+    TO_HOT,
     TOP_ERRORS_SAMPLE,
     WORKER_FIELDS,
     BaseDialect,
     Move,
     as_utc,
+    bulkhead,
     carried_values,
     insert_moved,
     job_item,
@@ -87,6 +89,7 @@ from chokaq_core.sql.base import (
     locate_statement,
     queue_health_select,
     queue_stats_select,
+    resurrected,
     revision_guard,
     stats_update,
     summary_stats_sql,
@@ -291,25 +294,11 @@ def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
     WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){queue_predicate}
       AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{hold}
     ORDER BY h.priority DESC, sort_at, h.id),
-ActiveCounts AS (
-    SELECT a.queue, COUNT(*) AS n FROM chokaq_jobs_hot AS a
-    WHERE a.status IN (1, 2)
-      AND a.queue IN (SELECT c.name FROM chokaq_queues AS c WHERE c.max_workers IS NOT NULL)
-    GROUP BY a.queue),
-Ranked AS (
-    SELECT e.id, e.priority, e.sort_at, q.max_workers, COALESCE(ac.n, 0) AS cur,
-           ROW_NUMBER() OVER (PARTITION BY e.queue ORDER BY e.priority DESC, e.sort_at, e.id) AS rnk
-    FROM Eligible AS e
-    LEFT JOIN chokaq_queues AS q ON q.name = e.queue
-    LEFT JOIN ActiveCounts AS ac ON ac.queue = e.queue),
-Picked AS (
-    SELECT TOP (@Limit) r.id FROM Ranked AS r
-    WHERE r.max_workers IS NULL OR r.cur + r.rnk <= r.max_workers
-    ORDER BY r.priority DESC, r.sort_at, r.id)
+{bulkhead("Eligible", "SELECT c.name FROM chokaq_queues AS c WHERE c.max_workers IS NOT NULL", "@Limit", top=True)}
 UPDATE h SET status = 1, worker_id = @WorkerId, last_updated_at = @Now
 OUTPUT {", ".join(f"inserted.{c}" for c in HOT_FIELDS)}
 FROM chokaq_jobs_hot AS h WITH (ROWLOCK)
-INNER JOIN Picked AS p ON p.id = h.id
+INNER JOIN picked AS p ON p.id = h.id
 WHERE h.status = 0;"""
     # Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control
     # rows, held to commit, make the claim statement that follows count every earlier committed claim.
@@ -408,41 +397,18 @@ RESCHEDULE_SQL = _batch(
     "SELECT id, queue FROM @Moved;",
 )
 
-_TO_PENDING = "SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
-
-_RESURRECTED = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision", "rate_key")
-
-
 # DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
 RESURRECT_SQL = _batch(
     _NOW,
     _params("@Ids nvarchar(max)", "@Revision int", "@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int",
             "@Actor nvarchar(4000)"),
-    _moved_table(_RESURRECTED),
-    f"DELETE d\n{_output_into(_RESURRECTED, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
+    _moved_table(RESURRECT_KEEPS),
+    f"DELETE d\n{_output_into(RESURRECT_KEEPS, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
     f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
-    "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count, created_at,"
-    " last_updated_at, created_by, last_modified_by, revision, rate_key)\n"
-    "SELECT id, queue, type, COALESCE(@Payload, payload), COALESCE(@Tags, tags), COALESCE(@Priority, 10), 0, 0,"
-    " created_at, @Now, created_by, @Actor, revision, rate_key\n"
-    "FROM @Moved;",
+    insert_moved(TO_HOT, "@Moved", "@Now", resurrected("@Payload", "@Tags", "@Priority", "@Actor")) + ";",
     _uncount("failed_total", touch=True),
     "SELECT id, queue FROM @Moved;",
 )
-
-# previous_payload keeps the replaced text; the comparison is binary (collations ignore case and trailing blanks).
-UPDATE_DLQ_SQL = _batch(
-    _params("@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Actor nvarchar(4000)", "@JobId nvarchar(4000)",
-            "@Revision int"),
-    "UPDATE chokaq_jobs_dlq WITH (ROWLOCK)\n"
-    "SET previous_payload = CASE WHEN @Payload IS NOT NULL AND (payload IS NULL\n"
-    "        OR CAST(payload AS varbinary(max)) <> CAST(@Payload AS varbinary(max)))\n"
-    "        THEN payload ELSE previous_payload END,\n"
-    f"    payload = COALESCE(@Payload, payload), tags = COALESCE(@Tags, tags), last_modified_by = @Actor, {REVISION_BUMP}\n"
-    "OUTPUT inserted.id\n"
-    f"WHERE id = @JobId AND {revision_guard('@Revision')};",
-)
-
 
 # Datetimes travel as ISO 8601 text (exact to the microsecond, whatever the driver binds datetimes as).
 _CUTOFF = "DECLARE @Cutoff datetimeoffset(7) = %s;"
@@ -484,7 +450,8 @@ PURGE_ARCHIVE_SQL = _purge(
 
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
-    f"UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) {_TO_PENDING}WHERE status = 1\n"
+    "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
+    "WHERE status = 1\n"
     "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
 
 
@@ -527,9 +494,6 @@ def _is_idempotency_race(exc: BaseException) -> bool:
     return any(code in text for code in DUPLICATE_KEY_ERRORS) and IDEMPOTENCY_INDEX in text
 
 
-# ---------------------------------------------------------------- enqueue / claim
-
-
 # ---------------------------------------------------------------- retention, schedules and reads
 
 
@@ -543,19 +507,6 @@ def _batch_delete(table: str, column: str, *declares: str, where: str = "") -> s
 PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
 PURGE_METRIC_BUCKETS_SQL = _batch_delete("chokaq_metric_buckets", "bucket_start")
 PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
-# UPDLOCK + HOLDLOCK on the name: concurrent claimers queue on it, the first moves the tick forward.
-CLAIM_SCHEDULE_TICK_SQL = _batch(
-    _NOW,
-    _params("@Name nvarchar(200)", "@Tick datetimeoffset(7)"),
-    "DECLARE @Claimed int = 0;",
-    "IF NOT EXISTS (SELECT 1 FROM chokaq_schedules WITH (UPDLOCK, HOLDLOCK) WHERE name = @Name)\n"
-    "    INSERT INTO chokaq_schedules (name, last_tick_at, updated_at) VALUES (@Name, @Tick, @Now);\n"
-    "ELSE BEGIN\n"
-    "    UPDATE chokaq_schedules SET last_tick_at = @Tick, updated_at = @Now WHERE name = @Name AND last_tick_at < @Tick;\n"
-    "    SET @Claimed = @@ROWCOUNT;\n"
-    "END",
-    "SELECT @Claimed;",
-)
 PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
 LOCATE_SELECT = locate_statement(f"IN {_IDS}")  # reads ``@Ids`` (the JSON array of ``_ids_json``)
 
@@ -604,7 +555,7 @@ PURGE_ARCHIVE_IDS_SQL = _batch(
 )
 
 
-# ---------------------------------------------------------------- the live Deck's one read (issue 7)
+# ---------------------------------------------------------------- the live Deck's one read
 
 
 def _packed(select: str, width: int, order: str | None = None) -> str:
@@ -667,7 +618,9 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     # The words of the SHARED_STATEMENTS it has not written itself (typed parameters: a NULL keeps its type).
     TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": _ID_LIST, "by_id": "",
               "text": "CAST(%s AS nvarchar(max))", "int": "CAST(%s AS int)", "rowlock": " WITH (ROWLOCK)",
-              "output": " OUTPUT inserted.id", "returning": ""}
+              "output": " OUTPUT inserted.id", "returning": "",
+              # binary: the collations ignore case and trailing blanks
+              "differs": "(payload IS NULL OR CAST(new_payload AS varbinary(max)) <> CAST(payload AS varbinary(max)))"}
 
     FOLDS_CASE = True
 
@@ -733,10 +686,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return self.rows(cursor)
-
-    def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
-        cursor.execute(CLAIM_SCHEDULE_TICK_SQL, [name, self.param_ts(tick)])
-        return self.counted(cursor) > 0
 
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)

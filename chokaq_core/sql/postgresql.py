@@ -27,12 +27,13 @@ from chokaq_core.domain import (
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    CARRIED_REVISION,
     HOT_FIELDS,
     MAX_HELD_KEYS,
     PURGED,
+    RESURRECT_KEEPS,
     TO_ARCHIVE,
     TO_DLQ,
+    TO_HOT,
     BaseDialect,
     Move,
     StaleBuckets,
@@ -43,6 +44,8 @@ from chokaq_core.sql.base import (
     history_rows,
     insert_moved,
     last_error_set,
+    queue_health_select,
+    resurrected,
     revision_guard,
     stats_add,
 )
@@ -59,10 +62,10 @@ ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
 # ---------------------------------------------------------------- SQL builders
 
 
-def _returning(move: Move, overrides: Mapping[str, str]) -> str:
-    """``RETURNING`` list of a ``moved`` CTE: what each row carries into the move's pillar."""
-    values = carried_values(move.carried, "h", overrides)
-    return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(move.carried, values, strict=True))
+def _returning(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
+    """``RETURNING`` list of a ``moved`` CTE: the ``columns`` each row carries into its pillar."""
+    values = carried_values(columns, "h", overrides)
+    return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(columns, values, strict=True))
 
 
 # Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
@@ -167,6 +170,9 @@ def _hold_params(hold: ClaimHold) -> dict[str, list[str]]:
                for scope, pairs in by_scope.items() for i, part in enumerate(("targets", "keys"))}}
 
 
+_LEASED = "h.id = ANY(ARRAY(SELECT id FROM leased))"  # the first %(lease)s claimed rows start now (lease_at_claim)
+
+
 def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
     """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
 
@@ -218,8 +224,14 @@ capped AS (
     SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
     WHERE q.max_workers IS NOT NULL),
 {bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
+leased AS (
+    SELECT r.id FROM ranked r WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+    ORDER BY r.priority DESC, r.sort_at, r.id LIMIT %(lease)s),
 claimed AS (
-    UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
+    UPDATE chokaq_jobs_hot h SET status = CASE WHEN {_LEASED} THEN 2 ELSE 1 END, worker_id = %(worker)s,
+        attempt_count = h.attempt_count + CASE WHEN {_LEASED} THEN 1 ELSE 0 END,
+        started_at = CASE WHEN {_LEASED} THEN now() ELSE h.started_at END,
+        heartbeat_at = CASE WHEN {_LEASED} THEN now() ELSE h.heartbeat_at END, last_updated_at = now()
     WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0 AND {ASYNC_COMMIT}
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
 SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
@@ -243,22 +255,22 @@ _OWNED_MOVE = ("moved AS (DELETE FROM chokaq_jobs_hot h USING items i WHERE h.id
                f" {WORKER_GUARD}\n    RETURNING {{}})")
 ARCHIVE_SUCCEEDED_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
-    + _OWNED_MOVE.format(_returning(TO_ARCHIVE, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
+    + _OWNED_MOVE.format(_returning(TO_ARCHIVE.carried, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
 MOVE_TO_DLQ_SQL = _completion(
     "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[])\n"
     "    AS t(id, failure_reason, error_details, error_class, error_message)),\n"
-    + _OWNED_MOVE.format(_returning(TO_DLQ, {c: f"i.{c}" for c in
+    + _OWNED_MOVE.format(_returning(TO_DLQ.carried, {c: f"i.{c}" for c in
                                              ("failure_reason", "error_details", "error_class", "error_message")})),
     TO_DLQ)
 CANCEL_BATCH_SQL = _completion(
     "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n    RETURNING "
-    + _returning(TO_DLQ, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "%s::text",
+    + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "%s::text",
                           "last_modified_by": "%s::text"}) + ")", TO_DLQ)
 ARCHIVE_ZOMBIES_SQL = _completion(
     "moved AS (DELETE FROM chokaq_jobs_hot h\n"
     "    WHERE h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
     "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), %s::float8))\n"
-    "    RETURNING " + _returning(TO_DLQ, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
+    "    RETURNING " + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
     + ")", TO_DLQ)
 
 RESCHEDULE_SQL = f"""
@@ -278,14 +290,9 @@ SELECT id, queue FROM upd
 # Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
 RESURRECT_SQL = f"""
 WITH moved AS (
-    DELETE FROM chokaq_jobs_dlq WHERE id = ANY(%s::text[]) AND {revision_guard("%s::int")}
-    RETURNING id, queue, type, payload, tags, created_by, created_at, revision, rate_key),
-ins AS (
-    INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, priority, status, attempt_count,
-        created_at, last_updated_at, created_by, last_modified_by, revision, rate_key)
-    SELECT id, queue, type, coalesce(%s::text, payload), coalesce(%s::text, tags), coalesce(%s::int, 10), 0, 0,
-           created_at, now(), created_by, %s::text, {CARRIED_REVISION}, rate_key
-    FROM moved
+    DELETE FROM chokaq_jobs_dlq h WHERE h.id = ANY(%s::text[]) AND h.{revision_guard("%s::int")}
+    RETURNING {_returning(RESURRECT_KEEPS, {})}),
+ins AS ({insert_moved(TO_HOT, "moved", "now()", resurrected("%s::text", "%s::text", "%s::int", "%s::text"))}
     RETURNING id, queue),
 {_uncount("failed_total", "ins", touch=True)}
 SELECT id, queue FROM ins
@@ -308,17 +315,11 @@ SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND relation =
 """
 VACUUM_HOT_SQL = "VACUUM (ANALYZE, SKIP_LOCKED) chokaq_jobs_hot"
 SESSION_PID_SQL = "SELECT pg_backend_pid()"
+GENERIC_PLANS_SQL = "SET plan_cache_mode = force_generic_plan"
 
 
-QUEUE_HEALTH_SQL = """
-SELECT q.name, h.n, coalesce(h.avg_lag, 0), coalesce(h.max_lag, 0)
-FROM chokaq_queues q CROSS JOIN LATERAL (
-    SELECT count(*) AS n, avg(lag) AS avg_lag, max(lag) AS max_lag FROM (
-        SELECT greatest(0, extract(epoch FROM now() - coalesce(h.scheduled_at, h.created_at)))::float8 AS lag
-        FROM chokaq_jobs_hot h
-        WHERE h.queue = q.name AND h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= now())) x) h
-ORDER BY q.name
-"""
+QUEUE_HEALTH_SQL = (queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
+                    + "\nORDER BY q.name")
 
 PURGE_ARCHIVE_IDS_SQL = f"""
 WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
@@ -381,7 +382,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
               "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
               "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "", "output": "",
-              "returning": " RETURNING id", "differs": "IS DISTINCT FROM"}
+              "returning": " RETURNING id", "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
     SPENDS_IN_ONE_STATEMENT = True
@@ -395,10 +396,17 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         inserted = {str(row[0]) for row in cursor.fetchall()}
         return inserted, self.key_holders(cursor, jobs, inserted)
 
+    LEASES_IN_CLAIM = True
+
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
-        """Lock the capped queues in reach, then claim (spec 01 §4.2), skipping what rate limits hold back."""
-        params: dict[str, Any] = {"limit": limit, "worker": worker_id}
+        return self.claim_leasing(cursor, worker_id, limit, queues, hold, 0)
+
+    def claim_leasing(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+                      hold: ClaimHold | None, lease: int) -> list[Any]:
+        """Lock the capped queues in reach, then claim (spec 01 §4.2), skipping what rate limits hold back; the first
+        ``lease`` rows in claim order are leased by the same UPDATE (Processing, one more attempt, started now)."""
+        params: dict[str, Any] = {"limit": limit, "worker": worker_id, "lease": lease}
         if queues is None:
             cursor.execute(LOCK_CAPPED_ALL_SQL)
         else:

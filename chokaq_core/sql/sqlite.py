@@ -30,8 +30,7 @@ from chokaq_core.sql.base import (
     PURGED,
     QUEUES,
     STATS,
-    TO_DLQ,
-    ZOMBIE_DETAILS,
+    TO_HOT,
     BaseDialect,
     Move,
     bucket_add,
@@ -40,6 +39,7 @@ from chokaq_core.sql.base import (
     job_item,
     last_error_set,
     queue_health_select,
+    resurrected,
     revision_guard,
     stats_add,
     summary_stats_sql,
@@ -103,6 +103,13 @@ _NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTI
 CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
                     f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by,"
                     f" {_NO_EXCEPTION}")
+# Spec 01 §4.12: a queue's own timeout, else the global one (seconds, as julianday fractions of a day).
+ARCHIVE_ZOMBIES_SQL = (
+    f"{_CLOCK}DELETE FROM {HOT} WHERE status = 2 AND julianday(coalesce(heartbeat_at, last_updated_at))"
+    f" < julianday({_NOW}) - coalesce((SELECT q.zombie_timeout_seconds FROM {QUEUES} q WHERE q.name = {HOT}.queue),"
+    f" %s) / 86400.0 RETURNING {HOT_COLUMNS}, {int(FailureReason.ZOMBIE)} AS failure_reason, %s AS error_details,"
+    f" {_NO_EXCEPTION}"
+)
 _RESCHEDULED = {"id": "id", "attempt_count": "attempts", "scheduled_at": "due", "stamp": "stamp",
                 "error_class": "error_class", "error_message": "error_message", "held_by": "held_by"}
 RESCHEDULE_SQL = (
@@ -113,10 +120,9 @@ RESCHEDULE_SQL = (
     + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
     f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
 )
-RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING id, queue, type,"
-                 " coalesce(%s, payload) AS payload, coalesce(%s, tags) AS tags, coalesce(%s, 10) AS priority,"
-                 " 0 AS status, 0 AS attempt_count, created_at, created_by, %s AS last_modified_by, revision,"
-                 " rate_key")
+_RESURRECTED = resurrected("%s", "%s", "%s", "%s")
+RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
+                 + ", ".join(f"{_RESURRECTED[c]} AS {c}" if c in _RESURRECTED else c for c in TO_HOT.carried))
 PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
                      " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
 PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
@@ -197,7 +203,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     DLQ_ROW = DLQ_ROW
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "%s",
               "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
-              "output": "", "returning": " RETURNING id", "differs": "IS NOT"}
+              "output": "", "returning": " RETURNING id", "differs": "new_payload IS NOT payload"}
 
     def clock(self, at: datetime | None = None) -> list[Any]:
         return [_ts(at or _now())]
@@ -206,7 +212,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return json.dumps(list(dict.fromkeys(ids)))
 
     def ago_params(self, seconds: float) -> list[Any]:
-        return [_ts(_now() - timedelta(seconds=seconds))]  # Django's text format allows no date arithmetic in SQL
+        return [_ts(_now() - timedelta(seconds=seconds))]  # a text cutoff: the comparison stays on its index
 
     def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [json.dumps(list(rows))]
@@ -319,21 +325,5 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             cursor.execute(bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
         return [(str(row["id"]), str(row["queue"])) for row in rows]
 
-    def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
-        now = _now()
-        # Per-queue cutoffs computed in Python: Django's text format allows no date arithmetic in SQL.
-        cursor.execute(f"SELECT name, zombie_timeout_seconds FROM {QUEUES} WHERE zombie_timeout_seconds IS NOT NULL")
-        overrides = {name: seconds for name, seconds in cursor.fetchall()}
-        default_cutoff = _ts(now - timedelta(seconds=global_timeout_s))
-        clauses = [f"queue NOT IN ({_marks(len(overrides))}) AND coalesce(heartbeat_at, last_updated_at) < %s"
-                   if overrides else "coalesce(heartbeat_at, last_updated_at) < %s"]
-        params: list[Any] = [*overrides, default_cutoff]
-        for name, timeout in overrides.items():
-            clauses.append("(queue = %s AND coalesce(heartbeat_at, last_updated_at) < %s)")
-            params += [name, _ts(now - timedelta(seconds=timeout))]
-        return self._move(cursor, TO_DLQ, f"DELETE FROM {HOT} WHERE status = 2 AND"
-                          f" ({' OR '.join(f'({c})' for c in clauses)}) RETURNING {HOT_COLUMNS},"
-                          f" {int(FailureReason.ZOMBIE)} AS failure_reason, %s AS error_details, {_NO_EXCEPTION}",
-                          [*params, ZOMBIE_DETAILS])
 
 DIALECT: Dialect = SQLiteDialect()

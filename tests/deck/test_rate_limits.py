@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import io
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -183,3 +184,37 @@ def _rate_cells(body: str, row: str, whole: bool = False) -> dict[str, str]:
     rows = re.findall(row + r"(.*?)</tr>", body, re.S)
     return {key: m[0] if whole else m[1] for key, inner in rows
             if (m := re.search(r'<td class="rate-cell"[^>]*>(.*?)</td>', inner, re.S))}
+
+
+def test_each_queue_change_from_the_shell_is_audited_as_the_same_change_from_the_deck(operator: Client) -> None:
+    """Pause, resume, hide, show, max workers and zombie timeout: one entry per change from either door, in the
+    same command name, scope and wording; only the actor differs."""
+    storage.set_queue_paused("mail", False)
+    changes = [  # (Deck address, form value, the same change as shell arguments)
+        ("pause", "1", ["pause", "mail"]),
+        ("pause", "0", ["resume", "mail"]),
+        ("active", "0", ["hide", "mail"]),
+        ("active", "1", ["show", "mail"]),
+        ("max-workers", "3", ["set", "mail", "--max-workers", "3"]),
+        ("max-workers", "", ["set", "mail", "--max-workers", "none"]),
+        ("zombie-timeout", "600", ["set", "mail", "--zombie-timeout", "600"]),
+        ("zombie-timeout", "", ["set", "mail", "--zombie-timeout", "none"]),
+    ]
+    for address, value, shell in changes:
+        assert operator.post(f"/deck/api/queues/mail/{address}", {"value": value}, **HTMX).status_code == 204
+        call_command("chokaq_queue", *shell, stdout=io.StringIO())
+
+    entries = list(OperatorAction.objects.order_by("id").values("actor", "command", "scope", "message"))
+    deck, shell_entries = entries[0::2], entries[1::2]
+    assert [e["actor"] for e in deck] == ["operator-user"] * len(changes)
+    assert [e["actor"] for e in shell_entries] == [f"shell:{getpass.getuser()}"] * len(changes)
+    assert [{**e, "actor": ""} for e in deck] == [{**e, "actor": ""} for e in shell_entries]
+    assert [(e["command"], e["message"]) for e in shell_entries] == [
+        ("set_queue_paused", "Queue mail: paused"), ("set_queue_paused", "Queue mail: resumed"),
+        ("set_queue_active", "Queue mail: hidden (paused)"), ("set_queue_active", "Queue mail: shown (paused)"),
+        ("set_queue_max_workers", "Queue mail: max workers 3"),
+        ("set_queue_max_workers", "Queue mail: max workers unlimited"),
+        ("set_queue_zombie_timeout", "Queue mail: zombie timeout 600s"),
+        ("set_queue_zombie_timeout", "Queue mail: zombie timeout cleared (global)"),
+    ]
+    assert {e["scope"] for e in entries} == {"mail"}

@@ -360,6 +360,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
             problems.append(f"ORDER BY in a nested query without TOP/OFFSET/FOR JSON: {query[:60]!r}")
 
     ctes = set(re.findall(r"\b(\w+)\s+AS\s*\(", bare, re.I)) - KEYWORDS
+    listed = re.findall(r"\b(\w+)\s*\(([^()]*)\)\s+AS\s*\(", bare, re.I)  # a CTE naming its columns
+    ctes |= {name for name, _ in listed}
     table_vars: dict[str, set[str]] = {}
     for match in re.finditer(r"DECLARE\s+(@\w+)\s+TABLE\s*\(", bare, re.I):
         entries = _split_top(_balanced(bare, match.end() - 1))
@@ -373,10 +375,11 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
         for table in tables - set(columns):
             problems.append(f"unknown table {table}")
         aliases: dict[str, str] = {}  # alias -> chokaq table, @table variable, CTE name or "derived"
-        for table, alias in re.findall(r"\b(chokaq_\w+)\s+(?:WITH\s*\([^)]*\)\s+)?AS\s+(\w+)", statement, re.I):
-            aliases[alias] = table
-        for source, alias in re.findall(r"(@\w+|\b\w+)\s+AS\s+(\w+)", statement):
-            if source in table_vars or source in ctes:
+        for table, alias in re.findall(r"\b(chokaq_\w+)\s+(?:WITH\s*\([^)]*\)\s+)?(?:AS\s+)?(\w+)", statement, re.I):
+            if alias.upper() not in KEYWORDS:  # ``AS`` is optional before an alias
+                aliases[alias] = table
+        for source, alias in re.findall(r"(?=(@\w+|\b\w+)\s+(?:AS\s+)?(\w+))", statement):
+            if (source in table_vars or source in ctes) and alias.upper() not in KEYWORDS:
                 aliases.setdefault(alias, source)
         for alias in re.findall(r"\)\s*AS\s+(\w+)", statement):
             aliases.setdefault(alias, "derived")
@@ -385,7 +388,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
             declared |= set(_split_top(names))
         vars_used = [v for v in table_vars if v in statement]
         local_columns = set().union(*(columns.get(t, set()) for t in tables), *(table_vars[v] for v in vars_used))
-        scope = local_columns | declared | ctes | openjson_names | set(tables)
+        scope = local_columns | declared | ctes | openjson_names | set(tables) | {
+            c for _, names in listed for c in _split_top(names)}
 
         for token in re.findall(r"@{0,2}[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?", statement):
             if token.startswith("@") or token.upper() in KEYWORDS:
@@ -444,6 +448,9 @@ def test_the_checker_catches_what_it_claims_to() -> None:
     cases = {
         "SELECT nope FROM chokaq_jobs_hot": "unknown identifier nope",
         "SELECT h.failed_at FROM chokaq_jobs_hot AS h": "no column failed_at",
+        "SELECT h.failed_at FROM chokaq_jobs_hot h": "no column failed_at",
+        "WITH e(v) AS (SELECT 1) UPDATE chokaq_queues SET max_workers = v FROM e": "",
+        "WITH e(v) AS (SELECT 1) UPDATE chokaq_queues SET max_workers = w FROM e": "unknown identifier w",
         "SELECT id FROM chokaq_nope": "unknown table",
         "SELECT id FROM chokaq_jobs_hot WHERE id = %s": "placeholders",
         "UPDATE chokaq_queues SET is_paused = true": "true/false",
@@ -762,8 +769,8 @@ CASES = [
     Case("purge_metric_buckets", (T0, 100), [[(0,)]], 0),
     Case("tidy_hot_table", (20_000,), [], False),  # SQL Server's ghost cleanup: nothing to run
     Case("session_pid", (), [], None),  # no pooler to tell apart: nothing to run
-    Case("claim_schedule_tick", ("nightly", T0), [[(1,)]], True),
-    Case("claim_schedule_tick", ("nightly", T0), [[(0,)]], False),
+    Case("claim_schedule_tick", ("nightly", T0), [[("nightly",)]], True),
+    Case("claim_schedule_tick", ("nightly", T0), [[], None], False),
     Case("schedule_ticks", (), [[("nightly", T0)]], {"nightly": T0}),
     Case("schedule_states", (), [[("nightly", T0, None, "J1", T1), ("hourly", T0.replace(tzinfo=None), 0, None, None)]],
          [ScheduleState("nightly", T0, None, "J1", T1), ScheduleState("hourly", T0, False)]),
@@ -881,8 +888,8 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
       for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
     *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
-        r"FROM chokaq_jobs_hot AS h WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"ROW_NUMBER\(\) OVER \(PARTITION BY e\.queue",
-        r"r\.cur \+ r\.rnk <= r\.max_workers", r"OUTPUT inserted\.id, inserted\.queue",
+        r"FROM chokaq_jobs_hot AS h WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"row_number\(\) OVER \(PARTITION BY w\.queue",
+        r"cur \+ rnk <= max_workers", r"picked AS \(SELECT TOP \(@Limit\) id", r"OUTPUT inserted\.id, inserted\.queue",
         r"h\.status = 0",  # the literal predicate lets the filtered index hot_fetch_pending serve
         r"(?s)FROM chokaq_queues AS c WITH \(UPDLOCK, ROWLOCK\)\nWHERE c\.max_workers IS NOT NULL.*WITH Eligible AS")),
     *((("enqueue",), "", pattern, "queue rows under key-range locks") for pattern in (
@@ -1135,36 +1142,58 @@ def collect_sql(connection: Any, name: str) -> list[str]:
     return [s for s in editor.collected_sql if not s.startswith("--")]
 
 
-def _statement_for(statements: list[str], index: str) -> str:
-    [statement] = [s for s in statements if f"[{index}]" in s and s.startswith("CREATE")]
-    return statement
+# What ``sqlmigrate`` prints on SQL Server: (migration, a pattern exactly one of its statements matches whole).
+MIGRATION_STATEMENTS: list[tuple[str, str]] = [
+    *(("0001_initial", rf"CREATE {kind}INDEX \[{index}\] ON \[chokaq_jobs_hot\] {on} WHERE {where};") for kind, index, on, where in (
+        ("", "hot_fetch_pending", r"\(\[queue\], \[priority\] DESC, \[scheduled_at\], \[created_at\]\) INCLUDE \(\[type\]\)",
+         r"\[status\] = 0"),
+        ("UNIQUE ", "hot_idempotency", r"\(\[idempotency_key\]\)", r"\[idempotency_key\] IS NOT NULL"),
+        ("", "hot_fetched_recovery", ".*", r"\[status\] = 1"), ("", "hot_processing_heartbeat", ".*", r"\[status\] = 2"),
+        ("", "hot_pending_lag", ".*", r"\[status\] = 0"))),
+    ("0010_history", r"CREATE TABLE \[chokaq_history_buckets\] .*"
+     r"PRIMARY KEY \(\[granularity\], \[bucket_start\], \[queue\], \[type\], \[outcome\]\).*"),
+    ("0010_history", r"CREATE TABLE \[chokaq_history_buckets\] .*" + ", ".join(rf"\[b{i:02d}\] bigint[^,]*" for i in range(20))
+     + ".*"),
+    ("0010_history", r"ALTER TABLE \[chokaq_history_buckets\] REBUILD WITH \(DATA_COMPRESSION = PAGE\);"),
+    *(("0010_history", rf"ALTER TABLE \[chokaq_s\w+\] ADD \[{column}\] .*")
+      for column in ("purged_total", "enabled", "last_job_id", "last_run_at")),
+    *(("0012_error_columns", rf"ALTER TABLE \[{table}\] ADD \[{column}\] {re.escape(declaration)};") for table, column, declaration in (
+        ("chokaq_jobs_hot", "last_error_class", "nvarchar(255) NULL"),
+        ("chokaq_jobs_hot", "last_error_message", "nvarchar(1000) NULL"),
+        ("chokaq_jobs_hot", "last_error_at", "datetimeoffset NULL"), ("chokaq_jobs_hot", "held_by", "nvarchar(255) NULL"),
+        ("chokaq_jobs_dlq", "error_class", "nvarchar(255) NULL"),
+        ("chokaq_jobs_dlq", "error_message", "nvarchar(1000) NULL"))),
+    ("0012_error_columns", r"CREATE INDEX \[hot_pending_split\] ON \[chokaq_jobs_hot\]"  # Pending rows only
+     r" \(\[status\], \[scheduled_at\], \[last_error_at\], \[held_by\]\) WHERE \[status\] = 0;"),
+    ("0012_error_columns", r"CREATE INDEX \[dlq_by_error\] ON \[chokaq_jobs_dlq\]"
+     r" \(\[failure_reason\], \[error_class\], \[failed_at\] DESC\);"),
+    ("0013_dlq_rate_key", r"ALTER TABLE \[chokaq_jobs_dlq\] ADD \[rate_key\] nvarchar\(255\) NULL;"),
+]
 
 
-def test_0001_creates_the_filtered_indexes_on_sql_server(mssql_connection: Any) -> None:
-    statements = collect_sql(mssql_connection, "0001_initial")
-
-    fetch = _statement_for(statements, "hot_fetch_pending")
-    assert "ON [chokaq_jobs_hot] ([queue], [priority] DESC, [scheduled_at], [created_at])" in fetch
-    assert "INCLUDE ([type])" in fetch
-    assert _statement_for(statements, "hot_idempotency").startswith(
-        "CREATE UNIQUE INDEX [hot_idempotency] ON [chokaq_jobs_hot] ([idempotency_key])")
-    for index, condition in (("hot_fetch_pending", "[status] = 0"), ("hot_idempotency", "[idempotency_key] IS NOT NULL"),
-                             ("hot_fetched_recovery", "[status] = 1"), ("hot_processing_heartbeat", "[status] = 2"),
-                             ("hot_pending_lag", "[status] = 0")):
-        assert _statement_for(statements, index).endswith(f"WHERE {condition};"), index
+@pytest.mark.parametrize(("migration", "pattern"), MIGRATION_STATEMENTS, ids=lambda v: v[:40])
+def test_migrations_render_their_sql_server_forms(mssql_connection: Any, migration: str, pattern: str) -> None:
+    assert sum(bool(re.fullmatch(pattern, s)) for s in collect_sql(mssql_connection, migration)) == 1
 
 
 def test_moved_table_variables_use_the_column_types_mssql_django_creates(mssql_connection: Any) -> None:
-    statements = collect_sql(mssql_connection, "0001_initial")
+    """Each ``@Moved`` column has its table column's type (0001 creates them; the NULL columns later migrations
+    add are compared whole)."""
     created: dict[str, str] = {}
-    for statement in statements:
+    for statement in collect_sql(mssql_connection, "0001_initial"):
         if statement.startswith("CREATE TABLE [chokaq_jobs_"):
             for column, column_type in re.findall(r"\[(\w+)\] ([\w()]+)", statement):
                 created.setdefault(column, column_type)
+    added = {column: declaration for name in ("0012_error_columns", "0013_dlq_rate_key")
+             for column, declaration in re.findall(r"ADD \[(\w+)\] (.*);", "\n".join(collect_sql(mssql_connection, name)))}
     synonyms = {"double precision": "float", "double": "float"}
     for column, declaration in sql._MOVED_TYPES.items():
-        if column in created:  # else a column another migration adds (e.g. the archive result)
+        if column in added:
+            assert declaration == added[column], column
+        elif column in created:  # else a column another migration adds (e.g. the archive result)
             assert declaration.split()[0] == synonyms.get(created[column], created[column]), column
+    assert {"error_class", "error_message", "rate_key"} <= set(added), "the columns 0012 and 0013 add to the DLQ"
+    assert "rate_key" in sql.RESURRECT_SQL.split("INSERT INTO chokaq_jobs_hot")[1], "a resurrected job keeps it"
 
 
 def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
@@ -1173,16 +1202,6 @@ def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
         assert f"ALTER TABLE [{table}] REBUILD WITH (DATA_COMPRESSION = PAGE);" in statements
         assert f"ALTER INDEX ALL ON [{table}] REBUILD WITH (DATA_COMPRESSION = PAGE, FILLFACTOR = 80);" in statements
     assert len(statements) == 8
-
-
-def test_0010_creates_the_history_buckets_page_compressed_on_sql_server(mssql_connection: Any) -> None:
-    statements = collect_sql(mssql_connection, "0010_history")
-    [create] = [s for s in statements if s.startswith("CREATE TABLE [chokaq_history_buckets]")]
-    assert "PRIMARY KEY ([granularity], [bucket_start], [queue], [type], [outcome])" in create
-    assert all(f"[b{i:02d}] bigint" in create for i in range(20))
-    assert "ALTER TABLE [chokaq_history_buckets] REBUILD WITH (DATA_COMPRESSION = PAGE);" in statements
-    added = " ".join(s for s in statements if s.startswith("ALTER TABLE [chokaq_s"))
-    assert all(f"[{column}]" in added for column in ("purged_total", "enabled", "last_job_id", "last_run_at"))
 
 
 class _RecordingEditor:
@@ -1217,38 +1236,11 @@ def test_the_parity_test_covers_mssql() -> None:
     assert "mssql" in importlib.import_module("tests.unit.test_architecture").VENDORS
 
 
-def test_0012_adds_the_error_columns_and_their_indexes_on_sql_server(mssql_connection: Any) -> None:
-    statements = collect_sql(mssql_connection, "0012_error_columns")
-    text = "\n".join(statements)
-    for table, column, declaration in (
-            ("chokaq_jobs_hot", "last_error_class", "nvarchar(255) NULL"),
-            ("chokaq_jobs_hot", "last_error_message", "nvarchar(1000) NULL"),
-            ("chokaq_jobs_hot", "last_error_at", "datetimeoffset NULL"),
-            ("chokaq_jobs_hot", "held_by", "nvarchar(255) NULL"),
-            ("chokaq_jobs_dlq", "error_class", "nvarchar(255) NULL"),
-            ("chokaq_jobs_dlq", "error_message", "nvarchar(1000) NULL")):
-        assert re.search(rf"ALTER TABLE \[{table}\] ADD \[{column}\] {re.escape(declaration)}", text), column
-        if column in sql._MOVED_TYPES:
-            assert sql._MOVED_TYPES[column] == declaration, "the @Moved column has the table's type"
-    split = _statement_for(statements, "hot_pending_split")
-    assert "ON [chokaq_jobs_hot] ([status], [scheduled_at], [last_error_at], [held_by])" in split
-    assert split.endswith("WHERE [status] = 0;"), "a filtered index: Pending rows only"
-    group = _statement_for(statements, "dlq_by_error")
-    assert "ON [chokaq_jobs_dlq] ([failure_reason], [error_class], [failed_at] DESC)" in group
-
-
-def test_0013_adds_the_dlq_rate_key_with_the_type_its_moves_carry_on_sql_server(mssql_connection: Any) -> None:
-    text = "\n".join(collect_sql(mssql_connection, "0013_dlq_rate_key"))
-    assert re.search(r"ALTER TABLE \[chokaq_jobs_dlq\] ADD \[rate_key\] nvarchar\(255\) NULL", text)
-    assert sql._MOVED_TYPES["rate_key"] == "nvarchar(255) NULL", "the @Moved column has the table's type"
-    assert "rate_key" in sql.RESURRECT_SQL.split("INSERT INTO chokaq_jobs_hot")[1], "a resurrected job keeps it"
-
-
 def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read() -> None:
     cursor = Recorder([[]])
     sql.DIALECT.fetch_batch(cursor, "w1", 5, None, ClaimHold(("mail",), ("pay.v1",), (("queue", "bulk", "t1"),)))
     text, params = cursor.calls[0]
-    eligible = text[text.index("WITH Eligible AS"):text.index("ActiveCounts AS")]
+    eligible = text[text.index("WITH Eligible AS"):text.index("active AS")]
     names = "IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)"
     assert (f"AND NOT (h.queue {names} OR lower(h.type) {names} OR (h.queue = %s AND coalesce(h.rate_key, '') = %s))"
             in eligible)

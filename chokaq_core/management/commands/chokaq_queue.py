@@ -41,34 +41,43 @@ class Command(BaseCommand):
                 self.stdout.write(f"{limit.name}\trate={rate.text if rate else 'lifted' if limit.lifted else '-'}"
                                   f"\tused={limit.used}/{rate.count if rate else '-'}")
             return
+        actor = f"shell:{_os_user()}"
         if action == "set" and options["rate"] is not None and options["type_key"]:
-            self._set_rate(f"type:{options['type_key']}", options["rate"])
+            self._set_rate(f"type:{options['type_key']}", options["rate"], actor)
             return
         if not queue:
             raise CommandError(f"{action} needs a QUEUE")
         try:
             if action in ("pause", "resume"):
                 service.set_queue_paused(queue, action == "pause")
+                self._audit("set_queue_paused", actor, queue, service.paused_change(action == "pause"))
             elif action in ("hide", "show"):
                 if not service.set_queue_active(queue, action == "show"):
                     raise CommandError(f"queue {queue!r} does not exist")
+                self._audit("set_queue_active", actor, queue, service.active_change(action == "show"))
             else:
                 if options["max_workers"] is None and options["zombie_timeout"] is None and options["rate"] is None:
                     raise CommandError("set needs --max-workers, --zombie-timeout and/or --rate")
                 if options["rate"] is not None:
-                    self._set_rate(f"queue:{queue}", options["rate"])
+                    self._set_rate(f"queue:{queue}", options["rate"], actor)
                 if options["max_workers"] is not None:
-                    service.set_queue_max_workers(queue, _none(options["max_workers"]))
+                    value = service.set_queue_max_workers(queue, _none(options["max_workers"]))
+                    self._audit("set_queue_max_workers", actor, queue, service.max_workers_change(value))
                 if options["zombie_timeout"] is not None:
-                    service.set_queue_zombie_timeout(queue, _none(options["zombie_timeout"]))
+                    value = service.set_queue_zombie_timeout(queue, _none(options["zombie_timeout"]))
+                    self._audit("set_queue_zombie_timeout", actor, queue, service.zombie_timeout_change(value))
         except service.ServiceError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"queue {queue}: {action} done")
 
-    def _set_rate(self, name: str, rate: str) -> None:
+    @staticmethod
+    def _audit(command: str, actor: str, queue: str, change: str) -> None:
+        """A queue change from the shell, in the audit log under the Deck's own command name and wording."""
+        service.record_command(command, actor=actor, scope=queue, message=service.queue_change(queue, change))
+
+    def _set_rate(self, name: str, rate: str, actor: str) -> None:
         """Set, pause (0/…), lift ('none') or reset ('reset') one limit, by the same service verbs as the Deck,
         audited as the Deck audits them (actor ``shell:<os user>``); what is in force is printed."""
-        actor = f"shell:{_os_user()}"
         value = rate.strip().lower()
         try:
             if value in ("none", "lift", "off"):
