@@ -302,6 +302,40 @@ def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkey
     assert limiter.running == 0 and not in_flight
 
 
+def leased_at_claim(n: int, attempt: int = 1) -> HotJob:
+    job = hot(n, attempt=attempt)
+    return HotJob(**{**{f: getattr(job, f) for f in job.__dataclass_fields__}, "status": JobStatus.PROCESSING})
+
+
+def test_rows_leased_at_the_claim_start_on_their_reserved_slots_and_the_unused_slots_are_freed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={})
+    assert d.reserve(10) == 4 and limiter.running == 4  # never more than the free slots, never waiting
+    in_flight.add(2)
+    d.start_claimed([leased_at_claim(1), leased_at_claim(2, attempt=3)], 4)
+    assert [(job.id, attempt) for job, attempt, _ in rec.submitted] == [("j1", 1), ("j2", 3)]
+    assert limiter.running == 2 and rec.outcomes == [] and rec.lease_limits == []  # no lease statement of their own
+
+
+def test_a_row_leased_at_the_claim_whose_circuit_is_open_or_met_at_shutdown_counts_no_attempt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={}, threshold=1)
+    breaker = d.breakers.get("t")
+    permit = breaker.acquire()
+    assert permit is not None
+    breaker.failure(permit, fatal=False)  # open
+    in_flight.add(1)
+    d.start_claimed([leased_at_claim(1, attempt=4)], d.reserve(1))
+    assert rec.outcomes == [Retry("j1", 3, 7.0, held_by="t")] and rec.submitted == []
+    d.stopping.set()
+    in_flight.add(1)
+    d.start_claimed([leased_at_claim(2, attempt=1)], d.reserve(1))
+    assert rec.outcomes[1:] == [Retry("j2", 0, 0.0)] and rec.submitted == []
+    assert limiter.running == 0 and not in_flight
+
+
 def test_dispatcher_releases_the_batch_when_the_lease_gate_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, limiter, in_flight = dispatcher(monkeypatch, rec, leased=ConnectionError("gone"))
