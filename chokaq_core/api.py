@@ -43,6 +43,7 @@ from chokaq_core.domain import (
     UnknownJobTypeError,
     check_name,
     new_ulid,
+    new_ulids,
     parse_rate,
 )
 from chokaq_core.handlers import JobDefinition, get_definition, register
@@ -99,7 +100,10 @@ async def aenqueue(type_key: str, payload: Mapping[str, Any] | None = None, **op
 
 def enqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], *, using: str | None = None) -> list[str]:
     """Enqueue many jobs in one transaction (one multi-row INSERT per chunk). All are validated first."""
-    jobs = [build(item if isinstance(item, EnqueueOptions) else EnqueueOptions(**item)) for item in items]
+    options = [item if isinstance(item, EnqueueOptions) else EnqueueOptions(**item) for item in items]
+    ids = iter(new_ulids(sum(1 for o in options if o.job_id is None)))
+    kinds: dict[tuple[Any, ...], _Kind] = {}  # the batch's jobs mostly share a type, queue and priority
+    jobs = [build(o, None if o.job_id is not None else next(ids), kinds) for o in options]
     return storage.enqueue(jobs, using=using) if jobs else []
 
 
@@ -110,8 +114,50 @@ async def aenqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], **o
 # ---------------------------------------------------------------- validation
 
 
-def build(options: EnqueueOptions) -> NewJob:
-    """Validate one envelope (spec 03 §9) and serialize its payload."""
+type _Kind = tuple[str, JobDefinition | None, str, int]  # a checked type key, its @job, queue and priority
+
+
+def build(options: EnqueueOptions, new_id: str | None = None, kinds: dict[tuple[Any, ...], _Kind] | None = None
+          ) -> NewJob:
+    """Validate one envelope (spec 03 §9) and serialize its payload. ``new_id``: the id of a job given none (a new
+    ULID by default); ``kinds``: the checked (type, queue, priority) of the envelopes met so far in one batch."""
+    kind = _kind(options) if kinds is None else _known_kind(options, kinds)
+    type_key, definition, queue, priority = kind
+    if options.job_id is not None:
+        job_id = _name("job id", options.job_id)
+    else:
+        job_id = new_id or new_ulid()
+    # a blank idempotency key means none
+    idempotency_key = options.idempotency_key
+    if idempotency_key is not None:
+        idempotency_key = _text("idempotency key", idempotency_key, NAME_ALPHABETS["idempotency key"][1])
+    payload = serialize_payload(options.payload)
+    tags = None if options.tags is None else _tags(options.tags)
+    if idempotency_key is not None:
+        idempotency_key = check_name("idempotency key", idempotency_key) if idempotency_key else None
+    delay = None if options.delay is None and options.run_at is None else _delay(options.delay, options.run_at)
+    created_by = None if options.created_by is None else _text("created_by", options.created_by, 100) or None
+    rate_key = (None if options.rate_key is None and (definition is None or definition.rate_key is None)
+                else _rate_key(definition, options))  # most jobs: no rate key given, none declared
+    return NewJob(job_id, queue, type_key, payload, tags, idempotency_key, priority, delay, created_by, rate_key)
+
+
+def _known_kind(options: EnqueueOptions, kinds: dict[tuple[Any, ...], _Kind]) -> _Kind:
+    """``_kind`` of ``options``, checked once per batch for each (type, queue, priority) met (with their Python
+    types: ``True`` equals 1 but is no priority)."""
+    key = (options.type_key, type(options.type_key), options.queue, type(options.queue), options.priority,
+           type(options.priority), options.allow_unregistered)
+    try:
+        kind = kinds.get(key)
+    except TypeError:  # an unhashable type key or queue: _kind says what is wrong with it
+        return _kind(options)
+    if kind is None:
+        kind = kinds[key] = _kind(options)
+    return kind
+
+
+def _kind(options: EnqueueOptions) -> _Kind:
+    """The checked type key, its definition, the queue and the priority of an envelope."""
     type_key = _name("type key", options.type_key)
     definition = get_definition(type_key)
     if definition is None and not options.allow_unregistered and config().REQUIRE_REGISTERED_JOB_TYPES:
@@ -126,21 +172,7 @@ def build(options: EnqueueOptions) -> NewJob:
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
         raise EnvelopeError(f"priority must be within {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}, got {priority}")
-    job_id = _name("job id", options.job_id) if options.job_id is not None else new_ulid()
-    # a blank idempotency key means none
-    idempotency_key = _text("idempotency key", options.idempotency_key, NAME_ALPHABETS["idempotency key"][1])
-    return NewJob(
-        id=job_id,
-        queue=queue,
-        type=type_key,
-        payload=serialize_payload(options.payload),
-        tags=_tags(options.tags),
-        idempotency_key=check_name("idempotency key", idempotency_key) if idempotency_key else None,
-        priority=priority,
-        delay_seconds=_delay(options.delay, options.run_at),
-        created_by=_text("created_by", options.created_by, 100) or None,
-        rate_key=_rate_key(definition, options),
-    )
+    return type_key, definition, queue, priority
 
 
 def _rate_key(definition: JobDefinition | None, options: EnqueueOptions) -> str | None:
@@ -246,7 +278,7 @@ def _in_range(seconds: float) -> float:
 
 def serialize_payload(payload: Mapping[str, Any]) -> str:
     """The payload as compact JSON text; TypeError names the first field JSON cannot hold."""
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise TypeError(f"payload must be a mapping of handler arguments, got {type(payload).__name__}")
     if not payload:
         return "{}"  # most jobs of a batch: nothing to walk, dump or measure

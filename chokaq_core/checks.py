@@ -204,7 +204,13 @@ def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     return messages
 
 
+# The tag of the checks a worker process runs at start (``chokaq_worker``): the engine's settings, database and
+# drivers. The Deck's wiring (channel layer, ASGI application, URLconf) is the web process's to check: importing
+# it would load the Deck, Channels and the project's views into every worker (~3 MiB of PSS).
+ENGINE_TAG = "chokaq_engine"
+
+
 def register() -> None:
-    checks.register(check_configuration, "chokaq")
+    checks.register(check_configuration, "chokaq", ENGINE_TAG)
     checks.register(check_deck, "chokaq")
     checks.register(check_deploy, "chokaq", deploy=True)

@@ -135,17 +135,36 @@ _ulid_last: tuple[int, int] = (0, 0)
 
 def new_ulid() -> str:
     """A 26-character ULID, monotonic within one process (spec 02 §2.1)."""
+    return new_ulids(1)[0]
+
+
+_RAND_MASK = (1 << 80) - 1
+
+
+def new_ulids(count: int) -> list[str]:
+    """``count`` ULIDs in increasing order, monotonic within one process: one clock reading, one random draw and
+    one base32 encoding for the batch (an ``enqueue_many`` of 1,000 jobs pays ~1 µs per id, not ~10)."""
     global _ulid_last
+    if count <= 0:
+        return []
     with _ulid_lock:
         ms = time.time_ns() // 1_000_000
         last_ms, last_rand = _ulid_last
         if ms <= last_ms:
-            ms, rand = last_ms, (last_rand + 1) & ((1 << 80) - 1)
+            ms, first = last_ms, last_rand + 1
         else:
-            rand = int.from_bytes(os.urandom(10), "big")
-        _ulid_last = (ms, rand)
-    # base32 of the 128 bits as 20 bytes: its last 26 characters are the 26 five-bit groups, Crockford-spelled
-    return base64.b32encode(((ms << 80) | rand).to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD).decode("ascii")
+            first = int.from_bytes(os.urandom(10), "big")
+        last = first + count - 1
+        if last > _RAND_MASK:  # the 80 random bits ran out within this millisecond: move to the next one
+            ms, first = ms + 1, int.from_bytes(os.urandom(10), "big") >> 1
+            last = first + count - 1
+        _ulid_last = (ms, last)
+    # One base32 text of the time (10 bytes: 48 bits, zero padded) then each id's 80 random bits (10 bytes): every
+    # 10 bytes are exactly 16 characters, so the time's last 10 characters and each id's 16 stand on their own
+    raw = ms.to_bytes(10, "big") + b"".join(r.to_bytes(10, "big") for r in range(first, last + 1))
+    text = base64.b32encode(raw).translate(_TO_CROCKFORD).decode("ascii")
+    stamp = text[6:16]
+    return [stamp + text[i:i + 16] for i in range(16, 16 * (count + 1), 16)]
 
 
 # ---------------------------------------------------------------- rows

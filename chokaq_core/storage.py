@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import logging
 import random
-import sqlite3
 import threading
 import time
 import weakref
@@ -118,7 +117,8 @@ def is_transient(exc: BaseException) -> bool:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, sqlite3.OperationalError):
+        # sqlite3's OperationalError, known by its class (a worker on PostgreSQL never imports sqlite3)
+        if type(current).__name__ == "OperationalError" and type(current).__module__ == "sqlite3":
             text = str(current).lower()
             if "database is locked" in text or "database table is locked" in text:
                 return True
@@ -195,7 +195,7 @@ def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
     where the dialect prepares, a server-side binding cursor that prepares its statements (see
     ``_PreparingCursor``), opened on the driver connection directly (no Django cursor wrapper to build)."""
     connection = connections[using]
-    if prepared and dialect(using).PREPARES and config().SQL.PREPARED_STATEMENTS:
+    if prepared and dialect_for(connection).PREPARES and config().SQL.PREPARED_STATEMENTS:
         # what connection.cursor() does before it builds its wrapper
         connection.close_if_health_check_failed()
         connection.ensure_connection()
@@ -304,19 +304,28 @@ def _discard_if_broken(connection: Any) -> None:
 def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     """Insert Pending rows; returns the stored id per job. Metrics and events follow the commit, for new rows
     only (one after-commit callback builds both: a rolled-back enqueue pays for neither)."""
-    db = using or alias()
-    if memory_mode():
+    cfg = config()
+    db = using or cfg.DATABASE
+    if cfg.STORAGE == "memory":
         stored = run(lambda cursor: _enqueue_in_memory(cursor, jobs))
-    else:
-        unkeyed = all(job.idempotency_key is None for job in jobs)
-        # one statement (no idempotency key to resolve) may skip BEGIN/COMMIT, but inside the caller's transaction
-        # it still takes its savepoint: a failure must not poison the caller's transaction
-        sql = dialect(db)
-        alone = unkeyed and sql.ENQUEUE_IN_ONE_STATEMENT and not connections[db].in_atomic_block
-        stored = run(lambda cursor: sql.enqueue(cursor, jobs), using=db, atomic=not alone, prepared=True)
+        fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
+        if fresh:
+            _enqueued(fresh)  # memory mode has no transaction to wait for
+        return stored
+    connection = connections[db]
+    sql = dialect_for(connection)
+    in_transaction = connection.in_atomic_block
+    # one statement (no idempotency key to resolve) may skip BEGIN/COMMIT, but inside the caller's transaction
+    # it still takes its savepoint: a failure must not poison the caller's transaction
+    alone = (sql.ENQUEUE_IN_ONE_STATEMENT and not in_transaction
+             and all(job.idempotency_key is None for job in jobs))
+    stored = run(lambda cursor: sql.enqueue(cursor, jobs), using=db, atomic=not alone, prepared=True)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
-        on_commit(lambda: _enqueued(fresh), using=db)
+        if in_transaction or not connection.get_autocommit():
+            transaction.on_commit(lambda: _enqueued(fresh), using=db)
+        else:
+            _enqueued(fresh)  # committed already: what on_commit does in autocommit, without its detour
     return stored
 
 

@@ -11,9 +11,11 @@ import sys
 import threading
 from typing import Any
 
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chokaq_core import health, prometheus
+from chokaq_core.checks import ENGINE_TAG
 from chokaq_core.worker import Worker, WorkerOptions
 
 METRICS_PORT_OFFSET = "CHOKAQ_METRICS_PORT_OFFSET"  # set by --processes for each child
@@ -34,8 +36,21 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return False
 
 
+def release_free_heap() -> bool:
+    """Give the heap that start-up freed (imports, system checks, the schema check) back to the system, once,
+    before the worker's threads start; False where there is no glibc."""
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):  # not glibc: its allocator keeps its own counsel
+        return False
+
+
 class Command(BaseCommand):
     help = "Run a ChokaQ worker: claim jobs, execute handlers, record outcomes."
+    # The checks a worker needs (the engine's settings and drivers, the models), not the web process's: a worker
+    # serves no URL and no websocket, and checking their wiring would import the Deck and the project's views.
+    # ``manage.py check`` (or any web process's start) runs them all; ``--skip-checks`` skips these too.
+    requires_system_checks = [ENGINE_TAG, Tags.models]
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", default="", help="comma-separated queues to fetch from (default: all)")
@@ -72,6 +87,7 @@ class Command(BaseCommand):
         self.stdout.write(worker.banner())
         self.stdout.flush()
         self._install_signals(worker)
+        release_free_heap()
         sys.exit(worker.run())
 
     def _check_schema(self) -> None:
