@@ -80,8 +80,8 @@ class Fetcher:
         self._idle_since: float | None = None
         self._backlog = False  # the last claim came back full
         self.rate_limits = rate_limits
-        # Leasing at the claim (set by the worker: the dispatcher's reserve and start_claimed). While nothing is
-        # buffered, the claim leases as many of its rows as there are free slots and they go straight to executors:
+        # Leasing at the claim (set by the worker: the dispatcher's reserve and start_claimed). With free slots
+        # (no rate limit in force), the claim leases as many of its rows as there are free slots, straight to executors:
         # one statement and one hand-off fewer per job, and a row is Processing only with a slot to run on.
         self.reserve: Callable[[int], int] | None = None
         self.start_claimed: Callable[[Sequence[HotJob], int], None] | None = None
