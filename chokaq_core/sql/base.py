@@ -560,6 +560,15 @@ def resurrected(payload: str, tags: str, priority: str, actor: str) -> dict[str,
             "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
+def uncount_sql(counter: str, counts: str, now: str | None = None) -> str:
+    """Take the rows a delete removed, ``counts`` (a derived table of queue, n), off ``counter`` per queue, floored
+    at 0, update only; an Archive purge's ``PURGED`` grows by them instead (``succeeded_total`` never shrinks).
+    ``now``: the last activity's new stamp (None: left as it is)."""
+    value = f"{PURGED} + c.n" if counter == PURGED else f"CASE WHEN {counter} > c.n THEN {counter} - c.n ELSE 0 END"
+    touched = "" if now is None else f", last_activity_at = {now}"
+    return f"UPDATE {STATS} SET {counter} = {value}{touched} FROM {counts} AS c WHERE c.queue = {STATS}.queue"
+
+
 def stats_update(counter: str) -> dict[str, str | None]:
     """What the counter upsert (spec 01 §4.13) sets on a queue's row that is there: ``counter`` += the rows."""
     return {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None}

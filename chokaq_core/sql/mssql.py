@@ -94,6 +94,7 @@ from chokaq_core.sql.base import (
     stats_update,
     summary_stats_sql,
     throughput_select,
+    uncount_sql,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
@@ -158,16 +159,8 @@ def _stats_add(counter: str) -> str:
 
 
 def _uncount(counter: str, touch: bool = False) -> str:
-    """``counter = max(counter - rows moved, 0)`` per queue, update only; an Archive purge's ``PURGED`` grows by
-    the rows instead (``succeeded_total`` never shrinks)."""
-    value = (f"t.{PURGED} + c.n" if counter == PURGED
-             else f"CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END")
-    touched = ", last_activity_at = @Now" if touch else ""
-    return (
-        f"UPDATE t SET {counter} = {value}{touched}\n"
-        "FROM chokaq_stats_summary AS t\n"
-        "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
-    )
+    """The rows moved taken off ``counter`` per queue (``uncount_sql``)."""
+    return uncount_sql(counter, "(SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue)", "@Now" if touch else None) + ";"
 
 
 # Bucket sources: (queue, failure_reason, n, timed, total, longest) without aggregating a NULL.

@@ -48,6 +48,7 @@ from chokaq_core.sql.base import (
     resurrected,
     revision_guard,
     stats_add,
+    uncount_sql,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
@@ -81,12 +82,9 @@ def _stats_add(counter: str, source: str) -> str:
 
 
 def _uncount(counter: str, source: str, touch: bool = False) -> str:
-    """``dec`` CTE: ``counter = greatest(counter - n, 0)`` per queue over the rows of ``source``, update only; an
-    Archive purge's ``PURGED`` grows by n instead (``succeeded_total`` never shrinks)."""
-    value = f"s.{PURGED} + c.n" if counter == PURGED else f"greatest(s.{counter} - c.n, 0)"
-    touched = ", last_activity_at = now()" if touch else ""
-    return (f"dec AS (UPDATE chokaq_stats_summary s SET {counter} = {value}{touched}\n"
-            f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)")
+    """``dec`` CTE: the rows of ``source`` taken off ``counter`` per queue (``uncount_sql``)."""
+    counts = f"(SELECT queue, count(*) AS n FROM {source} GROUP BY queue)"
+    return f"dec AS ({uncount_sql(counter, counts, 'now()' if touch else None)})"
 
 
 def _completion(ctes: str, move: Move) -> str:

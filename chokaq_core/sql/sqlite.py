@@ -27,7 +27,6 @@ from chokaq_core.sql.base import (
     HOT,
     HOT_FIELDS,
     NO_EXCEPTION,
-    PURGED,
     QUEUES,
     STATS,
     TO_HOT,
@@ -43,6 +42,7 @@ from chokaq_core.sql.base import (
     revision_guard,
     stats_add,
     summary_stats_sql,
+    uncount_sql,
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
@@ -67,12 +67,10 @@ def _marks(count: int) -> str:
 
 
 def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str | None) -> None:
-    """Apply the rows a delete removed to ``counter`` per queue: ``PURGED`` (an Archive purge) grows, any other
-    counter drops (floored at 0)."""
-    value = f"{PURGED} + %s" if counter == PURGED else f"max({counter} - %s, 0)"
-    for queue, n in counts.items():
-        cursor.execute(f"UPDATE {STATS} SET {counter} = {value}, last_activity_at = %s WHERE queue = %s",
-                       [n, now, queue])
+    """Apply the rows a delete removed, ``counts`` per queue, to ``counter`` (``uncount_sql``)."""
+    if counts:
+        cursor.execute(uncount_sql(counter, "(SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]')"
+                                            " AS n FROM json_each(%s))", "%s"), [now, json.dumps(list(counts.items()))])
 
 
 # ---------------------------------------------------------------- statements

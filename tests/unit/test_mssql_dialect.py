@@ -374,7 +374,7 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
         tables = set(re.findall(r"\b(chokaq_\w+)\b", statement))
         for table in tables - set(columns):
             problems.append(f"unknown table {table}")
-        aliases: dict[str, str] = {}  # alias -> chokaq table, @table variable, CTE name or "derived"
+        aliases = {t: t for t in tables}  # alias or table name -> chokaq table, @table variable, CTE or "derived"
         for table, alias in re.findall(r"\b(chokaq_\w+)\s+(?:WITH\s*\([^)]*\)\s+)?(?:AS\s+)?(\w+)", statement, re.I):
             if alias.upper() not in KEYWORDS:  # ``AS`` is optional before an alias
                 aliases[alias] = table
@@ -449,6 +449,7 @@ def test_the_checker_catches_what_it_claims_to() -> None:
         "SELECT nope FROM chokaq_jobs_hot": "unknown identifier nope",
         "SELECT h.failed_at FROM chokaq_jobs_hot AS h": "no column failed_at",
         "SELECT h.failed_at FROM chokaq_jobs_hot h": "no column failed_at",
+        "UPDATE chokaq_queues SET is_paused = 1 FROM (SELECT 1 AS n) AS c WHERE chokaq_queues.nope = c.n": "no column nope",
         "WITH e(v) AS (SELECT 1) UPDATE chokaq_queues SET max_workers = v FROM e": "",
         "WITH e(v) AS (SELECT 1) UPDATE chokaq_queues SET max_workers = w FROM e": "unknown identifier w",
         "SELECT id FROM chokaq_nope": "unknown table",
