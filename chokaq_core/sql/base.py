@@ -367,7 +367,11 @@ DLQ_SORT = {**_COMMON_SORT, "reason": "failure_reason", "date": "failed_at"}
 _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
-JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+ATTEMPTS = "chokaq_job_attempts"
+JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id"
+# A failed execution as an item of record_attempts' batch (``items_table`` kinds), ``n`` its place.
+ATTEMPT_ITEMS = {"n": "int", "job_id": "name", "attempt": "int", "error_class": "name", "error_message": "text",
+                 "traceback": "text", "started_at": "ts"}
 RATE_LIMIT_FIELDS = ("name", "declared_count", "declared_window", "declared_burst", "override_count", "override_window",
                      "override_burst", "is_lifted", "per_key", "max_keys", "updated_by", "updated_at")
 RATE_BUCKET_FIELDS = ("limit_name", "rate_key", "tokens", "refilled_at", "window_started_at", "window_used")
@@ -685,7 +689,7 @@ SHARED_STATEMENTS = {
     "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
     "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
     "PURGE_HISTORY_SQL": _aged_batch(HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
-    "PURGE_ATTEMPTS_SQL": _aged_batch("chokaq_job_attempts", "id", "failed_at"),
+    "PURGE_ATTEMPTS_SQL": _aged_batch(ATTEMPTS, "id", "failed_at"),
 }
 
 
@@ -765,7 +769,6 @@ class BaseDialect:
     ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
     MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details, error_columns), guard_params
     RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields, error_columns, held_by), guard_params
-    RECORD_ATTEMPTS_SQL: str  # params: clock, worker, items_params(n, job id, attempt, error…, started_at)
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
@@ -1375,12 +1378,20 @@ class BaseDialect:
                        f"{self.IGNORE_DUPLICATE}", [name, ts, *at, name])
         return False
 
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        """The batch of ``items_params`` as a table ``a`` of ``columns`` (name → kind: int, name, text or ts)."""
+        raise NotImplementedError
+
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
         """Insert one ``chokaq_job_attempts`` row per failed execution (one INSERT … SELECT over the batch as
         items, in order), stamped with the database clock: run it in the transaction that reschedules or
         dead-letters those executions."""
         if attempts:
-            cursor.execute(self.RECORD_ATTEMPTS_SQL, [*self.clock(), worker_id, *self.items_params([
+            sql = (f"{self.TOKENS['clock']}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class,"
+                   f" error_message, traceback, failed_at, started_at) SELECT a.job_id, a.attempt, {self.TOKENS['text']},"
+                   f" a.error_class, a.error_message, a.traceback, {self.TOKENS['now']}, a.started_at"
+                   f" FROM {self.items_table(ATTEMPT_ITEMS)} ORDER BY a.n")
+            cursor.execute(sql, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
                  "error_message": a.error.message, "traceback": a.error.traceback,
                  "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])

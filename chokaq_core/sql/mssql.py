@@ -136,7 +136,8 @@ _MOVED_TYPES = {
     "rate_key": "nvarchar(255) NULL",
 }
 
-PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit"}  # ``param`` kinds
+# ``param`` and ``items_table`` kinds
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)"}
 _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
 _ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
@@ -581,23 +582,6 @@ DECK_SNAPSHOT_SQL = _batch(
 )
 
 
-# ---------------------------------------------------------------- attempts history
-
-# One statement for the whole batch, its rows read from a JSON array in order (no 2,100-parameter limit).
-RECORD_ATTEMPTS_SQL = (
-    "DECLARE @Worker nvarchar(100) = %s;\n"
-    "DECLARE @Attempts nvarchar(max) = %s;\n"
-    "INSERT INTO chokaq_job_attempts\n"
-    "    (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)\n"
-    "SELECT a.job_id, a.attempt, @Worker, a.error_class, a.error_message, a.traceback, SYSUTCDATETIME(),\n"
-    "    a.started_at\n"
-    "FROM OPENJSON(@Attempts) WITH (n int '$.n', job_id nvarchar(50) '$.job_id', attempt int '$.attempt',\n"
-    "    error_class nvarchar(255) '$.error_class', error_message nvarchar(max) '$.error_message',\n"
-    "    traceback nvarchar(max) '$.traceback', started_at datetime2(7) '$.started_at') AS a\n"
-    "ORDER BY a.n"
-)
-
-
 class SQLServerDialect(BaseDialect, statements=globals()):
     """The base over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3), JSON batches, ISO
     text datetimes and batches whose first results carry no rows."""
@@ -705,6 +689,9 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             int(request.active_limit), _ids_json(ids) if ids else None, self.param_ts(since),
             bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
         ]
+
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        return f"OPENJSON(%s) WITH ({', '.join(f"{c} {PARAM_TYPES[k]} '$.{c}'" for c, k in columns.items())}) AS a"
 
     def item_ts(self, value: datetime | None) -> Any:
         """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""

@@ -58,6 +58,7 @@ ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
+ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestamptz"}  # items_table kinds
 
 
 # ---------------------------------------------------------------- SQL builders
@@ -315,18 +316,6 @@ SELECT id, queue FROM del
 """
 
 
-# ---------------------------------------------------------------- attempts history
-
-RECORD_ATTEMPTS_SQL = """
-INSERT INTO chokaq_job_attempts
-    (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)
-SELECT a.job_id, a.attempt, %s::varchar, a.error_class, a.error_message, a.traceback, now(), a.started_at
-FROM unnest(%s::int[], %s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s::timestamptz[])
-     AS a(n, job_id, attempt, error_class, error_message, traceback, started_at)
-ORDER BY a.n
-"""
-
-
 # The lease paying its tokens, in one statement (spends: what BaseDialect.lease_spending writes, as JSON). "known"
 # locks the buckets that are still as planned (a lock that waited re-checks the newest version); the lease runs
 # only if all are; each bucket is charged for the jobs that did start (a row no longer ours takes no token).
@@ -376,6 +365,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
+
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        arrays = ", ".join(f"%s::{ITEM_TYPES[kind]}[]" for kind in columns.values())
+        return f"unnest({arrays}) AS a({', '.join(columns)})"
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs."""

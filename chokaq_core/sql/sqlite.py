@@ -181,17 +181,6 @@ QUEUE_HEALTH_SQL = (queue_health_select("max(0.0, (julianday(%s) - julianday(p.d
                     + "\nORDER BY q.name")
 
 
-# ---------------------------------------------------------------- attempts history and retention
-
-ATTEMPTS = "chokaq_job_attempts"
-RECORD_ATTEMPTS_SQL = (
-    f"{_CLOCK}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at,"
-    f" started_at) SELECT {_ITEM.format('job_id')}, {_ITEM.format('attempt')}, %s, {_ITEM.format('error_class')},"
-    f" {_ITEM.format('error_message')}, {_ITEM.format('traceback')}, {_NOW}, {_ITEM.format('started_at')}"
-    " FROM json_each(%s) ORDER BY key"
-)
-
-
 class SQLiteDialect(BaseDialect, statements=globals()):
     """The base over SQLite's text timestamps (the clock is Python's, spec 01 §1.2), JSON id lists and the
     Python hand-off of moved rows."""
@@ -221,6 +210,9 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def item_ts(self, value: datetime | None) -> Any:
         return _ts(value)
+
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        return f"(SELECT {', '.join(f'{_ITEM.format(c)} AS {c}' for c in columns)} FROM json_each(%s)) AS a"
 
     def pack(self, sql: str, width: int, order: str) -> str:
         """In the read's own order (a CTE keeps it)."""

@@ -283,14 +283,15 @@ def _split_top(text: str) -> list[str]:
 
 def _openjson_schemas(text: str) -> list[tuple[str, dict[str, str]]]:
     """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept); a JSON
-    parameter given inline, ``OPENJSON(%s)``, has the variable ``%s``."""
+    parameter given inline, ``OPENJSON(%s)``, has the variable ``%s<n>``, ``n`` its placeholder's index."""
     schemas = []
     for match in re.finditer(r"OPENJSON\((@\w+|%s)\)\s+WITH\s*\(", text, re.I):
         columns = {}
         for entry in _split_top(_balanced(text, match.end() - 1)):
             path = re.search(r"'([^']*)'", entry)
             columns[entry.split()[0]] = path.group(1) if path else f"$.{entry.split()[0]}"
-        schemas.append((match.group(1), columns))
+        variable = match.group(1)
+        schemas.append((f"%s{text[:match.start()].count('%s')}" if variable == "%s" else variable, columns))
     return schemas
 
 
@@ -333,10 +334,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
         problems.append("a batch changing several tables without SET NOCOUNT ON")
 
     # JSON parameters carry every key their OPENJSON paths read (lax paths silently yield NULL).
-    bound = _declared_params(text, params)
+    bound = {**_declared_params(text, params), **{f"%s{i}": param for i, param in enumerate(params)}}
     for variable, schema in _openjson_schemas(text):
-        if variable == "%s":  # an inline JSON parameter: no DECLARE to check
-            continue
         if variable not in bound:
             problems.append(f"OPENJSON reads {variable}, which no DECLARE binds to a parameter")
             continue
@@ -477,6 +476,8 @@ def test_the_checker_catches_what_it_claims_to() -> None:
             assert problems == [], (statement, problems)
     planted = "DECLARE @Ids nvarchar(max) = %s; SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(50) '$.job') AS i"
     assert any("reads $.job" in p for p in check_statement(planted, ['[{"id": "a"}]']))
+    inline = "SELECT i.id FROM chokaq_jobs_hot WHERE id = %s OR id IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(50) '$.job') AS i)"
+    assert any("reads $.job" in p for p in check_statement(inline, ["a", '[{"id": "a"}]']))
     unguarded = "DECLARE @Ids nvarchar(max) = %s; SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(50) '$.id') AS i"
     assert any("no CASE WHEN @Ids IS NOT NULL" in p for p in check_statement(unguarded, [None]))
 
