@@ -763,7 +763,7 @@ class BaseDialect:
     ARCHIVE_ZOMBIES_SQL: str  # params: clock, seconds_params(global timeout), details → moved
     RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
     PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
-    PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
+    PURGE_ARCHIVE_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
     PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
     ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
@@ -1646,10 +1646,10 @@ class BaseDialect:
         return self._purge(cursor, self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size], "failed_total")
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-        """Delete the given Archive rows; PurgedTotal +n."""
+        """Delete the given Archive rows (one batch of them all, as ``purge_dlq_ids``); PurgedTotal +n."""
         if not job_ids:
             return []
-        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], PURGED)
+        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids), len(set(job_ids))], PURGED)
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""

@@ -432,6 +432,8 @@ PURGE_DLQ_IDS_SQL = _purge(
     f"p.id IN {_IDS}",
     "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
 )
+PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", ["DECLARE @Ids nvarchar(max) = %s;"], f"p.id IN {_IDS}",
+                               "p.finished_at, p.id", PURGED, "id, queue FROM @Moved")
 _BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
 PURGE_DLQ_OLDER_SQL = _purge(
     "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
@@ -535,19 +537,6 @@ FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
             FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
 GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
 TOP_ERRORS_SQL = _batch(*_TOP_ERRORS_DECLARES, f"{TOP_ERRORS_SELECT};")
-
-PURGE_ARCHIVE_IDS_SQL = _batch(
-    _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    _moved_table(("id", "queue")),
-    "DELETE d\n"
-    "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-    "FROM chokaq_jobs_archive AS d WITH (ROWLOCK)\n"
-    f"WHERE d.id IN {_IDS};",
-    _uncount(PURGED),
-    "SELECT id, queue FROM @Moved;",
-)
-
 
 # ---------------------------------------------------------------- the live Deck's one read
 

@@ -289,6 +289,7 @@ SELECT id, queue FROM ins
 
 _BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
+PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", "id = ANY(%s::text[])", "finished_at, id", PURGED, "id, queue FROM del")
 PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
 PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", PURGED, _BY_QUEUE)
 
@@ -309,11 +310,6 @@ SESSION_PID_SQL = "SELECT pg_backend_pid()"
 QUEUE_HEALTH_SQL = (queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
                     + "\nORDER BY q.name")
 
-PURGE_ARCHIVE_IDS_SQL = f"""
-WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
-{_uncount(PURGED, "del")}
-SELECT id, queue FROM del
-"""
 
 
 # The lease paying its tokens, in one statement (spends: what BaseDialect.lease_spending writes, as JSON). "known"

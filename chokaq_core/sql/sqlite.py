@@ -121,13 +121,19 @@ RESCHEDULE_SQL = (
 _RESURRECTED = resurrected("%s", "%s", "%s", "%s")
 RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
                  + ", ".join(f"{_RESURRECTED[c]} AS {c}" if c in _RESURRECTED else c for c in TO_HOT.carried))
-PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
-                     " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
-PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
-PURGE_DLQ_OLDER_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
-                       " ORDER BY created_at, id LIMIT %s) RETURNING queue, 1")
-PURGE_ARCHIVE_SQL = (f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
-                     " ORDER BY finished_at, id LIMIT %s) RETURNING queue, 1")
+
+
+def _purge(table: str, where: str, order: str, result: str) -> str:
+    """One batch delete of the first rows of ``table`` by ``order`` that match ``where``; params: where's, the
+    batch size."""
+    return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s)"
+            f" RETURNING {result}")
+
+
+PURGE_DLQ_IDS_SQL = _purge(DLQ, f"id IN {_IDS}", "failed_at, id", "id, queue")
+PURGE_ARCHIVE_IDS_SQL = _purge(ARCHIVE, f"id IN {_IDS}", "finished_at, id", "id, queue")
+PURGE_DLQ_OLDER_SQL = _purge(DLQ, "created_at <= %s", "created_at, id", "queue, 1")
+PURGE_ARCHIVE_SQL = _purge(ARCHIVE, "finished_at < %s", "finished_at, id", "queue, 1")
 
 
 # ---------------------------------------------------------------- the claim
