@@ -14,7 +14,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -730,10 +730,12 @@ class BaseDialect:
     # Capabilities. The channel enqueue NOTIFYs, for an idle worker to LISTEN on (None: no push channel):
     NOTIFY_CHANNEL: str | None = None
     SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
+    GENERIC_PLANS_SQL: str | None = None  # a session keeps its prepared statements' generic plans; None: no such
     MOVES_IN_ONE_STATEMENT = False  # each move between pillars (resurrect, purges, zombies) is one statement
     MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets (no
     # record_history after it)
     ENQUEUE_IN_ONE_STATEMENT = False  # an enqueue of jobs without idempotency keys is one statement
+    LEASES_IN_CLAIM = False  # claim() leases its first rows itself (else fetch_batch runs the lease after it)
     PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
@@ -796,6 +798,11 @@ class BaseDialect:
             return None
         cursor.execute(self.SESSION_PID_SQL)
         return int(cursor.fetchone()[0])
+
+    def keep_generic_plans(self, cursor: Cursor) -> None:
+        """Make this session run its prepared statements on their generic plans (no planning per call)."""
+        if self.GENERIC_PLANS_SQL is not None:
+            cursor.execute(self.GENERIC_PLANS_SQL)
 
     # ------------------------------------------------------------ hooks
 
@@ -1510,19 +1517,33 @@ class BaseDialect:
         return {str(key): str(job_id) for key, job_id in rows}
 
     def fetch_batch(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
-                    hold: ClaimHold | None = None) -> list[HotJob]:
+                    hold: ClaimHold | None = None, lease: int = 0) -> list[HotJob]:
         """Claim up to ``limit`` due Pending rows (Pending → Fetched) honouring pause, hide, bulkheads and what rate
-        limits hold back (``hold``), in claim order: priority desc, due time asc, id."""
+        limits hold back (``hold``), in claim order: priority desc, due time asc, id. The first ``lease`` of them
+        (the worker has a free execution slot for each) are leased in the same transaction: Processing, their
+        attempt counted, started now (``LEASES_IN_CLAIM``: by the claim statement itself, else by the lease
+        statement after it; a leased job's ``started_at`` and ``heartbeat_at`` are then not read back)."""
         if limit <= 0 or (queues is not None and not queues):
             return []
-        rows = self.claim(cursor, worker_id, limit, None if queues is None else list(dict.fromkeys(queues)),
-                          hold or None)
-        return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+        names = None if queues is None else list(dict.fromkeys(queues))
+        rows = (self.claim_leasing(cursor, worker_id, limit, names, hold or None, lease)
+                if lease and self.LEASES_IN_CLAIM else self.claim(cursor, worker_id, limit, names, hold or None))
+        jobs = sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+        if lease and not self.LEASES_IN_CLAIM and jobs:
+            attempts = self.mark_processing_batch(cursor, [job.id for job in jobs[:lease]], worker_id)
+            jobs = [replace(job, status=JobStatus.PROCESSING, attempt_count=attempts[job.id]) if job.id in attempts
+                    else job for job in jobs]
+        return jobs
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
         """The vendor's claim statement(s): the Hot rows (``HOT_FIELDS``) it moved to Fetched, its candidate rows
         filtered by ``hold_clause(hold)`` when a hold is given (None: the plain claim, not one statement more)."""
+        raise NotImplementedError
+
+    def claim_leasing(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+                      hold: ClaimHold | None, lease: int) -> list[Any]:
+        """Where ``LEASES_IN_CLAIM``: the claim whose statement also leases its first ``lease`` rows in claim order."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ the lease, commands and maintenance

@@ -168,6 +168,9 @@ def _hold_params(hold: ClaimHold) -> dict[str, list[str]]:
                for scope, pairs in by_scope.items() for i, part in enumerate(("targets", "keys"))}}
 
 
+_LEASED = "h.id = ANY(ARRAY(SELECT id FROM leased))"  # the first %(lease)s claimed rows start now (lease_at_claim)
+
+
 def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
     """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
 
@@ -219,8 +222,14 @@ capped AS (
     SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
     WHERE q.max_workers IS NOT NULL),
 {bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
+leased AS (
+    SELECT r.id FROM ranked r WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+    ORDER BY r.priority DESC, r.sort_at, r.id LIMIT %(lease)s),
 claimed AS (
-    UPDATE chokaq_jobs_hot h SET status = 1, worker_id = %(worker)s, last_updated_at = now()
+    UPDATE chokaq_jobs_hot h SET status = CASE WHEN {_LEASED} THEN 2 ELSE 1 END, worker_id = %(worker)s,
+        attempt_count = h.attempt_count + CASE WHEN {_LEASED} THEN 1 ELSE 0 END,
+        started_at = CASE WHEN {_LEASED} THEN now() ELSE h.started_at END,
+        heartbeat_at = CASE WHEN {_LEASED} THEN now() ELSE h.heartbeat_at END, last_updated_at = now()
     WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0 AND {ASYNC_COMMIT}
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
 SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
@@ -305,6 +314,7 @@ SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND relation =
 """
 VACUUM_HOT_SQL = "VACUUM (ANALYZE, SKIP_LOCKED) chokaq_jobs_hot"
 SESSION_PID_SQL = "SELECT pg_backend_pid()"
+GENERIC_PLANS_SQL = "SET plan_cache_mode = force_generic_plan"
 
 
 QUEUE_HEALTH_SQL = (queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
@@ -372,10 +382,17 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         inserted = {str(row[0]) for row in cursor.fetchall()}
         return inserted, self.key_holders(cursor, jobs, inserted)
 
+    LEASES_IN_CLAIM = True
+
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
-        """Lock the capped queues in reach, then claim (spec 01 §4.2), skipping what rate limits hold back."""
-        params: dict[str, Any] = {"limit": limit, "worker": worker_id}
+        return self.claim_leasing(cursor, worker_id, limit, queues, hold, 0)
+
+    def claim_leasing(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
+                      hold: ClaimHold | None, lease: int) -> list[Any]:
+        """Lock the capped queues in reach, then claim (spec 01 §4.2), skipping what rate limits hold back; the first
+        ``lease`` rows in claim order are leased by the same UPDATE (Processing, one more attempt, started now)."""
+        params: dict[str, Any] = {"limit": limit, "worker": worker_id, "lease": lease}
         if queues is None:
             cursor.execute(LOCK_CAPPED_ALL_SQL)
         else:

@@ -146,6 +146,35 @@ class Dispatcher:
             else:
                 self.submit((job, attempt, permit))
 
+    def reserve(self, n: int) -> int:
+        """Take up to ``n`` free execution slots at once (never waiting) for rows the next claim leases itself
+        (``start_claimed``)."""
+        taken = 0
+        while taken < n and self.limiter.acquire(timeout=0):
+            taken += 1
+        return taken
+
+    def start_claimed(self, leased: Sequence[HotJob], reserved: int) -> None:
+        """Hand the rows a claim leased (Processing and ours, each on one of the ``reserved`` slots) to executors, as
+        ``_lease_and_submit`` does after its lease; the slots no row took are freed. A row whose circuit is open, or
+        met while shutting down, is rescheduled without the attempt its lease counted (user code never started)."""
+        for _ in range(reserved - len(leased)):
+            self.limiter.release()
+        for job in leased:
+            unstarted = job.attempt_count - 1
+            if self.stopping.is_set():
+                self.complete(Retry(job.id, unstarted, 0.0))
+                self.finish_slot()
+                continue
+            permit = self.breakers.get(job.type).acquire()
+            if permit is None:
+                logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
+                             self.circuit_delay)
+                self.complete(Retry(job.id, unstarted, self.circuit_delay, held_by=job.type))
+                self.finish_slot()
+            else:
+                self.submit((job, job.attempt_count, permit))
+
     def finish_slot(self) -> None:
         """A row that held a slot is done (executed, refused or lost)."""
         self.in_flight.done()

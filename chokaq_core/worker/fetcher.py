@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from chokaq_core import storage
-from chokaq_core.domain import ClaimedJobs, RateLimit
+from chokaq_core.domain import ClaimedJobs, HotJob, JobStatus, RateLimit
 from chokaq_core.worker.limits import InFlight, PrefetchBuffer
 
 logger = logging.getLogger("chokaq.worker")
@@ -80,6 +80,11 @@ class Fetcher:
         self._idle_since: float | None = None
         self._backlog = False  # the last claim came back full
         self.rate_limits = rate_limits
+        # Leasing at the claim (set by the worker: the dispatcher's reserve and start_claimed). While nothing is
+        # buffered, the claim leases as many of its rows as there are free slots and they go straight to executors:
+        # one statement and one hand-off fewer per job, and a row is Processing only with a slot to run on.
+        self.reserve: Callable[[int], int] | None = None
+        self.start_claimed: Callable[[Sequence[HotJob], int], None] | None = None
 
     def run(self) -> None:
         burst_idle = self.burst_idle
@@ -91,19 +96,28 @@ class Fetcher:
             # a full claim means a backlog: then take all the room there is (fewer claims per job)
             limit = max(1, self.buffer.free() if self._backlog else min(self.batch_size, self.buffer.free()))
             self.wakeup.clear()
+            reserved = 0
             try:
                 rate_limits = self.rate_limits.current() if self.rate_limits is not None else []
-                jobs = (storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits) if rate_limits
-                        else storage.fetch_batch(self.worker_id, limit, self.queues))
+                if rate_limits:  # the lease spends the tokens: no leasing at the claim
+                    jobs = storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits)
+                else:
+                    if self.reserve is not None:
+                        reserved = self.reserve(limit)
+                    jobs = (storage.fetch_batch(self.worker_id, limit, self.queues, lease=reserved) if reserved
+                            else storage.fetch_batch(self.worker_id, limit, self.queues))
             except Exception:
                 logger.exception("fetch failed (1002 WorkerLoopCrashed); retrying in 5 s")
+                self._start_claimed([], reserved)
                 self.stopping.wait(5)
                 continue
             self._backlog = len(jobs) == limit
             held_for = jobs.held_for if isinstance(jobs, ClaimedJobs) else None
+            leased = [job for job in jobs if job.status == JobStatus.PROCESSING] if reserved else []
+            self.in_flight.add(len(jobs))
+            self._start_claimed(leased, reserved)  # the leased rows to executors, the slots none took freed
             if jobs:
-                self.in_flight.add(len(jobs))
-                self.buffer.put_many(jobs)
+                self.buffer.put_many([job for job in jobs if job.status != JobStatus.PROCESSING] if leased else jobs)
                 self._idle_since = None
                 if self._backlog:
                     continue
@@ -116,6 +130,10 @@ class Fetcher:
             if rate_limits:  # follow the limits' changes, and take the next token when it comes
                 wait = min(wait, FOLLOW_INTERVAL, max(MIN_TOKEN_WAIT, held_for) if held_for is not None else wait)
             self.wakeup.wait(wait)
+
+    def _start_claimed(self, leased: Sequence[HotJob], reserved: int) -> None:
+        if reserved and self.start_claimed is not None:
+            self.start_claimed(leased, reserved)
 
     def _burst_done(self, idle: bool) -> bool:
         """Idle twice in a row."""

@@ -94,6 +94,7 @@ class Worker:
         self.dispatcher = Dispatcher(self.worker_id, self.batch_size, cfg.RETRY.CIRCUIT_BREAKER_DELAY, self.buffer,
                                      self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit,
                                      self.completer.submit, self.rate_limits)
+        self.fetcher.reserve, self.fetcher.start_claimed = self.dispatcher.reserve, self.dispatcher.start_claimed
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
                                      self.completer.awaiting)
@@ -121,10 +122,10 @@ class Worker:
             rescue_once(self.cfg)
         self.pool.grow(self.limiter.capacity)
         targets: list[tuple[str, Callable[[], None]]] = [
-            ("chokaq-fetcher", self.fetcher.run),
-            ("chokaq-dispatcher", self.dispatcher.run),
-            ("chokaq-completer", self.completer.run),
-            ("chokaq-supervisor", self.supervisor.run),
+            ("chokaq-fetcher", _engine(self.fetcher.run)),
+            ("chokaq-dispatcher", _engine(self.dispatcher.run)),
+            ("chokaq-completer", _engine(self.completer.run)),
+            ("chokaq-supervisor", _engine(self.supervisor.run)),
         ]
         if rescue:
             targets.append(("chokaq-rescue", lambda: rescue_loop(self.cfg, self.stopping)))
@@ -207,6 +208,14 @@ class Worker:
             runtime_json=json.dumps({"maxAttempts": policy.max_attempts, "baseDelaySeconds": policy.base_delay}),
             circuits_json=json.dumps(self.breakers.snapshot()),
         )
+
+
+def _engine(target: Callable[[], None]) -> Callable[[], None]:
+    """``target`` on a thread that runs only the engine's statements (``storage.engine_thread``)."""
+    def run() -> None:
+        storage.engine_thread()
+        target()
+    return run
 
 
 def _retry_policy(cfg: Config) -> RetryPolicy:

@@ -13,7 +13,7 @@ from chokaq_core import storage
 from chokaq_core.domain import JobStatus, Success
 from chokaq_core.models import JobsHot, Queues
 
-from .rows import ago, backdate, close_to, fetched, hot, new_job, pending, processing
+from .rows import ago, backdate, close_to, fetched, hot, new_job, of_kind, pending, processing
 
 
 def stagger(ids: list[str]) -> None:
@@ -254,3 +254,62 @@ def test_equal_priority_and_due_time_claim_in_id_order() -> None:
     storage.enqueue(jobs)  # one statement: one creation time
     assert {j.id for j in storage.fetch_batch("w1", 2, ["ties"])} == {"tie-1", "tie-2"}, "the id breaks the tie"
     assert {j.id for j in storage.fetch_batch("w1", 2, ["ties"])} == {"tie-3", "tie-4"}
+
+
+# ---------------------------------------------------------------- leasing at the claim (docs/architecture.md)
+
+
+def test_a_claim_leases_its_first_rows_for_the_free_slots(published: list) -> None:
+    ids = pending("claim-lease", 5, priority=10)
+    stagger(ids)
+    before = timezone.now()
+    published.clear()
+
+    claimed = storage.fetch_batch("w1", 5, ["claim-lease"], lease=2)
+
+    assert [j.id for j in claimed] == ids, "claim order"
+    assert [(j.status, j.attempt_count) for j in claimed] == [(JobStatus.PROCESSING, 1)] * 2 + [(JobStatus.FETCHED, 0)] * 3
+    for job_id in ids[:2]:
+        row = hot(job_id)
+        assert row is not None
+        assert (row["status"], row["attempt_count"], row["worker_id"]) == (2, 1, "w1")
+        assert close_to(row["started_at"], before)
+        assert close_to(row["heartbeat_at"], before)
+    for job_id in ids[2:]:
+        row = hot(job_id)
+        assert row is not None
+        assert (row["status"], row["attempt_count"], row["worker_id"], row["started_at"]) == (1, 0, "w1", None)
+    updates = [e for e in of_kind(published, "JobUpdated") if e["status"] == int(JobStatus.PROCESSING)]
+    assert sorted(e["jobId"] for e in updates) == sorted(ids[:2]), "the leased rows are announced as Processing"
+    assert storage.mark_processing_batch(claimed[:2], "w1") == {}, "a leased row is not leased twice"
+    assert storage.mark_processing_batch(claimed[2:], "w1") == {job_id: 1 for job_id in ids[2:]}
+
+
+def test_a_claim_leases_no_more_rows_than_it_claims() -> None:
+    ids = pending("claim-lease-few", 2)
+    claimed = storage.fetch_batch("w1", 10, ["claim-lease-few"], lease=5)
+    assert sorted((j.id, j.status) for j in claimed) == sorted((i, JobStatus.PROCESSING) for i in ids)
+
+
+def test_a_worker_that_dies_after_a_leasing_claim_loses_no_job() -> None:
+    """The crash argument of leasing at the claim: the claim commits the leased rows as Processing (owned, started,
+    heartbeat now) and the rest as Fetched. A worker that dies right after it never heartbeats them: the leased rows
+    become visible Zombies once their heartbeat is older than the zombie timeout (as a lease's rows always did), the
+    Fetched ones go back to Pending through the abandoned-fetch recovery and run elsewhere; none is lost."""
+    ids = pending("claim-lease-crash", 4)
+    stagger(ids)
+    claimed = storage.fetch_batch("w-dead", 4, ["claim-lease-crash"], lease=2)
+    assert [j.status for j in claimed] == [JobStatus.PROCESSING] * 2 + [JobStatus.FETCHED] * 2
+    backdate(ids, 20 * 60, "heartbeat_at")
+    backdate(ids, 20 * 60, "last_updated_at")
+
+    assert sorted(storage.archive_zombies(600)) == sorted((i, "claim-lease-crash") for i in ids[:2])
+    assert storage.recover_abandoned(600) == 2
+
+    for job_id in ids[:2]:
+        assert hot(job_id) is None
+        assert storage.get_dead(job_id) is not None, "a started job that lost its worker is a Zombie in the DLQ"
+    rows = [hot(job_id) for job_id in ids[2:]]
+    assert [(r["status"], r["worker_id"], r["attempt_count"]) for r in rows if r] == [(0, None, 0)] * 2
+    again = storage.fetch_batch("w2", 4, ["claim-lease-crash"])
+    assert sorted(j.id for j in again) == sorted(ids[2:]), "the unstarted rows run on another worker"
