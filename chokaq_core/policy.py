@@ -79,6 +79,8 @@ def backoff_seconds(
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How a failed execution is retried (spec 02 §5): attempts, exponential backoff with jitter, the age limit."""
+
     max_attempts: int = 3
     base_delay: float = 3.0
     max_delay: float = 3600.0
@@ -151,6 +153,8 @@ class CircuitStatus(IntEnum):
 
 @dataclass(frozen=True)
 class BreakerPolicy:
+    """When a circuit opens, how long it stays open and how it is probed again (spec 03 §7.3)."""
+
     failure_threshold: int = 5
     break_duration: float = 30.0
     half_open_max_calls: int = 1

@@ -367,7 +367,11 @@ DLQ_SORT = {**_COMMON_SORT, "reason": "failure_reason", "date": "failed_at"}
 _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
-JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM chokaq_job_attempts WHERE job_id = %s ORDER BY id"
+ATTEMPTS = "chokaq_job_attempts"
+JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id"
+# A failed execution as an item of record_attempts' batch (``items_table`` kinds), ``n`` its place.
+ATTEMPT_ITEMS = {"n": "int", "job_id": "name", "attempt": "int", "error_class": "name", "error_message": "text",
+                 "traceback": "text", "started_at": "ts"}
 RATE_LIMIT_FIELDS = ("name", "declared_count", "declared_window", "declared_burst", "override_count", "override_window",
                      "override_burst", "is_lifted", "per_key", "max_keys", "updated_by", "updated_at")
 RATE_BUCKET_FIELDS = ("limit_name", "rate_key", "tokens", "refilled_at", "window_started_at", "window_used")
@@ -560,6 +564,15 @@ def resurrected(payload: str, tags: str, priority: str, actor: str) -> dict[str,
             "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
+def uncount_sql(counter: str, counts: str, now: str | None = None) -> str:
+    """Take the rows a delete removed, ``counts`` (a derived table of queue, n), off ``counter`` per queue, floored
+    at 0, update only; an Archive purge's ``PURGED`` grows by them instead (``succeeded_total`` never shrinks).
+    ``now``: the last activity's new stamp (None: left as it is)."""
+    value = f"{PURGED} + c.n" if counter == PURGED else f"CASE WHEN {counter} > c.n THEN {counter} - c.n ELSE 0 END"
+    touched = "" if now is None else f", last_activity_at = {now}"
+    return f"UPDATE {STATS} SET {counter} = {value}{touched} FROM {counts} AS c WHERE c.queue = {STATS}.queue"
+
+
 def stats_update(counter: str) -> dict[str, str | None]:
     """What the counter upsert (spec 01 §4.13) sets on a queue's row that is there: ``counter`` += the rows."""
     return {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None}
@@ -676,7 +689,7 @@ SHARED_STATEMENTS = {
     "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
     "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
     "PURGE_HISTORY_SQL": _aged_batch(HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
-    "PURGE_ATTEMPTS_SQL": _aged_batch("chokaq_job_attempts", "id", "failed_at"),
+    "PURGE_ATTEMPTS_SQL": _aged_batch(ATTEMPTS, "id", "failed_at"),
 }
 
 
@@ -752,13 +765,12 @@ class BaseDialect:
     ARCHIVE_ZOMBIES_SQL: str  # params: clock, seconds_params(global timeout), details → moved
     RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
     PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
-    PURGE_ARCHIVE_IDS_SQL: str  # params: ids → (id, queue)
+    PURGE_ARCHIVE_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
     PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
     ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
     MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details, error_columns), guard_params
     RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields, error_columns, held_by), guard_params
-    RECORD_ATTEMPTS_SQL: str  # params: clock, worker, items_params(n, job id, attempt, error…, started_at)
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
@@ -1373,12 +1385,20 @@ class BaseDialect:
                        f"{self.IGNORE_DUPLICATE}", [name, ts, *at, name])
         return False
 
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        """The batch of ``items_params`` as a table ``a`` of ``columns`` (name → kind: int, name, text or ts)."""
+        raise NotImplementedError
+
     def record_attempts(self, cursor: Cursor, worker_id: str | None, attempts: Sequence[FailedAttempt]) -> None:
         """Insert one ``chokaq_job_attempts`` row per failed execution (one INSERT … SELECT over the batch as
         items, in order), stamped with the database clock: run it in the transaction that reschedules or
         dead-letters those executions."""
         if attempts:
-            cursor.execute(self.RECORD_ATTEMPTS_SQL, [*self.clock(), worker_id, *self.items_params([
+            sql = (f"{self.TOKENS['clock']}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class,"
+                   f" error_message, traceback, failed_at, started_at) SELECT a.job_id, a.attempt, {self.TOKENS['text']},"
+                   f" a.error_class, a.error_message, a.traceback, {self.TOKENS['now']}, a.started_at"
+                   f" FROM {self.items_table(ATTEMPT_ITEMS)} ORDER BY a.n")
+            cursor.execute(sql, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
                  "error_message": a.error.message, "traceback": a.error.traceback,
                  "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])
@@ -1647,10 +1667,10 @@ class BaseDialect:
         return self._purge(cursor, self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size], "failed_total")
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
-        """Delete the given Archive rows; PurgedTotal +n."""
+        """Delete the given Archive rows (one batch of them all, as ``purge_dlq_ids``); PurgedTotal +n."""
         if not job_ids:
             return []
-        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids)], PURGED)
+        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids), len(set(job_ids))], PURGED)
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""

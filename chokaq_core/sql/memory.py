@@ -32,7 +32,7 @@ from django.apps import apps
 from django.db.backends.sqlite3.base import DatabaseWrapper, SQLiteCursorWrapper
 
 from chokaq_core.lazy import Lazy
-from chokaq_core.sql import sqlite
+from chokaq_core.sql import base, sqlite
 
 logger = logging.getLogger("chokaq.storage.memory")
 
@@ -117,7 +117,7 @@ def evict_if_full(cursor: Any, capacity: int) -> None:
         return
     now = sqlite._ts(sqlite._now())
     evicted = []
-    for table, order, counter, n in ((sqlite.ARCHIVE, "finished_at", sqlite.PURGED, EVICT_ARCHIVE_ROWS),
+    for table, order, counter, n in ((sqlite.ARCHIVE, "finished_at", base.PURGED, EVICT_ARCHIVE_ROWS),
                                      (sqlite.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
         if stored < capacity:
             evicted.append(0)

@@ -94,6 +94,7 @@ from chokaq_core.sql.base import (
     stats_update,
     summary_stats_sql,
     throughput_select,
+    uncount_sql,
 )
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
@@ -135,7 +136,8 @@ _MOVED_TYPES = {
     "rate_key": "nvarchar(255) NULL",
 }
 
-PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit"}  # ``param`` kinds
+# ``param`` and ``items_table`` kinds
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)"}
 _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
 _ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
@@ -158,16 +160,8 @@ def _stats_add(counter: str) -> str:
 
 
 def _uncount(counter: str, touch: bool = False) -> str:
-    """``counter = max(counter - rows moved, 0)`` per queue, update only; an Archive purge's ``PURGED`` grows by
-    the rows instead (``succeeded_total`` never shrinks)."""
-    value = (f"t.{PURGED} + c.n" if counter == PURGED
-             else f"CASE WHEN t.{counter} > c.n THEN t.{counter} - c.n ELSE 0 END")
-    touched = ", last_activity_at = @Now" if touch else ""
-    return (
-        f"UPDATE t SET {counter} = {value}{touched}\n"
-        "FROM chokaq_stats_summary AS t\n"
-        "INNER JOIN (SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue) AS c ON c.queue = t.queue;"
-    )
+    """The rows moved taken off ``counter`` per queue (``uncount_sql``)."""
+    return uncount_sql(counter, "(SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue)", "@Now" if touch else None) + ";"
 
 
 # Bucket sources: (queue, failure_reason, n, timed, total, longest) without aggregating a NULL.
@@ -438,6 +432,8 @@ PURGE_DLQ_IDS_SQL = _purge(
     f"p.id IN {_IDS}",
     "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
 )
+PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", ["DECLARE @Ids nvarchar(max) = %s;"], f"p.id IN {_IDS}",
+                               "p.finished_at, p.id", PURGED, "id, queue FROM @Moved")
 _BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
 PURGE_DLQ_OLDER_SQL = _purge(
     "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
@@ -542,19 +538,6 @@ FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
 GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
 TOP_ERRORS_SQL = _batch(*_TOP_ERRORS_DECLARES, f"{TOP_ERRORS_SELECT};")
 
-PURGE_ARCHIVE_IDS_SQL = _batch(
-    _NOW,
-    "DECLARE @Ids nvarchar(max) = %s;",
-    _moved_table(("id", "queue")),
-    "DELETE d\n"
-    "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-    "FROM chokaq_jobs_archive AS d WITH (ROWLOCK)\n"
-    f"WHERE d.id IN {_IDS};",
-    _uncount(PURGED),
-    "SELECT id, queue FROM @Moved;",
-)
-
-
 # ---------------------------------------------------------------- the live Deck's one read
 
 
@@ -585,23 +568,6 @@ DECK_SNAPSHOT_SQL = _batch(
        CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
        CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
        CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END AS errors;""",
-)
-
-
-# ---------------------------------------------------------------- attempts history
-
-# One statement for the whole batch, its rows read from a JSON array in order (no 2,100-parameter limit).
-RECORD_ATTEMPTS_SQL = (
-    "DECLARE @Worker nvarchar(100) = %s;\n"
-    "DECLARE @Attempts nvarchar(max) = %s;\n"
-    "INSERT INTO chokaq_job_attempts\n"
-    "    (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)\n"
-    "SELECT a.job_id, a.attempt, @Worker, a.error_class, a.error_message, a.traceback, SYSUTCDATETIME(),\n"
-    "    a.started_at\n"
-    "FROM OPENJSON(@Attempts) WITH (n int '$.n', job_id nvarchar(50) '$.job_id', attempt int '$.attempt',\n"
-    "    error_class nvarchar(255) '$.error_class', error_message nvarchar(max) '$.error_message',\n"
-    "    traceback nvarchar(max) '$.traceback', started_at datetime2(7) '$.started_at') AS a\n"
-    "ORDER BY a.n"
 )
 
 
@@ -712,6 +678,9 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             int(request.active_limit), _ids_json(ids) if ids else None, self.param_ts(since),
             bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
         ]
+
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        return f"OPENJSON(%s) WITH ({', '.join(f"{c} {PARAM_TYPES[k]} '$.{c}'" for c, k in columns.items())}) AS a"
 
     def item_ts(self, value: datetime | None) -> Any:
         """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""

@@ -48,6 +48,7 @@ from chokaq_core.sql.base import (
     resurrected,
     revision_guard,
     stats_add,
+    uncount_sql,
 )
 
 NOTIFY_CHANNEL = "chokaq_jobs"
@@ -57,6 +58,7 @@ ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 
 WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
+ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestamptz"}  # items_table kinds
 
 
 # ---------------------------------------------------------------- SQL builders
@@ -81,12 +83,9 @@ def _stats_add(counter: str, source: str) -> str:
 
 
 def _uncount(counter: str, source: str, touch: bool = False) -> str:
-    """``dec`` CTE: ``counter = greatest(counter - n, 0)`` per queue over the rows of ``source``, update only; an
-    Archive purge's ``PURGED`` grows by n instead (``succeeded_total`` never shrinks)."""
-    value = f"s.{PURGED} + c.n" if counter == PURGED else f"greatest(s.{counter} - c.n, 0)"
-    touched = ", last_activity_at = now()" if touch else ""
-    return (f"dec AS (UPDATE chokaq_stats_summary s SET {counter} = {value}{touched}\n"
-            f"    FROM (SELECT queue, count(*) AS n FROM {source} GROUP BY queue) c WHERE s.queue = c.queue)")
+    """``dec`` CTE: the rows of ``source`` taken off ``counter`` per queue (``uncount_sql``)."""
+    counts = f"(SELECT queue, count(*) AS n FROM {source} GROUP BY queue)"
+    return f"dec AS ({uncount_sql(counter, counts, 'now()' if touch else None)})"
 
 
 def _completion(ctes: str, move: Move) -> str:
@@ -300,6 +299,7 @@ SELECT id, queue FROM ins
 
 _BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
 PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
+PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", "id = ANY(%s::text[])", "finished_at, id", PURGED, "id, queue FROM del")
 PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
 PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", PURGED, _BY_QUEUE)
 
@@ -321,23 +321,6 @@ GENERIC_PLANS_SQL = "SET plan_cache_mode = force_generic_plan"
 QUEUE_HEALTH_SQL = (queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
                     + "\nORDER BY q.name")
 
-PURGE_ARCHIVE_IDS_SQL = f"""
-WITH del AS (DELETE FROM chokaq_jobs_archive WHERE id = ANY(%s::text[]) RETURNING id, queue),
-{_uncount(PURGED, "del")}
-SELECT id, queue FROM del
-"""
-
-
-# ---------------------------------------------------------------- attempts history
-
-RECORD_ATTEMPTS_SQL = """
-INSERT INTO chokaq_job_attempts
-    (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at, started_at)
-SELECT a.job_id, a.attempt, %s::varchar, a.error_class, a.error_message, a.traceback, now(), a.started_at
-FROM unnest(%s::int[], %s::varchar[], %s::int[], %s::varchar[], %s::text[], %s::text[], %s::timestamptz[])
-     AS a(n, job_id, attempt, error_class, error_message, traceback, started_at)
-ORDER BY a.n
-"""
 
 
 # The lease paying its tokens, in one statement (spends: what BaseDialect.lease_spending writes, as JSON). "known"
@@ -389,6 +372,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
+
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        arrays = ", ".join(f"%s::{ITEM_TYPES[kind]}[]" for kind in columns.values())
+        return f"unnest({arrays}) AS a({', '.join(columns)})"
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs."""

@@ -27,7 +27,6 @@ from chokaq_core.sql.base import (
     HOT,
     HOT_FIELDS,
     NO_EXCEPTION,
-    PURGED,
     QUEUES,
     STATS,
     TO_HOT,
@@ -43,6 +42,7 @@ from chokaq_core.sql.base import (
     revision_guard,
     stats_add,
     summary_stats_sql,
+    uncount_sql,
 )
 
 HOT_COLUMNS = ", ".join(HOT_FIELDS)
@@ -67,12 +67,10 @@ def _marks(count: int) -> str:
 
 
 def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str | None) -> None:
-    """Apply the rows a delete removed to ``counter`` per queue: ``PURGED`` (an Archive purge) grows, any other
-    counter drops (floored at 0)."""
-    value = f"{PURGED} + %s" if counter == PURGED else f"max({counter} - %s, 0)"
-    for queue, n in counts.items():
-        cursor.execute(f"UPDATE {STATS} SET {counter} = {value}, last_activity_at = %s WHERE queue = %s",
-                       [n, now, queue])
+    """Apply the rows a delete removed, ``counts`` per queue, to ``counter`` (``uncount_sql``)."""
+    if counts:
+        cursor.execute(uncount_sql(counter, "(SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]')"
+                                            " AS n FROM json_each(%s))", "%s"), [now, json.dumps(list(counts.items()))])
 
 
 # ---------------------------------------------------------------- statements
@@ -123,13 +121,19 @@ RESCHEDULE_SQL = (
 _RESURRECTED = resurrected("%s", "%s", "%s", "%s")
 RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
                  + ", ".join(f"{_RESURRECTED[c]} AS {c}" if c in _RESURRECTED else c for c in TO_HOT.carried))
-PURGE_DLQ_IDS_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE id IN {_IDS}"
-                     " ORDER BY failed_at, id LIMIT %s) RETURNING id, queue")
-PURGE_ARCHIVE_IDS_SQL = f"DELETE FROM {ARCHIVE} WHERE id IN {_IDS} RETURNING id, queue"
-PURGE_DLQ_OLDER_SQL = (f"DELETE FROM {DLQ} WHERE id IN (SELECT id FROM {DLQ} WHERE created_at <= %s"
-                       " ORDER BY created_at, id LIMIT %s) RETURNING queue, 1")
-PURGE_ARCHIVE_SQL = (f"DELETE FROM {ARCHIVE} WHERE id IN (SELECT id FROM {ARCHIVE} WHERE finished_at < %s"
-                     " ORDER BY finished_at, id LIMIT %s) RETURNING queue, 1")
+
+
+def _purge(table: str, where: str, order: str, result: str) -> str:
+    """One batch delete of the first rows of ``table`` by ``order`` that match ``where``; params: where's, the
+    batch size."""
+    return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s)"
+            f" RETURNING {result}")
+
+
+PURGE_DLQ_IDS_SQL = _purge(DLQ, f"id IN {_IDS}", "failed_at, id", "id, queue")
+PURGE_ARCHIVE_IDS_SQL = _purge(ARCHIVE, f"id IN {_IDS}", "finished_at, id", "id, queue")
+PURGE_DLQ_OLDER_SQL = _purge(DLQ, "created_at <= %s", "created_at, id", "queue, 1")
+PURGE_ARCHIVE_SQL = _purge(ARCHIVE, "finished_at < %s", "finished_at, id", "queue, 1")
 
 
 # ---------------------------------------------------------------- the claim
@@ -183,17 +187,6 @@ QUEUE_HEALTH_SQL = (queue_health_select("max(0.0, (julianday(%s) - julianday(p.d
                     + "\nORDER BY q.name")
 
 
-# ---------------------------------------------------------------- attempts history and retention
-
-ATTEMPTS = "chokaq_job_attempts"
-RECORD_ATTEMPTS_SQL = (
-    f"{_CLOCK}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class, error_message, traceback, failed_at,"
-    f" started_at) SELECT {_ITEM.format('job_id')}, {_ITEM.format('attempt')}, %s, {_ITEM.format('error_class')},"
-    f" {_ITEM.format('error_message')}, {_ITEM.format('traceback')}, {_NOW}, {_ITEM.format('started_at')}"
-    " FROM json_each(%s) ORDER BY key"
-)
-
-
 class SQLiteDialect(BaseDialect, statements=globals()):
     """The base over SQLite's text timestamps (the clock is Python's, spec 01 §1.2), JSON id lists and the
     Python hand-off of moved rows."""
@@ -223,6 +216,9 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def item_ts(self, value: datetime | None) -> Any:
         return _ts(value)
+
+    def items_table(self, columns: Mapping[str, str]) -> str:
+        return f"(SELECT {', '.join(f'{_ITEM.format(c)} AS {c}' for c in columns)} FROM json_each(%s)) AS a"
 
     def pack(self, sql: str, width: int, order: str) -> str:
         """In the read's own order (a CTE keeps it)."""

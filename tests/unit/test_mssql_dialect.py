@@ -283,14 +283,15 @@ def _split_top(text: str) -> list[str]:
 
 def _openjson_schemas(text: str) -> list[tuple[str, dict[str, str]]]:
     """(variable, {column: json path}) of every ``OPENJSON(@var) WITH (…)`` in ``text`` (literals kept); a JSON
-    parameter given inline, ``OPENJSON(%s)``, has the variable ``%s``."""
+    parameter given inline, ``OPENJSON(%s)``, has the variable ``%s<n>``, ``n`` its placeholder's index."""
     schemas = []
     for match in re.finditer(r"OPENJSON\((@\w+|%s)\)\s+WITH\s*\(", text, re.I):
         columns = {}
         for entry in _split_top(_balanced(text, match.end() - 1)):
             path = re.search(r"'([^']*)'", entry)
             columns[entry.split()[0]] = path.group(1) if path else f"$.{entry.split()[0]}"
-        schemas.append((match.group(1), columns))
+        variable = match.group(1)
+        schemas.append((f"%s{text[:match.start()].count('%s')}" if variable == "%s" else variable, columns))
     return schemas
 
 
@@ -333,10 +334,8 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
         problems.append("a batch changing several tables without SET NOCOUNT ON")
 
     # JSON parameters carry every key their OPENJSON paths read (lax paths silently yield NULL).
-    bound = _declared_params(text, params)
+    bound = {**_declared_params(text, params), **{f"%s{i}": param for i, param in enumerate(params)}}
     for variable, schema in _openjson_schemas(text):
-        if variable == "%s":  # an inline JSON parameter: no DECLARE to check
-            continue
         if variable not in bound:
             problems.append(f"OPENJSON reads {variable}, which no DECLARE binds to a parameter")
             continue
@@ -374,7 +373,7 @@ def check_statement(text: str, params: Sequence[Any]) -> list[str]:
         tables = set(re.findall(r"\b(chokaq_\w+)\b", statement))
         for table in tables - set(columns):
             problems.append(f"unknown table {table}")
-        aliases: dict[str, str] = {}  # alias -> chokaq table, @table variable, CTE name or "derived"
+        aliases = {t: t for t in tables}  # alias or table name -> chokaq table, @table variable, CTE or "derived"
         for table, alias in re.findall(r"\b(chokaq_\w+)\s+(?:WITH\s*\([^)]*\)\s+)?(?:AS\s+)?(\w+)", statement, re.I):
             if alias.upper() not in KEYWORDS:  # ``AS`` is optional before an alias
                 aliases[alias] = table
@@ -449,6 +448,7 @@ def test_the_checker_catches_what_it_claims_to() -> None:
         "SELECT nope FROM chokaq_jobs_hot": "unknown identifier nope",
         "SELECT h.failed_at FROM chokaq_jobs_hot AS h": "no column failed_at",
         "SELECT h.failed_at FROM chokaq_jobs_hot h": "no column failed_at",
+        "UPDATE chokaq_queues SET is_paused = 1 FROM (SELECT 1 AS n) AS c WHERE chokaq_queues.nope = c.n": "no column nope",
         "WITH e(v) AS (SELECT 1) UPDATE chokaq_queues SET max_workers = v FROM e": "",
         "WITH e(v) AS (SELECT 1) UPDATE chokaq_queues SET max_workers = w FROM e": "unknown identifier w",
         "SELECT id FROM chokaq_nope": "unknown table",
@@ -476,6 +476,8 @@ def test_the_checker_catches_what_it_claims_to() -> None:
             assert problems == [], (statement, problems)
     planted = "DECLARE @Ids nvarchar(max) = %s; SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(50) '$.job') AS i"
     assert any("reads $.job" in p for p in check_statement(planted, ['[{"id": "a"}]']))
+    inline = "SELECT i.id FROM chokaq_jobs_hot WHERE id = %s OR id IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(50) '$.job') AS i)"
+    assert any("reads $.job" in p for p in check_statement(inline, ["a", '[{"id": "a"}]']))
     unguarded = "DECLARE @Ids nvarchar(max) = %s; SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(50) '$.id') AS i"
     assert any("no CASE WHEN @Ids IS NOT NULL" in p for p in check_statement(unguarded, [None]))
 
@@ -883,7 +885,7 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
         r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$")),
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
         r"FROM chokaq_jobs_dlq AS d WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
-    *((("purge_dlq_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
+    *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
       for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"TOP \(@Batch\)")),
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
       for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
