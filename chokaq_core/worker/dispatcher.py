@@ -108,14 +108,8 @@ class Dispatcher:
             return
         admitted: list[tuple[HotJob, Permit]] = []
         for job in jobs:
-            permit = self.breakers.get(job.type).acquire()
-            if permit is None:
-                # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
-                logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
-                             self.circuit_delay)
-                self.complete(Retry(job.id, job.attempt_count, self.circuit_delay, held_by=job.type))
-                self.finish_slot()
-            else:
+            permit = self._permit(job, job.attempt_count)
+            if permit is not None:
                 admitted.append((job, permit))
         if not admitted:
             return
@@ -146,6 +140,17 @@ class Dispatcher:
             else:
                 self.submit((job, attempt, permit))
 
+    def _permit(self, job: HotJob, attempts: int) -> Permit | None:
+        """The circuit's permit for ``job``; None when its circuit is open: then the job is deferred with
+        ``attempts`` (the attempts it had before this start) and its slot is done."""
+        permit = self.breakers.get(job.type).acquire()
+        if permit is None:
+            # one DEBUG line per job; the INFO log has one line per state change with the count (CircuitLog)
+            logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id, self.circuit_delay)
+            self.complete(Retry(job.id, attempts, self.circuit_delay, held_by=job.type))
+            self.finish_slot()
+        return permit
+
     def reserve(self, n: int) -> int:
         """Take up to ``n`` free execution slots at once (never waiting) for rows the next claim leases itself
         (``start_claimed``)."""
@@ -166,13 +171,8 @@ class Dispatcher:
                 self.complete(Retry(job.id, unstarted, 0.0))
                 self.finish_slot()
                 continue
-            permit = self.breakers.get(job.type).acquire()
-            if permit is None:
-                logger.debug("circuit open for %s: job %s deferred %.1f s (2001)", job.type, job.id,
-                             self.circuit_delay)
-                self.complete(Retry(job.id, unstarted, self.circuit_delay, held_by=job.type))
-                self.finish_slot()
-            else:
+            permit = self._permit(job, unstarted)
+            if permit is not None:
                 self.submit((job, job.attempt_count, permit))
 
     def finish_slot(self) -> None:

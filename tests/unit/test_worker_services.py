@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -290,21 +291,25 @@ def test_dispatcher_releases_rows_of_paused_queues(monkeypatch: pytest.MonkeyPat
     assert [job.id for job, _, _ in rec.submitted] == ["j2"]
 
 
+def open_circuit(d: Dispatcher, job_type: str) -> None:
+    """Open ``job_type``'s circuit (threshold 1: one failure)."""
+    breaker = d.breakers.get(job_type)
+    permit = breaker.acquire()
+    assert permit is not None
+    breaker.failure(permit, fatal=False)
+
+
 def test_dispatcher_defers_a_job_whose_circuit_is_open_without_an_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={}, threshold=1)
-    breaker = d.breakers.get("t")
-    permit = breaker.acquire()
-    assert permit is not None
-    breaker.failure(permit, fatal=False)  # open
+    open_circuit(d, "t")
     run_until(d, [hot(1, attempt=3)], in_flight, lambda: bool(rec.outcomes) and not in_flight)
     assert rec.outcomes == [Retry("j1", 3, 7.0, held_by="t")] and rec.submitted == []
     assert limiter.running == 0 and not in_flight
 
 
 def leased_at_claim(n: int, attempt: int = 1) -> HotJob:
-    job = hot(n, attempt=attempt)
-    return HotJob(**{**{f: getattr(job, f) for f in job.__dataclass_fields__}, "status": JobStatus.PROCESSING})
+    return dataclasses.replace(hot(n, attempt=attempt), status=JobStatus.PROCESSING)
 
 
 def test_rows_leased_at_the_claim_start_on_their_reserved_slots_and_the_unused_slots_are_freed(
@@ -322,10 +327,7 @@ def test_a_row_leased_at_the_claim_whose_circuit_is_open_or_met_at_shutdown_coun
         monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     d, limiter, in_flight = dispatcher(monkeypatch, rec, leased={}, threshold=1)
-    breaker = d.breakers.get("t")
-    permit = breaker.acquire()
-    assert permit is not None
-    breaker.failure(permit, fatal=False)  # open
+    open_circuit(d, "t")
     in_flight.add(1)
     d.start_claimed([leased_at_claim(1, attempt=4)], d.reserve(1))
     assert rec.outcomes == [Retry("j1", 3, 7.0, held_by="t")] and rec.submitted == []
