@@ -127,14 +127,12 @@ def build(options: EnqueueOptions, new_id: str | None = None, kinds: dict[tuple[
         job_id = _name("job id", options.job_id)
     else:
         job_id = new_id or new_ulid()
-    # a blank idempotency key means none
     idempotency_key = options.idempotency_key
-    if idempotency_key is not None:
+    if idempotency_key is not None:  # a blank idempotency key means none
         idempotency_key = _text("idempotency key", idempotency_key, NAME_ALPHABETS["idempotency key"][1])
+        idempotency_key = check_name("idempotency key", idempotency_key) if idempotency_key else None
     payload = serialize_payload(options.payload)
     tags = None if options.tags is None else _tags(options.tags)
-    if idempotency_key is not None:
-        idempotency_key = check_name("idempotency key", idempotency_key) if idempotency_key else None
     delay = None if options.delay is None and options.run_at is None else _delay(options.delay, options.run_at)
     created_by = None if options.created_by is None else _text("created_by", options.created_by, 100) or None
     rate_key = (None if options.rate_key is None and (definition is None or definition.rate_key is None)
