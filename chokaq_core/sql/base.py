@@ -220,8 +220,8 @@ def summary(r: Sequence[Any]) -> SummaryStats:
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]),
-                      int(r[8]))
+    return QueueStats(int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]), int(r[8]),
+                      queue=r[0])
 
 
 def active_row(r: Sequence[Any]) -> JobRow:

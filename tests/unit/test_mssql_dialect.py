@@ -711,7 +711,7 @@ CASES = [
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
     Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2, 0, 0, 1, 0)]],
          SummaryStats(1, 2, 3, 10, 4, 5, T0, 2, 0, 0, 1, 0)),
-    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None, 3)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None, 3)]),
+    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None, 3)]], [QueueStats(1, 0, 2, 7, 1, 0, None, 3, queue="mail")]),
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
     Case("get_hot", ("J1",), [[]], None),
