@@ -616,6 +616,13 @@ TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "statu
               None)
 # The columns a resurrected row keeps from its DLQ row (its revision one up, see ``carried_values``).
 RESURRECT_KEEPS = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision", "rate_key")
+# The purges of DLQ and Archive rows (spec 01 §4.10): statement → (table, the rows it may delete, their order, the
+# counter they lower, whether it returns (queue, rows) groups rather than (id, queue) rows), ``purge_sql`` writing each
+# ("{ids}": ``TOKENS["ids"]``, "{ts}": ``TS``).
+PURGES = {"PURGE_DLQ_IDS_SQL": (DLQ, "id {ids}", "failed_at, id", "failed_total", False),
+          "PURGE_ARCHIVE_IDS_SQL": (ARCHIVE, "id {ids}", "finished_at, id", PURGED, False),
+          "PURGE_DLQ_OLDER_SQL": (DLQ, "created_at <= {ts}", "created_at, id", "failed_total", True),
+          "PURGE_ARCHIVE_SQL": (ARCHIVE, "finished_at < {ts}", "finished_at, id", PURGED, True)}
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
@@ -791,6 +798,16 @@ class BaseDialect:
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
+        for name, (table, where, order, counter, grouped) in PURGES.items():
+            setattr(self, name, self.purge_sql(table, where.format(ids=self.TOKENS["ids"], ts=self.TS), order, counter,
+                                               grouped))
+
+    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
+        """One batch delete of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, the batch
+        size), returning (id, queue) per row or, ``grouped``, (queue, rows); here ``uncount`` lowers ``counter`` after
+        it (PostgreSQL and SQL Server: the statement itself)."""
+        return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order}{self.LIMIT})"
+                f" RETURNING {'queue, 1' if grouped else 'id, queue'}")
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""

@@ -63,7 +63,6 @@ from chokaq_core.sql.base import (
     HISTORY_KEY,
     HISTORY_UPDATE,
     HOT_FIELDS,
-    PURGED,
     RESURRECT_KEEPS,
     STATS,
     TO_ARCHIVE,
@@ -395,46 +394,6 @@ RESURRECT_SQL = _batch(
     "SELECT id, queue FROM @Moved;",
 )
 
-# Datetimes travel as ISO 8601 text (exact to the microsecond, whatever the driver binds datetimes as).
-_CUTOFF = "DECLARE @Cutoff datetimeoffset(7) = %s;"
-
-
-def _purge(table: str, declares: Sequence[str], where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (``PURGED`` grows, any other
-    counter drops; spec 01 §4.10)."""
-    return _batch(
-        _NOW,
-        *declares,
-        "DECLARE @Batch int = %s;",
-        _moved_table(("id", "queue")),
-        f"WITH Picked AS (\n"
-        f"    SELECT TOP (@Batch) p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
-        f"    WHERE {where} ORDER BY {order})\n"
-        "DELETE d\n"
-        "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-        f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        _uncount(counter),
-        f"SELECT {result};",
-    )
-
-
-PURGE_DLQ_IDS_SQL = _purge(
-    "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
-    f"p.id IN {_IDS}",
-    "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
-)
-PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", ["DECLARE @Ids nvarchar(max) = %s;"], f"p.id IN {_IDS}",
-                               "p.finished_at, p.id", PURGED, "id, queue FROM @Moved")
-_BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
-PURGE_DLQ_OLDER_SQL = _purge(
-    "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
-    "failed_total", _BY_QUEUE,
-)
-PURGE_ARCHIVE_SQL = _purge(
-    "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
-    PURGED, _BY_QUEUE,
-)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
@@ -594,6 +553,17 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return self.rows(cursor)
+
+    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
+        """Skip-locked (READPAST), the rows taken off ``counter`` by the same batch."""
+        return _batch(
+            _moved_table(("id", "queue")),
+            f"WITH Picked AS (\n    SELECT p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
+            f"    WHERE {where} ORDER BY {order} OFFSET 0 ROWS FETCH NEXT CAST(%s AS int) ROWS ONLY)\n"
+            "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
+            f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
+            _uncount(counter),
+            f"SELECT {'queue, COUNT(*) FROM @Moved GROUP BY queue' if grouped else 'id, queue FROM @Moved'};")
 
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)

@@ -29,7 +29,6 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     HOT_FIELDS,
     MAX_HELD_KEYS,
-    PURGED,
     RESURRECT_KEEPS,
     TO_ARCHIVE,
     TO_DLQ,
@@ -96,16 +95,6 @@ def _completion(ctes: str, move: Move) -> str:
                                        "date_trunc('minute', now())", "date_trunc('hour', now())"))
     return (f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket}),\nhist AS ({history})\n"
             "SELECT id, queue FROM moved")
-
-
-def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (spec 01 §4.10)."""
-    return (
-        f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
-        f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-        f"{_uncount(counter, 'del')}\n"
-        f"SELECT {result}"
-    )
 
 
 # ---------------------------------------------------------------- statements
@@ -297,11 +286,6 @@ ins AS ({insert_moved(TO_HOT, "moved", "now()", resurrected("%s::text", "%s::tex
 SELECT id, queue FROM ins
 """
 
-_BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
-PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
-PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", "id = ANY(%s::text[])", "finished_at, id", PURGED, "id, queue FROM del")
-PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
-PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", PURGED, _BY_QUEUE)
 
 # ---------------------------------------------------------------- retention, schedules, reads
 
@@ -436,6 +420,13 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             return False  # another worker is at it
         cursor.execute(VACUUM_HOT_SQL)
         return True
+
+    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
+        """Skip-locked, the rows taken off ``counter`` by the same statement."""
+        return (f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
+                f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
+                f"{_uncount(counter, 'del')}\n"
+                f"SELECT {'queue, count(*) FROM del GROUP BY queue' if grouped else 'id, queue FROM del'}")
 
     def pack(self, sql: str, width: int, order: str) -> str:
         cols = ", ".join(f"c{i}" for i in range(width))

@@ -22,7 +22,6 @@ from typing import Any
 from chokaq_core.domain import ClaimHold, FailureReason, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
-    ARCHIVE,
     DLQ,
     HOT,
     HOT_FIELDS,
@@ -121,19 +120,6 @@ RESCHEDULE_SQL = (
 _RESURRECTED = resurrected("%s", "%s", "%s", "%s")
 RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
                  + ", ".join(f"{_RESURRECTED[c]} AS {c}" if c in _RESURRECTED else c for c in TO_HOT.carried))
-
-
-def _purge(table: str, where: str, order: str, result: str) -> str:
-    """One batch delete of the first rows of ``table`` by ``order`` that match ``where``; params: where's, the
-    batch size."""
-    return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s)"
-            f" RETURNING {result}")
-
-
-PURGE_DLQ_IDS_SQL = _purge(DLQ, f"id IN {_IDS}", "failed_at, id", "id, queue")
-PURGE_ARCHIVE_IDS_SQL = _purge(ARCHIVE, f"id IN {_IDS}", "finished_at, id", "id, queue")
-PURGE_DLQ_OLDER_SQL = _purge(DLQ, "created_at <= %s", "created_at, id", "queue, 1")
-PURGE_ARCHIVE_SQL = _purge(ARCHIVE, "finished_at < %s", "finished_at, id", "queue, 1")
 
 
 # ---------------------------------------------------------------- the claim

@@ -886,7 +886,7 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
         r"FROM chokaq_jobs_dlq AS d WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
     *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
-      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"TOP \(@Batch\)")),
+      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT CAST\(%s AS int\) ROWS ONLY\)")),
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
       for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
     *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
