@@ -623,6 +623,11 @@ PURGES = {"PURGE_DLQ_IDS_SQL": (DLQ, "id {ids}", "failed_at, id", "failed_total"
           "PURGE_ARCHIVE_IDS_SQL": (ARCHIVE, "id {ids}", "finished_at, id", PURGED, False),
           "PURGE_DLQ_OLDER_SQL": (DLQ, "created_at <= {ts}", "created_at, id", "failed_total", True),
           "PURGE_ARCHIVE_SQL": (ARCHIVE, "finished_at < {ts}", "finished_at, id", PURGED, True)}
+# The batches of archive_succeeded and move_to_dlq (``items_table`` kinds, in ``items_params`` order): each item's own
+# values of the moved row.
+ARCHIVED_ITEMS = {"id": "name", "duration_ms": "float", "result": "text"}
+FAILED_ITEMS = {"id": "name", "failure_reason": "int", "error_details": "text", "error_class": "class",
+                "error_message": "message"}
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
@@ -764,7 +769,7 @@ class BaseDialect:
     KEEP_ALIVE_SQL: str  # params: clock, ids, worker → (id)
     CANCEL_REQUESTS_SQL = (f"SELECT id, cancel_requested_by FROM {HOT}"
                            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL")  # → (id, actor)
-    CANCEL_BATCH_SQL: str  # params: ids, details, actor → moved
+    CANCEL_BATCH_SQL: str  # params: details, actor, ids → moved
     REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
     UPDATE_HOT_SQL: str  # params: clock, payload, tags, priority, actor, job id, revision → (id)
     UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
@@ -801,6 +806,39 @@ class BaseDialect:
         for name, (table, where, order, counter, grouped) in PURGES.items():
             setattr(self, name, self.purge_sql(table, where.format(ids=self.TOKENS["ids"], ts=self.TS), order, counter,
                                                grouped))
+        text, now = self.TOKENS["text"], self.MOVED_NOW
+        retry_items = {"id": "name", "attempt_count": "int", **self.DUE_ITEMS, "error_class": "class",
+                       "error_message": "message", "held_by": "class"}
+        retry = (f"status = 0, attempt_count = a.attempt_count, scheduled_at = {self.DUE}, worker_id = NULL,"
+                 f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = {now}, "
+                 + last_error_set("a.error_class", "a.error_message", "a.held_by", now, "h."))
+        guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
+        for name, sql in (  # the rows this worker owns, named by the batch, each taking its item's values
+            *((name, self.completion(move, self.items_table(items), "a.id = h.id", guard,
+                                     {c: f"a.{c}" for c in items if c != "id"}))
+              for name, move, items in (("ARCHIVE_SUCCEEDED_SQL", TO_ARCHIVE, ARCHIVED_ITEMS),
+                                        ("MOVE_TO_DLQ_SQL", TO_DLQ, FAILED_ITEMS))),
+            ("RESCHEDULE_SQL", self.completion(RETRY, self.items_table(retry_items), "a.id = h.id", guard, {}, retry)),
+            ("CANCEL_BATCH_SQL", self.completion(  # Pending/Fetched rows named by id; params: details, actor, ids
+                TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
+                f"h.id {self.TOKENS['ids']} AND h.status IN (0, 1)",
+                {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "a.error_details",
+                 "last_modified_by": "a.last_modified_by"}))):
+            if sql is not None:
+                setattr(self, name, sql)
+
+    MOVED_NOW = ""  # the moment a ``completion`` statement stamps rows with
+    DUE_ITEMS: dict[str, str] = {}  # a retry's delay as the reschedule batch carries it (``delay_fields``: kinds)
+    DUE = ""  # when a rescheduled row is due: an expression over those items (``a``)
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "") -> str | None:
+        """A completion's whole statement where the vendor writes one (PostgreSQL, SQL Server; None: SQLite's
+        ``_move`` lands the rows): the Hot rows ``h`` that ``where`` keeps, joined to ``source`` ``a`` (on ``on``,
+        else its one row), leave for ``move``'s pillar with ``values`` (column → expression) set, or for ``RETRY``
+        stay with ``sets`` as their SET; then counted (and bucketed); it returns (id, queue) of each. Parameters:
+        the source's, then the where's."""
+        return None
 
     def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
         """One batch delete of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, the batch
@@ -1608,7 +1646,7 @@ class BaseDialect:
         """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
         if not job_ids:
             return []
-        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
+        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [cancel_details(actor), actor, self.ids_param(job_ids)])
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
         """Flag Processing rows for cooperative cancellation; returns the flagged ids."""

@@ -64,6 +64,7 @@ from chokaq_core.sql.base import (
     HISTORY_UPDATE,
     HOT_FIELDS,
     RESURRECT_KEEPS,
+    RETRY,
     STATS,
     TO_ARCHIVE,
     TO_DLQ,
@@ -76,7 +77,6 @@ from chokaq_core.sql.base import (
     carried_values,
     insert_moved,
     job_item,
-    last_error_set,
     queue_health_select,
     queue_stats_select,
     resurrected,
@@ -127,7 +127,8 @@ _MOVED_TYPES = {
 }
 
 # ``param`` and ``items_table`` kinds
-PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)"}
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)",
+               "float": "float", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
 _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
 _ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
@@ -318,35 +319,6 @@ MARK_PROCESSING_BATCH_SQL = _batch(
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
 )
 
-_WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
-
-
-def _owned_move(move: Move, items: Mapping[str, str]) -> str:
-    """A completion batch: the owned Hot rows named in ``@Items`` (JSON; ``items`` = column: type besides the id,
-    each copied into the moved row) make the move."""
-    schema = ", ".join(f"{column} {sql_type} '$.{column}'" for column, sql_type in items.items())
-    return _completion(
-        [_params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)")],
-        move,
-        "DELETE h\n"
-        + _output_into(move.carried, {column: f"i.{column}" for column in items})
-        + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-        f"INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', {schema}) AS i ON i.id = h.id\n"
-        f"WHERE {_WORKER_GUARD};",
-    )
-
-
-ARCHIVE_SUCCEEDED_SQL = _owned_move(TO_ARCHIVE, {"duration_ms": "float", "result": "nvarchar(max)"})
-MOVE_TO_DLQ_SQL = _owned_move(TO_DLQ, {"failure_reason": "int", "error_details": "nvarchar(max)",
-                                       "error_class": "nvarchar(255)", "error_message": "nvarchar(1000)"})
-CANCEL_BATCH_SQL = _completion(
-    [_params("@Ids nvarchar(max)", "@Details nvarchar(max)", "@Actor nvarchar(4000)")],
-    TO_DLQ,
-    "DELETE h\n"
-    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
-                                    "last_modified_by": "@Actor"})
-    + f"\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\nWHERE h.id IN {_IDS} AND h.status IN (0, 1);",
-)
 # Spec 01 §4.12: both OR branches compare a column to a computed cutoff (queue timeout, else global).
 ARCHIVE_ZOMBIES_SQL = _completion(
     [_params("@GlobalSeconds int", "@GlobalMs int", "@Details nvarchar(max)"),
@@ -361,24 +333,6 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     "WHERE h.status = 2\n"
     "  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
     "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
-)
-
-RESCHEDULE_SQL = _batch(
-    _NOW,
-    _params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    _moved_table(("id", "queue")),
-    "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
-    "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
-    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now,\n"
-    f"    {last_error_set('i.error_class', 'i.error_message', 'i.held_by', '@Now', 'h.')}\n"
-    "OUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n"
-    "FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', attempt_count int '$.attempt_count',"
-    " delay_s int '$.delay_s', delay_ms int '$.delay_ms', error_class nvarchar(255) '$.error_class',"
-    " error_message nvarchar(1000) '$.error_message', held_by nvarchar(255) '$.held_by') AS i ON i.id = h.id\n"
-    f"WHERE {_WORKER_GUARD};",
-    _stats_add("retried_total"),
-    "SELECT id, queue FROM @Moved;",
 )
 
 # DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
@@ -511,9 +465,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [_json(rows)]  # one JSON array read by OPENJSON
 
-    def guard_params(self, worker_id: str | None) -> list[Any]:
-        return [worker_id]
-
     def delay_fields(self, seconds: float | None) -> dict[str, Any]:
         delay_s, delay_ms = (None, None) if seconds is None else _split_seconds(seconds)
         return {"delay_s": delay_s, "delay_ms": delay_ms}
@@ -564,6 +515,21 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
             _uncount(counter),
             f"SELECT {'queue, COUNT(*) FROM @Moved GROUP BY queue' if grouped else 'id, queue FROM @Moved'};")
+
+    MOVED_NOW = "@Now"
+    DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
+    DUE = "DATEADD(MILLISECOND, a.delay_ms, DATEADD(SECOND, a.delay_s, @Now))"
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "") -> str:
+        """One batch: the changed rows go to ``@Moved`` (OUTPUT … INTO), then the pillar's insert and the counters."""
+        join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
+        rows = f"FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n{join}\nWHERE {where};"
+        if move is RETRY:
+            return _batch(_NOW, _moved_table(("id", "queue")),
+                          f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}",
+                          _stats_add(move.counter), "SELECT id, queue FROM @Moved;")
+        return _completion([], move, f"DELETE h\n{_output_into(move.carried, values)}\n{rows}")
 
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)

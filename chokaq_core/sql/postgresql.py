@@ -30,6 +30,7 @@ from chokaq_core.sql.base import (
     HOT_FIELDS,
     MAX_HELD_KEYS,
     RESURRECT_KEEPS,
+    RETRY,
     TO_ARCHIVE,
     TO_DLQ,
     TO_HOT,
@@ -42,7 +43,6 @@ from chokaq_core.sql.base import (
     history_add,
     history_rows,
     insert_moved,
-    last_error_set,
     queue_health_select,
     resurrected,
     revision_guard,
@@ -55,9 +55,9 @@ NOTIFY_CHANNEL = "chokaq_jobs"
 # connection's next transaction commits as configured again). Only the claim and the lease say it.
 ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 
-WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
-ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestamptz"}  # items_table kinds
+ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestamptz", "float": "float8", "class": "text",
+              "message": "text"}  # items_table kinds
 
 
 # ---------------------------------------------------------------- SQL builders
@@ -239,41 +239,12 @@ LOCK_CAPPED_QUEUES_SQL = (
     "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
 )
 
-_OWNED_MOVE = ("moved AS (DELETE FROM chokaq_jobs_hot h USING items i WHERE h.id = i.id AND"
-               f" {WORKER_GUARD}\n    RETURNING {{}})")
-ARCHIVE_SUCCEEDED_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
-    + _OWNED_MOVE.format(_returning(TO_ARCHIVE.carried, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
-MOVE_TO_DLQ_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[])\n"
-    "    AS t(id, failure_reason, error_details, error_class, error_message)),\n"
-    + _OWNED_MOVE.format(_returning(TO_DLQ.carried, {c: f"i.{c}" for c in
-                                             ("failure_reason", "error_details", "error_class", "error_message")})),
-    TO_DLQ)
-CANCEL_BATCH_SQL = _completion(
-    "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n    RETURNING "
-    + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "%s::text",
-                          "last_modified_by": "%s::text"}) + ")", TO_DLQ)
 ARCHIVE_ZOMBIES_SQL = _completion(
     "moved AS (DELETE FROM chokaq_jobs_hot h\n"
     "    WHERE h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
     "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), %s::float8))\n"
     "    RETURNING " + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
     + ")", TO_DLQ)
-
-RESCHEDULE_SQL = f"""
-WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::text[], %s::text[], %s::text[])
-               AS t(id, attempt_count, delay_seconds, error_class, error_message, held_by)),
-upd AS (
-    UPDATE chokaq_jobs_hot h
-    SET status = 0, attempt_count = i.attempt_count, scheduled_at = now() + make_interval(secs => i.delay_seconds),
-        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now(),
-        {last_error_set("i.error_class", "i.error_message", "i.held_by", "now()", "h.")}
-    FROM items i WHERE h.id = i.id AND {WORKER_GUARD}
-    RETURNING h.id, h.queue),
-{_stats_add("retried_total", "upd")}
-SELECT id, queue FROM upd
-"""
 
 # Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
 RESURRECT_SQL = f"""
@@ -351,6 +322,19 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
               "returning": " RETURNING id", "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
+    MOVED_NOW = "now()"
+    DUE_ITEMS = {"delay_seconds": "float"}
+    DUE = "now() + make_interval(secs => a.delay_seconds)"
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "") -> str:
+        """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters)."""
+        rows = (f"chokaq_jobs_hot h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
+                f"    WHERE {f'{on} AND ' if on else ''}{where}")
+        if move is RETRY:
+            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n{_stats_add(move.counter, 'moved')}\n"
+                    "SELECT id, queue FROM moved")
+        return _completion(f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})", move)
     SPENDS_IN_ONE_STATEMENT = True
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:

@@ -97,9 +97,9 @@ ENQUEUE_SQL = (
 ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
 # A move out of Hot no exception caused names its rows' (empty) exception class and message.
 _NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTION.items())
-CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
-                    f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by,"
-                    f" {_NO_EXCEPTION}")
+CANCEL_BATCH_SQL = (f"WITH a(details, actor) AS (SELECT %s, %s) DELETE FROM {HOT} WHERE id IN {_IDS}"
+                    f" AND status IN (0, 1) RETURNING {HOT_COLUMNS}, {int(FailureReason.CANCELLED)} AS failure_reason,"
+                    f" (SELECT details FROM a) AS error_details, (SELECT actor FROM a) AS last_modified_by, {_NO_EXCEPTION}")
 # Spec 01 §4.12: a queue's own timeout, else the global one (seconds, as julianday fractions of a day).
 ARCHIVE_ZOMBIES_SQL = (
     f"{_CLOCK}DELETE FROM {HOT} WHERE status = 2 AND julianday(coalesce(heartbeat_at, last_updated_at))"

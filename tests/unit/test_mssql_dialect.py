@@ -1069,7 +1069,7 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
                                                                                  "no exception")]), [[]]))
     [(text, params)] = cursor.calls
     assert "error_class nvarchar(255) '$.error_class', error_message nvarchar(1000) '$.error_message'" in text
-    assert re.search(r"OUTPUT deleted\.id, .*i\.error_class, i\.error_message, deleted\.rate_key\s+INTO @Moved", text)
+    assert re.search(r"OUTPUT deleted\.id, .*a\.error_class, a\.error_message, deleted\.rate_key\s+INTO @Moved", text)
     items = json.loads(params[0])
     assert [(i["error_class"], i["error_message"]) for i in items] == [
         ("builtins.ConnectionError", "it's 50% down"), (None, None)]
@@ -1081,9 +1081,9 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
     _, cursor = _run(Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 30.0, ATTEMPT_ERROR),
                                                           Retry("J2", 0, 5.0, held_by="t.v1")]), [[]]))
     [(text, params)] = cursor.calls
-    assert "last_error_class = coalesce(i.error_class, h.last_error_class)" in text
-    assert "last_error_at = CASE WHEN i.error_class IS NULL THEN h.last_error_at ELSE @Now END" in text
-    assert "held_by = i.held_by" in text and "held_by nvarchar(255) '$.held_by'" in text
+    assert "last_error_class = coalesce(a.error_class, h.last_error_class)" in text
+    assert "last_error_at = CASE WHEN a.error_class IS NULL THEN h.last_error_at ELSE @Now END" in text
+    assert "held_by = a.held_by" in text and "held_by nvarchar(255) '$.held_by'" in text
     items = json.loads(params[0])
     assert [(i["error_class"], i["error_message"], i["held_by"]) for i in items] == [
         ("builtins.ConnectionError", "it's 50% down", None), (None, None, "t.v1")]
