@@ -806,24 +806,30 @@ class BaseDialect:
         for name, (table, where, order, counter, grouped) in PURGES.items():
             setattr(self, name, self.purge_sql(table, where.format(ids=self.TOKENS["ids"], ts=self.TS), order, counter,
                                                grouped))
-        text, now = self.TOKENS["text"], self.MOVED_NOW
+        self._write_completions()
+
+    def _write_completions(self) -> None:
+        """The completion statements from their one description, where the vendor's ``completion`` writes them."""
+        text, now, ids, by_item = self.TOKENS["text"], self.MOVED_NOW, self.TOKENS["ids"], "a.id = h.id"
+        guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
         retry_items = {"id": "name", "attempt_count": "int", **self.DUE_ITEMS, "error_class": "class",
                        "error_message": "message", "held_by": "class"}
         retry = (f"status = 0, attempt_count = a.attempt_count, scheduled_at = {self.DUE}, worker_id = NULL,"
                  f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = {now}, "
                  + last_error_set("a.error_class", "a.error_message", "a.held_by", now, "h."))
-        guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
-        for name, sql in (  # the rows this worker owns, named by the batch, each taking its item's values
-            *((name, self.completion(move, self.items_table(items), "a.id = h.id", guard,
-                                     {c: f"a.{c}" for c in items if c != "id"}))
-              for name, move, items in (("ARCHIVE_SUCCEEDED_SQL", TO_ARCHIVE, ARCHIVED_ITEMS),
-                                        ("MOVE_TO_DLQ_SQL", TO_DLQ, FAILED_ITEMS))),
-            ("RESCHEDULE_SQL", self.completion(RETRY, self.items_table(retry_items), "a.id = h.id", guard, {}, retry)),
-            ("CANCEL_BATCH_SQL", self.completion(  # Pending/Fetched rows named by id; params: details, actor, ids
+        statements = {  # the rows this worker owns, named by the batch, each taking its item's values
+            "ARCHIVE_SUCCEEDED_SQL": self.completion(TO_ARCHIVE, self.items_table(ARCHIVED_ITEMS), by_item, guard,
+                                                     {c: f"a.{c}" for c in ARCHIVED_ITEMS if c != "id"}),
+            "MOVE_TO_DLQ_SQL": self.completion(TO_DLQ, self.items_table(FAILED_ITEMS), by_item, guard,
+                                               {c: f"a.{c}" for c in FAILED_ITEMS if c != "id"}),
+            "RESCHEDULE_SQL": self.completion(RETRY, self.items_table(retry_items), by_item, guard, {}, retry),
+            # Pending/Fetched rows named by id; params: details, actor, ids
+            "CANCEL_BATCH_SQL": self.completion(
                 TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
-                f"h.id {self.TOKENS['ids']} AND h.status IN (0, 1)",
-                {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "a.error_details",
-                 "last_modified_by": "a.last_modified_by"}))):
+                f"h.id {ids} AND h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
+                                                       "error_details": "a.error_details",
+                                                       "last_modified_by": "a.last_modified_by"})}
+        for name, sql in statements.items():
             if sql is not None:
                 setattr(self, name, sql)
 
