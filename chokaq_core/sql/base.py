@@ -1245,23 +1245,23 @@ class BaseDialect:
         rows = self.rows(cursor)
         return int(rows[0][0] or 0) if rows else 0
 
-    def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int) -> None:
-        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
+    def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, *lead: Any) -> int:
+        """One batch delete of rows older than ``cutoff`` (params: ``lead``'s, the cutoff, the batch size); rows
+        deleted."""
+        cursor.execute(sql, [*lead, self.param_ts(cutoff), batch_size])
+        return self.changed(cursor)
 
     def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of worker rows whose last heartbeat is before ``cutoff``; rows deleted."""
-        self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
 
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
-        self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
 
     def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of attempts-history rows that failed before ``cutoff``; rows deleted."""
-        self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
 
     # ------------------------------------------------------------ reads
 
@@ -1522,8 +1522,7 @@ class BaseDialect:
 
     def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of ``granularity``-second history buckets that started before ``cutoff``."""
-        cursor.execute(self.PURGE_HISTORY_SQL, [int(granularity), self.param_ts(cutoff), batch_size])
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_HISTORY_SQL, cutoff, batch_size, int(granularity))
 
     # ------------------------------------------------------------ recurring jobs: the Recurring panel
 
@@ -1726,7 +1725,7 @@ class BaseDialect:
         +n)."""
         if batch_size <= 0:
             return 0
-        self._batch_by_age(cursor, sql, cutoff, batch_size)
+        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
         counts: Counter[str] = Counter()
         for queue, n in self.rows(cursor):
             counts[str(queue)] += int(n)
