@@ -524,14 +524,16 @@ def locate_statement(tail: str) -> str:
 
 @dataclass(frozen=True)
 class Move:
-    """Where a batch of Hot rows goes: the pillar it lands in (None: it stays in Hot) with its columns and stamp,
-    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there)."""
+    """Where a batch of rows goes: the pillar it lands in (None: it stays where it is) with its columns and stamp,
+    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there), and the pillar it
+    leaves (Hot but for a resurrection)."""
 
     table: str | None
     fields: tuple[str, ...]
     stamp: str
     counter: str
     outcome: int | None
+    origin: str = HOT
 
     @property
     def carried(self) -> tuple[str, ...]:
@@ -544,8 +546,9 @@ NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no
 
 def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> list[str]:
     """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
-    message: a Hot row has none) unless overridden."""
-    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION, **overrides}
+    message: a Hot row has none) unless overridden (an override names the row ``{row}``)."""
+    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION,
+                 **{c: v.replace("{row}", row) for c, v in overrides.items()}}
     return [overrides.get(c, f"{row}.{c}") for c in columns]
 
 
@@ -557,10 +560,10 @@ def insert_moved(move: Move, source: str, now: str, values: Mapping[str, str] | 
             f"    SELECT {', '.join(values.get(c, c) for c in move.fields)} FROM {source}")
 
 
-def resurrected(payload: str, tags: str, priority: str, actor: str) -> dict[str, str]:
-    """What a DLQ row becomes in Hot besides ``RESURRECT_KEEPS`` (operands: the edits, NULL to keep the row's
-    own): Pending, no attempt yet, priority 10 unless given, modified by ``actor``."""
-    return {"payload": f"coalesce({payload}, payload)", "tags": f"coalesce({tags}, tags)",
+def resurrected(payload: str, tags: str, priority: str, actor: str, row: str = "") -> dict[str, str]:
+    """What a DLQ row (``row``: its qualifier) becomes in Hot besides what it keeps (operands: the edits, NULL to
+    keep the row's own): Pending, no attempt yet, priority 10 unless given, modified by ``actor``."""
+    return {"payload": f"coalesce({payload}, {row}payload)", "tags": f"coalesce({tags}, {row}tags)",
             "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
@@ -609,13 +612,10 @@ def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
-# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``).
+# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``; its revision one up, ``carried_values``).
 TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
                     "last_updated_at", "created_by", "last_modified_by", "revision", "rate_key"), "last_updated_at",
-              "failed_total",
-              None)
-# The columns a resurrected row keeps from its DLQ row (its revision one up, see ``carried_values``).
-RESURRECT_KEEPS = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision", "rate_key")
+              "failed_total", None, origin=DLQ)
 # The purges of DLQ and Archive rows (spec 01 §4.10): statement → (table, the rows it may delete, their order, the
 # counter they lower, whether it returns (queue, rows) groups rather than (id, queue) rows), ``purge_sql`` writing each
 # ("{ids}": ``TOKENS["ids"]``, "{ts}": ``TS``).
@@ -776,7 +776,7 @@ class BaseDialect:
     RELEASE_SQL: str  # params: clock, ids, worker → id
     RECOVER_ABANDONED_SQL: str  # params: clock, ago_params(timeout) → changed
     ARCHIVE_ZOMBIES_SQL: str  # params: clock, seconds_params(global timeout), details → moved
-    RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
+    RESURRECT_SQL: str  # params: payload, tags, priority, actor, ids, revision → (id, queue)
     PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_ARCHIVE_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
@@ -810,7 +810,8 @@ class BaseDialect:
 
     def _write_completions(self) -> None:
         """The completion statements from their one description, where the vendor's ``completion`` writes them."""
-        text, now, ids, by_item = self.TOKENS["text"], self.MOVED_NOW, self.TOKENS["ids"], "a.id = h.id"
+        text, number, now, ids, by_item = (self.TOKENS["text"], self.TOKENS["int"], self.MOVED_NOW, self.TOKENS["ids"],
+                                           "a.id = h.id")
         guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
         retry_items = {"id": "name", "attempt_count": "int", **self.DUE_ITEMS, "error_class": "class",
                        "error_message": "message", "held_by": "class"}
@@ -828,7 +829,13 @@ class BaseDialect:
                 TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
                 f"h.id {ids} AND h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
                                                        "error_details": "a.error_details",
-                                                       "last_modified_by": "a.last_modified_by"})}
+                                                       "last_modified_by": "a.last_modified_by"}),
+            # DLQ rows named by id, at the edit's revision (None: any), edits coalesced; params: payload, tags,
+            # priority, actor, ids, revision
+            "RESURRECT_SQL": self.completion(
+                TO_HOT, f"(SELECT {text} AS payload, {text} AS tags, {number} AS priority, {text} AS actor) AS a", None,
+                f"h.id {ids} AND h.{revision_guard(number)}",
+                resurrected("a.payload", "a.tags", "a.priority", "a.actor", "{row}."))}
         for name, sql in statements.items():
             if sql is not None:
                 setattr(self, name, sql)
@@ -1701,7 +1708,7 @@ class BaseDialect:
         if not job_ids:
             return []
         return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
-                          [self.ids_param(job_ids), revision, payload, tags, priority, actor])
+                          [payload, tags, priority, actor, self.ids_param(job_ids), revision])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:

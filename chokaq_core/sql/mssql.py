@@ -63,7 +63,6 @@ from chokaq_core.sql.base import (
     HISTORY_KEY,
     HISTORY_UPDATE,
     HOT_FIELDS,
-    RESURRECT_KEEPS,
     RETRY,
     STATS,
     TO_ARCHIVE,
@@ -79,8 +78,6 @@ from chokaq_core.sql.base import (
     job_item,
     queue_health_select,
     queue_stats_select,
-    resurrected,
-    revision_guard,
     stats_update,
     summary_stats_sql,
     throughput_select,
@@ -110,6 +107,8 @@ _MOVED_TYPES = {
     "type": "nvarchar(255) NOT NULL",
     "payload": "nvarchar(max) NULL",
     "tags": "nvarchar(1000) NULL",
+    "priority": "int NOT NULL",
+    "status": "int NOT NULL",
     "failure_reason": "int NOT NULL",
     "revision": "int NOT NULL",
     "error_details": "nvarchar(max) NULL",
@@ -335,19 +334,6 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
 )
 
-# DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
-RESURRECT_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@Revision int", "@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int",
-            "@Actor nvarchar(4000)"),
-    _moved_table(RESURRECT_KEEPS),
-    f"DELETE d\n{_output_into(RESURRECT_KEEPS, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
-    f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
-    insert_moved(TO_HOT, "@Moved", "@Now", resurrected("@Payload", "@Tags", "@Priority", "@Actor")) + ";",
-    _uncount("failed_total", touch=True),
-    "SELECT id, queue FROM @Moved;",
-)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
@@ -524,12 +510,16 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                    sets: str = "") -> str:
         """One batch: the changed rows go to ``@Moved`` (OUTPUT … INTO), then the pillar's insert and the counters."""
         join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
-        rows = f"FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n{join}\nWHERE {where};"
+        rows = f"FROM {move.origin} AS h WITH (ROWLOCK)\n{join}\nWHERE {where};"
         if move is RETRY:
             return _batch(_NOW, _moved_table(("id", "queue")),
                           f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}",
                           _stats_add(move.counter), "SELECT id, queue FROM @Moved;")
-        return _completion([], move, f"DELETE h\n{_output_into(move.carried, values)}\n{rows}")
+        delete = f"DELETE h\n{_output_into(move.carried, values)}\n{rows}"
+        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
+            return _batch(_NOW, _moved_table(move.carried), delete, insert_moved(move, "@Moved", "@Now") + ";",
+                          _uncount(move.counter, touch=True), "SELECT id, queue FROM @Moved;")
+        return _completion([], move, delete)
 
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)

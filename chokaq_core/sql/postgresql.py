@@ -29,7 +29,6 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     HOT_FIELDS,
     MAX_HELD_KEYS,
-    RESURRECT_KEEPS,
     RETRY,
     TO_ARCHIVE,
     TO_DLQ,
@@ -44,8 +43,6 @@ from chokaq_core.sql.base import (
     history_rows,
     insert_moved,
     queue_health_select,
-    resurrected,
-    revision_guard,
     stats_add,
     uncount_sql,
 )
@@ -246,16 +243,6 @@ ARCHIVE_ZOMBIES_SQL = _completion(
     "    RETURNING " + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
     + ")", TO_DLQ)
 
-# Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
-RESURRECT_SQL = f"""
-WITH moved AS (
-    DELETE FROM chokaq_jobs_dlq h WHERE h.id = ANY(%s::text[]) AND h.{revision_guard("%s::int")}
-    RETURNING {_returning(RESURRECT_KEEPS, {})}),
-ins AS ({insert_moved(TO_HOT, "moved", "now()", resurrected("%s::text", "%s::text", "%s::int", "%s::text"))}
-    RETURNING id, queue),
-{_uncount("failed_total", "ins", touch=True)}
-SELECT id, queue FROM ins
-"""
 
 
 # ---------------------------------------------------------------- retention, schedules, reads
@@ -329,12 +316,16 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
                    sets: str = "") -> str:
         """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters)."""
-        rows = (f"chokaq_jobs_hot h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
+        rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
                 f"    WHERE {f'{on} AND ' if on else ''}{where}")
         if move is RETRY:
             return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n{_stats_add(move.counter, 'moved')}\n"
                     "SELECT id, queue FROM moved")
-        return _completion(f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})", move)
+        moved = f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})"
+        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
+            return (f"WITH {moved},\nins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, queue),\n"
+                    f"{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins")
+        return _completion(moved, move)
     SPENDS_IN_ONE_STATEMENT = True
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:

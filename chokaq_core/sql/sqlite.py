@@ -117,8 +117,9 @@ RESCHEDULE_SQL = (
     + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
     f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
 )
-_RESURRECTED = resurrected("%s", "%s", "%s", "%s")
-RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
+_RESURRECTED = resurrected(*(f"(SELECT {c} FROM a)" for c in ("payload", "tags", "priority", "actor")))
+RESURRECT_SQL = (f"WITH a(payload, tags, priority, actor) AS (SELECT %s, %s, %s, %s) DELETE FROM {DLQ}"
+                 f" WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
                  + ", ".join(f"{_RESURRECTED[c]} AS {c}" if c in _RESURRECTED else c for c in TO_HOT.carried))
 
 

@@ -884,7 +884,7 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
         r"MERGE chokaq_stats_summary WITH \(HOLDLOCK\) AS t", r"MERGE chokaq_metric_buckets WITH \(HOLDLOCK\) AS t",
         r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$")),
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
-        r"FROM chokaq_jobs_dlq AS d WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
+        r"FROM chokaq_jobs_dlq AS h WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
     *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
       for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT CAST\(%s AS int\) ROWS ONLY\)")),
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
@@ -1197,7 +1197,7 @@ def test_moved_table_variables_use_the_column_types_mssql_django_creates(mssql_c
         elif column in created:  # else a column another migration adds (e.g. the archive result)
             assert declaration.split()[0] == synonyms.get(created[column], created[column]), column
     assert {"error_class", "error_message", "rate_key"} <= set(added), "the columns 0012 and 0013 add to the DLQ"
-    assert "rate_key" in sql.RESURRECT_SQL.split("INSERT INTO chokaq_jobs_hot")[1], "a resurrected job keeps it"
+    assert "rate_key" in sql.DIALECT.RESURRECT_SQL.split("INSERT INTO chokaq_jobs_hot")[1], "a resurrected job keeps it"
 
 
 def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
