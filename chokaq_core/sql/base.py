@@ -830,6 +830,11 @@ class BaseDialect:
                 f"h.id {ids} AND h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
                                                        "error_details": "a.error_details",
                                                        "last_modified_by": "a.last_modified_by"}),
+            # Processing rows whose heartbeat expired (spec 01 §4.12: the queue's timeout, else the global one), a
+            # sweep that may leave a locked row to the next; params: ZOMBIE_SOURCE's (global timeout, details)
+            "ARCHIVE_ZOMBIES_SQL": self.completion(
+                TO_DLQ, self.ZOMBIE_SOURCE, None, self.ZOMBIE_WHERE,
+                {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "a.error_details"}, sweep=True),
             # DLQ rows named by id, at the edit's revision (None: any), edits coalesced; params: payload, tags,
             # priority, actor, ids, revision
             "RESURRECT_SQL": self.completion(
@@ -841,16 +846,17 @@ class BaseDialect:
                 setattr(self, name, sql)
 
     MOVED_NOW = ""  # the moment a ``completion`` statement stamps rows with
+    ZOMBIE_SOURCE = ZOMBIE_WHERE = ""  # the zombie sweep's row ``a`` (the global timeout, the details) and its rows
     DUE_ITEMS: dict[str, str] = {}  # a retry's delay as the reschedule batch carries it (``delay_fields``: kinds)
     DUE = ""  # when a rescheduled row is due: an expression over those items (``a``)
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
-                   sets: str = "") -> str | None:
+                   sets: str = "", sweep: bool = False) -> str | None:
         """A completion's whole statement where the vendor writes one (PostgreSQL, SQL Server; None: SQLite's
         ``_move`` lands the rows): the Hot rows ``h`` that ``where`` keeps, joined to ``source`` ``a`` (on ``on``,
         else its one row), leave for ``move``'s pillar with ``values`` (column → expression) set, or for ``RETRY``
         stay with ``sets`` as their SET; then counted (and bucketed); it returns (id, queue) of each. Parameters:
-        the source's, then the where's."""
+        the source's, then the where's. ``sweep``: rows another transaction holds may be left for the next one."""
         return None
 
     def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:

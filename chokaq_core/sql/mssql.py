@@ -48,7 +48,6 @@ from typing import Any
 
 from chokaq_core.domain import (
     ClaimHold,
-    FailureReason,
     NewJob,
 )
 from chokaq_core.sql import Cursor, Dialect
@@ -66,7 +65,6 @@ from chokaq_core.sql.base import (
     RETRY,
     STATS,
     TO_ARCHIVE,
-    TO_DLQ,
     TO_HOT,
     TOP_ERRORS_SAMPLE,
     BaseDialect,
@@ -318,22 +316,6 @@ MARK_PROCESSING_BATCH_SQL = _batch(
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
 )
 
-# Spec 01 §4.12: both OR branches compare a column to a computed cutoff (queue timeout, else global).
-ARCHIVE_ZOMBIES_SQL = _completion(
-    [_params("@GlobalSeconds int", "@GlobalMs int", "@Details nvarchar(max)"),
-     "DECLARE @GlobalCutoff datetime2(7) = DATEADD(MILLISECOND, -@GlobalMs, DATEADD(SECOND, -@GlobalSeconds, @Now));"],
-    TO_DLQ,
-    "DELETE h\n"
-    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
-    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK, READPAST)\n"
-    "LEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
-    "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN @GlobalCutoff\n"
-    "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z\n"
-    "WHERE h.status = 2\n"
-    "  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
-    "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
-)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
@@ -505,12 +487,19 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     MOVED_NOW = "@Now"
     DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
     DUE = "DATEADD(MILLISECOND, a.delay_ms, DATEADD(SECOND, a.delay_s, @Now))"
+    # Spec 01 §4.12: both OR branches compare a column to a computed cutoff (the queue's timeout, else the global).
+    ZOMBIE_SOURCE = ("(SELECT DATEADD(SECOND, -CAST(%s AS int), DATEADD(MILLISECOND, -CAST(%s AS int), @Now)) AS cutoff,"
+                     " CAST(%s AS nvarchar(max)) AS error_details) AS a\nLEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
+                     "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN a.cutoff\n"
+                     "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z")
+    ZOMBIE_WHERE = ("h.status = 2\n  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
+                    "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff))")
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
-                   sets: str = "") -> str:
+                   sets: str = "", sweep: bool = False) -> str:
         """One batch: the changed rows go to ``@Moved`` (OUTPUT … INTO), then the pillar's insert and the counters."""
         join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
-        rows = f"FROM {move.origin} AS h WITH (ROWLOCK)\n{join}\nWHERE {where};"
+        rows = f"FROM {move.origin} AS h WITH (ROWLOCK{', READPAST' if sweep else ''})\n{join}\nWHERE {where};"
         if move is RETRY:
             return _batch(_NOW, _moved_table(("id", "queue")),
                           f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}",

@@ -22,7 +22,6 @@ from typing import Any
 from chokaq_core.domain import (
     BucketSpend,
     ClaimHold,
-    FailureReason,
     NewJob,
 )
 from chokaq_core.sql import Cursor, Dialect
@@ -236,15 +235,6 @@ LOCK_CAPPED_QUEUES_SQL = (
     "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
 )
 
-ARCHIVE_ZOMBIES_SQL = _completion(
-    "moved AS (DELETE FROM chokaq_jobs_hot h\n"
-    "    WHERE h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
-    "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), %s::float8))\n"
-    "    RETURNING " + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
-    + ")", TO_DLQ)
-
-
-
 # ---------------------------------------------------------------- retention, schedules, reads
 
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
@@ -312,9 +302,12 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVED_NOW = "now()"
     DUE_ITEMS = {"delay_seconds": "float"}
     DUE = "now() + make_interval(secs => a.delay_seconds)"
+    ZOMBIE_SOURCE = "(SELECT %s::float8 AS timeout, %s::text AS error_details) AS a"
+    ZOMBIE_WHERE = ("h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
+                    "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), a.timeout))")
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
-                   sets: str = "") -> str:
+                   sets: str = "", sweep: bool = False) -> str:
         """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters)."""
         rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
                 f"    WHERE {f'{on} AND ' if on else ''}{where}")
