@@ -299,26 +299,6 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
               "returning": " RETURNING id", "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
-    MOVED_NOW = "now()"
-    DUE_ITEMS = {"delay_seconds": "float"}
-    DUE = "now() + make_interval(secs => a.delay_seconds)"
-    ZOMBIE_SOURCE = "(SELECT %s::float8 AS timeout, %s::text AS error_details) AS a"
-    ZOMBIE_WHERE = ("h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
-                    "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), a.timeout))")
-
-    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
-                   sets: str = "", sweep: bool = False) -> str:
-        """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters)."""
-        rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
-                f"    WHERE {f'{on} AND ' if on else ''}{where}")
-        if move is RETRY:
-            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n{_stats_add(move.counter, 'moved')}\n"
-                    "SELECT id, queue FROM moved")
-        moved = f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})"
-        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
-            return (f"WITH {moved},\nins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, queue),\n"
-                    f"{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins")
-        return _completion(moved, move)
     SPENDS_IN_ONE_STATEMENT = True
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
@@ -388,6 +368,27 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             return False  # another worker is at it
         cursor.execute(VACUUM_HOT_SQL)
         return True
+
+    MOVED_NOW = "now()"
+    DUE_ITEMS = {"delay_seconds": "float"}
+    DUE = "now() + make_interval(secs => a.delay_seconds)"
+    ZOMBIE_SOURCE = "(SELECT %s::float8 AS timeout, %s::text AS error_details) AS a"
+    ZOMBIE_WHERE = ("h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
+                    "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), a.timeout))")
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "", sweep: bool = False) -> str:
+        """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters)."""
+        rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
+                f"    WHERE {f'{on} AND ' if on else ''}{where}")
+        if move is RETRY:
+            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n{_stats_add(move.counter, 'moved')}\n"
+                    "SELECT id, queue FROM moved")
+        moved = f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})"
+        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
+            return (f"WITH {moved},\nins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, queue),\n"
+                    f"{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins")
+        return _completion(moved, move)
 
     def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
         """Skip-locked, the rows taken off ``counter`` by the same statement."""
