@@ -366,14 +366,17 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
             _emit(_processing_events([(job, job.attempt_count) for job in jobs if job.status == JobStatus.PROCESSING]))
         return jobs
     plans: list[RatePlan] = []
-    claimed = run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, lease, plans),
-                  prepared=True)  # the claim's statements, prepared as the plain claim's are
-    plan = plans[0]
     if not lease:
-        KNOWN_BUCKETS.note(plan.now, list(plan.buckets.values()))
+        claimed = run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, 0, plans),
+                      prepared=True)  # the claim's statements, prepared as the plain claim's are
+        KNOWN_BUCKETS.note(plans[0].now, list(plans[0].buckets.values()))
         return claimed
-    changed, added, dropped = plan.changes()  # what the claim read under the lock, then wrote
-    KNOWN_BUCKETS.note(plan.now, [*plan.buckets.values(), *changed, *added], dropped)
+    with KNOWN_BUCKETS.spending:
+        claimed = run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, lease, plans),
+                      prepared=True)
+        plan = plans[0]
+        changed, added, dropped = plan.changes()  # what the claim read under the lock, then wrote
+        KNOWN_BUCKETS.note(plan.now, [*plan.buckets.values(), *changed, *added], dropped)
     metrics.rate_limited(plan.claimed(), {})
     _emit(_processing_events([(job, job.attempt_count) for job in claimed if job.status == JobStatus.PROCESSING]))
     return claimed
@@ -455,13 +458,15 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
         leased = LeasedJobs(call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id))
     else:
         plans: list[RatePlan] = []
-        planned = _lease_on_known_buckets(jobs, worker_id, concerned, plans)
-        if planned is None:
-            leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
-            changed, added, dropped = plans[0].changes()  # what the lease read under the lock, then wrote
-            KNOWN_BUCKETS.note(plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
-        else:
-            leased = planned
+        with KNOWN_BUCKETS.spending:
+            planned = _lease_on_known_buckets(jobs, worker_id, concerned, plans)
+            if planned is None:
+                leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans),
+                             prepared=True)
+                changed, added, dropped = plans[0].changes()  # what the lease read under the lock, then wrote
+                KNOWN_BUCKETS.note(plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
+            else:
+                leased = planned
         metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
     _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
     return leased
@@ -477,6 +482,10 @@ class KnownBuckets:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # One spend of this process at a time (a leasing claim, a lease): each plans on what the last one wrote, so
+        # the fetcher's and the dispatcher's spends never make each other's compare-and-set fail. They would wait for
+        # each other anyway: SQLite's write lock, the limits' and the buckets' row locks elsewhere.
+        self.spending = threading.Lock()
         self._buckets: dict[tuple[str, str], RateBucket] = {}
         self._clock: tuple[datetime, float] | None = None  # the database's time, and time.monotonic() then
 
