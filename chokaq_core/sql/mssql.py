@@ -48,36 +48,25 @@ from typing import Any
 
 from chokaq_core.domain import (
     ClaimHold,
-    FailureReason,
     NewJob,
-    SnapshotRequest,
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    ACTIVE_ROW,
-    ACTIVE_WIDTH,
     BUCKET_COLUMNS,
     BUCKET_KEY,
     BUCKET_UPDATE,
     BUCKETS,
     EMPTY_ERROR,
-    ERROR_GROUP_WIDTH,
     HISTORY,
     HISTORY_COLUMNS,
     HISTORY_KEY,
     HISTORY_UPDATE,
     HOT_FIELDS,
-    LIST_WORKERS_SELECT,
-    PURGED,
-    QUEUE_STATES_SELECT,
-    RESURRECT_KEEPS,
+    RETRY,
     STATS,
-    SUMMARY_WIDTH,
     TO_ARCHIVE,
-    TO_DLQ,
     TO_HOT,
     TOP_ERRORS_SAMPLE,
-    WORKER_FIELDS,
     BaseDialect,
     Move,
     as_utc,
@@ -85,12 +74,8 @@ from chokaq_core.sql.base import (
     carried_values,
     insert_moved,
     job_item,
-    last_error_set,
-    locate_statement,
     queue_health_select,
     queue_stats_select,
-    resurrected,
-    revision_guard,
     stats_update,
     summary_stats_sql,
     throughput_select,
@@ -120,6 +105,8 @@ _MOVED_TYPES = {
     "type": "nvarchar(255) NOT NULL",
     "payload": "nvarchar(max) NULL",
     "tags": "nvarchar(1000) NULL",
+    "priority": "int NOT NULL",
+    "status": "int NOT NULL",
     "failure_reason": "int NOT NULL",
     "revision": "int NOT NULL",
     "error_details": "nvarchar(max) NULL",
@@ -137,7 +124,8 @@ _MOVED_TYPES = {
 }
 
 # ``param`` and ``items_table`` kinds
-PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)"}
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)",
+               "float": "float", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
 _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
 _ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
@@ -328,135 +316,11 @@ MARK_PROCESSING_BATCH_SQL = _batch(
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
 )
 
-_WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
-
-
-def _owned_move(move: Move, items: Mapping[str, str]) -> str:
-    """A completion batch: the owned Hot rows named in ``@Items`` (JSON; ``items`` = column: type besides the id,
-    each copied into the moved row) make the move."""
-    schema = ", ".join(f"{column} {sql_type} '$.{column}'" for column, sql_type in items.items())
-    return _completion(
-        [_params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)")],
-        move,
-        "DELETE h\n"
-        + _output_into(move.carried, {column: f"i.{column}" for column in items})
-        + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-        f"INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', {schema}) AS i ON i.id = h.id\n"
-        f"WHERE {_WORKER_GUARD};",
-    )
-
-
-ARCHIVE_SUCCEEDED_SQL = _owned_move(TO_ARCHIVE, {"duration_ms": "float", "result": "nvarchar(max)"})
-MOVE_TO_DLQ_SQL = _owned_move(TO_DLQ, {"failure_reason": "int", "error_details": "nvarchar(max)",
-                                       "error_class": "nvarchar(255)", "error_message": "nvarchar(1000)"})
-CANCEL_BATCH_SQL = _completion(
-    [_params("@Ids nvarchar(max)", "@Details nvarchar(max)", "@Actor nvarchar(4000)")],
-    TO_DLQ,
-    "DELETE h\n"
-    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
-                                    "last_modified_by": "@Actor"})
-    + f"\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\nWHERE h.id IN {_IDS} AND h.status IN (0, 1);",
-)
-# Spec 01 §4.12: both OR branches compare a column to a computed cutoff (queue timeout, else global).
-ARCHIVE_ZOMBIES_SQL = _completion(
-    [_params("@GlobalSeconds int", "@GlobalMs int", "@Details nvarchar(max)"),
-     "DECLARE @GlobalCutoff datetime2(7) = DATEADD(MILLISECOND, -@GlobalMs, DATEADD(SECOND, -@GlobalSeconds, @Now));"],
-    TO_DLQ,
-    "DELETE h\n"
-    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
-    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK, READPAST)\n"
-    "LEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
-    "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN @GlobalCutoff\n"
-    "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z\n"
-    "WHERE h.status = 2\n"
-    "  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
-    "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
-)
-
-RESCHEDULE_SQL = _batch(
-    _NOW,
-    _params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    _moved_table(("id", "queue")),
-    "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
-    "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
-    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now,\n"
-    f"    {last_error_set('i.error_class', 'i.error_message', 'i.held_by', '@Now', 'h.')}\n"
-    "OUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n"
-    "FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', attempt_count int '$.attempt_count',"
-    " delay_s int '$.delay_s', delay_ms int '$.delay_ms', error_class nvarchar(255) '$.error_class',"
-    " error_message nvarchar(1000) '$.error_message', held_by nvarchar(255) '$.held_by') AS i ON i.id = h.id\n"
-    f"WHERE {_WORKER_GUARD};",
-    _stats_add("retried_total"),
-    "SELECT id, queue FROM @Moved;",
-)
-
-# DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
-RESURRECT_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@Revision int", "@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int",
-            "@Actor nvarchar(4000)"),
-    _moved_table(RESURRECT_KEEPS),
-    f"DELETE d\n{_output_into(RESURRECT_KEEPS, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
-    f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
-    insert_moved(TO_HOT, "@Moved", "@Now", resurrected("@Payload", "@Tags", "@Priority", "@Actor")) + ";",
-    _uncount("failed_total", touch=True),
-    "SELECT id, queue FROM @Moved;",
-)
-
-# Datetimes travel as ISO 8601 text (exact to the microsecond, whatever the driver binds datetimes as).
-_CUTOFF = "DECLARE @Cutoff datetimeoffset(7) = %s;"
-
-
-def _purge(table: str, declares: Sequence[str], where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (``PURGED`` grows, any other
-    counter drops; spec 01 §4.10)."""
-    return _batch(
-        _NOW,
-        *declares,
-        "DECLARE @Batch int = %s;",
-        _moved_table(("id", "queue")),
-        f"WITH Picked AS (\n"
-        f"    SELECT TOP (@Batch) p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
-        f"    WHERE {where} ORDER BY {order})\n"
-        "DELETE d\n"
-        "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-        f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        _uncount(counter),
-        f"SELECT {result};",
-    )
-
-
-PURGE_DLQ_IDS_SQL = _purge(
-    "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
-    f"p.id IN {_IDS}",
-    "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
-)
-PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", ["DECLARE @Ids nvarchar(max) = %s;"], f"p.id IN {_IDS}",
-                               "p.finished_at, p.id", PURGED, "id, queue FROM @Moved")
-_BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
-PURGE_DLQ_OLDER_SQL = _purge(
-    "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
-    "failed_total", _BY_QUEUE,
-)
-PURGE_ARCHIVE_SQL = _purge(
-    "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
-    PURGED, _BY_QUEUE,
-)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
     "WHERE status = 1\n"
     "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
-
-
-# The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
-# Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
-SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > SYSUTCDATETIME()", _DIRTY)
-
-QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
-QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
 
 
 # ---------------------------------------------------------------- helpers
@@ -504,71 +368,30 @@ PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
 PURGE_METRIC_BUCKETS_SQL = _batch_delete("chokaq_metric_buckets", "bucket_start")
 PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
 PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
-LOCATE_SELECT = locate_statement(f"IN {_IDS}")  # reads ``@Ids`` (the JSON array of ``_ids_json``)
 
+# ---------------------------------------------------------------- the Deck's reads: passive dashboard telemetry, dirty
+# reads allowed (spec 01 §1.3); each stands as a derived table of ``deck_snapshot``.
 
-def _active_select(limit: str) -> str:
-    """The newest ``limit`` Hot rows: TOP with its ORDER BY, so it may stand as a derived table."""
-    return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot ORDER BY created_at DESC, id DESC"
-
-
-THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " ORDER BY bucket_start"
-
-_NOW_OFFSET = "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);"
-
-# Reads ``@Now`` (``_NOW_OFFSET``).
+SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > SYSUTCDATETIME()", _DIRTY)
+QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
+THROUGHPUT_SELECT = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY)
+_NOW_OFFSET = "TODATETIMEOFFSET(SYSUTCDATETIME(), 0)"
 QUEUE_HEALTH_SELECT = queue_health_select(
-    "CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END", "@Now", _DIRTY)
-QUEUE_HEALTH_SQL = _batch(_NOW_OFFSET, f"{QUEUE_HEALTH_SELECT}\nORDER BY q.name;")
+    f"CASE WHEN p.due_at < {_NOW_OFFSET} THEN DATEDIFF_BIG(MILLISECOND, p.due_at, {_NOW_OFFSET}) / 1000.0 ELSE 0.0 END",
+    _NOW_OFFSET, _DIRTY)
 
-# Spec 01 §5: the @Sample newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server
-# 2017+), the top @ErrorsLimit groups. Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
-_TOP_ERRORS_DECLARES = (
-    _params("@Sample int", "@EmptyError nvarchar(4000)", "@ErrorsLimit int"),
-    "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
-)
-TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
+# Spec 01 §5: the newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server 2017+), the
+# top groups (params: top_errors_params). Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
+TOP_ERRORS_SQL = """SELECT TOP (CAST(%s AS int)) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
        g.error_class, g.error_message
 FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
-             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN @EmptyError
+             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN CAST(%s AS nvarchar(4000))
                   ELSE LEFT(r.error_text, 160) END AS prefix
-      FROM (SELECT TOP (@Sample) d.failure_reason, d.failed_at, d.error_class, d.error_message,
-                   TRIM(@Blank FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
+      FROM (SELECT TOP (CAST(%s AS int)) d.failure_reason, d.failed_at, d.error_class, d.error_message,
+                   TRIM(NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10)
+                        FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
             FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
 GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
-TOP_ERRORS_SQL = _batch(*_TOP_ERRORS_DECLARES, f"{TOP_ERRORS_SELECT};")
-
-# ---------------------------------------------------------------- the live Deck's one read
-
-
-def _packed(select: str, width: int, order: str | None = None) -> str:
-    """A read as one JSON value: ``FOR JSON PATH`` of its rows, keyed ``c0``, ``c1``, … (``sql.json_rows`` decodes
-    it; INCLUDE_NULL_VALUES keeps every key). ``select`` is a derived table here, so it has no ORDER BY of its own
-    unless it has a TOP; ``order`` restores the read's order. No rows: NULL."""
-    cols = ", ".join(f"c{i}" for i in range(width))
-    ordered = f" ORDER BY {order}" if order else ""
-    return f"(SELECT {cols} FROM ({select}) AS t({cols}){ordered} FOR JSON PATH, INCLUDE_NULL_VALUES)"
-
-
-# One batch, one SELECT: the parameters land in typed variables, then every part is a subquery of the one statement
-# (under READ_COMMITTED_SNAPSHOT, one statement-level snapshot). A part not asked for sits behind a CASE on its
-# variable, checked before the subquery runs (a pass-through predicate in the plan), so it is skipped; FOR JSON of
-# no rows is NULL, which ``json_rows`` reads as no rows.
-DECK_SNAPSHOT_SQL = _batch(
-    _params("@ActiveLimit int", "@Ids nvarchar(max)", "@Since datetimeoffset(7)", "@WithQueues bit",
-            "@WithWorkers bit"),
-    *_TOP_ERRORS_DECLARES,
-    _NOW_OFFSET,
-    f"""SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)} AS summary,
-       {_packed(_active_select("@ActiveLimit"), ACTIVE_WIDTH, "c5 DESC, c0 DESC")} AS active,
-       CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
-       CASE WHEN @Since IS NOT NULL THEN {_packed(throughput_select("@Since", _DIRTY), 3, "c0")} END AS throughput,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
-       CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
-       CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END AS errors;""",
-)
 
 
 class SQLServerDialect(BaseDialect, statements=globals()):
@@ -610,9 +433,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [_json(rows)]  # one JSON array read by OPENJSON
 
-    def guard_params(self, worker_id: str | None) -> list[Any]:
-        return [worker_id]
-
     def delay_fields(self, seconds: float | None) -> dict[str, Any]:
         delay_s, delay_ms = (None, None) if seconds is None else _split_seconds(seconds)
         return {"delay_s": delay_s, "delay_ms": delay_ms}
@@ -653,6 +473,43 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return self.rows(cursor)
 
+    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
+        """Skip-locked (READPAST), the rows taken off ``counter`` by the same batch."""
+        return _batch(
+            _moved_table(("id", "queue")),
+            f"WITH Picked AS (\n    SELECT p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
+            f"    WHERE {where} ORDER BY {order} OFFSET 0 ROWS FETCH NEXT CAST(%s AS int) ROWS ONLY)\n"
+            "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
+            f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
+            _uncount(counter),
+            f"SELECT {'queue, COUNT(*) FROM @Moved GROUP BY queue' if grouped else 'id, queue FROM @Moved'};")
+
+    MOVED_NOW = "@Now"
+    DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
+    DUE = "DATEADD(MILLISECOND, a.delay_ms, DATEADD(SECOND, a.delay_s, @Now))"
+    # Spec 01 §4.12: both OR branches compare a column to a computed cutoff (the queue's timeout, else the global).
+    ZOMBIE_SOURCE = ("(SELECT DATEADD(SECOND, -CAST(%s AS int), DATEADD(MILLISECOND, -CAST(%s AS int), @Now)) AS cutoff,"
+                     " CAST(%s AS nvarchar(max)) AS error_details) AS a\nLEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
+                     "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN a.cutoff\n"
+                     "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z")
+    ZOMBIE_WHERE = ("h.status = 2\n  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
+                    "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff))")
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "", sweep: bool = False) -> str:
+        """One batch: the changed rows go to ``@Moved`` (OUTPUT … INTO), then the pillar's insert and the counters."""
+        join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
+        rows = f"FROM {move.origin} AS h WITH (ROWLOCK{', READPAST' if sweep else ''})\n{join}\nWHERE {where};"
+        if move is RETRY:
+            return _batch(_NOW, _moved_table(("id", "queue")),
+                          f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}",
+                          _stats_add(move.counter), "SELECT id, queue FROM @Moved;")
+        delete = f"DELETE h\n{_output_into(move.carried, values)}\n{rows}"
+        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
+            return _batch(_NOW, _moved_table(move.carried), delete, insert_moved(move, "@Moved", "@Now") + ";",
+                          _uncount(move.counter, touch=True), "SELECT id, queue FROM @Moved;")
+        return _completion([], move, delete)
+
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
 
@@ -665,19 +522,22 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return " OUTPUT " + ", ".join(f"inserted.{c.strip()}" for c in columns.split(",")), ""
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
-        return _ID_LIST, [_ids_json(ids)]
+        return (_ID_LIST, [_ids_json(ids)]) if ids else super().id_list(ids)
 
     def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
         return f"IN {_NAMES.format('%s')}", [_json({"name": name} for name in names)]
 
-    def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
-        """One batch whose parameters land in typed variables the CASEs test."""
-        ids = list(dict.fromkeys(request.locate_ids))
-        since = request.throughput_since
-        return DECK_SNAPSHOT_SQL, [
-            int(request.active_limit), _ids_json(ids) if ids else None, self.param_ts(since),
-            bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
-        ]
+    WHEN = "%s = 1"
+
+    def pack(self, sql: str, width: int, order: str) -> str:
+        """``FOR JSON PATH`` of the rows, keyed ``c0``, ``c1``, … (INCLUDE_NULL_VALUES keeps every key); a derived
+        table has no ORDER BY of its own unless it has a TOP or an OFFSET, so ``order`` restores the read's.
+        No rows: NULL, which ``json_rows`` reads as no rows."""
+        cols = ", ".join(f"c{i}" for i in range(width))
+        return f"(SELECT {cols} FROM ({sql}) AS t({cols}) ORDER BY {order} FOR JSON PATH, INCLUDE_NULL_VALUES)"
+
+    def top_errors_params(self, limit: int) -> list[Any]:
+        return [limit, EMPTY_ERROR, TOP_ERRORS_SAMPLE]  # in the order of the text (TOP comes first)
 
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"OPENJSON(%s) WITH ({', '.join(f"{c} {PARAM_TYPES[k]} '$.{c}'" for c, k in columns.items())}) AS a"
