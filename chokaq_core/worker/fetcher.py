@@ -83,8 +83,8 @@ class Fetcher:
         self.rate_limits = rate_limits
         # Leasing at the claim (set by the worker: the dispatcher's reserve and start_claimed). With free slots, the
         # claim leases as many of its rows as there are free slots (under rate limits: of those within the tokens,
-        # spending them), straight to executors: one statement (one transaction under limits) and one hand-off fewer
-        # per job, and a row is Processing only with a slot to run on.
+        # spending them, and only when the last claim was not full), straight to executors: one statement (one
+        # transaction under limits) and one hand-off fewer per job, and a row is Processing only with a slot to run on.
         self.reserve: Callable[[int], int] | None = None
         self.start_claimed: Callable[[Sequence[HotJob], int], None] | None = None
 
@@ -101,7 +101,9 @@ class Fetcher:
             reserved = 0
             try:
                 rate_limits = self.rate_limits.current() if self.rate_limits is not None else []
-                if self.reserve is not None:
+                # Under limits only while no backlog is draining: then the buffer feeds the slots as they free, and a
+                # claim that found one or two would lock the limits and write their buckets for them (bench/README.md)
+                if self.reserve is not None and not (rate_limits and self._backlog):
                     reserved = self.reserve(limit)
                 if rate_limits:  # the rows it leases take their tokens in the claim
                     jobs = storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits, reserved)

@@ -191,17 +191,20 @@ def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_
     assert bool(in_flight)
 
 
-def test_a_fetcher_under_rate_limits_leases_at_the_claim_on_its_free_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fetcher_under_rate_limits_leases_at_the_claim_on_its_free_slots_unless_a_backlog_drains(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Under limits the claim is given the free slots too (it spends the tokens of the rows it leases): the leased
-    rows go to ``start_claimed``, the others to the buffer."""
+    rows go to ``start_claimed``, the others to the buffer. After a full claim (a backlog) it leases nothing."""
     limit = RateLimit("type:t", parse_rate("10/s"))
     calls: list[tuple[Sequence[RateLimit], int]] = []
 
     def fetch_batch(worker_id: str, n: int, queues: Any, rate_limits: Sequence[RateLimit] = (),
                     lease: int = 0) -> list[HotJob]:
         calls.append((rate_limits, lease))
-        stopping.set()
-        return [dataclasses.replace(hot(1), status=JobStatus.PROCESSING, attempt_count=1), hot(2)]
+        if len(calls) == 2:
+            stopping.set()
+            return []
+        return [dataclasses.replace(hot(1), status=JobStatus.PROCESSING, attempt_count=1), hot(2)]  # full
 
     monkeypatch.setattr(storage, "fetch_batch", fetch_batch)
     monkeypatch.setattr(storage, "rate_limits", lambda: [
@@ -214,7 +217,7 @@ def test_a_fetcher_under_rate_limits_leases_at_the_claim_on_its_free_slots(monke
     fetcher.start_claimed = lambda jobs, reserved: started.append(([job.id for job in jobs], reserved))
     fetcher.run()
 
-    assert calls == [([limit], 1)], "the claim under the limit is given the one free slot"
+    assert calls == [([limit], 1), ([limit], 0)], "the one free slot; after a full claim none"
     assert started == [(["j1"], 1)]
     assert [job.id for job in buffer.drain()] == ["j2"]
 
