@@ -6,14 +6,16 @@
   data_version``) read every few milliseconds, lock-free; it moves when another connection committed.
 * :class:`Polling` — nothing to wait for: the fetcher's polling interval is the only way.
 
-Each is waited on by one thread: ``wait(timeout)`` blocks up to ``timeout`` seconds and says whether a
-signal came; ``close()``, from any thread, ends the wait in progress (LISTEN: within its current second)
-and every later one.
+Each is waited on by one thread — the fetcher's own, which claims as soon as its wait ends (no thread in
+between to hand the signal on): ``wait(timeout)`` blocks up to ``timeout`` seconds and says whether a signal
+came; ``close()``, from any thread, ends the wait in progress at once and every later one.
 """
 
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +26,6 @@ logger = logging.getLogger("chokaq.worker")
 WakeKind = Literal["listen", "commit_marker", "poll"]
 
 COMMIT_PROBE_INTERVAL = 0.005  # seconds between two reads of the commit marker
-LISTEN_SLICE = 1.0  # seconds of one wait for a notification: how soon close() takes effect
 RECONNECT_DELAY = 5.0  # seconds without LISTEN after its connection was lost (the worker polls meanwhile)
 
 
@@ -96,7 +97,11 @@ class Listen:
     autocommit psycopg connection opened with ``params`` (a Django connection's ``get_connection_params()``). A lost connection is logged and
     reopened after :data:`RECONNECT_DELAY`. Through a pooler (``session_pid``, the dialect's, names another
     server process than the one the connection reported) a LISTEN would be registered on whichever pooled
-    server session ran it: no LISTEN is sent, and the worker finds new jobs by polling."""
+    server session ran it: no LISTEN is sent, and the worker finds new jobs by polling.
+
+    A wait watches the connection's socket and a socket pair of its own (``close()`` writes to it, ending the
+    wait at once); one that ends with notifications takes every one already arrived, so a burst of enqueues
+    wakes the fetcher once."""
 
     kind: WakeKind = "listen"
 
@@ -111,6 +116,7 @@ class Listen:
         self._retry_at = 0.0
         self._lock = threading.Lock()  # the connection is closed by the thread using it, or by close()
         self._waiting = False
+        self._interrupt = socket.socketpair()  # close() writes to [1]; a wait watches [0]
 
     def wait(self, timeout: float) -> bool:
         with self._lock:
@@ -123,7 +129,7 @@ class Listen:
             with self._lock:
                 self._waiting = False
                 if self._closed.is_set():
-                    self._disconnect()
+                    self._release()
 
     def _wait(self, timeout: float) -> bool:
         pause = self._retry_at - time.monotonic()
@@ -135,13 +141,20 @@ class Listen:
                 self._conn = self._connect()
             if self._conn is None:  # through a pooler: nothing to listen on
                 return self._wait(timeout)
-            return bool(list(self._conn.notifies(timeout=min(timeout, LISTEN_SLICE), stop_after=1)))
+            if self._arrived():
+                return True
+            ready, _, _ = select.select([self._conn.fileno(), self._interrupt[0]], [], [], timeout)
+            return self._interrupt[0] not in ready and bool(ready) and self._arrived()
         except Exception:
             logger.warning("LISTEN connection lost; falling back to polling for %g s", RECONNECT_DELAY,
                            exc_info=True)
             self._disconnect()
             self._retry_at = time.monotonic() + RECONNECT_DELAY
             return False
+
+    def _arrived(self) -> bool:
+        """Take every notification already received, without waiting: whether there was one."""
+        return bool(list(self._conn.notifies(timeout=0)))
 
     def _connect(self) -> Any:
         import psycopg  # the [postgres] extra: only a PostgreSQL database gets here
@@ -166,6 +179,18 @@ class Listen:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed.is_set():
+                return
             self._closed.set()
+            try:
+                self._interrupt[1].send(b"x")
+            except OSError:
+                logger.debug("interrupting the LISTEN wait failed", exc_info=True)
             if not self._waiting:
-                self._disconnect()
+                self._release()
+
+    def _release(self) -> None:
+        """The connection and the socket pair, once closed and no wait uses them."""
+        self._disconnect()
+        for end in self._interrupt:
+            end.close()
