@@ -25,7 +25,7 @@ logger = logging.getLogger("chokaq.worker")
 
 WakeKind = Literal["listen", "commit_marker", "poll"]
 
-COMMIT_PROBE_INTERVAL = 0.005  # seconds between two reads of the commit marker
+COMMIT_PROBE_INTERVAL = 0.002  # seconds between two reads of the commit marker (a read: ~12 µs of CPU)
 RECONNECT_DELAY = 5.0  # seconds without LISTEN after its connection was lost (the worker polls meanwhile)
 
 
