@@ -25,7 +25,9 @@ logger = logging.getLogger("chokaq.worker")
 
 WakeKind = Literal["listen", "commit_marker", "poll"]
 
-COMMIT_PROBE_INTERVAL = 0.002  # seconds between two reads of the commit marker (a read: ~12 µs of CPU)
+COMMIT_PROBE_INTERVAL = 0.002  # seconds between two reads of the commit marker while work comes and goes
+COMMIT_PROBE_IDLE_INTERVAL = 0.005  # … once it has not moved for COMMIT_PROBE_IDLE_AFTER (less CPU when idle)
+COMMIT_PROBE_IDLE_AFTER = 2.0  # seconds without a move after which the probe reads at its idle interval
 RECONNECT_DELAY = 5.0  # seconds without LISTEN after its connection was lost (the worker polls meanwhile)
 
 
@@ -59,16 +61,26 @@ class Polling:
 
 class CommitMarkerProbe(Polling):
     """Polls ``read_marker`` (a number that changes whenever another connection commits); the first
-    read happens on the waiting thread, whose connection the marker belongs to."""
+    read happens on the waiting thread, whose connection the marker belongs to. It reads every ``interval``
+    seconds while the marker moves now and then, every ``idle_interval`` once it has not moved for
+    ``idle_after`` seconds (each read costs a statement and a thread wake-up: an idle worker reads less)."""
 
     kind: WakeKind = "commit_marker"  # a Polling whose wait ends early when the marker moves
 
-    def __init__(self, read_marker: Callable[[], int | None], interval: float = COMMIT_PROBE_INTERVAL) -> None:
+    def __init__(self, read_marker: Callable[[], int | None], interval: float = COMMIT_PROBE_INTERVAL,
+                 idle_interval: float = COMMIT_PROBE_IDLE_INTERVAL, idle_after: float = COMMIT_PROBE_IDLE_AFTER) -> None:
         super().__init__()
         self.read_marker = read_marker
         self.interval = interval
+        self.idle_interval = max(interval, idle_interval)
+        self.idle_after = idle_after
         self._last: int | None = None
+        self._moved_at = time.monotonic()
         self._started = False
+
+    def pace(self, now: float) -> float:
+        """Seconds until the next read: ``interval`` within ``idle_after`` of the last move, else ``idle_interval``."""
+        return self.interval if now - self._moved_at < self.idle_after else self.idle_interval
 
     def _read(self) -> int | None:
         try:
@@ -80,14 +92,16 @@ class CommitMarkerProbe(Polling):
     def wait(self, timeout: float) -> bool:
         if not self._started:
             self._started, self._last = True, self._read()
-        deadline = time.monotonic() + timeout
-        while not self._closed.wait(self.interval):
+        now = time.monotonic()
+        deadline = now + timeout
+        while not self._closed.wait(self.pace(now)):
             marker = self._read()
             changed = marker is not None and marker != self._last
-            self._last = marker
+            self._last, now = marker, time.monotonic()
             if changed:
+                self._moved_at = now
                 return True
-            if time.monotonic() >= deadline:
+            if now >= deadline:
                 return False
         return False
 

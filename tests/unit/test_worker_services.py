@@ -525,6 +525,16 @@ def test_commit_marker_probe_signals_when_the_marker_moves() -> None:
     assert probe.wait(0.02) is False  # still 2
 
 
+def test_commit_marker_probe_reads_less_often_once_the_marker_stopped_moving() -> None:
+    """Every ``interval`` while commits come and go; every ``idle_interval`` after ``idle_after`` without one."""
+    probe = CommitMarkerProbe(marker_reader([1, 1, 2]), interval=0.001, idle_interval=0.004, idle_after=60)
+    start = time.monotonic()
+    assert probe.pace(start) == 0.001
+    assert probe.pace(start + 61) == 0.004
+    assert probe.wait(5) is True  # the move: fast reads again from now on
+    assert probe.pace(time.monotonic()) == 0.001 and probe.pace(time.monotonic() + 61) == 0.004
+
+
 def test_commit_marker_probe_treats_an_unreadable_marker_as_no_signal() -> None:
     probe = CommitMarkerProbe(marker_reader([1, RuntimeError("locked")]), interval=0.001)
     assert probe.wait(0.02) is False
