@@ -177,7 +177,7 @@ class NewJob:
     id: str
     queue: str
     type: str
-    payload: str
+    payload: str  # the handler's keyword arguments as JSON text
     tags: str | None = None
     idempotency_key: str | None = None
     priority: int = 10
@@ -371,6 +371,9 @@ class Failure:
 
 @dataclass(frozen=True, slots=True)
 class QueueState:
+    """A ``chokaq_queues`` row: the operator's controls of one queue — paused, shown (``is_active``), its zombie
+    timeout (None: the global one) and its bulkhead (``max_workers``, None: no cap)."""
+
     name: str
     is_paused: bool
     is_active: bool
@@ -379,28 +382,8 @@ class QueueState:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueStats:
-    queue: str
-    pending: int
-    fetched: int
-    processing: int
-    succeeded_total: int
-    failed_total: int
-    retried_total: int
-    last_activity_at: datetime | None
-    purged_total: int = 0  # Archive rows of this queue deleted by purges (succeeded_total never shrinks)
-
-    @property
-    def archived(self) -> int:
-        """Archive rows of this queue still retained."""
-        return max(0, self.succeeded_total - self.purged_total)
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryStats:
-    """O(1) counters plus Hot counts by status; Pending is split into ``ready`` (due now), ``scheduled`` (a later
-    time, no failure), ``retrying`` (a later time after a failed execution) and ``held`` (deferred by an open
-    circuit), which add up to ``pending``."""
+class Totals:
+    """Hot counts by status and the retained counters (spec 01 §4.13), of one queue or of them all."""
 
     pending: int
     fetched: int
@@ -410,15 +393,30 @@ class SummaryStats:
     retried_total: int
     last_activity_at: datetime | None = None
     purged_total: int = 0  # Archive rows deleted by purges (succeeded_total never shrinks)
-    ready: int = 0
-    scheduled: int = 0
-    retrying: int = 0
-    held: int = 0
 
     @property
     def archived(self) -> int:
         """Archive rows still retained: every success counted minus those purged since."""
         return max(0, self.succeeded_total - self.purged_total)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats(Totals):
+    """One Queues row's totals."""
+
+    queue: str = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryStats(Totals):
+    """O(1) counters plus Hot counts by status; Pending is split into ``ready`` (due now), ``scheduled`` (a later
+    time, no failure), ``retrying`` (a later time after a failed execution) and ``held`` (deferred by an open
+    circuit), which add up to ``pending``."""
+
+    ready: int = 0
+    scheduled: int = 0
+    retrying: int = 0
+    held: int = 0
 
     @property
     def total(self) -> int:
@@ -639,7 +637,8 @@ class ScheduleState:
 
 @dataclass(frozen=True, slots=True)
 class QueueLag:
-    """Spec 01 §5 queue health: eligible (due) Pending rows and their waiting time."""
+    """Spec 01 §5 queue health: eligible (due) Pending rows and their waiting time, in seconds since each became
+    due (its scheduled time, else its creation)."""
 
     queue: str
     pending: int

@@ -79,7 +79,9 @@ def backoff_seconds(
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How a failed execution is retried (spec 02 §5): attempts, exponential backoff with jitter, the age limit."""
+    """How a failed execution is retried (spec 02 §5): attempts, exponential backoff with jitter, the age limit.
+    Read from ``CHOKAQ["RETRY"]`` (``multiplier`` is BACKOFF_MULTIPLIER, ``jitter`` JITTER_MAX_DELAY); an operator
+    may change ``max_attempts`` and ``base_delay`` of a running worker (``worker.set_retry_policy``)."""
 
     max_attempts: int = 3
     base_delay: float = 3.0

@@ -3,7 +3,7 @@ Recurring panel's columns (operator switch, the latest job of each schedule)."""
 
 from django.db import migrations, models
 
-from chokaq_core.ledger import ledger_steps
+from chokaq_core.ledger import counters, ledger_steps, table
 from chokaq_core.vendor_ops import SqlServerPageCompression
 
 BINS = 20
@@ -19,31 +19,22 @@ class Migration(migrations.Migration):
         migrations.AddField("schedules", "enabled", models.BooleanField(null=True)),
         migrations.AddField("schedules", "last_job_id", models.CharField(max_length=50, null=True)),
         migrations.AddField("schedules", "last_run_at", models.DateTimeField(null=True)),
-        migrations.CreateModel(
-            name="HistoryBuckets",
-            fields=[
-                ("pk", models.CompositePrimaryKey("granularity", "bucket_start", "queue", "type", "outcome",
-                                                  blank=True, editable=False, primary_key=True, serialize=False)),
-                ("granularity", models.IntegerField()),
-                ("bucket_start", models.DateTimeField()),
-                ("queue", models.CharField(max_length=255)),
-                ("type", models.CharField(max_length=255)),
-                ("outcome", models.SmallIntegerField()),
-                ("completed_count", models.BigIntegerField(default=0, db_default=0)),
-                ("duration_count", models.BigIntegerField(default=0, db_default=0)),
-                ("total_duration_ms", models.FloatField(default=0, db_default=0)),
-                ("max_duration_ms", models.FloatField(null=True)),
-                *((f"b{i:02d}", models.BigIntegerField(default=0, db_default=0)) for i in range(BINS)),
-            ],
-            options={
-                "db_table": "chokaq_history_buckets",
-                "constraints": [
-                    models.CheckConstraint(condition=models.Q(outcome__in=[0, 1]), name="history_outcome_0_1"),
-                    models.CheckConstraint(condition=models.Q(granularity__in=[60, 3600]),
-                                           name="history_granularity"),
-                ],
-            },
-        ),
+        table("HistoryBuckets", "chokaq_history_buckets", [
+            ("pk", models.CompositePrimaryKey("granularity", "bucket_start", "queue", "type", "outcome",
+                                              blank=True, editable=False, primary_key=True, serialize=False)),
+            ("granularity", models.IntegerField()),
+            ("bucket_start", models.DateTimeField()),
+            ("queue", models.CharField(max_length=255)),
+            ("type", models.CharField(max_length=255)),
+            ("outcome", models.SmallIntegerField()),
+            *counters("completed_count", "duration_count"),
+            ("total_duration_ms", models.FloatField(default=0, db_default=0)),
+            ("max_duration_ms", models.FloatField(null=True)),
+            *counters(*(f"b{i:02d}" for i in range(BINS))),
+        ], constraints=[
+            models.CheckConstraint(condition=models.Q(outcome__in=[0, 1]), name="history_outcome_0_1"),
+            models.CheckConstraint(condition=models.Q(granularity__in=[60, 3600]), name="history_granularity"),
+        ]),
         SqlServerPageCompression("HistoryBuckets", fillfactor=80),
         migrations.RunPython(ledger, unledger),
     ]

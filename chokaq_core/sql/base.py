@@ -220,8 +220,8 @@ def summary(r: Sequence[Any]) -> SummaryStats:
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]),
-                      int(r[8]))
+    return QueueStats(int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]), int(r[8]),
+                      queue=r[0])
 
 
 def active_row(r: Sequence[Any]) -> JobRow:
@@ -265,7 +265,6 @@ def error_group(r: Sequence[Any]) -> ErrorGroup:
 # ---------------------------------------------------------------- shared statements
 
 QUEUE_STATES_SELECT = f"SELECT name, is_paused, is_active, zombie_timeout_seconds, max_workers FROM {QUEUES}"
-QUEUE_STATES_SQL = f"{QUEUE_STATES_SELECT} ORDER BY name"
 HOT_COUNTS = ("sum(CASE WHEN status = 0 THEN 1 ELSE 0 END) AS pending,"
                " sum(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS fetched,"
                " sum(CASE WHEN status = 2 THEN 1 ELSE 0 END) AS processing")
@@ -339,10 +338,11 @@ def throughput_select(since: str, dirty: str = "") -> str:
             f" FROM {BUCKETS}{dirty} WHERE bucket_start >= {since} GROUP BY bucket_start")
 
 
-QUEUE_STATS_SQL = f"{queue_stats_select()}\nORDER BY q.name"
 LIST_WORKERS_SELECT = f"SELECT {', '.join(WORKER_FIELDS)} FROM {WORKERS}"
-LIST_WORKERS_SQL = f"{LIST_WORKERS_SELECT} ORDER BY last_heartbeat_at DESC, worker_id"
-THROUGHPUT_SQL = f"{throughput_select('%s')} ORDER BY bucket_start"
+# The reads a vendor writes as an unordered ``…_SELECT`` (so ``deck_snapshot`` can take each as a derived table): each
+# ``…_SQL`` is its SELECT in this order (BaseDialect.__init_subclass__).
+READ_ORDERS = {"THROUGHPUT": "bucket_start", "QUEUE_STATES": "name", "QUEUE_STATS": "q.name", "QUEUE_HEALTH": "q.name",
+               "LIST_WORKERS": "last_heartbeat_at DESC, worker_id"}
 ACTIVE_ROW = ("id, queue, type, status, attempt_count, created_at, priority, created_by, tags, worker_id, scheduled_at,"
               " started_at, last_error_class, last_error_message, last_error_at, held_by")
 ACTIVE_WIDTH = 16  # columns of ACTIVE_ROW (``active_row``)
@@ -720,13 +720,14 @@ class BaseDialect:
     gives its statements and overrides the hooks below (timestamps, LIMIT/TOP, id lists, the claim, the move, the
     counters, the snapshot, case folding)."""
 
-    QUEUE_HEALTH_SQL: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
-    TOP_ERRORS_SQL: str  # ERROR_GROUP_WIDTH columns; params: sample size, empty-details text, limit
-    QUEUE_STATES_SQL = QUEUE_STATES_SQL
+    QUEUE_HEALTH_SELECT: str  # (name, due pending, avg lag s, max lag s) per Queues row; params: queue_health_params
+    TOP_ERRORS_SQL: str  # ERROR_GROUP_WIDTH columns, ordered, a derived table as it is; params: top_errors_params
+    QUEUE_STATES_SELECT = QUEUE_STATES_SELECT
     SUMMARY_STATS_SQL = SUMMARY_STATS_SQL
-    QUEUE_STATS_SQL = QUEUE_STATS_SQL
-    LIST_WORKERS_SQL = LIST_WORKERS_SQL
-    THROUGHPUT_SQL = THROUGHPUT_SQL  # params: param_ts(since)
+    QUEUE_STATS_SELECT = queue_stats_select()
+    LIST_WORKERS_SELECT = LIST_WORKERS_SELECT
+    THROUGHPUT_SELECT = throughput_select("%s")  # params: param_ts(since)
+    QUEUE_STATES_SQL = QUEUE_STATS_SQL = LIST_WORKERS_SQL = THROUGHPUT_SQL = QUEUE_HEALTH_SQL = ""  # READ_ORDERS
     # Capabilities. The channel enqueue NOTIFYs, for an idle worker to LISTEN on (None: no push channel):
     NOTIFY_CHANNEL: str | None = None
     SESSION_PID_SQL: str | None = None  # the server process of this session; None: the vendor has no such id
@@ -776,13 +777,17 @@ class BaseDialect:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
         defines becomes the vendor's; a vendor with ``TOKENS`` gets the others of ``SHARED_STATEMENTS`` in its words."""
         super().__init_subclass__(**kwargs)
-        names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {})) if n.endswith("_SQL")}
+        names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {}))
+                 if n.endswith(("_SQL", "_SELECT"))}
         for name in names & set(statements or ()):
             setattr(cls, name, statements[name])  # type: ignore[index]
         tokens = vars(cls).get("TOKENS")
         for name, template in SHARED_STATEMENTS.items():
             if tokens is not None and name not in (statements or ()):
                 setattr(cls, name, template.format_map(tokens))
+        for read, order in READ_ORDERS.items():
+            if hasattr(cls, f"{read}_SELECT"):
+                setattr(cls, f"{read}_SQL", f"{getattr(cls, f'{read}_SELECT')}\nORDER BY {order}")
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
@@ -823,6 +828,10 @@ class BaseDialect:
 
     def queue_health_params(self) -> list[Any]:
         return []
+
+    def top_errors_params(self, limit: int) -> list[Any]:
+        """The parameters of ``TOP_ERRORS_SQL``: the sample size, the empty-details text, at most ``limit`` groups."""
+        return [TOP_ERRORS_SAMPLE, EMPTY_ERROR, limit]
 
     def clock(self, at: datetime | None = None) -> list[Any]:
         """The current time (or ``at``) as the leading parameter of a statement that stamps rows: none where the
@@ -1282,8 +1291,7 @@ class BaseDialect:
 
     def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
         """Top (reason, error prefix) groups over the 5000 newest DLQ rows (spec 01 §5)."""
-        return [error_group(r) for r in self._all(cursor, self.TOP_ERRORS_SQL,
-                                                  [TOP_ERRORS_SAMPLE, EMPTY_ERROR, int(limit)])]
+        return [error_group(r) for r in self._all(cursor, self.TOP_ERRORS_SQL, self.top_errors_params(int(limit)))]
 
     def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
         """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
@@ -1337,13 +1345,16 @@ class BaseDialect:
     # ------------------------------------------------------------ the live Deck's one read, schedules, attempts
 
     def pack(self, sql: str, width: int, order: str) -> str:
-        """A read as one JSON value: the array of its rows as positional arrays (``json_rows`` decodes it), in
-        ``order`` over its columns ``c0``, ``c1``, …"""
+        """A read as one JSON value: the array of its rows as positional arrays (or SQL Server's objects, see
+        ``json_rows``), in ``order`` over its columns ``c0``, ``c1``, …; ``sql`` stands as a derived table."""
         raise NotImplementedError
 
+    WHEN = "%s"  # a boolean parameter as a condition
+
     def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
-        """The ``deck_snapshot`` statement and its parameters: one SELECT of every part, each packed by ``pack``
-        from its own read's statement, a part not asked for skipped by its CASE."""
+        """The ``deck_snapshot`` statement and its parameters: one SELECT of every part (under READ COMMITTED
+        SNAPSHOT or PostgreSQL's statement snapshot, one consistent read), each packed by ``pack`` from its own
+        read's statement, a part not asked for skipped by its CASE (checked before its subquery runs)."""
         ids = list(dict.fromkeys(request.locate_ids))
         locate, located_params = self.locate_sql(ids)
         sql = self._snapshots.get(locate)
@@ -1352,15 +1363,16 @@ class BaseDialect:
                 f"SELECT {self.pack(self.SUMMARY_STATS_SQL, SUMMARY_WIDTH, 'c0')},"
                 f" {self.pack(self.active_sql(), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
                 f" {self.pack(locate, 2, 'c0')},\n"
-                + ",\n".join(f"CASE WHEN %s THEN {self.pack(*part)} END" for part in (
-                    (self.THROUGHPUT_SQL, 3, "c0"), (self.QUEUE_STATES_SQL, 5, "c0"), (self.QUEUE_STATS_SQL, 9, "c0"),
-                    (self.QUEUE_HEALTH_SQL, 4, "c0"), (self.LIST_WORKERS_SQL, len(WORKER_FIELDS), "c10 DESC, c0"),
+                + ",\n".join(f"CASE WHEN {self.WHEN} THEN {self.pack(*part)} END" for part in (
+                    (self.THROUGHPUT_SELECT, 3, "c0"), (self.QUEUE_STATES_SELECT, 5, "c0"),
+                    (self.QUEUE_STATS_SELECT, 9, "c0"), (self.QUEUE_HEALTH_SELECT, 4, "c0"),
+                    (self.LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0"),
                     (self.TOP_ERRORS_SQL, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC"))))
         since = request.throughput_since
         return sql, [int(request.active_limit), *located_params,
                      since is not None, self.param_ts(since or datetime.fromtimestamp(0, UTC)),
                      request.queues, request.queues, request.queues, *self.queue_health_params(), request.workers,
-                     request.errors_limit > 0, TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(1, int(request.errors_limit))]
+                     request.errors_limit > 0, *self.top_errors_params(max(1, int(request.errors_limit)))]
 
     def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
         """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,

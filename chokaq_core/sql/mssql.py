@@ -50,34 +50,26 @@ from chokaq_core.domain import (
     ClaimHold,
     FailureReason,
     NewJob,
-    SnapshotRequest,
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    ACTIVE_ROW,
-    ACTIVE_WIDTH,
     BUCKET_COLUMNS,
     BUCKET_KEY,
     BUCKET_UPDATE,
     BUCKETS,
     EMPTY_ERROR,
-    ERROR_GROUP_WIDTH,
     HISTORY,
     HISTORY_COLUMNS,
     HISTORY_KEY,
     HISTORY_UPDATE,
     HOT_FIELDS,
-    LIST_WORKERS_SELECT,
     PURGED,
-    QUEUE_STATES_SELECT,
     RESURRECT_KEEPS,
     STATS,
-    SUMMARY_WIDTH,
     TO_ARCHIVE,
     TO_DLQ,
     TO_HOT,
     TOP_ERRORS_SAMPLE,
-    WORKER_FIELDS,
     BaseDialect,
     Move,
     as_utc,
@@ -86,7 +78,6 @@ from chokaq_core.sql.base import (
     insert_moved,
     job_item,
     last_error_set,
-    locate_statement,
     queue_health_select,
     queue_stats_select,
     resurrected,
@@ -451,14 +442,6 @@ RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutM
     "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
 
 
-# The reads below end in their ORDER BY; ``deck_snapshot`` reuses each ``…_SELECT`` (a derived table takes none).
-# Passive dashboard telemetry: dirty reads allowed (spec 01 §1.3).
-SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > SYSUTCDATETIME()", _DIRTY)
-
-QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
-QUEUE_STATS_SQL = f"{QUEUE_STATS_SELECT}\nORDER BY q.name"
-
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -504,71 +487,30 @@ PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
 PURGE_METRIC_BUCKETS_SQL = _batch_delete("chokaq_metric_buckets", "bucket_start")
 PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
 PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
-LOCATE_SELECT = locate_statement(f"IN {_IDS}")  # reads ``@Ids`` (the JSON array of ``_ids_json``)
 
+# ---------------------------------------------------------------- the Deck's reads: passive dashboard telemetry, dirty
+# reads allowed (spec 01 §1.3); each stands as a derived table of ``deck_snapshot``.
 
-def _active_select(limit: str) -> str:
-    """The newest ``limit`` Hot rows: TOP with its ORDER BY, so it may stand as a derived table."""
-    return f"SELECT TOP ({limit}) {ACTIVE_ROW} FROM chokaq_jobs_hot ORDER BY created_at DESC, id DESC"
-
-
-THROUGHPUT_SQL = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY) + " ORDER BY bucket_start"
-
-_NOW_OFFSET = "DECLARE @Now datetimeoffset(7) = TODATETIMEOFFSET(SYSUTCDATETIME(), 0);"
-
-# Reads ``@Now`` (``_NOW_OFFSET``).
+SUMMARY_STATS_SQL = summary_stats_sql("scheduled_at > SYSUTCDATETIME()", _DIRTY)
+QUEUE_STATS_SELECT = queue_stats_select(_DIRTY)
+THROUGHPUT_SELECT = throughput_select("CAST(%s AS datetimeoffset(7))", _DIRTY)
+_NOW_OFFSET = "TODATETIMEOFFSET(SYSUTCDATETIME(), 0)"
 QUEUE_HEALTH_SELECT = queue_health_select(
-    "CASE WHEN p.due_at < @Now THEN DATEDIFF_BIG(MILLISECOND, p.due_at, @Now) / 1000.0 ELSE 0.0 END", "@Now", _DIRTY)
-QUEUE_HEALTH_SQL = _batch(_NOW_OFFSET, f"{QUEUE_HEALTH_SELECT}\nORDER BY q.name;")
+    f"CASE WHEN p.due_at < {_NOW_OFFSET} THEN DATEDIFF_BIG(MILLISECOND, p.due_at, {_NOW_OFFSET}) / 1000.0 ELSE 0.0 END",
+    _NOW_OFFSET, _DIRTY)
 
-# Spec 01 §5: the @Sample newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server
-# 2017+), the top @ErrorsLimit groups. Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
-_TOP_ERRORS_DECLARES = (
-    _params("@Sample int", "@EmptyError nvarchar(4000)", "@ErrorsLimit int"),
-    "DECLARE @Blank nvarchar(4) = NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10);",
-)
-TOP_ERRORS_SELECT = """SELECT TOP (@ErrorsLimit) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
+# Spec 01 §5: the newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server 2017+), the
+# top groups (params: top_errors_params). Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
+TOP_ERRORS_SQL = """SELECT TOP (CAST(%s AS int)) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
        g.error_class, g.error_message
 FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
-             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN @EmptyError
+             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN CAST(%s AS nvarchar(4000))
                   ELSE LEFT(r.error_text, 160) END AS prefix
-      FROM (SELECT TOP (@Sample) d.failure_reason, d.failed_at, d.error_class, d.error_message,
-                   TRIM(@Blank FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
+      FROM (SELECT TOP (CAST(%s AS int)) d.failure_reason, d.failed_at, d.error_class, d.error_message,
+                   TRIM(NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10)
+                        FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
             FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
 GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
-TOP_ERRORS_SQL = _batch(*_TOP_ERRORS_DECLARES, f"{TOP_ERRORS_SELECT};")
-
-# ---------------------------------------------------------------- the live Deck's one read
-
-
-def _packed(select: str, width: int, order: str | None = None) -> str:
-    """A read as one JSON value: ``FOR JSON PATH`` of its rows, keyed ``c0``, ``c1``, … (``sql.json_rows`` decodes
-    it; INCLUDE_NULL_VALUES keeps every key). ``select`` is a derived table here, so it has no ORDER BY of its own
-    unless it has a TOP; ``order`` restores the read's order. No rows: NULL."""
-    cols = ", ".join(f"c{i}" for i in range(width))
-    ordered = f" ORDER BY {order}" if order else ""
-    return f"(SELECT {cols} FROM ({select}) AS t({cols}){ordered} FOR JSON PATH, INCLUDE_NULL_VALUES)"
-
-
-# One batch, one SELECT: the parameters land in typed variables, then every part is a subquery of the one statement
-# (under READ_COMMITTED_SNAPSHOT, one statement-level snapshot). A part not asked for sits behind a CASE on its
-# variable, checked before the subquery runs (a pass-through predicate in the plan), so it is skipped; FOR JSON of
-# no rows is NULL, which ``json_rows`` reads as no rows.
-DECK_SNAPSHOT_SQL = _batch(
-    _params("@ActiveLimit int", "@Ids nvarchar(max)", "@Since datetimeoffset(7)", "@WithQueues bit",
-            "@WithWorkers bit"),
-    *_TOP_ERRORS_DECLARES,
-    _NOW_OFFSET,
-    f"""SELECT {_packed(SUMMARY_STATS_SQL, SUMMARY_WIDTH)} AS summary,
-       {_packed(_active_select("@ActiveLimit"), ACTIVE_WIDTH, "c5 DESC, c0 DESC")} AS active,
-       CASE WHEN @Ids IS NOT NULL THEN {_packed(LOCATE_SELECT, 2)} END AS located,
-       CASE WHEN @Since IS NOT NULL THEN {_packed(throughput_select("@Since", _DIRTY), 3, "c0")} END AS throughput,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATES_SELECT, 5, "c0")} END AS queue_states,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_STATS_SELECT, 9, "c0")} END AS queue_stats,
-       CASE WHEN @WithQueues = 1 THEN {_packed(QUEUE_HEALTH_SELECT, 4, "c0")} END AS queue_lags,
-       CASE WHEN @WithWorkers = 1 THEN {_packed(LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0")} END AS workers,
-       CASE WHEN @ErrorsLimit > 0 THEN {_packed(TOP_ERRORS_SELECT, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC")} END AS errors;""",
-)
 
 
 class SQLServerDialect(BaseDialect, statements=globals()):
@@ -665,19 +607,22 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         return " OUTPUT " + ", ".join(f"inserted.{c.strip()}" for c in columns.split(",")), ""
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
-        return _ID_LIST, [_ids_json(ids)]
+        return (_ID_LIST, [_ids_json(ids)]) if ids else super().id_list(ids)
 
     def name_list(self, names: Sequence[str]) -> tuple[str, list[Any]]:
         return f"IN {_NAMES.format('%s')}", [_json({"name": name} for name in names)]
 
-    def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
-        """One batch whose parameters land in typed variables the CASEs test."""
-        ids = list(dict.fromkeys(request.locate_ids))
-        since = request.throughput_since
-        return DECK_SNAPSHOT_SQL, [
-            int(request.active_limit), _ids_json(ids) if ids else None, self.param_ts(since),
-            bool(request.queues), bool(request.workers), TOP_ERRORS_SAMPLE, EMPTY_ERROR, max(0, int(request.errors_limit)),
-        ]
+    WHEN = "%s = 1"
+
+    def pack(self, sql: str, width: int, order: str) -> str:
+        """``FOR JSON PATH`` of the rows, keyed ``c0``, ``c1``, … (INCLUDE_NULL_VALUES keeps every key); a derived
+        table has no ORDER BY of its own unless it has a TOP or an OFFSET, so ``order`` restores the read's.
+        No rows: NULL, which ``json_rows`` reads as no rows."""
+        cols = ", ".join(f"c{i}" for i in range(width))
+        return f"(SELECT {cols} FROM ({sql}) AS t({cols}) ORDER BY {order} FOR JSON PATH, INCLUDE_NULL_VALUES)"
+
+    def top_errors_params(self, limit: int) -> list[Any]:
+        return [limit, EMPTY_ERROR, TOP_ERRORS_SAMPLE]  # in the order of the text (TOP comes first)
 
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"OPENJSON(%s) WITH ({', '.join(f"{c} {PARAM_TYPES[k]} '$.{c}'" for c, k in columns.items())}) AS a"

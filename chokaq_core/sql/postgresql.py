@@ -318,8 +318,7 @@ SESSION_PID_SQL = "SELECT pg_backend_pid()"
 GENERIC_PLANS_SQL = "SET plan_cache_mode = force_generic_plan"
 
 
-QUEUE_HEALTH_SQL = (queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
-                    + "\nORDER BY q.name")
+QUEUE_HEALTH_SELECT = queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
 
 
 

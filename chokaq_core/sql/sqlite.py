@@ -183,8 +183,7 @@ def _claim_sql(window: str) -> str:
 SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
 DLQ_ROW = dlq_row_sql("substr(error_details, -400)")  # the last 400 characters
 
-QUEUE_HEALTH_SQL = (queue_health_select("max(0.0, (julianday(%s) - julianday(p.due_at)) * 86400.0)", "%s")
-                    + "\nORDER BY q.name")
+QUEUE_HEALTH_SELECT = queue_health_select("max(0.0, (julianday(%s) - julianday(p.due_at)) * 86400.0)", "%s")
 
 
 class SQLiteDialect(BaseDialect, statements=globals()):
@@ -221,9 +220,10 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return f"(SELECT {', '.join(f'{_ITEM.format(c)} AS {c}' for c in columns)} FROM json_each(%s)) AS a"
 
     def pack(self, sql: str, width: int, order: str) -> str:
-        """In the read's own order (a CTE keeps it)."""
+        """The aggregate reads its rows in the order of the subquery (not flattened into an aggregate)."""
         cols = ", ".join(f"c{i}" for i in range(width))
-        return f"(WITH t({cols}) AS ({sql}) SELECT json_group_array(json_array({cols})) FROM t)"
+        return (f"(WITH t({cols}) AS ({sql})"
+                f" SELECT json_group_array(json_array({cols})) FROM (SELECT * FROM t ORDER BY {order}))")
 
     def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
         count_removed(cursor, counter, Counter(queues), _ts(_now()))

@@ -520,7 +520,7 @@ class Case:
     check: Any = None  # a callable(result) for results compared by shape
 
 
-ACTIVE_FIELDS = [c.strip() for c in sql.ACTIVE_ROW.split(",")]
+ACTIVE_FIELDS = [c.strip() for c in base.ACTIVE_ROW.split(",")]
 ARCHIVE_ROW_FIELDS = [c.strip() for c in base.ARCHIVE_ROW.split(",")]
 DLQ_ROW_FIELDS = [*(c.strip() for c in base.DLQ_WINDOWED_ROW.split(","))]
 
@@ -551,10 +551,10 @@ SNAPSHOT_NATIVE: dict[str, list[tuple[Any, ...]]] = {
     "queue_states": [("default", False, True, None, None), ("mail", True, False, 60, 3)],
     "queue_stats": [("default", 0, 0, 0, 0, 0, 0, None, 0), ("mail", 1, 0, 2, 7, 1, 0, T1, 1)],
     "queue_health": [("default", 0, Decimal("0"), Decimal("0")), ("mail", 2, Decimal("1.500000"), Decimal("2.250000"))],
-    "list_workers": [_row(sql.WORKER_FIELDS, worker_id="w2", hostname="h", pid=7, queues="mail", capacity=4,
+    "list_workers": [_row(base.WORKER_FIELDS, worker_id="w2", hostname="h", pid=7, queues="mail", capacity=4,
                           active_count=1, is_running=True, runtime_json='{"x": "1/2"}', circuits_json="[]",
                           started_at=T0, last_heartbeat_at=T1, stopped_at=None),
-                     _row(sql.WORKER_FIELDS, worker_id="w1", hostname="h", pid=8, queues="*", capacity=2,
+                     _row(base.WORKER_FIELDS, worker_id="w1", hostname="h", pid=8, queues="*", capacity=2,
                           active_count=0, is_running=False, runtime_json="{}", circuits_json="[]",
                           started_at=T0, last_heartbeat_at=T0, stopped_at=T1)],
     "top_errors": [(6, "", 3, T1, "builtins.ValueError", "boom"), (8, "(empty error details)", 1, T0, None, None)],
@@ -586,7 +586,7 @@ def for_json(rows: Sequence[Sequence[Any]]) -> str | None:
 
 
 def snapshot_row(native: dict[str, list[tuple[Any, ...]]], request: SnapshotRequest) -> tuple[Any, ...]:
-    """The one row DECK_SNAPSHOT_SQL returns: a JSON text per part, NULL where its CASE is not taken."""
+    """The one row the deck_snapshot statement returns: a JSON text per part, NULL where its CASE is not taken."""
     def part(name: str, asked: bool) -> str | None:
         return for_json(native[name]) if asked else None
 
@@ -711,7 +711,7 @@ CASES = [
          [QueueState("default", False, True, None, None), QueueState("mail", True, False, 60, 3)]),
     Case("summary_stats", (), [[(1, 2, 3, 10, 4, 5, T0.replace(tzinfo=None), 2, 0, 0, 1, 0)]],
          SummaryStats(1, 2, 3, 10, 4, 5, T0, 2, 0, 0, 1, 0)),
-    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None, 3)]], [QueueStats("mail", 1, 0, 2, 7, 1, 0, None, 3)]),
+    Case("queue_stats", (), [[("mail", 1, 0, 2, 7, 1, 0, None, 3)]], [QueueStats(1, 0, 2, 7, 1, 0, None, 3, queue="mail")]),
     Case("get_hot", ("J1",), [[hot_row(status=2)]],
          check=lambda job: isinstance(job, HotJob) and job.status is JobStatus.PROCESSING and job.created_at == T0),
     Case("get_hot", ("J1",), [[]], None),
@@ -762,7 +762,7 @@ CASES = [
     Case("purge_archive_ids", ([],), [], []),
     Case("count_archive_older_than", (T0, 100_001), [[(5,)]], 5),
     Case("count_dlq_older_than", (T0, 100_001), [[(0,)]], 0),
-    Case("list_workers", (), [[_row(sql.WORKER_FIELDS, hostname="h", pid=7, queues="mail", capacity=4,
+    Case("list_workers", (), [[_row(base.WORKER_FIELDS, hostname="h", pid=7, queues="mail", capacity=4,
                                     active_count=1, is_running=1, runtime_json="{}", circuits_json="[]",
                                     started_at=T0, last_heartbeat_at=T0.replace(tzinfo=None))]],
          check=lambda ws: len(ws) == 1 and isinstance(ws[0], WorkerInfo) and ws[0].is_running is True
@@ -946,8 +946,8 @@ def test_the_claim_sends_worker_window_and_limit() -> None:
 
 
 def test_dashboard_reads_are_dirty_and_correctness_reads_are_not() -> None:
-    dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql.throughput_select("@Since", sql._DIRTY),
-                   sql.QUEUE_HEALTH_SELECT, sql.TOP_ERRORS_SELECT)
+    dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql.THROUGHPUT_SELECT, sql.QUEUE_HEALTH_SELECT,
+                   sql.TOP_ERRORS_SQL)
     for function, text in ((f, t) for f, texts in _texts(DIALECT_FUNCTIONS).items() for t in texts):
         tables = len(re.findall(r"\bchokaq_\w+", text))
         if function in ("summary_stats", "queue_stats", "throughput", "queue_health", "top_errors"):
@@ -963,9 +963,9 @@ def test_deck_snapshot_is_one_statement_whose_parts_equal_the_separate_reads() -
 
     assert len(cursor.calls) == 1 and len(cursor.driver.executed) == 1, "ONE statement, one round trip"
     [(text, params)] = cursor.calls
-    assert text == sql.DECK_SNAPSHOT_SQL
-    assert params == [50, '[{"id":"J1"},{"id":"J2"},{"id":"J3"}]', "2026-03-01T11:55:00.000000+00:00", True, True,
-                      sql.TOP_ERRORS_SAMPLE, sql.EMPTY_ERROR, 5]
+    assert text == sql.DIALECT.snapshot(FULL_REQUEST)[0]
+    assert params == [50, *['[{"id":"J1"},{"id":"J2"},{"id":"J3"}]'] * 3, True, "2026-03-01T11:55:00.000000+00:00",
+                      True, True, True, True, True, 5, sql.EMPTY_ERROR, sql.TOP_ERRORS_SAMPLE]
     assert isinstance(snap, DeckSnapshot)
     for name, (function, args) in SNAPSHOT_PARTS.items():
         alone, _ = _run(Case(function, args, [SNAPSHOT_NATIVE[function]]))
@@ -992,26 +992,28 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
                              [[snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]]))
     assert _bare_snapshot(snap)
     [(text, params)] = cursor.calls
-    assert params == [10, None, None, False, False, sql.TOP_ERRORS_SAMPLE, sql.EMPTY_ERROR, 0]
-    assert "DECLARE @Ids nvarchar(max) = NULL;" in cursor.driver.executed[0][0], "mssql-django inlines NULLs"
+    assert params == [10, False, "1970-01-01T00:00:00.000000+00:00", False, False, False, False, False, 1,
+                      sql.EMPTY_ERROR, sql.TOP_ERRORS_SAMPLE]
+    assert "OPENJSON" not in text and "WHERE id IN (NULL)" in text, "no ids: nothing to locate, no JSON to read"
 
     *_, select = [s.strip() for s in text.split(";") if s.strip()]
     assert text.count("SELECT") == select.count("SELECT") and select.startswith("SELECT ("), "one SELECT statement"
     assert select.count("FOR JSON PATH, INCLUDE_NULL_VALUES)") == 9
-    for guard, parts in (("@Ids IS NOT NULL", 1), ("@Since IS NOT NULL", 1), ("@WithQueues = 1", 3),
-                         ("@WithWorkers = 1", 1), ("@ErrorsLimit > 0", 1)):
+    for guard, parts in (("%s = 1", 6),):  # throughput, queue states/stats/lags, workers, errors: each by its flag
         assert select.count(f"CASE WHEN {guard} THEN (SELECT ") == parts, guard
     # The parts are the separate reads' own statements (their ORDER BY re-applied outside the derived table).
-    for alone, part in ((sql.SUMMARY_STATS_SQL, sql.SUMMARY_STATS_SQL),
-                        (sql.THROUGHPUT_SQL, sql.throughput_select("CAST(%s AS datetimeoffset(7))", sql._DIRTY)),
-                        (sql.DIALECT.QUEUE_STATES_SQL, sql.QUEUE_STATES_SELECT),
-                        (sql.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT), (sql.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT),
-                        (sql.DIALECT.LIST_WORKERS_SQL, sql.LIST_WORKERS_SELECT),
-                        (sql.TOP_ERRORS_SQL, sql.TOP_ERRORS_SELECT)):
+    dialect = sql.DIALECT
+    for alone, part in ((dialect.SUMMARY_STATS_SQL, sql.SUMMARY_STATS_SQL),
+                        (dialect.THROUGHPUT_SQL, sql.THROUGHPUT_SELECT),
+                        (dialect.QUEUE_STATES_SQL, dialect.QUEUE_STATES_SELECT),
+                        (dialect.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT),
+                        (dialect.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT),
+                        (dialect.LIST_WORKERS_SQL, dialect.LIST_WORKERS_SELECT),
+                        (dialect.TOP_ERRORS_SQL, sql.TOP_ERRORS_SQL)):
         assert part in alone
-    for part in (sql.SUMMARY_STATS_SQL, sql._active_select("@ActiveLimit"), sql.LOCATE_SELECT,
-                 sql.throughput_select("@Since", sql._DIRTY), sql.QUEUE_STATES_SELECT, sql.QUEUE_STATS_SELECT,
-                 sql.QUEUE_HEALTH_SELECT, sql.LIST_WORKERS_SELECT, sql.TOP_ERRORS_SELECT):
+    for part in (sql.SUMMARY_STATS_SQL, dialect.active_sql(), base.locate_statement("IN (NULL)"),
+                 sql.THROUGHPUT_SELECT, dialect.QUEUE_STATES_SELECT, sql.QUEUE_STATS_SELECT,
+                 sql.QUEUE_HEALTH_SELECT, dialect.LIST_WORKERS_SELECT, sql.TOP_ERRORS_SQL):
         assert f"FROM ({part}) AS t(c0, " in select
     assert json_rows(for_json([(T1, True, None)]), datetime_at=[0]) == [[T1, True, None]], "the fake's FOR JSON"
 
