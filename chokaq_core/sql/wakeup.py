@@ -27,7 +27,7 @@ WakeKind = Literal["listen", "commit_marker", "poll"]
 
 COMMIT_PROBE_INTERVAL = 0.002  # seconds between two reads of the commit marker while work comes and goes
 COMMIT_PROBE_IDLE_INTERVAL = 0.005  # … once it has not moved for COMMIT_PROBE_IDLE_AFTER (less CPU when idle)
-COMMIT_PROBE_IDLE_AFTER = 2.0  # seconds without a move after which the probe reads at its idle interval
+COMMIT_PROBE_IDLE_AFTER = 0.5  # seconds without a move after which the probe reads at its idle interval
 RECONNECT_DELAY = 5.0  # seconds without LISTEN after its connection was lost (the worker polls meanwhile)
 
 
