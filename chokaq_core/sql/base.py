@@ -524,14 +524,16 @@ def locate_statement(tail: str) -> str:
 
 @dataclass(frozen=True)
 class Move:
-    """Where a batch of Hot rows goes: the pillar it lands in (None: it stays in Hot) with its columns and stamp,
-    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there)."""
+    """Where a batch of rows goes: the pillar it lands in (None: it stays where it is) with its columns and stamp,
+    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there), and the pillar it
+    leaves (Hot but for a resurrection)."""
 
     table: str | None
     fields: tuple[str, ...]
     stamp: str
     counter: str
     outcome: int | None
+    origin: str = HOT
 
     @property
     def carried(self) -> tuple[str, ...]:
@@ -544,8 +546,9 @@ NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no
 
 def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> list[str]:
     """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
-    message: a Hot row has none) unless overridden."""
-    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION, **overrides}
+    message: a Hot row has none) unless overridden (an override names the row ``{row}``)."""
+    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION,
+                 **{c: v.replace("{row}", row) for c, v in overrides.items()}}
     return [overrides.get(c, f"{row}.{c}") for c in columns]
 
 
@@ -557,10 +560,10 @@ def insert_moved(move: Move, source: str, now: str, values: Mapping[str, str] | 
             f"    SELECT {', '.join(values.get(c, c) for c in move.fields)} FROM {source}")
 
 
-def resurrected(payload: str, tags: str, priority: str, actor: str) -> dict[str, str]:
-    """What a DLQ row becomes in Hot besides ``RESURRECT_KEEPS`` (operands: the edits, NULL to keep the row's
-    own): Pending, no attempt yet, priority 10 unless given, modified by ``actor``."""
-    return {"payload": f"coalesce({payload}, payload)", "tags": f"coalesce({tags}, tags)",
+def resurrected(payload: str, tags: str, priority: str, actor: str, row: str = "") -> dict[str, str]:
+    """What a DLQ row (``row``: its qualifier) becomes in Hot besides what it keeps (operands: the edits, NULL to
+    keep the row's own): Pending, no attempt yet, priority 10 unless given, modified by ``actor``."""
+    return {"payload": f"coalesce({payload}, {row}payload)", "tags": f"coalesce({tags}, {row}tags)",
             "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
@@ -609,13 +612,22 @@ def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
 TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
-# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``).
+# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``; its revision one up, ``carried_values``).
 TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
                     "last_updated_at", "created_by", "last_modified_by", "revision", "rate_key"), "last_updated_at",
-              "failed_total",
-              None)
-# The columns a resurrected row keeps from its DLQ row (its revision one up, see ``carried_values``).
-RESURRECT_KEEPS = ("id", "queue", "type", "payload", "tags", "created_by", "created_at", "revision", "rate_key")
+              "failed_total", None, origin=DLQ)
+# The purges of DLQ and Archive rows (spec 01 §4.10): statement → (table, the rows it may delete, their order, the
+# counter they lower, whether it returns (queue, rows) groups rather than (id, queue) rows), ``purge_sql`` writing each
+# ("{ids}": ``TOKENS["ids"]``, "{ts}": ``TS``).
+PURGES = {"PURGE_DLQ_IDS_SQL": (DLQ, "id {ids}", "failed_at, id", "failed_total", False),
+          "PURGE_ARCHIVE_IDS_SQL": (ARCHIVE, "id {ids}", "finished_at, id", PURGED, False),
+          "PURGE_DLQ_OLDER_SQL": (DLQ, "created_at <= {ts}", "created_at, id", "failed_total", True),
+          "PURGE_ARCHIVE_SQL": (ARCHIVE, "finished_at < {ts}", "finished_at, id", PURGED, True)}
+# The batches of archive_succeeded and move_to_dlq (``items_table`` kinds, in ``items_params`` order): each item's own
+# values of the moved row.
+ARCHIVED_ITEMS = {"id": "name", "duration_ms": "float", "result": "text"}
+FAILED_ITEMS = {"id": "name", "failure_reason": "int", "error_details": "text", "error_class": "class",
+                "error_message": "message"}
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
@@ -757,14 +769,14 @@ class BaseDialect:
     KEEP_ALIVE_SQL: str  # params: clock, ids, worker → (id)
     CANCEL_REQUESTS_SQL = (f"SELECT id, cancel_requested_by FROM {HOT}"
                            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL")  # → (id, actor)
-    CANCEL_BATCH_SQL: str  # params: ids, details, actor → moved
+    CANCEL_BATCH_SQL: str  # params: details, actor, ids → moved
     REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
     UPDATE_HOT_SQL: str  # params: clock, payload, tags, priority, actor, job id, revision → (id)
     UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
     RELEASE_SQL: str  # params: clock, ids, worker → id
     RECOVER_ABANDONED_SQL: str  # params: clock, ago_params(timeout) → changed
     ARCHIVE_ZOMBIES_SQL: str  # params: clock, seconds_params(global timeout), details → moved
-    RESURRECT_SQL: str  # params: ids, revision, payload, tags, priority, actor → (id, queue)
+    RESURRECT_SQL: str  # params: payload, tags, priority, actor, ids, revision → (id, queue)
     PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_ARCHIVE_IDS_SQL: str  # params: ids, batch size → (id, queue)
     PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
@@ -791,6 +803,68 @@ class BaseDialect:
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
+        for name, (table, where, order, counter, grouped) in PURGES.items():
+            setattr(self, name, self.purge_sql(table, where.format(ids=self.TOKENS["ids"], ts=self.TS), order, counter,
+                                               grouped))
+        self._write_completions()
+
+    def _write_completions(self) -> None:
+        """The completion statements from their one description, where the vendor's ``completion`` writes them."""
+        text, number, now, ids, by_item = (self.TOKENS["text"], self.TOKENS["int"], self.MOVED_NOW, self.TOKENS["ids"],
+                                           "a.id = h.id")
+        guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
+        retry_items = {"id": "name", "attempt_count": "int", **self.DUE_ITEMS, "error_class": "class",
+                       "error_message": "message", "held_by": "class"}
+        retry = (f"status = 0, attempt_count = a.attempt_count, scheduled_at = {self.DUE}, worker_id = NULL,"
+                 f" heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = {now}, "
+                 + last_error_set("a.error_class", "a.error_message", "a.held_by", now, "h."))
+        statements = {  # the rows this worker owns, named by the batch, each taking its item's values
+            "ARCHIVE_SUCCEEDED_SQL": self.completion(TO_ARCHIVE, self.items_table(ARCHIVED_ITEMS), by_item, guard,
+                                                     {c: f"a.{c}" for c in ARCHIVED_ITEMS if c != "id"}),
+            "MOVE_TO_DLQ_SQL": self.completion(TO_DLQ, self.items_table(FAILED_ITEMS), by_item, guard,
+                                               {c: f"a.{c}" for c in FAILED_ITEMS if c != "id"}),
+            "RESCHEDULE_SQL": self.completion(RETRY, self.items_table(retry_items), by_item, guard, {}, retry),
+            # Pending/Fetched rows named by id; params: details, actor, ids
+            "CANCEL_BATCH_SQL": self.completion(
+                TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
+                f"h.id {ids} AND h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
+                                                       "error_details": "a.error_details",
+                                                       "last_modified_by": "a.last_modified_by"}),
+            # Processing rows whose heartbeat expired (spec 01 §4.12: the queue's timeout, else the global one), a
+            # sweep that may leave a locked row to the next; params: ZOMBIE_SOURCE's (global timeout, details)
+            "ARCHIVE_ZOMBIES_SQL": self.completion(
+                TO_DLQ, self.ZOMBIE_SOURCE, None, self.ZOMBIE_WHERE,
+                {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "a.error_details"}, sweep=True),
+            # DLQ rows named by id, at the edit's revision (None: any), edits coalesced; params: payload, tags,
+            # priority, actor, ids, revision
+            "RESURRECT_SQL": self.completion(
+                TO_HOT, f"(SELECT {text} AS payload, {text} AS tags, {number} AS priority, {text} AS actor) AS a", None,
+                f"h.id {ids} AND h.{revision_guard(number)}",
+                resurrected("a.payload", "a.tags", "a.priority", "a.actor", "{row}."))}
+        for name, sql in statements.items():
+            if sql is not None:
+                setattr(self, name, sql)
+
+    MOVED_NOW = ""  # the moment a ``completion`` statement stamps rows with
+    ZOMBIE_SOURCE = ZOMBIE_WHERE = ""  # the zombie sweep's row ``a`` (the global timeout, the details) and its rows
+    DUE_ITEMS: dict[str, str] = {}  # a retry's delay as the reschedule batch carries it (``delay_fields``: kinds)
+    DUE = ""  # when a rescheduled row is due: an expression over those items (``a``)
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "", sweep: bool = False) -> str | None:
+        """A completion's whole statement where the vendor writes one (PostgreSQL, SQL Server; None: SQLite's
+        ``_move`` lands the rows): the Hot rows ``h`` that ``where`` keeps, joined to ``source`` ``a`` (on ``on``,
+        else its one row), leave for ``move``'s pillar with ``values`` (column → expression) set, or for ``RETRY``
+        stay with ``sets`` as their SET; then counted (and bucketed); it returns (id, queue) of each. Parameters:
+        the source's, then the where's. ``sweep``: rows another transaction holds may be left for the next one."""
+        return None
+
+    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
+        """One batch delete of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, the batch
+        size), returning (id, queue) per row or, ``grouped``, (queue, rows); here ``uncount`` lowers ``counter`` after
+        it (PostgreSQL and SQL Server: the statement itself)."""
+        return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order}{self.LIMIT})"
+                f" RETURNING {'queue, 1' if grouped else 'id, queue'}")
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
@@ -1184,23 +1258,23 @@ class BaseDialect:
         rows = self.rows(cursor)
         return int(rows[0][0] or 0) if rows else 0
 
-    def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int) -> None:
-        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
+    def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, *lead: Any) -> int:
+        """One batch delete of rows older than ``cutoff`` (params: ``lead``'s, the cutoff, the batch size); rows
+        deleted."""
+        cursor.execute(sql, [*lead, self.param_ts(cutoff), batch_size])
+        return self.changed(cursor)
 
     def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of worker rows whose last heartbeat is before ``cutoff``; rows deleted."""
-        self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_WORKERS_SQL, cutoff, batch_size)
 
     def purge_metric_buckets(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of MetricBuckets rows that started before ``cutoff`` (no counter changes)."""
-        self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_METRIC_BUCKETS_SQL, cutoff, batch_size)
 
     def purge_attempts(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of attempts-history rows that failed before ``cutoff``; rows deleted."""
-        self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_ATTEMPTS_SQL, cutoff, batch_size)
 
     # ------------------------------------------------------------ reads
 
@@ -1461,8 +1535,7 @@ class BaseDialect:
 
     def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of ``granularity``-second history buckets that started before ``cutoff``."""
-        cursor.execute(self.PURGE_HISTORY_SQL, [int(granularity), self.param_ts(cutoff), batch_size])
-        return self.changed(cursor)
+        return self._batch_by_age(cursor, self.PURGE_HISTORY_SQL, cutoff, batch_size, int(granularity))
 
     # ------------------------------------------------------------ recurring jobs: the Recurring panel
 
@@ -1591,7 +1664,7 @@ class BaseDialect:
         """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
         if not job_ids:
             return []
-        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [self.ids_param(job_ids), cancel_details(actor), actor])
+        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [cancel_details(actor), actor, self.ids_param(job_ids)])
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
         """Flag Processing rows for cooperative cancellation; returns the flagged ids."""
@@ -1641,7 +1714,7 @@ class BaseDialect:
         if not job_ids:
             return []
         return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
-                          [self.ids_param(job_ids), revision, payload, tags, priority, actor])
+                          [payload, tags, priority, actor, self.ids_param(job_ids), revision])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:
@@ -1665,7 +1738,7 @@ class BaseDialect:
         +n)."""
         if batch_size <= 0:
             return 0
-        self._batch_by_age(cursor, sql, cutoff, batch_size)
+        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
         counts: Counter[str] = Counter()
         for queue, n in self.rows(cursor):
             counts[str(queue)] += int(n)

@@ -110,20 +110,19 @@ def database() -> MemoryDatabase:
 
 def evict_if_full(cursor: Any, capacity: int) -> None:
     """Make room before an enqueue (spec 03 §15): oldest Archive rows first, then oldest DLQ rows."""
-    cursor.execute(f"SELECT (SELECT count(*) FROM {sqlite.HOT}) + (SELECT count(*) FROM {sqlite.ARCHIVE})"
-                   f" + (SELECT count(*) FROM {sqlite.DLQ})")
+    cursor.execute(f"SELECT (SELECT count(*) FROM {base.HOT}) + (SELECT count(*) FROM {base.ARCHIVE})"
+                   f" + (SELECT count(*) FROM {base.DLQ})")
     stored = int(cursor.fetchone()[0])
     if stored < capacity:
         return
     now = sqlite._ts(sqlite._now())
     evicted = []
-    for table, order, counter, n in ((sqlite.ARCHIVE, "finished_at", base.PURGED, EVICT_ARCHIVE_ROWS),
-                                     (sqlite.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
+    for table, order, counter, n in ((base.ARCHIVE, "finished_at", base.PURGED, EVICT_ARCHIVE_ROWS),
+                                     (base.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
         if stored < capacity:
             evicted.append(0)
             continue
-        cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY {order}, id LIMIT %s)"
-                       " RETURNING queue", [n])
+        cursor.execute(sqlite.DIALECT.purge_sql(table, "1 = 1", f"{order}, id", counter, grouped=True), [n])
         queues = Counter(row[0] for row in cursor.fetchall())
         sqlite.count_removed(cursor, counter, queues, now)
         stored -= queues.total()

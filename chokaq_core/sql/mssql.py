@@ -48,7 +48,6 @@ from typing import Any
 
 from chokaq_core.domain import (
     ClaimHold,
-    FailureReason,
     NewJob,
 )
 from chokaq_core.sql import Cursor, Dialect
@@ -63,11 +62,9 @@ from chokaq_core.sql.base import (
     HISTORY_KEY,
     HISTORY_UPDATE,
     HOT_FIELDS,
-    PURGED,
-    RESURRECT_KEEPS,
+    RETRY,
     STATS,
     TO_ARCHIVE,
-    TO_DLQ,
     TO_HOT,
     TOP_ERRORS_SAMPLE,
     BaseDialect,
@@ -77,11 +74,8 @@ from chokaq_core.sql.base import (
     carried_values,
     insert_moved,
     job_item,
-    last_error_set,
     queue_health_select,
     queue_stats_select,
-    resurrected,
-    revision_guard,
     stats_update,
     summary_stats_sql,
     throughput_select,
@@ -111,6 +105,8 @@ _MOVED_TYPES = {
     "type": "nvarchar(255) NOT NULL",
     "payload": "nvarchar(max) NULL",
     "tags": "nvarchar(1000) NULL",
+    "priority": "int NOT NULL",
+    "status": "int NOT NULL",
     "failure_reason": "int NOT NULL",
     "revision": "int NOT NULL",
     "error_details": "nvarchar(max) NULL",
@@ -128,7 +124,8 @@ _MOVED_TYPES = {
 }
 
 # ``param`` and ``items_table`` kinds
-PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)"}
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)",
+               "float": "float", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
 _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
 _ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
@@ -319,122 +316,6 @@ MARK_PROCESSING_BATCH_SQL = _batch(
     f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
 )
 
-_WORKER_GUARD = "(@WorkerId IS NULL OR h.worker_id = @WorkerId)"
-
-
-def _owned_move(move: Move, items: Mapping[str, str]) -> str:
-    """A completion batch: the owned Hot rows named in ``@Items`` (JSON; ``items`` = column: type besides the id,
-    each copied into the moved row) make the move."""
-    schema = ", ".join(f"{column} {sql_type} '$.{column}'" for column, sql_type in items.items())
-    return _completion(
-        [_params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)")],
-        move,
-        "DELETE h\n"
-        + _output_into(move.carried, {column: f"i.{column}" for column in items})
-        + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-        f"INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', {schema}) AS i ON i.id = h.id\n"
-        f"WHERE {_WORKER_GUARD};",
-    )
-
-
-ARCHIVE_SUCCEEDED_SQL = _owned_move(TO_ARCHIVE, {"duration_ms": "float", "result": "nvarchar(max)"})
-MOVE_TO_DLQ_SQL = _owned_move(TO_DLQ, {"failure_reason": "int", "error_details": "nvarchar(max)",
-                                       "error_class": "nvarchar(255)", "error_message": "nvarchar(1000)"})
-CANCEL_BATCH_SQL = _completion(
-    [_params("@Ids nvarchar(max)", "@Details nvarchar(max)", "@Actor nvarchar(4000)")],
-    TO_DLQ,
-    "DELETE h\n"
-    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "@Details",
-                                    "last_modified_by": "@Actor"})
-    + f"\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK)\nWHERE h.id IN {_IDS} AND h.status IN (0, 1);",
-)
-# Spec 01 §4.12: both OR branches compare a column to a computed cutoff (queue timeout, else global).
-ARCHIVE_ZOMBIES_SQL = _completion(
-    [_params("@GlobalSeconds int", "@GlobalMs int", "@Details nvarchar(max)"),
-     "DECLARE @GlobalCutoff datetime2(7) = DATEADD(MILLISECOND, -@GlobalMs, DATEADD(SECOND, -@GlobalSeconds, @Now));"],
-    TO_DLQ,
-    "DELETE h\n"
-    + _output_into(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "@Details"})
-    + "\nFROM chokaq_jobs_hot AS h WITH (ROWLOCK, READPAST)\n"
-    "LEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
-    "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN @GlobalCutoff\n"
-    "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z\n"
-    "WHERE h.status = 2\n"
-    "  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
-    "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff));",
-)
-
-RESCHEDULE_SQL = _batch(
-    _NOW,
-    _params("@Items nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    _moved_table(("id", "queue")),
-    "UPDATE h SET status = 0, attempt_count = i.attempt_count,\n"
-    "    scheduled_at = DATEADD(MILLISECOND, i.delay_ms, DATEADD(SECOND, i.delay_s, @Now)),\n"
-    "    worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = @Now,\n"
-    f"    {last_error_set('i.error_class', 'i.error_message', 'i.held_by', '@Now', 'h.')}\n"
-    "OUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n"
-    "FROM chokaq_jobs_hot AS h WITH (ROWLOCK)\n"
-    "INNER JOIN OPENJSON(@Items) WITH (id nvarchar(4000) '$.id', attempt_count int '$.attempt_count',"
-    " delay_s int '$.delay_s', delay_ms int '$.delay_ms', error_class nvarchar(255) '$.error_class',"
-    " error_message nvarchar(1000) '$.error_message', held_by nvarchar(255) '$.held_by') AS i ON i.id = h.id\n"
-    f"WHERE {_WORKER_GUARD};",
-    _stats_add("retried_total"),
-    "SELECT id, queue FROM @Moved;",
-)
-
-# DLQ → Hot (spec 01 §4.7/§4.8), one batch for the single (edited) and the batch form.
-RESURRECT_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@Revision int", "@Payload nvarchar(max)", "@Tags nvarchar(max)", "@Priority int",
-            "@Actor nvarchar(4000)"),
-    _moved_table(RESURRECT_KEEPS),
-    f"DELETE d\n{_output_into(RESURRECT_KEEPS, {})}\nFROM chokaq_jobs_dlq AS d WITH (ROWLOCK)\n"
-    f"WHERE d.id IN {_IDS} AND d.{revision_guard('@Revision')};",
-    insert_moved(TO_HOT, "@Moved", "@Now", resurrected("@Payload", "@Tags", "@Priority", "@Actor")) + ";",
-    _uncount("failed_total", touch=True),
-    "SELECT id, queue FROM @Moved;",
-)
-
-# Datetimes travel as ISO 8601 text (exact to the microsecond, whatever the driver binds datetimes as).
-_CUTOFF = "DECLARE @Cutoff datetimeoffset(7) = %s;"
-
-
-def _purge(table: str, declares: Sequence[str], where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (``PURGED`` grows, any other
-    counter drops; spec 01 §4.10)."""
-    return _batch(
-        _NOW,
-        *declares,
-        "DECLARE @Batch int = %s;",
-        _moved_table(("id", "queue")),
-        f"WITH Picked AS (\n"
-        f"    SELECT TOP (@Batch) p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
-        f"    WHERE {where} ORDER BY {order})\n"
-        "DELETE d\n"
-        "OUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-        f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-        _uncount(counter),
-        f"SELECT {result};",
-    )
-
-
-PURGE_DLQ_IDS_SQL = _purge(
-    "chokaq_jobs_dlq", ["DECLARE @Ids nvarchar(max) = %s;"],
-    f"p.id IN {_IDS}",
-    "p.failed_at, p.id", "failed_total", "id, queue FROM @Moved",
-)
-PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", ["DECLARE @Ids nvarchar(max) = %s;"], f"p.id IN {_IDS}",
-                               "p.finished_at, p.id", PURGED, "id, queue FROM @Moved")
-_BY_QUEUE = "queue, COUNT(*) FROM @Moved GROUP BY queue"
-PURGE_DLQ_OLDER_SQL = _purge(
-    "chokaq_jobs_dlq", [_CUTOFF], "p.created_at <= @Cutoff", "p.created_at, p.id",
-    "failed_total", _BY_QUEUE,
-)
-PURGE_ARCHIVE_SQL = _purge(
-    "chokaq_jobs_archive", [_CUTOFF], "p.finished_at < @Cutoff", "p.finished_at, p.id",
-    PURGED, _BY_QUEUE,
-)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
@@ -552,9 +433,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [_json(rows)]  # one JSON array read by OPENJSON
 
-    def guard_params(self, worker_id: str | None) -> list[Any]:
-        return [worker_id]
-
     def delay_fields(self, seconds: float | None) -> dict[str, Any]:
         delay_s, delay_ms = (None, None) if seconds is None else _split_seconds(seconds)
         return {"delay_s": delay_s, "delay_ms": delay_ms}
@@ -594,6 +472,43 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return self.rows(cursor)
+
+    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
+        """Skip-locked (READPAST), the rows taken off ``counter`` by the same batch."""
+        return _batch(
+            _moved_table(("id", "queue")),
+            f"WITH Picked AS (\n    SELECT p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
+            f"    WHERE {where} ORDER BY {order} OFFSET 0 ROWS FETCH NEXT CAST(%s AS int) ROWS ONLY)\n"
+            "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
+            f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
+            _uncount(counter),
+            f"SELECT {'queue, COUNT(*) FROM @Moved GROUP BY queue' if grouped else 'id, queue FROM @Moved'};")
+
+    MOVED_NOW = "@Now"
+    DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
+    DUE = "DATEADD(MILLISECOND, a.delay_ms, DATEADD(SECOND, a.delay_s, @Now))"
+    # Spec 01 §4.12: both OR branches compare a column to a computed cutoff (the queue's timeout, else the global).
+    ZOMBIE_SOURCE = ("(SELECT DATEADD(SECOND, -CAST(%s AS int), DATEADD(MILLISECOND, -CAST(%s AS int), @Now)) AS cutoff,"
+                     " CAST(%s AS nvarchar(max)) AS error_details) AS a\nLEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
+                     "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN a.cutoff\n"
+                     "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z")
+    ZOMBIE_WHERE = ("h.status = 2\n  AND ((h.heartbeat_at IS NOT NULL AND h.heartbeat_at < z.cutoff)\n"
+                    "    OR (h.heartbeat_at IS NULL AND h.last_updated_at < z.cutoff))")
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "", sweep: bool = False) -> str:
+        """One batch: the changed rows go to ``@Moved`` (OUTPUT … INTO), then the pillar's insert and the counters."""
+        join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
+        rows = f"FROM {move.origin} AS h WITH (ROWLOCK{', READPAST' if sweep else ''})\n{join}\nWHERE {where};"
+        if move is RETRY:
+            return _batch(_NOW, _moved_table(("id", "queue")),
+                          f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}",
+                          _stats_add(move.counter), "SELECT id, queue FROM @Moved;")
+        delete = f"DELETE h\n{_output_into(move.carried, values)}\n{rows}"
+        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
+            return _batch(_NOW, _moved_table(move.carried), delete, insert_moved(move, "@Moved", "@Now") + ";",
+                          _uncount(move.counter, touch=True), "SELECT id, queue FROM @Moved;")
+        return _completion([], move, delete)
 
     def history_upsert(self, source: str) -> str:
         return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)

@@ -22,15 +22,13 @@ from typing import Any
 from chokaq_core.domain import (
     BucketSpend,
     ClaimHold,
-    FailureReason,
     NewJob,
 )
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     HOT_FIELDS,
     MAX_HELD_KEYS,
-    PURGED,
-    RESURRECT_KEEPS,
+    RETRY,
     TO_ARCHIVE,
     TO_DLQ,
     TO_HOT,
@@ -43,10 +41,7 @@ from chokaq_core.sql.base import (
     history_add,
     history_rows,
     insert_moved,
-    last_error_set,
     queue_health_select,
-    resurrected,
-    revision_guard,
     stats_add,
     uncount_sql,
 )
@@ -56,9 +51,9 @@ NOTIFY_CHANNEL = "chokaq_jobs"
 # connection's next transaction commits as configured again). Only the claim and the lease say it.
 ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 
-WORKER_GUARD = "(%s::text IS NULL OR h.worker_id = %s)"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
-ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestamptz"}  # items_table kinds
+ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestamptz", "float": "float8", "class": "text",
+              "message": "text"}  # items_table kinds
 
 
 # ---------------------------------------------------------------- SQL builders
@@ -96,16 +91,6 @@ def _completion(ctes: str, move: Move) -> str:
                                        "date_trunc('minute', now())", "date_trunc('hour', now())"))
     return (f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket}),\nhist AS ({history})\n"
             "SELECT id, queue FROM moved")
-
-
-def _purge(table: str, where: str, order: str, counter: str, result: str) -> str:
-    """One skip-locked batch delete of ``table`` counting its rows in ``counter`` (spec 01 §4.10)."""
-    return (
-        f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
-        f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-        f"{_uncount(counter, 'del')}\n"
-        f"SELECT {result}"
-    )
 
 
 # ---------------------------------------------------------------- statements
@@ -250,59 +235,6 @@ LOCK_CAPPED_QUEUES_SQL = (
     "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
 )
 
-_OWNED_MOVE = ("moved AS (DELETE FROM chokaq_jobs_hot h USING items i WHERE h.id = i.id AND"
-               f" {WORKER_GUARD}\n    RETURNING {{}})")
-ARCHIVE_SUCCEEDED_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[]) AS t(id, duration_ms, result)),\n"
-    + _OWNED_MOVE.format(_returning(TO_ARCHIVE.carried, {"duration_ms": "i.duration_ms", "result": "i.result"})), TO_ARCHIVE)
-MOVE_TO_DLQ_SQL = _completion(
-    "items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[])\n"
-    "    AS t(id, failure_reason, error_details, error_class, error_message)),\n"
-    + _OWNED_MOVE.format(_returning(TO_DLQ.carried, {c: f"i.{c}" for c in
-                                             ("failure_reason", "error_details", "error_class", "error_message")})),
-    TO_DLQ)
-CANCEL_BATCH_SQL = _completion(
-    "moved AS (DELETE FROM chokaq_jobs_hot h WHERE h.id = ANY(%s::text[]) AND h.status IN (0, 1)\n    RETURNING "
-    + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "%s::text",
-                          "last_modified_by": "%s::text"}) + ")", TO_DLQ)
-ARCHIVE_ZOMBIES_SQL = _completion(
-    "moved AS (DELETE FROM chokaq_jobs_hot h\n"
-    "    WHERE h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
-    "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), %s::float8))\n"
-    "    RETURNING " + _returning(TO_DLQ.carried, {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "%s::text"})
-    + ")", TO_DLQ)
-
-RESCHEDULE_SQL = f"""
-WITH items AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::text[], %s::text[], %s::text[])
-               AS t(id, attempt_count, delay_seconds, error_class, error_message, held_by)),
-upd AS (
-    UPDATE chokaq_jobs_hot h
-    SET status = 0, attempt_count = i.attempt_count, scheduled_at = now() + make_interval(secs => i.delay_seconds),
-        worker_id = NULL, heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = now(),
-        {last_error_set("i.error_class", "i.error_message", "i.held_by", "now()", "h.")}
-    FROM items i WHERE h.id = i.id AND {WORKER_GUARD}
-    RETURNING h.id, h.queue),
-{_stats_add("retried_total", "upd")}
-SELECT id, queue FROM upd
-"""
-
-# Spec 01 §4.7/§4.8: one statement for the single (edited) and the batch form.
-RESURRECT_SQL = f"""
-WITH moved AS (
-    DELETE FROM chokaq_jobs_dlq h WHERE h.id = ANY(%s::text[]) AND h.{revision_guard("%s::int")}
-    RETURNING {_returning(RESURRECT_KEEPS, {})}),
-ins AS ({insert_moved(TO_HOT, "moved", "now()", resurrected("%s::text", "%s::text", "%s::int", "%s::text"))}
-    RETURNING id, queue),
-{_uncount("failed_total", "ins", touch=True)}
-SELECT id, queue FROM ins
-"""
-
-_BY_QUEUE = "queue, count(*) FROM del GROUP BY queue"
-PURGE_DLQ_IDS_SQL = _purge("chokaq_jobs_dlq", "id = ANY(%s::text[])", "failed_at, id", "failed_total", "id, queue FROM del")
-PURGE_ARCHIVE_IDS_SQL = _purge("chokaq_jobs_archive", "id = ANY(%s::text[])", "finished_at, id", PURGED, "id, queue FROM del")
-PURGE_DLQ_OLDER_SQL = _purge("chokaq_jobs_dlq", "created_at <= %s", "created_at, id", "failed_total", _BY_QUEUE)
-PURGE_ARCHIVE_SQL = _purge("chokaq_jobs_archive", "finished_at < %s", "finished_at, id", PURGED, _BY_QUEUE)
-
 # ---------------------------------------------------------------- retention, schedules, reads
 
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
@@ -436,6 +368,34 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             return False  # another worker is at it
         cursor.execute(VACUUM_HOT_SQL)
         return True
+
+    MOVED_NOW = "now()"
+    DUE_ITEMS = {"delay_seconds": "float"}
+    DUE = "now() + make_interval(secs => a.delay_seconds)"
+    ZOMBIE_SOURCE = "(SELECT %s::float8 AS timeout, %s::text AS error_details) AS a"
+    ZOMBIE_WHERE = ("h.status = 2 AND coalesce(h.heartbeat_at, h.last_updated_at) < now() - make_interval(secs =>\n"
+                    "        coalesce((SELECT q.zombie_timeout_seconds FROM chokaq_queues q WHERE q.name = h.queue), a.timeout))")
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "", sweep: bool = False) -> str:
+        """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters)."""
+        rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
+                f"    WHERE {f'{on} AND ' if on else ''}{where}")
+        if move is RETRY:
+            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n{_stats_add(move.counter, 'moved')}\n"
+                    "SELECT id, queue FROM moved")
+        moved = f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})"
+        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
+            return (f"WITH {moved},\nins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, queue),\n"
+                    f"{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins")
+        return _completion(moved, move)
+
+    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
+        """Skip-locked, the rows taken off ``counter`` by the same statement."""
+        return (f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
+                f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
+                f"{_uncount(counter, 'del')}\n"
+                f"SELECT {'queue, count(*) FROM del GROUP BY queue' if grouped else 'id, queue FROM del'}")
 
     def pack(self, sql: str, width: int, order: str) -> str:
         cols = ", ".join(f"c{i}" for i in range(width))

@@ -22,7 +22,6 @@ from typing import Any
 from chokaq_core.domain import ClaimHold, FailureReason, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
-    ARCHIVE,
     DLQ,
     HOT,
     HOT_FIELDS,
@@ -98,9 +97,9 @@ ENQUEUE_SQL = (
 ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
 # A move out of Hot no exception caused names its rows' (empty) exception class and message.
 _NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTION.items())
-CANCEL_BATCH_SQL = (f"DELETE FROM {HOT} WHERE id IN {_IDS} AND status IN (0, 1) RETURNING {HOT_COLUMNS},"
-                    f" {int(FailureReason.CANCELLED)} AS failure_reason, %s AS error_details, %s AS last_modified_by,"
-                    f" {_NO_EXCEPTION}")
+CANCEL_BATCH_SQL = (f"WITH a(details, actor) AS (SELECT %s, %s) DELETE FROM {HOT} WHERE id IN {_IDS}"
+                    f" AND status IN (0, 1) RETURNING {HOT_COLUMNS}, {int(FailureReason.CANCELLED)} AS failure_reason,"
+                    f" (SELECT details FROM a) AS error_details, (SELECT actor FROM a) AS last_modified_by, {_NO_EXCEPTION}")
 # Spec 01 §4.12: a queue's own timeout, else the global one (seconds, as julianday fractions of a day).
 ARCHIVE_ZOMBIES_SQL = (
     f"{_CLOCK}DELETE FROM {HOT} WHERE status = 2 AND julianday(coalesce(heartbeat_at, last_updated_at))"
@@ -118,22 +117,10 @@ RESCHEDULE_SQL = (
     + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
     f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
 )
-_RESURRECTED = resurrected("%s", "%s", "%s", "%s")
-RESURRECT_SQL = (f"DELETE FROM {DLQ} WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
+_RESURRECTED = resurrected(*(f"(SELECT {c} FROM a)" for c in ("payload", "tags", "priority", "actor")))
+RESURRECT_SQL = (f"WITH a(payload, tags, priority, actor) AS (SELECT %s, %s, %s, %s) DELETE FROM {DLQ}"
+                 f" WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
                  + ", ".join(f"{_RESURRECTED[c]} AS {c}" if c in _RESURRECTED else c for c in TO_HOT.carried))
-
-
-def _purge(table: str, where: str, order: str, result: str) -> str:
-    """One batch delete of the first rows of ``table`` by ``order`` that match ``where``; params: where's, the
-    batch size."""
-    return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s)"
-            f" RETURNING {result}")
-
-
-PURGE_DLQ_IDS_SQL = _purge(DLQ, f"id IN {_IDS}", "failed_at, id", "id, queue")
-PURGE_ARCHIVE_IDS_SQL = _purge(ARCHIVE, f"id IN {_IDS}", "finished_at, id", "id, queue")
-PURGE_DLQ_OLDER_SQL = _purge(DLQ, "created_at <= %s", "created_at, id", "queue, 1")
-PURGE_ARCHIVE_SQL = _purge(ARCHIVE, "finished_at < %s", "finished_at, id", "queue, 1")
 
 
 # ---------------------------------------------------------------- the claim

@@ -884,9 +884,9 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
         r"MERGE chokaq_stats_summary WITH \(HOLDLOCK\) AS t", r"MERGE chokaq_metric_buckets WITH \(HOLDLOCK\) AS t",
         r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$")),
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
-        r"FROM chokaq_jobs_dlq AS d WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
+        r"FROM chokaq_jobs_dlq AS h WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
     *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
-      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"TOP \(@Batch\)")),
+      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT CAST\(%s AS int\) ROWS ONLY\)")),
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
       for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
     *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
@@ -1069,7 +1069,7 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
                                                                                  "no exception")]), [[]]))
     [(text, params)] = cursor.calls
     assert "error_class nvarchar(255) '$.error_class', error_message nvarchar(1000) '$.error_message'" in text
-    assert re.search(r"OUTPUT deleted\.id, .*i\.error_class, i\.error_message, deleted\.rate_key\s+INTO @Moved", text)
+    assert re.search(r"OUTPUT deleted\.id, .*a\.error_class, a\.error_message, deleted\.rate_key\s+INTO @Moved", text)
     items = json.loads(params[0])
     assert [(i["error_class"], i["error_message"]) for i in items] == [
         ("builtins.ConnectionError", "it's 50% down"), (None, None)]
@@ -1081,9 +1081,9 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
     _, cursor = _run(Case("reschedule_for_retry", ("w1", [Retry("J1", 2, 30.0, ATTEMPT_ERROR),
                                                           Retry("J2", 0, 5.0, held_by="t.v1")]), [[]]))
     [(text, params)] = cursor.calls
-    assert "last_error_class = coalesce(i.error_class, h.last_error_class)" in text
-    assert "last_error_at = CASE WHEN i.error_class IS NULL THEN h.last_error_at ELSE @Now END" in text
-    assert "held_by = i.held_by" in text and "held_by nvarchar(255) '$.held_by'" in text
+    assert "last_error_class = coalesce(a.error_class, h.last_error_class)" in text
+    assert "last_error_at = CASE WHEN a.error_class IS NULL THEN h.last_error_at ELSE @Now END" in text
+    assert "held_by = a.held_by" in text and "held_by nvarchar(255) '$.held_by'" in text
     items = json.loads(params[0])
     assert [(i["error_class"], i["error_message"], i["held_by"]) for i in items] == [
         ("builtins.ConnectionError", "it's 50% down", None), (None, None, "t.v1")]
@@ -1206,7 +1206,7 @@ def test_moved_table_variables_use_the_column_types_mssql_django_creates(mssql_c
         elif column in created:  # else a column another migration adds (e.g. the archive result)
             assert declaration.split()[0] == synonyms.get(created[column], created[column]), column
     assert {"error_class", "error_message", "rate_key"} <= set(added), "the columns 0012 and 0013 add to the DLQ"
-    assert "rate_key" in sql.RESURRECT_SQL.split("INSERT INTO chokaq_jobs_hot")[1], "a resurrected job keeps it"
+    assert "rate_key" in sql.DIALECT.RESURRECT_SQL.split("INSERT INTO chokaq_jobs_hot")[1], "a resurrected job keeps it"
 
 
 def test_0003_page_compresses_on_sql_server(mssql_connection: Any) -> None:
