@@ -13,6 +13,8 @@ migration 0007 moved the migration state accordingly without touching any databa
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -33,10 +35,22 @@ COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+class JobIdField(models.CharField):
+    """A job id: ``varchar`` on every vendor, without the ``varchar_pattern_ops`` twin index Django gives a varchar
+    primary key on PostgreSQL. Ids are matched by equality, by range (keyset pages) and by the search's
+    ``LIKE '%…%'``, which no btree serves: the twin only cost one more index entry per row version written.
+    Spelling the type ``character varying`` (the same type) is what keeps Django from creating it."""
+
+    def db_type(self, connection: Any) -> str | None:
+        if connection.vendor == "postgresql":
+            return f"character varying({self.max_length})"
+        return super().db_type(connection)
+
+
 class JobModel(models.Model):
     """The columns every job table starts with: the job's identity, queue, type, payload and tags."""
 
-    id = models.CharField(max_length=50, primary_key=True)
+    id = JobIdField(max_length=50, primary_key=True)
     queue = models.CharField(max_length=255)
     type = models.CharField(max_length=255)
     payload = models.TextField(null=True)
@@ -93,7 +107,6 @@ class JobsHot(JobModel):
                 condition=Q(status=0),
                 name="hot_fetch_pending",
             ),
-            models.Index(fields=["tags"], condition=Q(tags__isnull=False), name="hot_tags"),
             models.Index(fields=["queue", "status"], name="hot_queue_stats"),
             models.Index(
                 fields=["queue", "scheduled_at", "created_at"], condition=Q(status=0), name="hot_pending_lag"
@@ -112,7 +125,9 @@ class JobsHot(JobModel):
                 condition=Q(status=2),
                 name="hot_processing_heartbeat",
             ),
-            models.Index(fields=["worker_id"], condition=Q(status=2), name="hot_processing_worker"),
+            # a worker's cancel requests: an entry only while an operator's request waits (not one per lease)
+            models.Index(fields=["worker_id"], condition=Q(status=2, cancel_requested_by__isnull=False),
+                         name="hot_cancel_requests"),
             # status leads so SQLite sees the Pending split's count as covered (its WHERE names status)
             models.Index(fields=["status", "scheduled_at", "last_error_at", "held_by"], condition=Q(status=0),
                          name="hot_pending_split"),

@@ -941,7 +941,10 @@ def change_marker() -> int | None:
     mode: the worker lives in the writer's own process)."""
     if memory_mode():
         return None
-    return call(ALONE, dialect().change_marker)
+    # read every couple of milliseconds by an idle worker: one statement, without the transition wrapper's retry
+    # (a failed read is no signal, and the next read comes soon)
+    with _cursor(alias()) as cursor:
+        return dialect().change_marker(cursor)
 
 
 # ---------------------------------------------------------------- reads

@@ -1,5 +1,8 @@
 """Vendor-only migration operations.
 
+``DropPatternOpsTwin`` removes, on PostgreSQL only, the ``varchar_pattern_ops`` index Django adds beside a
+varchar primary key (``models.JobIdField`` keeps it from coming back); elsewhere there is no such index.
+
 ``SqlServerPageCompression`` is the SQL Server storage refinement of spec 01
 §2 / spec 05 §6: PAGE compression for a table and all its indexes, which are
 rebuilt with ``FILLFACTOR = 80``. The indexes themselves (filtered ones
@@ -16,6 +19,48 @@ from typing import Any
 from django.db.migrations.operations.base import Operation
 
 SQL_SERVER_VENDOR = "microsoft"
+
+
+class DropPatternOpsTwin(Operation):
+    """``DROP INDEX`` of a varchar column's ``_like`` twin on PostgreSQL only; backwards, it is created again."""
+
+    reduces_to_sql = True
+    reversible = True
+
+    def __init__(self, model_name: str, field_name: str) -> None:
+        self.model_name = model_name
+        self.field_name = field_name
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return (self.__class__.__qualname__, [self.model_name, self.field_name], {})
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        """Database only: the field's state is the migration's own ``AlterField``."""
+
+    def _twin(self, app_label: str, schema_editor: Any, state: Any) -> tuple[str, str, str] | None:
+        """(table, column, index name) on PostgreSQL; None elsewhere."""
+        if schema_editor.connection.vendor != "postgresql":
+            return None
+        model = state.apps.get_model(app_label, self.model_name)
+        column = model._meta.get_field(self.field_name).column
+        table = model._meta.db_table
+        return table, column, schema_editor._create_index_name(table, [column], suffix="_like")
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if twin := self._twin(app_label, schema_editor, from_state):
+            schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(twin[2])}", params=None)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if twin := self._twin(app_label, schema_editor, to_state):
+            table, column, name = (schema_editor.quote_name(part) for part in twin)
+            schema_editor.execute(f"CREATE INDEX {name} ON {table} ({column} varchar_pattern_ops)", params=None)
+
+    def describe(self) -> str:
+        return f"PostgreSQL only: drop the pattern-ops twin index of {self.model_name}.{self.field_name}"
+
+    @property
+    def migration_name_fragment(self) -> str:
+        return f"drop_{self.model_name.lower()}_{self.field_name}_like"
 
 
 class SqlServerPageCompression(Operation):

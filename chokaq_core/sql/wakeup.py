@@ -6,14 +6,16 @@
   data_version``) read every few milliseconds, lock-free; it moves when another connection committed.
 * :class:`Polling` — nothing to wait for: the fetcher's polling interval is the only way.
 
-Each is waited on by one thread: ``wait(timeout)`` blocks up to ``timeout`` seconds and says whether a
-signal came; ``close()``, from any thread, ends the wait in progress (LISTEN: within its current second)
-and every later one.
+Each is waited on by one thread — the fetcher's own, which claims as soon as its wait ends (no thread in
+between to hand the signal on): ``wait(timeout)`` blocks up to ``timeout`` seconds and says whether a signal
+came; ``close()``, from any thread, ends the wait in progress at once and every later one.
 """
 
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,8 +25,9 @@ logger = logging.getLogger("chokaq.worker")
 
 WakeKind = Literal["listen", "commit_marker", "poll"]
 
-COMMIT_PROBE_INTERVAL = 0.005  # seconds between two reads of the commit marker
-LISTEN_SLICE = 1.0  # seconds of one wait for a notification: how soon close() takes effect
+COMMIT_PROBE_INTERVAL = 0.002  # seconds between two reads of the commit marker while work comes and goes
+COMMIT_PROBE_IDLE_INTERVAL = 0.005  # … once it has not moved for COMMIT_PROBE_IDLE_AFTER (less CPU when idle)
+COMMIT_PROBE_IDLE_AFTER = 0.5  # seconds without a move after which the probe reads at its idle interval
 RECONNECT_DELAY = 5.0  # seconds without LISTEN after its connection was lost (the worker polls meanwhile)
 
 
@@ -58,16 +61,26 @@ class Polling:
 
 class CommitMarkerProbe(Polling):
     """Polls ``read_marker`` (a number that changes whenever another connection commits); the first
-    read happens on the waiting thread, whose connection the marker belongs to."""
+    read happens on the waiting thread, whose connection the marker belongs to. It reads every ``interval``
+    seconds while the marker moves now and then, every ``idle_interval`` once it has not moved for
+    ``idle_after`` seconds (each read costs a statement and a thread wake-up: an idle worker reads less)."""
 
     kind: WakeKind = "commit_marker"  # a Polling whose wait ends early when the marker moves
 
-    def __init__(self, read_marker: Callable[[], int | None], interval: float = COMMIT_PROBE_INTERVAL) -> None:
+    def __init__(self, read_marker: Callable[[], int | None], interval: float = COMMIT_PROBE_INTERVAL,
+                 idle_interval: float = COMMIT_PROBE_IDLE_INTERVAL, idle_after: float = COMMIT_PROBE_IDLE_AFTER) -> None:
         super().__init__()
         self.read_marker = read_marker
         self.interval = interval
+        self.idle_interval = max(interval, idle_interval)
+        self.idle_after = idle_after
         self._last: int | None = None
+        self._moved_at = time.monotonic()
         self._started = False
+
+    def pace(self, now: float) -> float:
+        """Seconds until the next read: ``interval`` within ``idle_after`` of the last move, else ``idle_interval``."""
+        return self.interval if now - self._moved_at < self.idle_after else self.idle_interval
 
     def _read(self) -> int | None:
         try:
@@ -79,14 +92,16 @@ class CommitMarkerProbe(Polling):
     def wait(self, timeout: float) -> bool:
         if not self._started:
             self._started, self._last = True, self._read()
-        deadline = time.monotonic() + timeout
-        while not self._closed.wait(self.interval):
+        now = time.monotonic()
+        deadline = now + timeout
+        while not self._closed.wait(self.pace(now)):
             marker = self._read()
             changed = marker is not None and marker != self._last
-            self._last = marker
+            self._last, now = marker, time.monotonic()
             if changed:
+                self._moved_at = now
                 return True
-            if time.monotonic() >= deadline:
+            if now >= deadline:
                 return False
         return False
 
@@ -96,7 +111,11 @@ class Listen:
     autocommit psycopg connection opened with ``params`` (a Django connection's ``get_connection_params()``). A lost connection is logged and
     reopened after :data:`RECONNECT_DELAY`. Through a pooler (``session_pid``, the dialect's, names another
     server process than the one the connection reported) a LISTEN would be registered on whichever pooled
-    server session ran it: no LISTEN is sent, and the worker finds new jobs by polling."""
+    server session ran it: no LISTEN is sent, and the worker finds new jobs by polling.
+
+    A wait watches the connection's socket and a socket pair of its own (``close()`` writes to it, ending the
+    wait at once); one that ends with notifications takes every one already arrived, so a burst of enqueues
+    wakes the fetcher once."""
 
     kind: WakeKind = "listen"
 
@@ -111,6 +130,7 @@ class Listen:
         self._retry_at = 0.0
         self._lock = threading.Lock()  # the connection is closed by the thread using it, or by close()
         self._waiting = False
+        self._interrupt = socket.socketpair()  # close() writes to [1]; a wait watches [0]
 
     def wait(self, timeout: float) -> bool:
         with self._lock:
@@ -123,7 +143,7 @@ class Listen:
             with self._lock:
                 self._waiting = False
                 if self._closed.is_set():
-                    self._disconnect()
+                    self._release()
 
     def _wait(self, timeout: float) -> bool:
         pause = self._retry_at - time.monotonic()
@@ -135,13 +155,20 @@ class Listen:
                 self._conn = self._connect()
             if self._conn is None:  # through a pooler: nothing to listen on
                 return self._wait(timeout)
-            return bool(list(self._conn.notifies(timeout=min(timeout, LISTEN_SLICE), stop_after=1)))
+            if self._arrived():
+                return True
+            ready, _, _ = select.select([self._conn.fileno(), self._interrupt[0]], [], [], timeout)
+            return self._interrupt[0] not in ready and bool(ready) and self._arrived()
         except Exception:
             logger.warning("LISTEN connection lost; falling back to polling for %g s", RECONNECT_DELAY,
                            exc_info=True)
             self._disconnect()
             self._retry_at = time.monotonic() + RECONNECT_DELAY
             return False
+
+    def _arrived(self) -> bool:
+        """Take every notification already received, without waiting: whether there was one."""
+        return bool(list(self._conn.notifies(timeout=0)))
 
     def _connect(self) -> Any:
         import psycopg  # the [postgres] extra: only a PostgreSQL database gets here
@@ -166,6 +193,18 @@ class Listen:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed.is_set():
+                return
             self._closed.set()
+            try:
+                self._interrupt[1].send(b"x")
+            except OSError:
+                logger.debug("interrupting the LISTEN wait failed", exc_info=True)
             if not self._waiting:
-                self._disconnect()
+                self._release()
+
+    def _release(self) -> None:
+        """The connection and the socket pair, once closed and no wait uses them."""
+        self._disconnect()
+        for end in self._interrupt:
+            end.close()

@@ -1,7 +1,7 @@
 """The worker: small services composed by :class:`Worker` (spec 03; ARCHITECTURE §1–§2).
 
-* ``fetcher`` claims batches (``storage.fetch_batch``) into the bounded prefetch buffer and waits for the
-  database's wake-up signal (``storage.wake_source``: LISTEN, SQLite's commit marker, or polling);
+* ``fetcher`` claims batches (``storage.fetch_batch``) into the bounded prefetch buffer and, when idle, waits
+  on the database's wake-up source itself (``storage.wake_source``: LISTEN, SQLite's commit marker, or polling);
 * ``dispatcher`` releases rows of paused queues, takes a limiter slot, a circuit permit and the lease;
 * ``executor`` runs the handler on a pool thread and decides the outcome with ``policy``;
 * ``completer`` commits finished jobs in batches;

@@ -2,8 +2,9 @@
 
 It claims when a whole batch fits (never one row per freed slot: under a backlog that made the claim a
 transaction per job). A full batch means more is waiting, so it claims again at once; a short one makes it
-wait for a wake-up (the database's push or commit-marker signal, pumped by :meth:`Fetcher.pump` on its own
-thread) or the polling interval. A burst fetcher stops the worker once nothing is eligible any more.
+wait on the database's wake-up source itself (push or commit marker: the thread that receives the signal is
+the one that claims, nothing hands it on) or for the polling interval. A burst fetcher stops the worker once
+nothing is eligible any more.
 Under rate limits (followed from the database by :class:`RateLimits`, which the dispatcher's lease shares)
 the claim takes no more than the tokens there are now, and a claim that was held back waits only until the
 limit's next token; a start spends the tokens: the claim's for the rows it leases, the lease's for the buffered
@@ -24,7 +25,6 @@ from chokaq_core.worker.limits import InFlight, PrefetchBuffer
 logger = logging.getLogger("chokaq.worker")
 
 BURST_WAIT = 0.05  # seconds a burst fetcher waits between two looks at an empty table
-WAKE_SLICE = 1.0  # seconds of one wait on the wake source (stop() also closes it, ending the wait)
 FOLLOW_INTERVAL = 0.5  # seconds between two reads of the rate limits (an operator's change applies within ~1 s)
 MIN_TOKEN_WAIT = 0.01  # seconds: the shortest wait for a limit's next token
 
@@ -87,9 +87,21 @@ class Fetcher:
         # transaction under limits) and one hand-off fewer per job, and a row is Processing only with a slot to run on.
         self.reserve: Callable[[int], int] | None = None
         self.start_claimed: Callable[[Sequence[HotJob], int], None] | None = None
+        # The database's wake-up source (set by the worker; none: a burst, which only polls). The fetcher waits on
+        # it itself and closes it when it ends; stop() closes it too, which ends a wait in progress.
+        self.source: storage.WakeSource | None = None
 
     def run(self) -> None:
+        try:
+            self._claim_loop()
+        finally:
+            if self.source is not None:
+                self.source.close()
+
+    def _claim_loop(self) -> None:
         burst_idle = self.burst_idle
+        if self.source is not None:
+            self.source.wait(0)  # listening (or the commit marker read) before the first claim: no signal lost
         while not self.stopping.is_set():
             if not self.buffer.wait_for_space(timeout=self.polling_interval, room=self.batch_size):
                 continue
@@ -133,7 +145,7 @@ class Fetcher:
             wait = BURST_WAIT if burst_idle is not None else self.polling_interval
             if rate_limits:  # follow the limits' changes, and take the next token when it comes
                 wait = min(wait, FOLLOW_INTERVAL, max(MIN_TOKEN_WAIT, held_for) if held_for is not None else wait)
-            self.wakeup.wait(wait)
+            self._idle(wait)
 
     def _start_claimed(self, leased: Sequence[HotJob], reserved: int) -> None:
         if reserved and self.start_claimed is not None:
@@ -149,11 +161,9 @@ class Fetcher:
             return False
         return True
 
-    def pump(self, source: storage.WakeSource) -> None:
-        """Turn the database's wake-up signals into the fetcher's (runs on its own thread until shutdown)."""
-        try:
-            while not self.stopping.is_set():
-                if source.wait(WAKE_SLICE):
-                    self.wakeup.set()
-        finally:
-            source.close()
+    def _idle(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the wake-up source's signal (for ``wakeup`` without a source)."""
+        if self.source is None:
+            self.wakeup.wait(seconds)
+        elif not self.stopping.is_set():
+            self.source.wait(seconds)

@@ -38,8 +38,6 @@ from chokaq_core.worker.threads import start_thread
 
 logger = logging.getLogger("chokaq.worker")
 
-WAKE_THREADS = {"listen": "chokaq-listener", "commit_marker": "chokaq-probe"}  # wake source kind → thread
-
 
 def new_worker_id() -> str:
     """``<hostname>-<pid>-<4 hex>``: unique per process, ≤ 100 characters."""
@@ -130,9 +128,7 @@ class Worker:
         if rescue:
             targets.append(("chokaq-rescue", lambda: rescue_loop(self.cfg, self.stopping)))
         if not burst:
-            source = self.wake_source = storage.wake_source()
-            if source.kind in WAKE_THREADS:
-                targets.append((WAKE_THREADS[source.kind], lambda: self.fetcher.pump(source)))
+            self.wake_source = self.fetcher.source = storage.wake_source()  # the fetcher waits on it itself
             targets.append(("chokaq-control", lambda: events.listen_control(self.on_control, self.stopping)))
             # recurring jobs and the in-worker retention run
             targets.append(("chokaq-periodic", lambda: maintenance.periodic(self.stopping, self.cfg)))

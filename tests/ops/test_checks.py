@@ -18,7 +18,7 @@ from django.db import connection, connections
 
 from chokaq_core import checks
 from chokaq_core.backend import ChokaQBackend
-from chokaq_core.models import COVERING_COLUMNS
+from chokaq_core.models import COVERING_COLUMNS, JobsArchive, JobsDLQ, JobsHot
 from deck import checks as deck_checks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,6 +217,23 @@ def test_covering_indexes_keep_their_include_columns_where_the_vendor_has_them(v
         else:
             cursor.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
             assert set(COVERING_COLUMNS) <= {row[0] for row in cursor.fetchall()}
+
+
+@pytest.mark.django_db
+def test_job_ids_have_no_pattern_ops_twin_and_django_would_not_add_one(vendor: str) -> None:
+    """No ``_like`` index beside a job table's primary key (no statement matches ids by prefix), and the schema
+    editor's own rule for adding one, on any later change of the field, declines on every job table."""
+    tables = [model._meta.db_table for model in (JobsHot, JobsArchive, JobsDLQ)]
+    listing = ("SELECT indexname FROM pg_indexes WHERE tablename = %s" if vendor == "postgresql"
+               else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = %s")
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(listing, [table])
+            names = [row[0] for row in cursor.fetchall()]
+            assert names and [name for name in names if name.endswith("_like")] == [], (table, names)
+    if vendor == "postgresql":
+        with connection.schema_editor(collect_sql=True) as editor:
+            assert [editor._create_like_index_sql(m, m._meta.pk) for m in (JobsHot, JobsArchive, JobsDLQ)] == [None] * 3
 
 
 # ---------------------------------------------------------------- chokaq.E008: a missing optional dependency

@@ -1178,7 +1178,16 @@ MIGRATION_STATEMENTS: list[tuple[str, str]] = [
     ("0012_error_columns", r"CREATE INDEX \[dlq_by_error\] ON \[chokaq_jobs_dlq\]"
      r" \(\[failure_reason\], \[error_class\], \[failed_at\] DESC\);"),
     ("0013_dlq_rate_key", r"ALTER TABLE \[chokaq_jobs_dlq\] ADD \[rate_key\] nvarchar\(255\) NULL;"),
+    *(("0014_leaner_hot_indexes", rf"DROP INDEX \[{index}\] ON \[chokaq_jobs_hot\];")
+      for index in ("hot_tags", "hot_processing_worker")),
+    ("0014_leaner_hot_indexes", r"CREATE INDEX \[hot_cancel_requests\] ON \[chokaq_jobs_hot\] \(\[worker_id\]\)"
+     r" WHERE \(\[cancel_requested_by\] IS NOT NULL AND \[status\] = 2\);"),
 ]
+
+
+def test_the_pattern_ops_twin_is_postgresql_only(mssql_connection: Any) -> None:
+    """SQL Server has no ``_like`` index to drop: 0014 renders only its Hot index changes there."""
+    assert len(collect_sql(mssql_connection, "0014_leaner_hot_indexes")) == 3
 
 
 @pytest.mark.parametrize(("migration", "pattern"), MIGRATION_STATEMENTS, ids=lambda v: v[:40])

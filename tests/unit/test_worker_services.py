@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 import sys
 import threading
 import time
@@ -222,24 +223,48 @@ def test_a_fetcher_under_rate_limits_leases_at_the_claim_on_its_free_slots_unles
     assert [job.id for job in buffer.drain()] == ["j2"]
 
 
-def test_fetcher_pump_wakes_the_fetcher_and_closes_its_source() -> None:
+def test_the_fetcher_waits_on_its_wake_source_itself_and_claims_when_it_signals(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No thread hands the signal on: the source is read before the first claim (nothing enqueued meanwhile is
+    missed), a signal ends the idle wait with a claim at once, and the fetcher closes the source when it ends."""
     stopping = threading.Event()
-    fetcher = Fetcher("w", None, 1, 60, PrefetchBuffer(1), InFlight(), stopping)
+    calls: list[str] = []
+
+    def fetch_batch(worker_id: str, limit: int, queues: Any) -> list[HotJob]:
+        calls.append("claim")
+        return []
 
     class Source:
         kind = "listen"
         closed = False
 
         def wait(self, timeout: float) -> bool:
-            stopping.set()
+            calls.append(f"wait {timeout:g}")
+            if calls.count("claim") == 2:
+                stopping.set()
             return True
 
         def close(self) -> None:
             self.closed = True
 
-    source = Source()
-    fetcher.pump(source)  # type: ignore[arg-type]
-    assert fetcher.wakeup.is_set() and source.closed
+    monkeypatch.setattr(storage, "fetch_batch", fetch_batch)
+    fetcher = Fetcher("w", None, 1, 60, PrefetchBuffer(1), InFlight(), stopping)
+    fetcher.source = source = Source()  # type: ignore[assignment]
+    fetcher.run()
+    assert calls == ["wait 0", "claim", "wait 60", "claim", "wait 60"]
+    assert source.closed
+
+
+def test_closing_the_wake_source_ends_an_idle_fetchers_wait() -> None:
+    """stop() closes the source: the fetcher's wait ends at once, whatever its polling interval."""
+    stopping = threading.Event()
+    fetcher = Fetcher("w", None, 1, 3600, PrefetchBuffer(1), InFlight(), stopping)
+    fetcher.source = source = Polling()
+    waiter = threading.Thread(target=fetcher._idle, args=(3600,))
+    waiter.start()
+    source.close()
+    waiter.join(5)
+    assert not waiter.is_alive()
 
 
 # ---------------------------------------------------------------- dispatcher
@@ -532,6 +557,16 @@ def test_commit_marker_probe_signals_when_the_marker_moves() -> None:
     assert probe.wait(0.02) is False  # still 2
 
 
+def test_commit_marker_probe_reads_less_often_once_the_marker_stopped_moving() -> None:
+    """Every ``interval`` while commits come and go; every ``idle_interval`` after ``idle_after`` without one."""
+    probe = CommitMarkerProbe(marker_reader([1, 1, 2]), interval=0.001, idle_interval=0.004, idle_after=60)
+    start = time.monotonic()
+    assert probe.pace(start) == 0.001
+    assert probe.pace(start + 61) == 0.004
+    assert probe.wait(5) is True  # the move: fast reads again from now on
+    assert probe.pace(time.monotonic()) == 0.001 and probe.pace(time.monotonic() + 61) == 0.004
+
+
 def test_commit_marker_probe_treats_an_unreadable_marker_as_no_signal() -> None:
     probe = CommitMarkerProbe(marker_reader([1, RuntimeError("locked")]), interval=0.001)
     assert probe.wait(0.02) is False
@@ -550,33 +585,54 @@ def test_closing_a_commit_marker_probe_from_another_thread_ends_its_wait() -> No
     assert not waiter.is_alive() and result == [False]
 
 
-def test_listen_closed_while_waiting_leaves_its_connection_to_the_waiting_thread(
+def test_listen_closed_while_waiting_ends_the_wait_and_leaves_its_connection_to_the_waiting_thread(
         monkeypatch: pytest.MonkeyPatch) -> None:
     source = Listen({}, "chokaq_jobs")
-    entered, release = threading.Event(), threading.Event()
+    quiet, _ = socket.socketpair()  # a server socket nothing arrives on
     events_seen: list[str] = []
 
     class Connection:
-        def notifies(self, timeout: float, stop_after: int) -> list[str]:
-            entered.set()
-            release.wait(5)
-            events_seen.append("notified")
-            return ["enqueued"]
+        def notifies(self, timeout: float) -> list[str]:
+            events_seen.append("polled")
+            return []
+
+        def fileno(self) -> int:
+            return quiet.fileno()
 
         def close(self) -> None:
             events_seen.append("closed")
 
     monkeypatch.setattr(source, "_connect", Connection)
     result: list[bool] = []
-    waiter = threading.Thread(target=lambda: result.append(source.wait(1.0)))
+    waiter = threading.Thread(target=lambda: result.append(source.wait(3600)))
     waiter.start()
-    assert entered.wait(5)
+    while not events_seen:
+        time.sleep(0.01)
     source.close()
-    assert events_seen == []  # not closed under the waiting thread's feet
-    release.set()
     waiter.join(5)
-    assert result == [True] and events_seen == ["notified", "closed"]
-    assert source.wait(1.0) is False
+    assert not waiter.is_alive() and result == [False]
+    assert events_seen == ["polled", "closed"]  # closed by the waiting thread, once its wait ended
+    assert source.wait(3600) is False
+    quiet.close()
+
+
+def test_listen_takes_every_notification_already_arrived_in_one_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of enqueues wakes the fetcher once: the wait that sees them takes them all."""
+    source = Listen({}, "chokaq_jobs")
+    queued = ["a", "b", "c"]
+
+    class Connection:
+        def notifies(self, timeout: float) -> list[str]:
+            taken, queued[:] = list(queued), []
+            return taken
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(source, "_connect", Connection)
+    assert source.wait(0) is True
+    assert queued == []
+    source.close()
 
 
 def test_memory_mode_polls(chokaq_settings: Any) -> None:
