@@ -367,10 +367,8 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
         return jobs
     plans: list[RatePlan] = []
     if not lease:
-        claimed = run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, 0, plans),
-                      prepared=True)  # the claim's statements, prepared as the plain claim's are
-        KNOWN_BUCKETS.note(plans[0].now, list(plans[0].buckets.values()))
-        return claimed
+        return run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, 0, plans),
+                   prepared=True)  # the claim's statements, prepared as the plain claim's are
     with KNOWN_BUCKETS.spending:
         claimed = run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, lease, plans),
                       prepared=True)
@@ -392,6 +390,8 @@ def _claim_spending(cursor: Any, worker_id: str, limit: int, queues: Sequence[st
     sql = dialect()
     names = sorted({limit.name for limit in limits})
     now, buckets = (sql.lock_rate_buckets if lease else sql.read_rate_buckets)(cursor, names)
+    if not lease:  # noted at once: a lease that commits meanwhile notes its newer buckets later, and wins
+        KNOWN_BUCKETS.note(now, buckets)
     plan = RatePlan.of(limits, buckets, now)
     plans[:] = [plan]  # a transient retry plans again
     hold = plan.hold()
