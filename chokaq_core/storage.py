@@ -351,62 +351,35 @@ def reset_memory() -> None:
 
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
                 rate_limits: Sequence[RateLimit] = (), lease: int = 0) -> list[HotJob]:
-    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim reads those limits' buckets, skips what has
-    no token left and keeps the claimed rows within the tokens there are now (the rest go back to Pending, no
-    attempt counted); without limits it is the claim alone. Claims of several workers may together take more
-    than the tokens: the lease sends the excess back.
+    """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim reads those limits' buckets (locking and
+    writing nothing: the lease spends the tokens), skips what has no token left and keeps the claimed rows within
+    the tokens there are now (the rest go back to Pending, no attempt counted); without limits it is the claim
+    alone. Claims of several workers may together take more than the tokens: the lease sends the excess back.
 
-    ``lease``: the caller holds that many free execution slots, so the first ``lease`` claimed rows are leased at
-    once, in the claim's transaction (status Processing, the attempt counted, started now: docs/architecture.md,
-    "Leasing at the claim"); the caller must start them (or reschedule them). Under ``rate_limits`` those are the
-    first rows within the tokens, and the claim spends their tokens as a lease does (``_claim_spending``)."""
+    ``lease`` (without rate limits only): the caller holds that many free execution slots, so the first ``lease``
+    claimed rows are leased at once, in the claim's transaction (status Processing, the attempt counted, started
+    now: docs/architecture.md, "Leasing at the claim"); the caller must start them (or reschedule them)."""
     if not rate_limits:
         jobs = call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues, None, lease)
         if lease:
             _emit(_processing_events([(job, job.attempt_count) for job in jobs if job.status == JobStatus.PROCESSING]))
         return jobs
-    plans: list[RatePlan] = []
-    if not lease:
-        return run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, 0, plans),
-                   prepared=True)  # the claim's statements, prepared as the plain claim's are
-    with KNOWN_BUCKETS.spending:
-        claimed = run(lambda cursor: _claim_spending(cursor, worker_id, limit, queues, rate_limits, lease, plans),
-                      prepared=True)
-        plan = plans[0]
-        changed, added, dropped = plan.changes()  # what the claim read under the lock, then wrote
-        KNOWN_BUCKETS.note(plan.now, [*plan.buckets.values(), *changed, *added], dropped)
-    metrics.rate_limited(plan.claimed(), {})
-    _emit(_processing_events([(job, job.attempt_count) for job in claimed if job.status == JobStatus.PROCESSING]))
-    return claimed
+    names = sorted({limit.name for limit in rate_limits})
 
-
-def _claim_spending(cursor: Any, worker_id: str, limit: int, queues: Sequence[str] | None,
-                    limits: Sequence[RateLimit], lease: int, plans: list[RatePlan]) -> ClaimedJobs:
-    """``fetch_batch`` under limits, in the caller's transaction (``plans`` receives the plan). A claim that leases
-    takes the limits' locks first (``lock_rate_buckets``, as the lease does: such claims and the leases of these
-    limits take turns), leases the first ``lease`` rows within the tokens on the plan's clock and writes the
-    buckets charged for exactly those; the other rows it keeps stay Fetched (their lease spends their tokens). A
-    claim that leases nothing only reads the buckets: it locks and writes nothing, so it never waits on a lease."""
-    sql = dialect()
-    names = sorted({limit.name for limit in limits})
-    now, buckets = (sql.lock_rate_buckets if lease else sql.read_rate_buckets)(cursor, names)
-    if not lease:  # noted at once: a lease that commits meanwhile notes its newer buckets later, and wins
+    def operation(cursor: Any) -> ClaimedJobs:
+        sql = dialect()
+        now, buckets = sql.read_rate_buckets(cursor, names)
         KNOWN_BUCKETS.note(now, buckets)
-    plan = RatePlan.of(limits, buckets, now)
-    plans[:] = [plan]  # a transient retry plans again
-    hold = plan.hold()
-    kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
-    held_for = plan.next_token_in() if hold or released else None
-    if released:
-        sql.release_jobs(cursor, [job.id for job in released], worker_id)
-    if lease:
-        plan.give_back(kept[lease:])  # they wait in the buffer: their tokens are their lease's to take
-        kept = sql.lease_claimed(cursor, kept, [job.id for job in kept[:lease]], worker_id, plan.now)
-        plan.give_back([job for job in kept[:lease] if job.status != JobStatus.PROCESSING])
-        sql.save_rate_buckets(cursor, *plan.changes())
-    claimed = ClaimedJobs(kept)
-    claimed.held_for = held_for
-    return claimed
+        plan = RatePlan.of(rate_limits, buckets, now)
+        hold = plan.hold()
+        kept, released = plan.admit(sql.fetch_batch(cursor, worker_id, limit, queues, hold))
+        if released:
+            sql.release_jobs(cursor, [job.id for job in released], worker_id)
+        claimed = ClaimedJobs(kept)
+        claimed.held_for = plan.next_token_in() if hold or released else None
+        return claimed
+
+    return run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
 
 
 def rate_limits() -> list[RateLimitState]:
@@ -458,15 +431,13 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
         leased = LeasedJobs(call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id))
     else:
         plans: list[RatePlan] = []
-        with KNOWN_BUCKETS.spending:
-            planned = _lease_on_known_buckets(jobs, worker_id, concerned, plans)
-            if planned is None:
-                leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans),
-                             prepared=True)
-                changed, added, dropped = plans[0].changes()  # what the lease read under the lock, then wrote
-                KNOWN_BUCKETS.note(plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
-            else:
-                leased = planned
+        planned = _lease_on_known_buckets(jobs, worker_id, concerned, plans)
+        if planned is None:
+            leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
+            changed, added, dropped = plans[0].changes()  # what the lease read under the lock, then wrote
+            KNOWN_BUCKETS.note(plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
+        else:
+            leased = planned
         metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
     _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
     return leased
@@ -482,10 +453,6 @@ class KnownBuckets:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # One spend of this process at a time (a leasing claim, a lease): each plans on what the last one wrote, so
-        # the fetcher's and the dispatcher's spends never make each other's compare-and-set fail. They would wait for
-        # each other anyway: SQLite's write lock, the limits' and the buckets' row locks elsewhere.
-        self.spending = threading.Lock()
         self._buckets: dict[tuple[str, str], RateBucket] = {}
         self._clock: tuple[datetime, float] | None = None  # the database's time, and time.monotonic() then
 

@@ -708,7 +708,7 @@ SHARED_STATEMENTS = {
 # The dialect functions (spec 01 §1.4's names), by concern: what storage calls; the other public methods of
 # ``BaseDialect`` are the hooks and builders the vendors share.
 DIALECT_FUNCTIONS: tuple[str, ...] = (
-    "enqueue", "fetch_batch", "lease_claimed", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
+    "enqueue", "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
     "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
     "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
@@ -1614,19 +1614,11 @@ class BaseDialect:
         rows = (self.claim_leasing(cursor, worker_id, limit, names, hold or None, lease)
                 if lease and self.LEASES_IN_CLAIM else self.claim(cursor, worker_id, limit, names, hold or None))
         jobs = sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
-        if lease and not self.LEASES_IN_CLAIM:
-            return self.lease_claimed(cursor, jobs, [job.id for job in jobs[:lease]], worker_id)
+        if lease and not self.LEASES_IN_CLAIM and jobs:
+            attempts = self.mark_processing_batch(cursor, [job.id for job in jobs[:lease]], worker_id)
+            jobs = [replace(job, status=JobStatus.PROCESSING, attempt_count=attempts[job.id]) if job.id in attempts
+                    else job for job in jobs]
         return jobs
-
-    def lease_claimed(self, cursor: Cursor, jobs: Sequence[HotJob], job_ids: Sequence[str], worker_id: str,
-                      at: datetime | None = None) -> list[HotJob]:
-        """Lease ``job_ids`` of a claim's rows ``jobs`` in the claim's transaction (the lease statement after the
-        claim: the rows the worker starts at once, a free execution slot each, or under rate limits those whose
-        tokens the claim takes): ``jobs`` with those now Processing and their attempt counted, started at ``at``
-        where the statement takes its clock as a parameter (else now), the others as claimed."""
-        attempts = self.mark_processing_batch(cursor, job_ids, worker_id, at)
-        return [replace(job, status=JobStatus.PROCESSING, attempt_count=attempts[job.id]) if job.id in attempts
-                else job for job in jobs]
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:

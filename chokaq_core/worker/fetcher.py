@@ -7,8 +7,7 @@ the one that claims, nothing hands it on) or for the polling interval. A burst f
 nothing is eligible any more.
 Under rate limits (followed from the database by :class:`RateLimits`, which the dispatcher's lease shares)
 the claim takes no more than the tokens there are now, and a claim that was held back waits only until the
-limit's next token; a start spends the tokens: the claim's for the rows it leases, the lease's for the buffered
-ones (see ``storage.fetch_batch`` and ``storage.mark_processing_batch``).
+limit's next token; the lease spends the tokens (see ``storage.mark_processing_batch``).
 """
 
 from __future__ import annotations
@@ -81,10 +80,9 @@ class Fetcher:
         self._idle_since: float | None = None
         self._backlog = False  # the last claim came back full
         self.rate_limits = rate_limits
-        # Leasing at the claim (set by the worker: the dispatcher's reserve and start_claimed). With free slots, the
-        # claim leases as many of its rows as there are free slots (under rate limits: of those within the tokens,
-        # spending them, and only when the last claim was not full), straight to executors: one statement (one
-        # transaction under limits) and one hand-off fewer per job, and a row is Processing only with a slot to run on.
+        # Leasing at the claim (set by the worker: the dispatcher's reserve and start_claimed). With free slots
+        # (no rate limit in force), the claim leases as many of its rows as there are free slots, straight to executors:
+        # one statement and one hand-off fewer per job, and a row is Processing only with a slot to run on.
         self.reserve: Callable[[int], int] | None = None
         self.start_claimed: Callable[[Sequence[HotJob], int], None] | None = None
         # The database's wake-up source (set by the worker; none: a burst, which only polls). The fetcher waits on
@@ -113,13 +111,11 @@ class Fetcher:
             reserved = 0
             try:
                 rate_limits = self.rate_limits.current() if self.rate_limits is not None else []
-                # Under limits only while no backlog is draining: then the buffer feeds the slots as they free, and a
-                # claim that found one or two would lock the limits and write their buckets for them (bench/README.md)
-                if self.reserve is not None and not (rate_limits and self._backlog):
-                    reserved = self.reserve(limit)
-                if rate_limits:  # the rows it leases take their tokens in the claim
-                    jobs = storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits, reserved)
+                if rate_limits:  # the lease spends the tokens: no leasing at the claim
+                    jobs = storage.fetch_batch(self.worker_id, limit, self.queues, rate_limits)
                 else:
+                    if self.reserve is not None:
+                        reserved = self.reserve(limit)
                     jobs = (storage.fetch_batch(self.worker_id, limit, self.queues, lease=reserved) if reserved
                             else storage.fetch_batch(self.worker_id, limit, self.queues))
             except Exception:

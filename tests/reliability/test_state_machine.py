@@ -13,8 +13,7 @@ invariants are checked with plain ORM reads (never through the code under test):
 * idempotency keys are unique among Hot rows;
 * a job's attempt count never decreases, except when it is resurrected from the DLQ;
 * claims under a rate limit (queue ``sm-b``) never take more than its tokens, never starve the unlimited
-  queue and count an attempt only for the rows they lease (one per free slot, spending their tokens); leases
-  spend the tokens of the others: a lease under the limit starts no more than
+  queue and never count as an attempt; leases spend the tokens: a lease under the limit starts no more than
   its tokens (the rest go back to Pending without an attempt), the bucket's window counter equals the jobs
   started in the window, and the rows' own ``started_at`` never show more starts in the window than that.
 
@@ -144,11 +143,10 @@ class JobLifecycle(RuleBasedStateMachine):
             job = self.jobs[job_id]
             job.status, job.worker = 1, worker
 
-    @rule(worker=st.sampled_from(WORKERS), limit=st.integers(1, 4), lease=st.integers(0, 4))
-    def claim_under_limit(self, worker: str, limit: int, lease: int) -> None:
-        """``lease``: the worker's free slots; the claim starts that many of its rows within the tokens."""
+    @rule(worker=st.sampled_from(WORKERS), limit=st.integers(1, 4))
+    def claim_under_limit(self, worker: str, limit: int) -> None:
         due = {i for i in self.ids(HOT, 0) if self.jobs[i].due}
-        claimed = storage.fetch_batch(worker, limit, list(QUEUES), [LIMITED], lease)
+        claimed = storage.fetch_batch(worker, limit, list(QUEUES), [LIMITED])
         got = [j.id for j in claimed]
         assert set(got) <= due, f"claimed rows that were not due Pending: {set(got) - due}"
         limited = [i for i in got if self.jobs[i].queue == "sm-b"]
@@ -156,17 +154,9 @@ class JobLifecycle(RuleBasedStateMachine):
         if not self.tokens:
             free = sum(1 for i in due if self.jobs[i].queue != "sm-b")
             assert len(got) == min(limit, free), "an exhausted limit held back the unlimited queue"
-        started = min(lease, len(got))
-        assert [j.status for j in claimed] == [JobStatus.PROCESSING] * started + [JobStatus.FETCHED] * (
-            len(got) - started), "a claim leases its first rows, one per free slot, and no more"
-        for claimed_job in claimed:  # a row it leases spends its token now; a Fetched one at its lease
-            job = self.jobs[claimed_job.id]
-            job.worker = worker
-            if claimed_job.status == JobStatus.PROCESSING:
-                self._started(job)
-                assert claimed_job.attempt_count == job.attempts
-            else:
-                job.status = 1
+        for job_id in got:  # the claim spends no token: the lease does
+            job = self.jobs[job_id]
+            job.status, job.worker = 1, worker
 
     @rule()
     def refill(self) -> None:

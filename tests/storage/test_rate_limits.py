@@ -1,16 +1,11 @@
-"""Fleet-wide rate limits: token buckets per limit (and key). A start spends the tokens, in the transaction and on
-the clock that stamps ``started_at``: the lease's, or the claim's for the rows it leases at once; a claim that
-leases nothing only reads the buckets and takes no more than they hold now."""
+"""Fleet-wide rate limits: token buckets per limit (and key). The lease spends the tokens (in its transaction, on
+the clock that stamps ``started_at``); the claim only reads the buckets and takes no more than they hold now."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -18,7 +13,7 @@ from chokaq_core import storage
 from chokaq_core.domain import HotJob, JobStatus, RateLimit, parse_rate
 from chokaq_core.models import JobsHot, RateBuckets, RateLimits
 
-from .rows import backdate, of_kind, pending
+from .rows import of_kind, pending
 
 
 def limit(name: str, rate: str, *, per_key: bool = False, max_keys: int = 1000) -> RateLimit:
@@ -135,87 +130,6 @@ def test_a_lease_holds_back_only_rows_it_owns() -> None:
     assert leased.held == (own[1].id,), "the foreign row was never this worker's to hold back"
     row = JobsHot.objects.get(id=foreign[0].id)
     assert (row.status, row.worker_id) == (JobStatus.FETCHED, "w2")
-
-
-def test_a_claim_that_leases_spends_the_tokens_of_exactly_the_rows_it_starts(published: list) -> None:
-    capped = limit("type:rl.claimlease.v1", "60/h burst 5")  # a token a minute: none comes back during the test
-    saved_up("type:rl.claimlease.v1", 5)
-    ids = pending("rl-claimlease", 8, type="rl.claimlease.v1")
-    published.clear()
-
-    claimed = storage.fetch_batch("w1", 8, ["rl-claimlease"], [capped], lease=3)
-
-    assert [job.status for job in claimed] == [JobStatus.PROCESSING] * 3 + [JobStatus.FETCHED] * 2, \
-        "the first three start at once; two more within the tokens wait for their lease"
-    assert [job.attempt_count for job in claimed] == [1, 1, 1, 0, 0]
-    bucket = RateBuckets.objects.get(limit_name="type:rl.claimlease.v1", rate_key="")
-    assert bucket.window_used == 3, "the claim spent a token for each row it started, none for the waiting ones"
-    assert 2 <= bucket.tokens < 2.1
-    started = JobsHot.objects.filter(id__in=ids, status=JobStatus.PROCESSING)
-    assert {row.started_at for row in started} == {bucket.refilled_at}, "they start when their tokens were taken"
-    assert all(row.worker_id == "w1" and row.heartbeat_at is not None for row in started)
-    held = JobsHot.objects.filter(id__in=ids, status=JobStatus.PENDING)
-    assert held.count() == 3 and all(r.worker_id is None and r.attempt_count == 0 for r in held), \
-        "beyond the tokens: back to Pending, no attempt counted"
-    assert {u["jobId"] for u in of_kind(published, "JobUpdated") if u["status"] == int(JobStatus.PROCESSING)} == {
-        job.id for job in claimed[:3]}, "the started jobs are announced as Processing"
-
-    waiting = storage.mark_processing_batch(claimed[3:], "w1", [capped])
-    assert waiting == {job.id: 1 for job in claimed[3:]}, "the waiting rows' lease spends the two tokens left"
-    assert RateBuckets.objects.get(limit_name="type:rl.claimlease.v1", rate_key="").window_used == 5
-
-
-def test_a_claim_leases_no_more_than_the_tokens_and_starts_what_no_limit_covers() -> None:
-    capped = limit("type:rl.claimfew.v1", "60/h burst 2")
-    saved_up("type:rl.claimfew.v1", 2)
-    limited = pending("rl-claimfew", 4, type="rl.claimfew.v1", priority=50)
-    free = pending("rl-claimfew", 2, type="rl.free.v1")
-
-    claimed = storage.fetch_batch("w1", 10, ["rl-claimfew"], [capped], lease=10)
-
-    assert {job.id for job in claimed} == {*limited[:2], *free}
-    assert all(job.status == JobStatus.PROCESSING for job in claimed), "every row it keeps has a slot: all start"
-    bucket = RateBuckets.objects.get(limit_name="type:rl.claimfew.v1", rate_key="")
-    assert bucket.window_used == 2 and bucket.tokens < 1, "two tokens, two limited starts"
-    assert JobsHot.objects.filter(id__in=limited[2:], status=JobStatus.PENDING, attempt_count=0).count() == 2
-    again = storage.fetch_batch("w2", 10, ["rl-claimfew"], [capped], lease=10)
-    assert again == [] and again.held_for is not None, "no token left: nothing claimed, the next token's wait"  # type: ignore[attr-defined]
-    assert RateBuckets.objects.get(limit_name="type:rl.claimfew.v1", rate_key="").window_used == 2
-
-
-def test_a_claim_leases_within_each_keys_allowance() -> None:
-    tenants = limit("type:rl.claimkeys.v1", "20/s burst 2", per_key=True)
-    for tenant in ("a", "b"):
-        storage.enqueue(_jobs("rl-claimkeys", 3, "rl.claimkeys.v1", f"tenant:{tenant}"))
-
-    claimed = storage.fetch_batch("w1", 6, ["rl-claimkeys"], [tenants], lease=6)
-
-    assert sorted(job.rate_key or "" for job in claimed if job.status == JobStatus.PROCESSING) == [
-        "tenant:a", "tenant:b"], "each new key starts with one token"
-    assert {b.rate_key: b.window_used for b in RateBuckets.objects.all()} == {"tenant:a": 1, "tenant:b": 1}
-
-
-def test_a_worker_that_dies_after_a_leasing_claim_under_a_limit_loses_no_job() -> None:
-    """As without limits (tests/storage/test_fetch.py): the started rows become Zombies, having spent their tokens
-    (they did start), the Fetched ones go back to Pending with no attempt and no token spent."""
-    capped = limit("type:rl.crash.v1", "60/h burst 5")
-    saved_up("type:rl.crash.v1", 5)
-    ids = pending("rl-crash", 4, type="rl.crash.v1")
-    claimed = storage.fetch_batch("w-dead", 4, ["rl-crash"], [capped], lease=2)
-    started = [job.id for job in claimed if job.status == JobStatus.PROCESSING]
-    assert len(started) == 2 and len(claimed) == 4
-    backdate(ids, 20 * 60, "heartbeat_at")
-    backdate(ids, 20 * 60, "last_updated_at")
-
-    assert sorted(storage.archive_zombies(600)) == sorted((i, "rl-crash") for i in started)
-    assert storage.recover_abandoned(600) == 2
-
-    assert all(storage.get_dead(job_id) is not None for job_id in started), "a started job that lost its worker"
-    rest = JobsHot.objects.filter(id__in=ids)
-    assert rest.count() == 2 and all((r.status, r.worker_id, r.attempt_count) == (0, None, 0) for r in rest)
-    assert RateBuckets.objects.get(limit_name="type:rl.crash.v1", rate_key="").window_used == 2
-    assert sorted(job.id for job in start("w2", 4, ["rl-crash"], [capped])) == sorted(r.id for r in rest), \
-        "the unstarted rows run on another worker, on the tokens left"
 
 
 def _no_lock(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -393,7 +307,7 @@ def test_without_a_limit_in_force_the_claim_is_the_plain_claim(monkeypatch: pyte
         "a lease whose jobs no limit concerns is the plain lease"
 
 
-def test_a_claim_under_limits_that_leases_nothing_neither_locks_nor_writes_the_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_claim_under_limits_neither_locks_nor_writes_the_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
     capped = limit("type:rl.read.v1", "60/h burst 2")
     saved_up("type:rl.read.v1", 2)
     pending("rl-read", 4, type="rl.read.v1")
@@ -409,10 +323,20 @@ def test_a_claim_under_limits_that_leases_nothing_neither_locks_nor_writes_the_b
     assert claimed.held_for is not None, "the claim says when the next token comes"  # type: ignore[attr-defined]
 
 
-@contextmanager
-def spent_meanwhile(name: str) -> Iterator[None]:
-    """Another transaction (a lease, as far as the limit is concerned) holds limit ``name``'s row and spends its
-    bucket's tokens while the body runs: the body's lease or claim starts meanwhile and waits for that lock."""
+@pytest.mark.sql_only
+def test_a_lease_that_waited_for_another_leases_lock_sees_the_tokens_that_lease_left() -> None:
+    """Another transaction (a lease, as far as the limit is concerned) holds the limit's row and spends the
+    bucket's 5 tokens; a lease started meanwhile waits for it, then must see 0 tokens, not the 5 its first
+    snapshot showed (PostgreSQL's READ COMMITTED re-reads only the rows a waiting statement locks)."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    capped = limit("type:rl.race.v1", "1/h burst 5")
+    saved_up("type:rl.race.v1", 5)
+    pending("rl-race", 10, type="rl.race.v1")
+    claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
+    assert len(claimed) == 5
     locked, errors = threading.Event(), []
 
     def spend_all() -> None:
@@ -420,11 +344,12 @@ def spent_meanwhile(name: str) -> Iterator[None]:
             with transaction.atomic():
                 if connection.vendor == "postgresql":
                     with connection.cursor() as cursor:
-                        cursor.execute("SELECT name FROM chokaq_rate_limits WHERE name = %s FOR UPDATE", [name])
-                RateBuckets.objects.filter(limit_name=name).update(window_used=5)
+                        cursor.execute("SELECT name FROM chokaq_rate_limits WHERE name = %s FOR UPDATE",
+                                       ["type:rl.race.v1"])
+                RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(window_used=5)
                 locked.set()
-                threading.Event().wait(0.5)  # the body starts and waits for this lock meanwhile
-                RateBuckets.objects.filter(limit_name=name).update(tokens=0.0)
+                threading.Event().wait(0.5)  # the other lease starts and waits for this lock meanwhile
+                RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(tokens=0.0)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
             locked.set()
@@ -434,39 +359,9 @@ def spent_meanwhile(name: str) -> Iterator[None]:
     holder = threading.Thread(target=spend_all)
     holder.start()
     assert locked.wait(30)
-    try:
-        yield
-    finally:
-        holder.join(timeout=60)
+    leased = storage.mark_processing_batch(claimed, "w-b", [capped])
+    holder.join(timeout=60)
+
     assert errors == []
-
-
-@pytest.mark.sql_only
-def test_a_lease_that_waited_for_another_leases_lock_sees_the_tokens_that_lease_left() -> None:
-    """A lease that waited for the limit's lock must see the 0 tokens the other transaction left, not the 5 its
-    first snapshot showed (PostgreSQL's READ COMMITTED re-reads only the rows a waiting statement locks)."""
-    capped = limit("type:rl.race.v1", "1/h burst 5")
-    saved_up("type:rl.race.v1", 5)
-    pending("rl-race", 10, type="rl.race.v1")
-    claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
-    assert len(claimed) == 5
-
-    with spent_meanwhile("type:rl.race.v1"):
-        leased = storage.mark_processing_batch(claimed, "w-b", [capped])
-
     assert leased == {}, "the waiting lease spent tokens the other transaction had already spent"
     assert len(leased.held) == 5
-
-
-@pytest.mark.sql_only
-def test_a_leasing_claim_that_waited_for_a_leases_lock_sees_the_tokens_that_lease_left() -> None:
-    capped = limit("type:rl.claimrace.v1", "1/h burst 5")
-    saved_up("type:rl.claimrace.v1", 5)
-    ids = pending("rl-claimrace", 10, type="rl.claimrace.v1")
-
-    with spent_meanwhile("type:rl.claimrace.v1"):
-        claimed = storage.fetch_batch("w-b", 10, ["rl-claimrace"], [capped], lease=10)
-
-    assert claimed == [], "the waiting claim spent tokens the other transaction had already spent"
-    assert JobsHot.objects.filter(id__in=ids, status=JobStatus.PENDING, attempt_count=0).count() == 10
-    assert RateBuckets.objects.get(limit_name="type:rl.claimrace.v1", rate_key="").window_used == 5

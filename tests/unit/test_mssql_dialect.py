@@ -530,11 +530,9 @@ def _job_rows(rows: Any, status: JobStatus) -> bool:
         rows[0].created_at == T0 and rows[0].created_at.tzinfo is not None)
 
 
-def _is_hot_batch(result: Any, leased: int = 0) -> bool:
+def _is_hot_batch(result: Any) -> bool:
     return [j.id for j in result] == ["J2", "J3", "J1"] and all(
-        isinstance(j, HotJob) and j.created_at.tzinfo is not None for j in result) and [
-        (j.status, j.attempt_count) for j in result] == [(JobStatus.PROCESSING, 1)] * leased + [
-        (JobStatus.FETCHED, 0)] * (3 - leased)
+        isinstance(j, HotJob) and j.status is JobStatus.FETCHED and j.created_at.tzinfo is not None for j in result)
 
 
 # ---------------------------------------------------------------- deck_snapshot sample: each part's native rows
@@ -635,10 +633,6 @@ CASES = [
     Case("fetch_batch", ("w1", 5, ["mail", "default", "mail"]), CLAIMED, check=_is_hot_batch),
     Case("fetch_batch", ("w1", 5, None), CLAIMED, check=_is_hot_batch),
     Case("fetch_batch", ("w1", 5, []), [], []),
-    Case("lease_claimed", ([base.hot_job(r) for r in sorted(CLAIMED[0], key=lambda r: r[0][1])], ["J1", "J2"], "w1", T0),
-         [[("J1", 1)]], check=lambda jobs: [(j.id, j.status, j.attempt_count) for j in jobs] == [
-             ("J1", JobStatus.PROCESSING, 1), ("J2", JobStatus.FETCHED, 0), ("J3", JobStatus.FETCHED, 0)]),
-    Case("lease_claimed", ([], [], "w1"), [], []),
     Case("mark_processing", ("J1", "w1"), [[(1,)]], 1),
     Case("mark_processing", ("J1", "w1"), [[]], None),
     Case("mark_processing", ("J1", "w1"), [Sets([None, None, [(3,)]])], 3),  # results without a row set skipped
@@ -1276,39 +1270,3 @@ def test_a_lease_spending_on_a_changed_bucket_or_a_lost_row_raises_so_the_transa
                         ("J1",))
     with pytest.raises(StaleBuckets):
         sql.DIALECT.lease_spending(Recorder(script), ["J1"], "w1", [spend], T0)
-
-
-def test_a_claim_that_leases_runs_the_lease_statement_after_the_claim_on_its_first_rows() -> None:
-    cursor = Recorder([*CLAIMED, [("J2", 1), ("J3", 1)]])
-    assert _is_hot_batch(sql.DIALECT.fetch_batch(cursor, "w1", 5, None, None, 2), leased=2)
-    assert [text for text, _ in cursor.calls] == [sql.FETCH_ALL_SQL, sql.MARK_PROCESSING_BATCH_SQL]
-    assert cursor.calls[1][1] == [sql.DIALECT.ids_param(["J2", "J3"]), "w1"], "the first two rows in claim order"
-
-
-def test_a_claim_that_leases_under_a_limit_locks_claims_leases_and_spends_in_that_order(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The token-spending claim (``storage._claim_spending``) on SQL Server: the limits' rows U-locked to commit, the
-    buckets read after the lock, the claim skipping nothing (2.5 tokens), the row past the tokens released, the first
-    row within them leased, the bucket charged for that one start only."""
-    from chokaq_core import storage
-    from chokaq_core.policy import RatePlan
-
-    monkeypatch.setattr(storage, "dialect", lambda using=None: sql.DIALECT)
-    cursor = Recorder([[("type:test.ok.v1", T0)], [("type:test.ok.v1", "", 2.5, T0, T0, 7)], *CLAIMED, [("J1",)],
-                       [("J2", 1)], None])
-    plans: list[RatePlan] = []
-    claimed = storage._claim_spending(cursor, "w1", 5, None, [RateLimit("type:test.ok.v1", Rate(100, 60.0, 10))], 1,
-                                      plans)
-
-    assert [(j.id, j.status) for j in claimed] == [("J2", JobStatus.PROCESSING), ("J3", JobStatus.FETCHED)]
-    texts = [text for text, _ in cursor.calls]
-    assert "WITH (UPDLOCK, HOLDLOCK, ROWLOCK)" in texts[0] and "chokaq_rate_limits" in texts[0]
-    assert "FROM chokaq_rate_buckets" in texts[1]
-    assert texts[2] == sql.FETCH_ALL_SQL, "2.5 tokens: nothing held, the plain claim statement"
-    assert texts[3] == sql.SQLServerDialect.RELEASE_SQL and cursor.calls[3][1][-2:] == [
-        sql.DIALECT.ids_param(["J1"]), "w1"]
-    assert texts[4] == sql.MARK_PROCESSING_BATCH_SQL and cursor.calls[4][1] == [sql.DIALECT.ids_param(["J2"]), "w1"]
-    assert texts[5].startswith("UPDATE chokaq_rate_buckets SET tokens = %s")
-    assert cursor.calls[5][1][0] == 1.5 and cursor.calls[5][1][3] == 8, "one token and one start: J2's"
-    for text, params in cursor.calls:
-        assert check_statement(text, params) == [], text

@@ -26,7 +26,6 @@ from chokaq_core.domain import (
     LeasedJobs,
     QueueState,
     RateLimit,
-    RateLimitState,
     Retry,
     Success,
     WorkerInfo,
@@ -190,37 +189,6 @@ def test_fetcher_claims_again_at_once_after_a_full_batch_and_stops_a_burst_when_
     # the empty claims: the buffer was not idle, then idle once, then twice
     assert limits == [2, 8, 2, 2, 2]
     assert bool(in_flight)
-
-
-def test_a_fetcher_under_rate_limits_leases_at_the_claim_on_its_free_slots_unless_a_backlog_drains(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under limits the claim is given the free slots too (it spends the tokens of the rows it leases): the leased
-    rows go to ``start_claimed``, the others to the buffer. After a full claim (a backlog) it leases nothing."""
-    limit = RateLimit("type:t", parse_rate("10/s"))
-    calls: list[tuple[Sequence[RateLimit], int]] = []
-
-    def fetch_batch(worker_id: str, n: int, queues: Any, rate_limits: Sequence[RateLimit] = (),
-                    lease: int = 0) -> list[HotJob]:
-        calls.append((rate_limits, lease))
-        if len(calls) == 2:
-            stopping.set()
-            return []
-        return [dataclasses.replace(hot(1), status=JobStatus.PROCESSING, attempt_count=1), hot(2)]  # full
-
-    monkeypatch.setattr(storage, "fetch_batch", fetch_batch)
-    monkeypatch.setattr(storage, "rate_limits", lambda: [
-        RateLimitState(limit.name, limit.rate, None, False, False, 1000, None, None)])
-    buffer, in_flight, stopping = PrefetchBuffer(10), InFlight(), threading.Event()
-    fetcher = Fetcher("w", None, batch_size=2, polling_interval=60, buffer=buffer, in_flight=in_flight,
-                      stopping=stopping, rate_limits=RateLimits(None))
-    started: list[tuple[list[str], int]] = []
-    fetcher.reserve = lambda n: min(n, 1)
-    fetcher.start_claimed = lambda jobs, reserved: started.append(([job.id for job in jobs], reserved))
-    fetcher.run()
-
-    assert calls == [([limit], 1), ([limit], 0)], "the one free slot; after a full claim none"
-    assert started == [(["j1"], 1)]
-    assert [job.id for job in buffer.drain()] == ["j2"]
 
 
 def test_the_fetcher_waits_on_its_wake_source_itself_and_claims_when_it_signals(
