@@ -574,8 +574,10 @@ def test_listen_closed_while_waiting_ends_the_wait_and_leaves_its_connection_to_
     result: list[bool] = []
     waiter = threading.Thread(target=lambda: result.append(source.wait(3600)))
     waiter.start()
-    while not events_seen:
+    deadline = time.monotonic() + 5
+    while not events_seen and time.monotonic() < deadline:  # the wait has polled its connection once
         time.sleep(0.01)
+    assert events_seen == ["polled"]
     source.close()
     waiter.join(5)
     assert not waiter.is_alive() and result == [False]
