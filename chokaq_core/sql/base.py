@@ -435,23 +435,20 @@ def history_source(archived: str, failed: str, ts: str) -> str:
 
 def upsert_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
                 update: Mapping[str, str | None]) -> str:
-    """Insert the rows of ``source`` (a SELECT or VALUES of ``columns``) into ``table``; where a row of the same ``key``
-    is there, set ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row
-    there; None: the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
+    """Insert the rows of ``source`` (VALUES, or a SELECT of ``columns`` whose rows go in key order, so concurrent
+    upserts lock them in one order) into ``table``; where a row of the same ``key`` (the leading columns) is there, set
+    ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row there; None:
+    the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
     sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
-    return f"INSERT INTO {table} ({', '.join(columns)}) {source} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
+    order = "" if source.startswith("VALUES") else f" ORDER BY {', '.join(str(i + 1) for i in range(len(key)))}"
+    return (f"INSERT INTO {table} ({', '.join(columns)}) {source}{order}"
+            f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
 
 
 # Counts added, the longest duration kept (a NULL one, no timed row, changes nothing).
 HISTORY_UPDATE = {**{c: f"{{old}}.{c} + {{new}}.{c}" for c in HISTORY_COUNTS},
                   "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL OR {old}.max_duration_ms >="
                                      " {new}.max_duration_ms THEN {old}.max_duration_ms ELSE {new}.max_duration_ms END"}
-
-
-def history_add(source: str) -> str:
-    """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``HISTORY_UPDATE``)."""
-    return upsert_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS,
-                       f"SELECT * FROM ({source}) AS r WHERE 1 = 1 ORDER BY 1, 2, 3, 4, 5", HISTORY_UPDATE)
 
 
 def _history_sums() -> str:
@@ -525,8 +522,9 @@ def locate_statement(tail: str) -> str:
 @dataclass(frozen=True)
 class Move:
     """Where a batch of rows goes: the pillar it lands in (None: it stays where it is) with its columns and stamp,
-    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there), and the pillar it
-    leaves (Hot but for a resurrection)."""
+    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there), the pillar it
+    leaves (Hot but for a resurrection) and what the counters read of a landed row (queue, failure_reason,
+    duration_ms where it is bucketed)."""
 
     table: str | None
     fields: tuple[str, ...]
@@ -534,6 +532,7 @@ class Move:
     counter: str
     outcome: int | None
     origin: str = HOT
+    counted: str = "queue"
 
     @property
     def carried(self) -> tuple[str, ...]:
@@ -581,13 +580,6 @@ def stats_update(counter: str) -> dict[str, str | None]:
     return {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None}
 
 
-def stats_add(counter: str, source: str, now: str) -> str:
-    """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
-    return upsert_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
-                       f"SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue",
-                       stats_update(counter))
-
-
 BUCKET_KEY = ("bucket_start", "queue", "outcome", "failure_reason")
 BUCKET_COLUMNS = (*BUCKET_KEY, "completed_count", "duration_count", "total_duration_ms", "max_duration_ms",
                   "last_updated_at")
@@ -600,17 +592,10 @@ BUCKET_UPDATE = {
     "last_updated_at": None}
 
 
-def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
-    """The MetricBuckets upsert of this ``second`` from ``source`` (queue, failure_reason, duration_ms); the longest
-    duration ignores NULLs."""
-    return upsert_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS,
-                       f"SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
-                       f" coalesce(sum(duration_ms), 0), max(duration_ms), {now} FROM {source} WHERE true"
-                       " GROUP BY queue, failure_reason ORDER BY queue, failure_reason", BUCKET_UPDATE)
-
-
-TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
-TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
+TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0,
+                  counted="queue, -1 AS failure_reason, duration_ms")
+TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1,
+              counted="queue, failure_reason, CAST(NULL AS float) AS duration_ms")
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
 # DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``; its revision one up, ``carried_values``).
 TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
@@ -649,12 +634,15 @@ def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:
 # Statements the vendors share, over their TOKENS (a vendor module's own statement of the same name wins):
 # "clock" opens a statement that stamps rows with "now"; "stamp" is now where the driver must count the changed
 # rows; "ids" matches ``id`` against ids_param; "by_id" prefixes a status test of rows named by id; "text"/"int"
-# type a parameter; "ago" is ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code
-# functions; "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
+# type a parameter ("name": a short text); "ago" is ago_params' moment; "trimmed" is a DLQ row's details trimmed
+# of blanks/CR/LF (``TRIMMED``); "substr" is the substring function; "dirty" hints a read that may be dirty; "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
 # bench/README, "Asynchronous commit of the claim and the lease").
-_LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
+_LEASE = ("{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
           " heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
+# The "trimmed" of the vendors whose trim takes the characters to trim and whose || concatenates, over their
+# trim-these-characters and character-code functions.
+TRIMMED = "{trim}(substr(coalesce(error_details, ''), 1, 4000), ' ' || {chr}(9) || {chr}(10) || {chr}(13))"
 
 
 def _aged_batch(table: str, key: str, column: str, where: str = "") -> str:
@@ -665,11 +653,10 @@ def _aged_batch(table: str, key: str, column: str, where: str = "") -> str:
 
 
 SHARED_STATEMENTS = {
-    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
-                           " RETURNING attempt_count",
-    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
-                                 " RETURNING id, attempt_count",
-    # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end.
+    # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end
+    # (``returning``), "lease_output" / "lease_returning" their ids and attempt counts.
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE}{{lease_output}} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+                                 "{lazy}{lease_returning}",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET heartbeat_at = {now}, last_updated_at = {now}"
                       "{output} WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s{returning}",
     "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot{rowlock} SET cancel_requested_by = {text}{output}"
@@ -689,14 +676,14 @@ SHARED_STATEMENTS = {
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
     # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
-    "TOP_ERRORS_SQL": "WITH recent AS (SELECT failure_reason, failed_at, error_class, error_message, CASE WHEN"
-                      " error_class IS NULL THEN {trim}(substr(coalesce(error_details, ''), 1, 4000),"
-                      " ' ' || {chr}(9) || {chr}(10) || {chr}(13)) END AS e FROM chokaq_jobs_dlq"
-                      " ORDER BY failed_at DESC LIMIT %s)\nSELECT failure_reason, CASE WHEN e IS NULL THEN ''"
-                      " WHEN e = '' THEN %s ELSE substr(e, 1, 160) END AS prefix, count(*) AS n,"
-                      " max(failed_at) AS latest, error_class, error_message\n"
-                      "FROM recent GROUP BY failure_reason, error_class, error_message, prefix"
-                      " ORDER BY n DESC, latest DESC LIMIT %s",
+    # Derived tables rather than CTEs, so ``deck_snapshot`` can nest it on SQL Server too.
+    "TOP_ERRORS_SQL": "SELECT g.failure_reason, g.prefix, count(*) AS n, max(g.failed_at) AS latest, g.error_class,"
+                      " g.error_message\nFROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,"
+                      " CASE WHEN r.e IS NULL THEN '' WHEN r.e = '' THEN {name} ELSE {substr}(r.e, 1, 160) END AS prefix"
+                      "\n      FROM (SELECT failure_reason, failed_at, error_class, error_message,"
+                      " CASE WHEN error_class IS NULL THEN {trimmed} END AS e\n"
+                      "            FROM chokaq_jobs_dlq{dirty} ORDER BY failed_at DESC{limit}) AS r) AS g\n"
+                      "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC{limit}",
     # Retention: the oldest rows of a table, one batch ("pick": the pick's lock, or nothing).
     "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
     "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
@@ -764,7 +751,6 @@ class BaseDialect:
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_HISTORY_SQL: str  # params: granularity, param_ts(cutoff), batch size → changed
     # The transitions' statements (``clock``: SQLite's time parameter, nothing elsewhere).
-    MARK_PROCESSING_SQL: str  # params: clock, job id, worker → (attempt count)
     MARK_PROCESSING_BATCH_SQL: str  # params: clock, ids, worker → (id, attempt count)
     KEEP_ALIVE_SQL: str  # params: clock, ids, worker → (id)
     CANCEL_REQUESTS_SQL = (f"SELECT id, cancel_requested_by FROM {HOT}"
@@ -787,29 +773,31 @@ class BaseDialect:
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
-        defines becomes the vendor's; a vendor with ``TOKENS`` gets the others of ``SHARED_STATEMENTS`` in its words."""
+        defines becomes the vendor's (an instance gets the others of ``SHARED_STATEMENTS`` in its ``TOKENS``)."""
         super().__init_subclass__(**kwargs)
         names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {}))
                  if n.endswith(("_SQL", "_SELECT"))}
         for name in names & set(statements or ()):
             setattr(cls, name, statements[name])  # type: ignore[index]
-        tokens = vars(cls).get("TOKENS")
-        for name, template in SHARED_STATEMENTS.items():
-            if tokens is not None and name not in (statements or ()):
-                setattr(cls, name, template.format_map(tokens))
         for read, order in READ_ORDERS.items():
             if hasattr(cls, f"{read}_SELECT"):
                 setattr(cls, f"{read}_SQL", f"{getattr(cls, f'{read}_SELECT')}\nORDER BY {order}")
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
+        words = {"name": "%s", "substr": "substr", "dirty": "", "limit": self.LIMIT, **self.TOKENS}
+        words["output"], words["returning"] = self.returning("id")
+        words["lease_output"], words["lease_returning"] = self.returning("id, attempt_count")
+        for name, template in SHARED_STATEMENTS.items():
+            if not hasattr(self, name):  # a vendor module's own statement wins
+                setattr(self, name, template.format_map(words))
         for name, (table, where, order, counter, grouped) in PURGES.items():
             setattr(self, name, self.purge_sql(table, where.format(ids=self.TOKENS["ids"], ts=self.TS), order, counter,
                                                grouped))
         self._write_completions()
 
     def _write_completions(self) -> None:
-        """The completion statements from their one description, where the vendor's ``completion`` writes them."""
+        """The completion statements from their one description, each written by the vendor's ``completion``."""
         text, number, now, ids, by_item = (self.TOKENS["text"], self.TOKENS["int"], self.MOVED_NOW, self.TOKENS["ids"],
                                            "a.id = h.id")
         guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
@@ -827,7 +815,7 @@ class BaseDialect:
             # Pending/Fetched rows named by id; params: details, actor, ids
             "CANCEL_BATCH_SQL": self.completion(
                 TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
-                f"h.id {ids} AND h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
+                f"h.id {ids} AND {self.TOKENS['by_id']}h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
                                                        "error_details": "a.error_details",
                                                        "last_modified_by": "a.last_modified_by"}),
             # Processing rows whose heartbeat expired (spec 01 §4.12: the queue's timeout, else the global one), a
@@ -842,8 +830,7 @@ class BaseDialect:
                 f"h.id {ids} AND h.{revision_guard(number)}",
                 resurrected("a.payload", "a.tags", "a.priority", "a.actor", "{row}."))}
         for name, sql in statements.items():
-            if sql is not None:
-                setattr(self, name, sql)
+            setattr(self, name, sql)
 
     MOVED_NOW = ""  # the moment a ``completion`` statement stamps rows with
     ZOMBIE_SOURCE = ZOMBIE_WHERE = ""  # the zombie sweep's row ``a`` (the global timeout, the details) and its rows
@@ -851,13 +838,13 @@ class BaseDialect:
     DUE = ""  # when a rescheduled row is due: an expression over those items (``a``)
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
-                   sets: str = "", sweep: bool = False) -> str | None:
-        """A completion's whole statement where the vendor writes one (PostgreSQL, SQL Server; None: SQLite's
-        ``_move`` lands the rows): the Hot rows ``h`` that ``where`` keeps, joined to ``source`` ``a`` (on ``on``,
-        else its one row), leave for ``move``'s pillar with ``values`` (column → expression) set, or for ``RETRY``
-        stay with ``sets`` as their SET; then counted (and bucketed); it returns (id, queue) of each. Parameters:
-        the source's, then the where's. ``sweep``: rows another transaction holds may be left for the next one."""
-        return None
+                   sets: str = "", sweep: bool = False) -> str:
+        """A completion's statement (SQLite: its first step, see ``_move``): the rows ``h`` of the pillar the move
+        leaves that ``where`` keeps, joined to ``source`` ``a`` (on ``on``, else its one row), leave for ``move``'s
+        pillar with ``values`` (column → expression) set, or for ``RETRY`` stay with ``sets`` as their SET; then
+        counted (and bucketed); it returns (id, queue) of each. Parameters: the clock's, the source's, then the
+        where's. ``sweep``: rows another transaction holds may be left for the next one."""
+        raise NotImplementedError
 
     def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
         """One batch delete of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, the batch
@@ -904,8 +891,8 @@ class BaseDialect:
         return []
 
     def top_errors_params(self, limit: int) -> list[Any]:
-        """The parameters of ``TOP_ERRORS_SQL``: the sample size, the empty-details text, at most ``limit`` groups."""
-        return [TOP_ERRORS_SAMPLE, EMPTY_ERROR, limit]
+        """The parameters of ``TOP_ERRORS_SQL``: the empty-details text, the sample size, at most ``limit`` groups."""
+        return [EMPTY_ERROR, TOP_ERRORS_SAMPLE, limit]
 
     def clock(self, at: datetime | None = None) -> list[Any]:
         """The current time (or ``at``) as the leading parameter of a statement that stamps rows: none where the
@@ -963,6 +950,24 @@ class BaseDialect:
                    update: Mapping[str, str | None]) -> str:
         """The vendor's ``upsert_rows``."""
         return upsert_rows(table, key, columns, source, update)
+
+    def stats_add(self, counter: str, source: str, now: str) -> str:
+        """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
+        return self.merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
+                               f"SELECT queue, count(*), {now} FROM {source} AS b GROUP BY queue", stats_update(counter))
+
+    def bucket_add(self, outcome: int, source: str, second: str, now: str) -> str:
+        """The MetricBuckets upsert of this ``second`` from ``source`` (``Move.counted``); no aggregate sees a NULL
+        (SQL Server would send a warning ahead of the result)."""
+        return self.merge_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS,
+                               f"SELECT {second}, queue, {outcome}, failure_reason, count(*),"
+                               " sum(CASE WHEN duration_ms IS NULL THEN 0 ELSE 1 END), sum(coalesce(duration_ms, 0)),"
+                               f" nullif(max(coalesce(duration_ms, -1)), -1), {now} FROM {source} AS b"
+                               " GROUP BY queue, failure_reason", BUCKET_UPDATE)
+
+    def history_add(self, source: str) -> str:
+        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``HISTORY_UPDATE``)."""
+        return self.merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
 
     def param(self, kind: str) -> str:
         """A parameter of a ``kind`` ("name", "text", "int", "bool") as an operand that keeps its type when NULL."""
@@ -1505,10 +1510,6 @@ class BaseDialect:
 
     # ------------------------------------------------------------ history roll-ups
 
-    def history_upsert(self, source: str) -> str:
-        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``history_add``)."""
-        return history_add(source)
-
     def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
                        at: datetime) -> None:
         """Count the rows a completion just moved to the Archive / the DLQ in the minute and the hour buckets
@@ -1521,7 +1522,7 @@ class BaseDialect:
         archived_tail, archived_params = self.id_list(archived)
         failed_tail, failed_params = self.id_list(failed)
         minute, hour = bucket_starts(at)
-        cursor.execute(self.history_upsert(history_source(archived_tail, failed_tail, self.TS)),
+        cursor.execute(self.history_add(history_source(archived_tail, failed_tail, self.TS)),
                        [self.param_ts(minute), self.param_ts(hour), *archived_params, *failed_params])
 
     def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
@@ -1635,8 +1636,7 @@ class BaseDialect:
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
-        row = self._one(cursor, self.MARK_PROCESSING_SQL, [*self.clock(), job_id, worker_id])
-        return None if row is None else int(row[0])
+        return self.mark_processing_batch(cursor, [job_id], worker_id).get(job_id)
 
     def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str,
                               at: datetime | None = None) -> dict[str, int]:
@@ -1664,7 +1664,8 @@ class BaseDialect:
         """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
         if not job_ids:
             return []
-        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [cancel_details(actor), actor, self.ids_param(job_ids)])
+        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL,
+                          [*self.clock(), cancel_details(actor), actor, self.ids_param(job_ids)])
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
         """Flag Processing rows for cooperative cancellation; returns the flagged ids."""
@@ -1714,7 +1715,7 @@ class BaseDialect:
         if not job_ids:
             return []
         return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
-                          [payload, tags, priority, actor, self.ids_param(job_ids), revision])
+                          [*self.clock(), payload, tags, priority, actor, self.ids_param(job_ids), revision])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:
@@ -1786,10 +1787,9 @@ class BaseDialect:
 
     # ------------------------------------------------------------ completion (batched moves)
 
-    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
-              landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
+    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any]) -> Moved:
         """Run one move statement: (id, queue) of the rows it moved (PostgreSQL and SQL Server move, count and
-        bucket inside the statement; ``landing``: each item's values, by id, which they read from ``params``)."""
+        bucket inside the statement)."""
         cursor.execute(sql, params)
         return self.moved(cursor)
 
@@ -1797,8 +1797,7 @@ class BaseDialect:
                   rows: Sequence[Mapping[str, Any]]) -> Moved:
         if not rows:
             return []
-        return self._move(cursor, move, sql, [*self.items_params(rows), *self.guard_params(worker_id)],
-                          {str(row["id"]): row for row in rows})
+        return self._move(cursor, move, sql, [*self.clock(), *self.items_params(rows), *self.guard_params(worker_id)])
 
     def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
         """Hot → Archive for every item this worker owns (None: no owner guard); SucceededTotal and the success

@@ -46,27 +46,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from chokaq_core.domain import (
-    ClaimHold,
-    NewJob,
-)
+from chokaq_core.domain import ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    BUCKET_COLUMNS,
-    BUCKET_KEY,
-    BUCKET_UPDATE,
-    BUCKETS,
-    EMPTY_ERROR,
     HISTORY,
-    HISTORY_COLUMNS,
-    HISTORY_KEY,
-    HISTORY_UPDATE,
     HOT_FIELDS,
     RETRY,
-    STATS,
-    TO_ARCHIVE,
     TO_HOT,
-    TOP_ERRORS_SAMPLE,
     BaseDialect,
     Move,
     as_utc,
@@ -76,7 +62,6 @@ from chokaq_core.sql.base import (
     job_item,
     queue_health_select,
     queue_stats_select,
-    stats_update,
     summary_stats_sql,
     throughput_select,
     uncount_sql,
@@ -84,8 +69,6 @@ from chokaq_core.sql.base import (
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
-
-
 _INT_MAX = 2**31 - 1
 
 # ---------------------------------------------------------------- SQL builders
@@ -141,35 +124,9 @@ def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
     return f"OUTPUT {', '.join(carried_values(columns, 'deleted', overrides))}\n    INTO @Moved ({', '.join(columns)})"
 
 
-def _stats_add(counter: str) -> str:
-    """``counter += rows moved`` per queue, inserting a missing row (spec 01 §4.13)."""
-    return merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
-                      "SELECT queue, COUNT(*), @Now FROM @Moved GROUP BY queue", stats_update(counter))
-
-
 def _uncount(counter: str, touch: bool = False) -> str:
     """The rows moved taken off ``counter`` per queue (``uncount_sql``)."""
     return uncount_sql(counter, "(SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue)", "@Now" if touch else None) + ";"
-
-
-# Bucket sources: (queue, failure_reason, n, timed, total, longest) without aggregating a NULL.
-_SUCCESS_BUCKETS = (
-    "SELECT queue, -1 AS failure_reason, COUNT(*) AS n,"
-    " SUM(CASE WHEN duration_ms IS NULL THEN 0 ELSE 1 END) AS timed,"
-    " SUM(COALESCE(duration_ms, 0)) AS total,"
-    " NULLIF(MAX(COALESCE(duration_ms, -1)), -1) AS longest"
-    " FROM @Moved GROUP BY queue"
-)
-_FAILURE_BUCKETS = (
-    "SELECT queue, failure_reason, COUNT(*) AS n, 0 AS timed, CAST(0 AS float) AS total,"
-    " CAST(NULL AS float) AS longest FROM @Moved GROUP BY queue, failure_reason"
-)
-
-
-def _bucket_merge(outcome: int, source: str) -> str:
-    """Upsert of this second's outcome buckets (spec 01 §4.13); ``max`` ignores NULLs."""
-    return merge_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS, f"SELECT @Bucket, b.queue, {outcome}, b.failure_reason, b.n,"
-                      f" b.timed, b.total, b.longest, @Now FROM ({source}) AS b", BUCKET_UPDATE)
 
 
 def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
@@ -196,22 +153,6 @@ def _batch(*statements: str) -> str:
     """A multi-statement batch: NOCOUNT on for the work, off again for the final statement."""
     *work, last = statements
     return "\n".join(["SET NOCOUNT ON;", *work, "SET NOCOUNT OFF;", last])
-
-
-def _completion(declares: Sequence[str], move: Move, delete: str) -> str:
-    """A whole Hot → Archive/DLQ move (spec 01 §3): ``delete`` (with its guard) fills ``@Moved``, then the insert,
-    the counters and the buckets."""
-    return _batch(
-        _NOW,
-        _BUCKET,
-        *declares,
-        _moved_table(move.carried),
-        delete,
-        insert_moved(move, "@Moved", "@Now") + ";",
-        _stats_add(move.counter),
-        _bucket_merge(move.outcome or 0, _SUCCESS_BUCKETS if move is TO_ARCHIVE else _FAILURE_BUCKETS),
-        "SELECT id, queue FROM @Moved;",
-    )
 
 
 # ---------------------------------------------------------------- statements
@@ -299,23 +240,6 @@ WHERE h.status = 0;"""
 FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
 
-_LEASE = ("UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-          "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
-          " last_updated_at = @Now\n")
-MARK_PROCESSING_SQL = _batch(
-    _NOW,
-    _params("@JobId nvarchar(4000)", "@WorkerId nvarchar(4000)"),
-    _LEASE + "OUTPUT inserted.attempt_count\n"
-    "WHERE id = @JobId AND worker_id = @WorkerId AND status = 1;",
-)
-
-MARK_PROCESSING_BATCH_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    _LEASE + "OUTPUT inserted.id, inserted.attempt_count\n"
-    f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
-)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
@@ -380,20 +304,6 @@ QUEUE_HEALTH_SELECT = queue_health_select(
     f"CASE WHEN p.due_at < {_NOW_OFFSET} THEN DATEDIFF_BIG(MILLISECOND, p.due_at, {_NOW_OFFSET}) / 1000.0 ELSE 0.0 END",
     _NOW_OFFSET, _DIRTY)
 
-# Spec 01 §5: the newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server 2017+), the
-# top groups (params: top_errors_params). Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
-TOP_ERRORS_SQL = """SELECT TOP (CAST(%s AS int)) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
-       g.error_class, g.error_message
-FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
-             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN CAST(%s AS nvarchar(4000))
-                  ELSE LEFT(r.error_text, 160) END AS prefix
-      FROM (SELECT TOP (CAST(%s AS int)) d.failure_reason, d.failed_at, d.error_class, d.error_message,
-                   TRIM(NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10)
-                        FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
-            FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
-GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
-
-
 class SQLServerDialect(BaseDialect, statements=globals()):
     """The base over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3), JSON batches, ISO
     text datetimes and batches whose first results carry no rows."""
@@ -405,9 +315,11 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     TRUE, FALSE = "1", "0"
     # The words of the SHARED_STATEMENTS it has not written itself (typed parameters: a NULL keeps its type).
-    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": _ID_LIST, "by_id": "",
+    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": _ID_LIST, "by_id": "", "lazy": "",
               "text": "CAST(%s AS nvarchar(max))", "int": "CAST(%s AS int)", "rowlock": " WITH (ROWLOCK)",
-              "output": " OUTPUT inserted.id", "returning": "",
+              "name": "CAST(%s AS nvarchar(4000))", "substr": "SUBSTRING", "dirty": _DIRTY,  # TRIM: SQL Server 2017+
+              "trimmed": "TRIM(NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10) FROM"
+                         " CAST(LEFT(COALESCE(error_details, N''), 4000) AS nvarchar(4000)))",
               # binary: the collations ignore case and trailing blanks
               "differs": "(payload IS NULL OR CAST(new_payload AS varbinary(max)) <> CAST(payload AS varbinary(max)))"}
 
@@ -497,21 +409,23 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
                    sets: str = "", sweep: bool = False) -> str:
-        """One batch: the changed rows go to ``@Moved`` (OUTPUT … INTO), then the pillar's insert and the counters."""
+        """One batch (spec 01 §3): the changed rows go to ``@Moved`` (OUTPUT … INTO, the guard in the predicate), then
+        the pillar's insert, the counters and the buckets."""
         join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
         rows = f"FROM {move.origin} AS h WITH (ROWLOCK{', READPAST' if sweep else ''})\n{join}\nWHERE {where};"
         if move is RETRY:
-            return _batch(_NOW, _moved_table(("id", "queue")),
-                          f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}",
-                          _stats_add(move.counter), "SELECT id, queue FROM @Moved;")
-        delete = f"DELETE h\n{_output_into(move.carried, values)}\n{rows}"
+            steps = [_moved_table(("id", "queue")),
+                     f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}"]
+        else:
+            steps = [_moved_table(move.carried), f"DELETE h\n{_output_into(move.carried, values)}\n{rows}",
+                     insert_moved(move, "@Moved", "@Now") + ";"]
         if move is TO_HOT:  # a Pending row again, off the DLQ's counter
-            return _batch(_NOW, _moved_table(move.carried), delete, insert_moved(move, "@Moved", "@Now") + ";",
-                          _uncount(move.counter, touch=True), "SELECT id, queue FROM @Moved;")
-        return _completion([], move, delete)
-
-    def history_upsert(self, source: str) -> str:
-        return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
+            steps.append(_uncount(move.counter, touch=True))
+        else:
+            steps.append(self.stats_add(move.counter, "@Moved", "@Now"))
+        if move.outcome is not None:
+            steps += [_BUCKET, self.bucket_add(move.outcome, f"(SELECT {move.counted} FROM @Moved)", "@Bucket", "@Now")]
+        return _batch(_NOW, *steps, "SELECT id, queue FROM @Moved;")
 
     merge_rows = staticmethod(merge_rows)
 
@@ -535,9 +449,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         No rows: NULL, which ``json_rows`` reads as no rows."""
         cols = ", ".join(f"c{i}" for i in range(width))
         return f"(SELECT {cols} FROM ({sql}) AS t({cols}) ORDER BY {order} FOR JSON PATH, INCLUDE_NULL_VALUES)"
-
-    def top_errors_params(self, limit: int) -> list[Any]:
-        return [limit, EMPTY_ERROR, TOP_ERRORS_SAMPLE]  # in the order of the text (TOP comes first)
 
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"OPENJSON(%s) WITH ({', '.join(f"{c} {PARAM_TYPES[k]} '$.{c}'" for c, k in columns.items())}) AS a"

@@ -19,30 +19,22 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chokaq_core.domain import (
-    BucketSpend,
-    ClaimHold,
-    NewJob,
-)
+from chokaq_core.domain import BucketSpend, ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     HOT_FIELDS,
     MAX_HELD_KEYS,
     RETRY,
-    TO_ARCHIVE,
-    TO_DLQ,
     TO_HOT,
+    TRIMMED,
     BaseDialect,
     Move,
     StaleBuckets,
-    bucket_add,
     bulkhead,
     carried_values,
-    history_add,
     history_rows,
     insert_moved,
     queue_health_select,
-    stats_add,
     uncount_sql,
 )
 
@@ -65,32 +57,12 @@ def _returning(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
     return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(columns, values, strict=True))
 
 
-# Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
-ARCHIVE_INSERT = (f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n"
-                  "    RETURNING queue, -1 AS failure_reason, duration_ms, type)")
-DLQ_INSERT = (f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n"
-              "    RETURNING queue, failure_reason, NULL::float8 AS duration_ms, type)")
-
-
-def _stats_add(counter: str, source: str) -> str:
-    """``stats`` CTE: ``counter += rows of source`` per queue, inserting a missing row."""
-    return f"stats AS ({stats_add(counter, source, 'now()')})"
 
 
 def _uncount(counter: str, source: str, touch: bool = False) -> str:
     """``dec`` CTE: the rows of ``source`` taken off ``counter`` per queue (``uncount_sql``)."""
     counts = f"(SELECT queue, count(*) AS n FROM {source} GROUP BY queue)"
     return f"dec AS ({uncount_sql(counter, counts, 'now()' if touch else None)})"
-
-
-def _completion(ctes: str, move: Move) -> str:
-    """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
-    insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
-    bucket = bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
-    history = history_add(history_rows(f"(SELECT queue, type, {move.outcome or 0} AS outcome, duration_ms FROM ins)",
-                                       "date_trunc('minute', now())", "date_trunc('hour', now())"))
-    return (f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket}),\nhist AS ({history})\n"
-            "SELECT id, queue FROM moved")
 
 
 # ---------------------------------------------------------------- statements
@@ -294,9 +266,9 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     FOLDS_CASE = True
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
-              "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
-              "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "", "output": "",
-              "returning": " RETURNING id", "differs": "new_payload IS DISTINCT FROM payload"}
+              "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "lazy": f" AND {ASYNC_COMMIT}",
+              "trimmed": TRIMMED.format(trim="btrim", chr="chr"), "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "",
+              "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
     SPENDS_IN_ONE_STATEMENT = True
@@ -382,13 +354,17 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
                 f"    WHERE {f'{on} AND ' if on else ''}{where}")
         if move is RETRY:
-            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n{_stats_add(move.counter, 'moved')}\n"
-                    "SELECT id, queue FROM moved")
-        moved = f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})"
+            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n"
+                    f"stats AS ({self.stats_add(move.counter, 'moved', 'now()')})\nSELECT id, queue FROM moved")
+        moved = (f"WITH moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)}),\n"
+                 f"ins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, type, {move.counted}),\n")
         if move is TO_HOT:  # a Pending row again, off the DLQ's counter
-            return (f"WITH {moved},\nins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, queue),\n"
-                    f"{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins")
-        return _completion(moved, move)
+            return f"{moved}{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins"
+        bucket = self.bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
+        history = self.history_add(history_rows(f"(SELECT queue, type, {move.outcome or 0} AS outcome, duration_ms"
+                                                " FROM ins)", "date_trunc('minute', now())", "date_trunc('hour', now())"))
+        return (f"{moved}stats AS ({self.stats_add(move.counter, 'ins', 'now()')}),\nbucket AS ({bucket}),\n"
+                f"hist AS ({history})\nSELECT id, queue FROM moved")
 
     def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
         """Skip-locked, the rows taken off ``counter`` by the same statement."""

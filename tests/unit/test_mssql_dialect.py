@@ -203,6 +203,7 @@ KEYWORDS = frozenset("""
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
     LEFT RIGHT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
+    SUBSTRING
     DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY
 """.split())
 
@@ -633,9 +634,9 @@ CASES = [
     Case("fetch_batch", ("w1", 5, ["mail", "default", "mail"]), CLAIMED, check=_is_hot_batch),
     Case("fetch_batch", ("w1", 5, None), CLAIMED, check=_is_hot_batch),
     Case("fetch_batch", ("w1", 5, []), [], []),
-    Case("mark_processing", ("J1", "w1"), [[(1,)]], 1),
+    Case("mark_processing", ("J1", "w1"), [[("J1", 1)]], 1),
     Case("mark_processing", ("J1", "w1"), [[]], None),
-    Case("mark_processing", ("J1", "w1"), [Sets([None, None, [(3,)]])], 3),  # results without a row set skipped
+    Case("mark_processing", ("J1", "w1"), [Sets([None, None, [("J1", 3)]])], 3),  # results without a row set skipped
     Case("mark_processing_batch", (["J1", "J2", "J1"], "w1"), [[("J1", 2)]], {"J1": 2}),
     Case("mark_processing_batch", ([], "w1"), [], {}),
     Case("keep_alive", (["J1", "J2", "J1"], "w1"), [[("J1",)]], ["J1"]),
@@ -947,7 +948,7 @@ def test_the_claim_sends_worker_window_and_limit() -> None:
 
 def test_dashboard_reads_are_dirty_and_correctness_reads_are_not() -> None:
     dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql.THROUGHPUT_SELECT, sql.QUEUE_HEALTH_SELECT,
-                   sql.TOP_ERRORS_SQL)
+                   sql.DIALECT.TOP_ERRORS_SQL)
     for function, text in ((f, t) for f, texts in _texts(DIALECT_FUNCTIONS).items() for t in texts):
         tables = len(re.findall(r"\bchokaq_\w+", text))
         if function in ("summary_stats", "queue_stats", "throughput", "queue_health", "top_errors"):
@@ -965,7 +966,7 @@ def test_deck_snapshot_is_one_statement_whose_parts_equal_the_separate_reads() -
     [(text, params)] = cursor.calls
     assert text == sql.DIALECT.snapshot(FULL_REQUEST)[0]
     assert params == [50, *['[{"id":"J1"},{"id":"J2"},{"id":"J3"}]'] * 3, True, "2026-03-01T11:55:00.000000+00:00",
-                      True, True, True, True, True, 5, sql.EMPTY_ERROR, sql.TOP_ERRORS_SAMPLE]
+                      True, True, True, True, True, base.EMPTY_ERROR, base.TOP_ERRORS_SAMPLE, 5]
     assert isinstance(snap, DeckSnapshot)
     for name, (function, args) in SNAPSHOT_PARTS.items():
         alone, _ = _run(Case(function, args, [SNAPSHOT_NATIVE[function]]))
@@ -992,8 +993,8 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
                              [[snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]]))
     assert _bare_snapshot(snap)
     [(text, params)] = cursor.calls
-    assert params == [10, False, "1970-01-01T00:00:00.000000+00:00", False, False, False, False, False, 1,
-                      sql.EMPTY_ERROR, sql.TOP_ERRORS_SAMPLE]
+    assert params == [10, False, "1970-01-01T00:00:00.000000+00:00", False, False, False, False, False,
+                      base.EMPTY_ERROR, base.TOP_ERRORS_SAMPLE, 1]
     assert "OPENJSON" not in text and "WHERE id IN (NULL)" in text, "no ids: nothing to locate, no JSON to read"
 
     *_, select = [s.strip() for s in text.split(";") if s.strip()]
@@ -1008,12 +1009,11 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
                         (dialect.QUEUE_STATES_SQL, dialect.QUEUE_STATES_SELECT),
                         (dialect.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT),
                         (dialect.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT),
-                        (dialect.LIST_WORKERS_SQL, dialect.LIST_WORKERS_SELECT),
-                        (dialect.TOP_ERRORS_SQL, sql.TOP_ERRORS_SQL)):
+                        (dialect.LIST_WORKERS_SQL, dialect.LIST_WORKERS_SELECT)):
         assert part in alone
     for part in (sql.SUMMARY_STATS_SQL, dialect.active_sql(), base.locate_statement("IN (NULL)"),
                  sql.THROUGHPUT_SELECT, dialect.QUEUE_STATES_SELECT, sql.QUEUE_STATS_SELECT,
-                 sql.QUEUE_HEALTH_SELECT, dialect.LIST_WORKERS_SELECT, sql.TOP_ERRORS_SQL):
+                 sql.QUEUE_HEALTH_SELECT, dialect.LIST_WORKERS_SELECT, dialect.TOP_ERRORS_SQL):
         assert f"FROM ({part}) AS t(c0, " in select
     assert json_rows(for_json([(T1, True, None)]), datetime_at=[0]) == [[T1, True, None]], "the fake's FOR JSON"
 
@@ -1092,7 +1092,7 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
 def test_the_pending_split_and_top_errors_read_the_new_columns() -> None:
     assert "CASE WHEN scheduled_at > SYSUTCDATETIME() THEN 1 ELSE 0 END AS later" in sql.SUMMARY_STATS_SQL
     assert "FROM chokaq_jobs_hot WITH (NOLOCK) WHERE status = 0) AS p" in sql.SUMMARY_STATS_SQL
-    assert "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix" in sql.TOP_ERRORS_SQL
+    assert "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix" in sql.DIALECT.TOP_ERRORS_SQL
     _, cursor = _run(Case("list_dlq", (JobFilter(failure_reason=FailureReason.TRANSIENT, error_class="a.B",
                                                  error_message=""), None, 10, HistorySort()), [[]]))
     [(text, params)] = cursor.calls
