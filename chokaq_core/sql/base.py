@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
@@ -566,13 +565,14 @@ def resurrected(payload: str, tags: str, priority: str, actor: str, row: str = "
             "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
-def uncount_sql(counter: str, counts: str, now: str | None = None) -> str:
-    """Take the rows a delete removed, ``counts`` (a derived table of queue, n), off ``counter`` per queue, floored
+def uncount_sql(counter: str, rows: str, now: str | None = None) -> str:
+    """Take the rows a move removed (``rows``: a table of them with their queue) off ``counter`` per queue, floored
     at 0, update only; an Archive purge's ``PURGED`` grows by them instead (``succeeded_total`` never shrinks).
     ``now``: the last activity's new stamp (None: left as it is)."""
     value = f"{PURGED} + c.n" if counter == PURGED else f"CASE WHEN {counter} > c.n THEN {counter} - c.n ELSE 0 END"
     touched = "" if now is None else f", last_activity_at = {now}"
-    return f"UPDATE {STATS} SET {counter} = {value}{touched} FROM {counts} AS c WHERE c.queue = {STATS}.queue"
+    return (f"UPDATE {STATS} SET {counter} = {value}{touched} FROM (SELECT queue, count(*) AS n FROM {rows} AS r"
+            f" GROUP BY queue) AS c WHERE c.queue = {STATS}.queue")
 
 
 def stats_update(counter: str) -> dict[str, str | None]:
@@ -597,17 +597,19 @@ TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0,
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1,
               counted="queue, failure_reason, CAST(NULL AS float) AS duration_ms")
 RETRY = Move(None, (), "last_updated_at", "retried_total", None)
-# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``; its revision one up, ``carried_values``).
+# DLQ → Hot: a Pending row again (its counter goes down; its revision one up, ``carried_values``).
 TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
                     "last_updated_at", "created_by", "last_modified_by", "revision", "rate_key"), "last_updated_at",
               "failed_total", None, origin=DLQ)
-# The purges of DLQ and Archive rows (spec 01 §4.10): statement → (table, the rows it may delete, their order, the
-# counter they lower, whether it returns (queue, rows) groups rather than (id, queue) rows), ``purge_sql`` writing each
-# ("{ids}": ``TOKENS["ids"]``, "{ts}": ``TS``).
-PURGES = {"PURGE_DLQ_IDS_SQL": (DLQ, "id {ids}", "failed_at, id", "failed_total", False),
-          "PURGE_ARCHIVE_IDS_SQL": (ARCHIVE, "id {ids}", "finished_at, id", PURGED, False),
-          "PURGE_DLQ_OLDER_SQL": (DLQ, "created_at <= {ts}", "created_at, id", "failed_total", True),
-          "PURGE_ARCHIVE_SQL": (ARCHIVE, "finished_at < {ts}", "finished_at, id", PURGED, True)}
+# The purges of DLQ and Archive rows (spec 01 §4.10): moves that land nowhere, their counter lowered (an Archive
+# purge's ``PURGED`` raised); statement → (move, the rows it may delete, their order), each one batch of the first
+# rows ("{ids}": ``TOKENS["ids"]``, "{ts}": ``TS``).
+PURGE_DLQ = Move(None, ("id", "queue"), "", "failed_total", None, origin=DLQ)
+PURGE_ARCHIVE = Move(None, ("id", "queue"), "", PURGED, None, origin=ARCHIVE)
+PURGES = {"PURGE_DLQ_IDS_SQL": (PURGE_DLQ, "id {ids}", "failed_at, id"),
+          "PURGE_ARCHIVE_IDS_SQL": (PURGE_ARCHIVE, "id {ids}", "finished_at, id"),
+          "PURGE_DLQ_OLDER_SQL": (PURGE_DLQ, "created_at <= {ts}", "created_at, id"),
+          "PURGE_ARCHIVE_SQL": (PURGE_ARCHIVE, "finished_at < {ts}", "finished_at, id")}
 # The batches of archive_succeeded and move_to_dlq (``items_table`` kinds, in ``items_params`` order): each item's own
 # values of the moved row.
 ARCHIVED_ITEMS = {"id": "name", "duration_ms": "float", "result": "text"}
@@ -635,10 +637,11 @@ def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:
 # "clock" opens a statement that stamps rows with "now"; "stamp" is now where the driver must count the changed
 # rows; "ids" matches ``id`` against ids_param; "by_id" prefixes a status test of rows named by id; "text"/"int"
 # type a parameter ("name": a short text); "ago" is ago_params' moment; "trimmed" is a DLQ row's details trimmed
-# of blanks/CR/LF (``TRIMMED``); "substr" is the substring function; "dirty" hints a read that may be dirty; "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
+# of blanks/CR/LF (``TRIMMED``); "substr" is the substring function; "dirty" hints a read that may be dirty;
+# "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
 # bench/README, "Asynchronous commit of the claim and the lease").
-_LEASE = ("{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
-          " heartbeat_at = {now}, last_updated_at = {now}")
+_LEASE = ("{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 2, attempt_count = attempt_count + 1,"
+          " started_at = {now}, heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
 # The "trimmed" of the vendors whose trim takes the characters to trim and whose || concatenates, over their
 # trim-these-characters and character-code functions.
@@ -679,11 +682,12 @@ SHARED_STATEMENTS = {
     # Derived tables rather than CTEs, so ``deck_snapshot`` can nest it on SQL Server too.
     "TOP_ERRORS_SQL": "SELECT g.failure_reason, g.prefix, count(*) AS n, max(g.failed_at) AS latest, g.error_class,"
                       " g.error_message\nFROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,"
-                      " CASE WHEN r.e IS NULL THEN '' WHEN r.e = '' THEN {name} ELSE {substr}(r.e, 1, 160) END AS prefix"
-                      "\n      FROM (SELECT failure_reason, failed_at, error_class, error_message,"
+                      " CASE WHEN r.e IS NULL THEN '' WHEN r.e = '' THEN {name} ELSE {substr}(r.e, 1, 160) END"
+                      " AS prefix\n      FROM (SELECT failure_reason, failed_at, error_class, error_message,"
                       " CASE WHEN error_class IS NULL THEN {trimmed} END AS e\n"
                       "            FROM chokaq_jobs_dlq{dirty} ORDER BY failed_at DESC{limit}) AS r) AS g\n"
-                      "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC{limit}",
+                      "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix"
+                      " ORDER BY n DESC, latest DESC{limit}",
     # Retention: the oldest rows of a table, one batch ("pick": the pick's lock, or nothing).
     "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
     "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
@@ -755,21 +759,22 @@ class BaseDialect:
     KEEP_ALIVE_SQL: str  # params: clock, ids, worker → (id)
     CANCEL_REQUESTS_SQL = (f"SELECT id, cancel_requested_by FROM {HOT}"
                            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL")  # → (id, actor)
-    CANCEL_BATCH_SQL: str  # params: details, actor, ids → moved
+    CANCEL_BATCH_SQL: str  # params: clock, details, actor, ids → moved
     REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
     UPDATE_HOT_SQL: str  # params: clock, payload, tags, priority, actor, job id, revision → (id)
     UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
     RELEASE_SQL: str  # params: clock, ids, worker → id
     RECOVER_ABANDONED_SQL: str  # params: clock, ago_params(timeout) → changed
     ARCHIVE_ZOMBIES_SQL: str  # params: clock, seconds_params(global timeout), details → moved
-    RESURRECT_SQL: str  # params: payload, tags, priority, actor, ids, revision → (id, queue)
-    PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
-    PURGE_ARCHIVE_IDS_SQL: str  # params: ids, batch size → (id, queue)
-    PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
-    PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
-    ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
-    MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details, error_columns), guard_params
-    RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields, error_columns, held_by), guard_params
+    RESURRECT_SQL: str  # params: clock, payload, tags, priority, actor, ids, revision → moved
+    PURGE_DLQ_IDS_SQL: str  # params: clock, ids, batch size → moved
+    PURGE_ARCHIVE_IDS_SQL: str  # params: clock, ids, batch size → moved
+    PURGE_DLQ_OLDER_SQL: str  # params: clock, param_ts(cutoff), batch size → moved
+    PURGE_ARCHIVE_SQL: str  # params: clock, param_ts(cutoff), batch size → moved
+    ARCHIVE_SUCCEEDED_SQL: str  # params: clock, items_params(id, duration_ms, result), guard_params → moved
+    MOVE_TO_DLQ_SQL: str  # params: clock, items_params(id, failure_reason, error_details, error_columns), guard_params
+    RESCHEDULE_SQL: str  # params: clock, items_params(id, attempt_count, delay_fields, error_columns, held_by),
+    # guard_params
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
@@ -791,9 +796,6 @@ class BaseDialect:
         for name, template in SHARED_STATEMENTS.items():
             if not hasattr(self, name):  # a vendor module's own statement wins
                 setattr(self, name, template.format_map(words))
-        for name, (table, where, order, counter, grouped) in PURGES.items():
-            setattr(self, name, self.purge_sql(table, where.format(ids=self.TOKENS["ids"], ts=self.TS), order, counter,
-                                               grouped))
         self._write_completions()
 
     def _write_completions(self) -> None:
@@ -815,9 +817,9 @@ class BaseDialect:
             # Pending/Fetched rows named by id; params: details, actor, ids
             "CANCEL_BATCH_SQL": self.completion(
                 TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
-                f"h.id {ids} AND {self.TOKENS['by_id']}h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
-                                                       "error_details": "a.error_details",
-                                                       "last_modified_by": "a.last_modified_by"}),
+                f"h.id {ids} AND {self.TOKENS['by_id']}h.status IN (0, 1)",
+                {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "a.error_details",
+                 "last_modified_by": "a.last_modified_by"}),
             # Processing rows whose heartbeat expired (spec 01 §4.12: the queue's timeout, else the global one), a
             # sweep that may leave a locked row to the next; params: ZOMBIE_SOURCE's (global timeout, details)
             "ARCHIVE_ZOMBIES_SQL": self.completion(
@@ -829,6 +831,9 @@ class BaseDialect:
                 TO_HOT, f"(SELECT {text} AS payload, {text} AS tags, {number} AS priority, {text} AS actor) AS a", None,
                 f"h.id {ids} AND h.{revision_guard(number)}",
                 resurrected("a.payload", "a.tags", "a.priority", "a.actor", "{row}."))}
+        for name, (move, keep, order) in PURGES.items():  # no values of their own: a one-row source
+            picked = self.pick(move.origin, f" WHERE {keep.format(ids=ids, ts=self.TS)}", order)
+            statements[name] = self.completion(move, "(SELECT 1 AS one) AS a", None, f"h.id IN ({picked})", {})
         for name, sql in statements.items():
             setattr(self, name, sql)
 
@@ -839,19 +844,19 @@ class BaseDialect:
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
                    sets: str = "", sweep: bool = False) -> str:
-        """A completion's statement (SQLite: its first step, see ``_move``): the rows ``h`` of the pillar the move
-        leaves that ``where`` keeps, joined to ``source`` ``a`` (on ``on``, else its one row), leave for ``move``'s
-        pillar with ``values`` (column → expression) set, or for ``RETRY`` stay with ``sets`` as their SET; then
-        counted (and bucketed); it returns (id, queue) of each. Parameters: the clock's, the source's, then the
-        where's. ``sweep``: rows another transaction holds may be left for the next one."""
+        """A move's statement (SQLite: its first step, see ``_move``): the rows ``h`` of the pillar the move leaves that
+        ``where`` keeps, joined to ``source`` ``a`` (on ``on``, else its one row), leave for ``move``'s pillar (or,
+        a purge, for none) with ``values`` (column → expression) set, or for ``RETRY`` stay with ``sets`` as their SET;
+        then counted (and bucketed), a row leaving the DLQ or the Archive off its counter; it returns (id, queue) of
+        each. Parameters: the clock's, the source's, then the where's. ``sweep``: rows another transaction holds may
+        be left for the next one."""
         raise NotImplementedError
 
-    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
-        """One batch delete of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, the batch
-        size), returning (id, queue) per row or, ``grouped``, (queue, rows); here ``uncount`` lowers ``counter`` after
-        it (PostgreSQL and SQL Server: the statement itself)."""
-        return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order}{self.LIMIT})"
-                f" RETURNING {'queue, 1' if grouped else 'id, queue'}")
+    def pick(self, table: str, where: str, order: str, lock: bool = True) -> str:
+        """The ids of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, how many), locked
+        (skipping those another transaction holds) where the vendor can unless ``lock`` is False."""
+        hint, tail = (self.PICK_HINT, self.PICK_LOCK) if lock else ("", "")
+        return f"SELECT id FROM {table}{hint}{where} ORDER BY {order}{self.LIMIT}{tail}"
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
@@ -931,10 +936,6 @@ class BaseDialect:
         """(id, queue) of each row the statement just executed moved."""
         return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
 
-    def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        """Apply the rows a delete removed to ``counter``, per queue, where its statement did not (PostgreSQL
-        and SQL Server count inside the statement): lower it, or for ``PURGED`` raise it."""
-
     def now(self) -> tuple[str, list[Any]]:
         """``(SQL, params)`` of the current time: the database clock (``TOKENS["now"]``) by default."""
         return self.TOKENS["now"], []
@@ -954,7 +955,8 @@ class BaseDialect:
     def stats_add(self, counter: str, source: str, now: str) -> str:
         """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
         return self.merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
-                               f"SELECT queue, count(*), {now} FROM {source} AS b GROUP BY queue", stats_update(counter))
+                               f"SELECT queue, count(*), {now} FROM {source} AS b GROUP BY queue",
+                               stats_update(counter))
 
     def bucket_add(self, outcome: int, source: str, second: str, now: str) -> str:
         """The MetricBuckets upsert of this ``second`` from ``source`` (``Move.counted``); no aggregate sees a NULL
@@ -1727,54 +1729,40 @@ class BaseDialect:
         """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
         return self._resurrect(cursor, job_ids, actor=actor)
 
-    def _purge(self, cursor: Cursor, sql: str, params: list[Any], counter: str) -> Moved:
-        """A delete whose statement returns (id, queue) per row; ``counter`` −n per queue (``PURGED`` +n)."""
-        cursor.execute(sql, params)
-        moved = self.moved(cursor)
-        self.uncount(cursor, counter, Counter(queue for _, queue in moved))
-        return moved
-
-    def _purge_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, counter: str) -> int:
-        """One batch delete whose statement returns (queue, rows) groups; ``counter`` −n per queue (``PURGED``
-        +n)."""
+    def _purge_by_age(self, cursor: Cursor, move: Move, sql: str, cutoff: datetime, batch_size: int) -> int:
+        """One batch of the rows before ``cutoff`` purged; how many."""
         if batch_size <= 0:
             return 0
-        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
-        counts: Counter[str] = Counter()
-        for queue, n in self.rows(cursor):
-            counts[str(queue)] += int(n)
-        self.uncount(cursor, counter, counts)
-        return sum(counts.values())
+        return len(self._move(cursor, move, sql, [*self.clock(), self.param_ts(cutoff), batch_size]))
 
     def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
         """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
         if not job_ids or batch_size <= 0:
             return []
-        return self._purge(cursor, self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size], "failed_total")
+        return self._move(cursor, PURGE_DLQ, self.PURGE_DLQ_IDS_SQL, [*self.clock(), self.ids_param(job_ids), batch_size])
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
         """Delete the given Archive rows (one batch of them all, as ``purge_dlq_ids``); PurgedTotal +n."""
         if not job_ids:
             return []
-        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids), len(set(job_ids))], PURGED)
+        return self._move(cursor, PURGE_ARCHIVE, self.PURGE_ARCHIVE_IDS_SQL,
+                          [*self.clock(), self.ids_param(job_ids), len(set(job_ids))])
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
-        return self._purge_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size, "failed_total")
+        return self._purge_by_age(cursor, PURGE_DLQ, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size)
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n (SucceededTotal never
         shrinks)."""
-        return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
+        return self._purge_by_age(cursor, PURGE_ARCHIVE, self.PURGE_ARCHIVE_SQL, cutoff, batch_size)
 
     def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int, lock: bool = True) -> list[str]:
         """The first ``max_jobs`` filter matches, newest failure first, locked (skipping locked ones) where the
         vendor can unless ``lock`` is False."""
         where, params = self.dlq_where(filters)
-        hint, tail = (self.PICK_HINT, self.PICK_LOCK) if lock else ("", "")
-        return [str(r[0]) for r in self._all(
-            cursor, f"SELECT id FROM {DLQ}{hint}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}{tail}",
-            [*params, int(max_jobs)])]
+        return [str(r[0]) for r in self._all(cursor, self.pick(DLQ, where, "failed_at DESC, id ASC", lock),
+                                             [*params, int(max_jobs)])]
 
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches; FailedTotal -n."""

@@ -23,8 +23,8 @@ import logging
 import os
 import sqlite3
 import threading
-from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import django.db.utils
@@ -109,24 +109,18 @@ def database() -> MemoryDatabase:
 
 
 def evict_if_full(cursor: Any, capacity: int) -> None:
-    """Make room before an enqueue (spec 03 §15): oldest Archive rows first, then oldest DLQ rows."""
+    """Make room before an enqueue (spec 03 §15): oldest Archive rows first, then oldest DLQ rows, each removed by
+    the dialect's purge (its counters lowered, evicted Archive rows counted as purged)."""
     cursor.execute(f"SELECT (SELECT count(*) FROM {base.HOT}) + (SELECT count(*) FROM {base.ARCHIVE})"
                    f" + (SELECT count(*) FROM {base.DLQ})")
     stored = int(cursor.fetchone()[0])
     if stored < capacity:
         return
-    now = sqlite._ts(sqlite._now())
-    evicted = []
-    for table, order, counter, n in ((base.ARCHIVE, "finished_at", base.PURGED, EVICT_ARCHIVE_ROWS),
-                                     (base.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
-        if stored < capacity:
-            evicted.append(0)
-            continue
-        cursor.execute(sqlite.DIALECT.purge_sql(table, "1 = 1", f"{order}, id", counter, grouped=True), [n])
-        queues = Counter(row[0] for row in cursor.fetchall())
-        sqlite.count_removed(cursor, counter, queues, now)
-        stored -= queues.total()
-        evicted.append(queues.total())
-    level = logging.WARNING if any(evicted) else logging.DEBUG  # Hot alone at the cap: nothing to evict
+    archived = sqlite.DIALECT.purge_archive(cursor, datetime.max.replace(tzinfo=UTC), EVICT_ARCHIVE_ROWS)
+    failed = 0
+    if stored - archived >= capacity:
+        cursor.execute(f"SELECT id FROM {base.DLQ} ORDER BY failed_at, id LIMIT %s", [EVICT_DLQ_ROWS])
+        failed = len(sqlite.DIALECT.purge_dlq_ids(cursor, [row[0] for row in cursor.fetchall()], EVICT_DLQ_ROWS))
+    level = logging.WARNING if archived or failed else logging.DEBUG  # Hot alone at the cap: nothing to evict
     logger.log(level, "in-memory storage at its capacity of %s rows: evicted %s Archive and %s DLQ rows",
-               capacity, *evicted)
+               capacity, archived, failed)

@@ -50,6 +50,7 @@ from chokaq_core.domain import ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     HISTORY,
+    HOT,
     HOT_FIELDS,
     RETRY,
     TO_HOT,
@@ -122,11 +123,6 @@ def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
     """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
     revision goes up by one)."""
     return f"OUTPUT {', '.join(carried_values(columns, 'deleted', overrides))}\n    INTO @Moved ({', '.join(columns)})"
-
-
-def _uncount(counter: str, touch: bool = False) -> str:
-    """The rows moved taken off ``counter`` per queue (``uncount_sql``)."""
-    return uncount_sql(counter, "(SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue)", "@Now" if touch else None) + ";"
 
 
 def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
@@ -385,17 +381,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                            [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
         return self.rows(cursor)
 
-    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
-        """Skip-locked (READPAST), the rows taken off ``counter`` by the same batch."""
-        return _batch(
-            _moved_table(("id", "queue")),
-            f"WITH Picked AS (\n    SELECT p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
-            f"    WHERE {where} ORDER BY {order} OFFSET 0 ROWS FETCH NEXT CAST(%s AS int) ROWS ONLY)\n"
-            "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-            f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-            _uncount(counter),
-            f"SELECT {'queue, COUNT(*) FROM @Moved GROUP BY queue' if grouped else 'id, queue FROM @Moved'};")
-
     MOVED_NOW = "@Now"
     DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
     DUE = "DATEADD(MILLISECOND, a.delay_ms, DATEADD(SECOND, a.delay_s, @Now))"
@@ -417,10 +402,11 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             steps = [_moved_table(("id", "queue")),
                      f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}"]
         else:
-            steps = [_moved_table(move.carried), f"DELETE h\n{_output_into(move.carried, values)}\n{rows}",
-                     insert_moved(move, "@Moved", "@Now") + ";"]
-        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
-            steps.append(_uncount(move.counter, touch=True))
+            steps = [_moved_table(move.carried), f"DELETE h\n{_output_into(move.carried, values)}\n{rows}"]
+        if move.table is not None:
+            steps.append(insert_moved(move, "@Moved", "@Now") + ";")
+        if move.origin != HOT:  # back to Pending or purged: off its counter
+            steps.append(uncount_sql(move.counter, "@Moved", "@Now" if move is TO_HOT else None) + ";")
         else:
             steps.append(self.stats_add(move.counter, "@Moved", "@Now"))
         if move.outcome is not None:

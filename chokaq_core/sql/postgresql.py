@@ -22,6 +22,7 @@ from typing import Any
 from chokaq_core.domain import BucketSpend, ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
+    HOT,
     HOT_FIELDS,
     MAX_HELD_KEYS,
     RETRY,
@@ -57,12 +58,6 @@ def _returning(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
     return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(columns, values, strict=True))
 
 
-
-
-def _uncount(counter: str, source: str, touch: bool = False) -> str:
-    """``dec`` CTE: the rows of ``source`` taken off ``counter`` per queue (``uncount_sql``)."""
-    counts = f"(SELECT queue, count(*) AS n FROM {source} GROUP BY queue)"
-    return f"dec AS ({uncount_sql(counter, counts, 'now()' if touch else None)})"
 
 
 # ---------------------------------------------------------------- statements
@@ -356,22 +351,17 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         if move is RETRY:
             return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n"
                     f"stats AS ({self.stats_add(move.counter, 'moved', 'now()')})\nSELECT id, queue FROM moved")
-        moved = (f"WITH moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)}),\n"
-                 f"ins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, type, {move.counted}),\n")
-        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
-            return f"{moved}{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins"
+        moved = f"WITH moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)}),\n"
+        if move.table is not None:
+            moved += f"ins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, type, {move.counted}),\n"
+        if move.origin != HOT:  # back to Pending or purged: off its counter
+            dec = uncount_sql(move.counter, "moved", "now()" if move is TO_HOT else None)
+            return f"{moved}dec AS ({dec})\nSELECT id, queue FROM moved"
         bucket = self.bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
-        history = self.history_add(history_rows(f"(SELECT queue, type, {move.outcome or 0} AS outcome, duration_ms"
-                                                " FROM ins)", "date_trunc('minute', now())", "date_trunc('hour', now())"))
+        landed = f"(SELECT queue, type, {move.outcome} AS outcome, duration_ms FROM ins)"
+        history = self.history_add(history_rows(landed, "date_trunc('minute', now())", "date_trunc('hour', now())"))
         return (f"{moved}stats AS ({self.stats_add(move.counter, 'ins', 'now()')}),\nbucket AS ({bucket}),\n"
                 f"hist AS ({history})\nSELECT id, queue FROM moved")
-
-    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
-        """Skip-locked, the rows taken off ``counter`` by the same statement."""
-        return (f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
-                f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-                f"{_uncount(counter, 'del')}\n"
-                f"SELECT {'queue, count(*) FROM del GROUP BY queue' if grouped else 'id, queue FROM del'}")
 
     def pack(self, sql: str, width: int, order: str) -> str:
         cols = ", ".join(f"c{i}" for i in range(width))

@@ -15,7 +15,6 @@ counts them.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +27,7 @@ from chokaq_core.sql.base import (
     QUEUES,
     RETRY,
     STATS,
+    TO_HOT,
     TRIMMED,
     BaseDialect,
     Move,
@@ -53,16 +53,6 @@ def _ts(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
-
-
-# ---------------------------------------------------------------- counters
-
-
-def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str | None) -> None:
-    """Apply the rows a delete removed, ``counts`` per queue, to ``counter`` (``uncount_sql``)."""
-    if counts:
-        cursor.execute(uncount_sql(counter, "(SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]')"
-                                            " AS n FROM json_each(%s))", "%s"), [now, json.dumps(list(counts.items()))])
 
 
 # ---------------------------------------------------------------- statements
@@ -175,9 +165,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return (f"(WITH t({cols}) AS ({sql})"
                 f" SELECT json_group_array(json_array({cols})) FROM (SELECT * FROM t ORDER BY {order}))")
 
-    def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        count_removed(cursor, counter, Counter(queues), _ts(_now()))
-
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)
 
@@ -253,14 +240,18 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
                    sets: str = "", sweep: bool = False) -> str:
-        """One statement lands the rows (a retry: updates them) and returns them with what the counters read;
-        ``_move`` then deletes them where they were and counts them (RETURNING cannot feed an INSERT here). The
-        source is the outer loop (CROSS JOIN keeps SQLite's join order), so the rows are read by primary key."""
-        rows = f"WHERE {f'{on} AND ' if on else ''}{where} RETURNING id, {move.counted}"
+        """One statement lands the rows (a retry: updates them; a purge: deletes them) and returns them with what
+        the counters read; ``_move`` then deletes landed rows where they were and counts them (RETURNING cannot feed
+        an INSERT here). The source is the outer loop (CROSS JOIN keeps SQLite's join order), so the rows are read by
+        primary key."""
+        keep = f"{where} RETURNING id, {move.counted}"
         if move is RETRY:
-            return f"{_CLOCK}UPDATE {HOT} AS h SET {sets} FROM {source} {rows}"
+            return f"{_CLOCK}UPDATE {HOT} AS h SET {sets} FROM {source} WHERE {on} AND {keep}"
+        if move.table is None:
+            return f"{_CLOCK}DELETE FROM {move.origin} AS h WHERE EXISTS (SELECT 1 FROM {source}) AND {keep}"
         landed = dict(zip(move.carried, carried_values(move.carried, "h", values), strict=True))
-        return f"{_CLOCK}{insert_moved(move, f'{source} CROSS JOIN {move.origin} AS h', _NOW, landed)} {rows}"
+        rows = f"{source} CROSS JOIN {move.origin} AS h WHERE {f'{on} AND ' if on else ''}{keep}"
+        return f"{_CLOCK}{insert_moved(move, rows, _NOW, landed)}"
 
     def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any]) -> Moved:
         """Run a ``completion`` statement, then delete the landed rows where they were and count them."""
@@ -271,15 +262,17 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         moved = [(str(row[0]), str(row[1])) for row in rows]
         if move.table is not None:
             cursor.execute(f"DELETE FROM {move.origin} WHERE id IN {_IDS}", [json.dumps([i for i, _ in moved])])
-        if move.table == HOT:  # back to Pending: off its counter
-            self.uncount(cursor, move.counter, Counter(queue for _, queue in moved))
-            return moved
         now = _now()
         stamp = _ts(now)
         counted = json.dumps([row[1:] for row in rows])
-        cursor.execute(self.stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
+        if move.origin != HOT:  # back to Pending or purged: off its counter
+            touched = [stamp] if move is TO_HOT else []
+            cursor.execute(uncount_sql(move.counter, _COUNTED, "%s" if touched else None), [*touched, counted])
+        else:
+            cursor.execute(self.stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
         if move.outcome is not None:
-            cursor.execute(self.bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
+            cursor.execute(self.bucket_add(move.outcome, _COUNTED, "%s", "%s"),
+                           [_ts(now.replace(microsecond=0)), stamp, counted])
         return moved
 
 

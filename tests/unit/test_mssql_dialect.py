@@ -672,8 +672,8 @@ CASES = [
     Case("update_dlq_data", ("J1", None, "t", None), [[("J1",)]], True),
     Case("purge_dlq_ids", (["J1", "J2", "J1"], 1000), [[("J1", "mail")]], [("J1", "mail")]),
     Case("purge_dlq_ids", ([], 1000), [], []),
-    Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[("mail", 2), ("default", 1)]], 3),
-    Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [("mail", 2)]])], 2),
+    Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[("J1", "mail"), ("J2", "mail"), ("J3", "x")]], 3),
+    Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [("J1", "mail"), ("J2", "mail")]])], 2),
     Case("recover_abandoned", (600.0,), [[(4,)]], 4),
     Case("archive_zombies", (600.5,), [[("J1", "mail")]], [("J1", "mail")]),
     Case("set_queue_paused", ("mail", True), [None], None),
@@ -887,7 +887,8 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
         r"FROM chokaq_jobs_dlq AS h WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
     *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
-      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT CAST\(%s AS int\) ROWS ONLY\)")),
+      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT %s ROWS ONLY\)", r"INTO @Moved \(id, queue\)",
+                      r"UPDATE chokaq_stats_summary SET (failed|purged)_total = ")),
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
       for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
     *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
