@@ -124,11 +124,8 @@ def json_rows(packed: Any, datetime_at: Sequence[int] = ()) -> list[list[Any]]:
         return []
     rows = json.loads(packed) if isinstance(packed, str | bytes) else packed
     out = []
-    for row in rows:
-        if isinstance(row, dict):  # SQL Server's FOR JSON PATH, INCLUDE_NULL_VALUES: every key present
-            values = [row.get(f"c{i}") for i in range(len(row))]
-        else:
-            values = list(row)
+    for row in rows:  # SQL Server's FOR JSON PATH, INCLUDE_NULL_VALUES: every key present
+        values = [row.get(f"c{i}") for i in range(len(row))] if isinstance(row, dict) else list(row)
         for i in datetime_at:
             values[i] = json_datetime(values[i])
         out.append(values)
@@ -771,10 +768,10 @@ class BaseDialect:
     PURGE_ARCHIVE_IDS_SQL: str  # params: clock, ids, batch size → moved
     PURGE_DLQ_OLDER_SQL: str  # params: clock, param_ts(cutoff), batch size → moved
     PURGE_ARCHIVE_SQL: str  # params: clock, param_ts(cutoff), batch size → moved
-    ARCHIVE_SUCCEEDED_SQL: str  # params: clock, items_params(id, duration_ms, result), guard_params → moved
-    MOVE_TO_DLQ_SQL: str  # params: clock, items_params(id, failure_reason, error_details, error_columns), guard_params
-    RESCHEDULE_SQL: str  # params: clock, items_params(id, attempt_count, delay_fields, error_columns, held_by),
-    # guard_params
+    # The completions' params: clock, items_params of (id, …) as below, the owner twice (None: no owner guard) → moved.
+    ARCHIVE_SUCCEEDED_SQL: str  # duration_ms, result
+    MOVE_TO_DLQ_SQL: str  # failure_reason, error_details, error_columns
+    RESCHEDULE_SQL: str  # attempt_count, delay_fields, error_columns, held_by
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
@@ -802,7 +799,7 @@ class BaseDialect:
         """The completion statements from their one description, each written by the vendor's ``completion``."""
         text, number, now, ids, by_item = (self.TOKENS["text"], self.TOKENS["int"], self.MOVED_NOW, self.TOKENS["ids"],
                                            "a.id = h.id")
-        guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
+        guard = f"({text} IS NULL OR h.worker_id = %s)"  # the owner twice, None for no guard
         retry_items = {"id": "name", "attempt_count": "int", **self.DUE_ITEMS, "error_class": "class",
                        "error_message": "message", "held_by": "class"}
         retry = (f"status = 0, attempt_count = a.attempt_count, scheduled_at = {self.DUE}, worker_id = NULL,"
@@ -852,6 +849,15 @@ class BaseDialect:
         be left for the next one."""
         raise NotImplementedError
 
+    def claim_sql(self, window: str, limit: str, worker: str, now: str, top: bool = False) -> str:
+        """Rank the ``window`` of due Pending rows per queue, apply the bulkheads, claim (spec 01 §4.2): the claimed
+        rows (``HOT_FIELDS``), read by primary key (``bulkhead``'s operands and ``top``)."""
+        output, returning = self.returning(", ".join(HOT_FIELDS))
+        capped = f"SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL"
+        return (f"WITH win AS ({window}),\n{bulkhead('win', capped, limit, top)}\n"
+                f"UPDATE {HOT}{self.TOKENS['rowlock']} SET status = 1, worker_id = {worker}, last_updated_at = {now}"
+                f"{output}\nWHERE id IN (SELECT id FROM picked) AND {self.TOKENS['by_id']}status = 0{returning}")
+
     def pick(self, table: str, where: str, order: str, lock: bool = True) -> str:
         """The ids of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, how many), locked
         (skipping those another transaction holds) where the vendor can unless ``lock`` is False."""
@@ -865,10 +871,7 @@ class BaseDialect:
     def session_pid(self, cursor: Cursor) -> int | None:
         """The id of the server process serving this session (PostgreSQL's ``pg_backend_pid()``), so storage can
         tell a direct connection from one through a pooler; None where the vendor has no such id."""
-        if self.SESSION_PID_SQL is None:
-            return None
-        cursor.execute(self.SESSION_PID_SQL)
-        return int(cursor.fetchone()[0])
+        return None if self.SESSION_PID_SQL is None else int(self._one(cursor, self.SESSION_PID_SQL)[0])
 
     def keep_generic_plans(self, cursor: Cursor) -> None:
         """Make this session run its prepared statements on their generic plans (no planning per call)."""
@@ -924,17 +927,9 @@ class BaseDialect:
         """Per-item rows of a batch as statement parameters: one array per key by default."""
         return [list(column) for column in zip(*(row.values() for row in rows), strict=True)]
 
-    def guard_params(self, worker_id: str | None) -> list[Any]:
-        """The owner guard's parameters (None: no guard)."""
-        return [worker_id, worker_id]
-
     def delay_fields(self, seconds: float) -> dict[str, Any]:
         """A retry delay as the reschedule statement reads it."""
         return {"delay_seconds": float(seconds)}
-
-    def moved(self, cursor: Cursor) -> Moved:
-        """(id, queue) of each row the statement just executed moved."""
-        return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
 
     def now(self) -> tuple[str, list[Any]]:
         """``(SQL, params)`` of the current time: the database clock (``TOKENS["now"]``) by default."""
@@ -1032,7 +1027,7 @@ class BaseDialect:
         the view's own ``equal`` columns (None: not filtered)."""
         clauses: list[str] = []
         params: list[Any] = []
-        for column, value in (("queue", filters.queue), ("type", filters.type), ("id", filters.job_id)):
+        for column, value in (("queue", filters.queue), ("type", filters.type), ("id", filters.job_id), *equal):
             if value is not None:
                 clauses.append(f"{column} = %s")
                 params.append(value)
@@ -1045,10 +1040,6 @@ class BaseDialect:
             if moment is not None:
                 clauses.append(f"{date_column} {op} {self.TS}")
                 params.append(self.param_ts(moment))
-        for column, value in equal:
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                params.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def dlq_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
@@ -1359,8 +1350,7 @@ class BaseDialect:
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
-        cursor.execute(*self.locate_sql(ids))
-        return located(cursor.fetchall())
+        return located(self._all(cursor, *self.locate_sql(ids)))
 
     def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
         """Per-second succeeded (outcome 0) and failed (outcome 1) counts from MetricBuckets, oldest first."""
@@ -1778,14 +1768,13 @@ class BaseDialect:
     def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any]) -> Moved:
         """Run one move statement: (id, queue) of the rows it moved (PostgreSQL and SQL Server move, count and
         bucket inside the statement)."""
-        cursor.execute(sql, params)
-        return self.moved(cursor)
+        return [(str(job_id), str(queue)) for job_id, queue in self._all(cursor, sql, params)]
 
     def _complete(self, cursor: Cursor, move: Move, sql: str, worker_id: str | None,
                   rows: Sequence[Mapping[str, Any]]) -> Moved:
         if not rows:
             return []
-        return self._move(cursor, move, sql, [*self.clock(), *self.items_params(rows), *self.guard_params(worker_id)])
+        return self._move(cursor, move, sql, [*self.clock(), *self.items_params(rows), worker_id, worker_id])
 
     def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
         """Hot → Archive for every item this worker owns (None: no owner guard); SucceededTotal and the success

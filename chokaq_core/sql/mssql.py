@@ -51,13 +51,11 @@ from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     HISTORY,
     HOT,
-    HOT_FIELDS,
     RETRY,
     TO_HOT,
     BaseDialect,
     Move,
     as_utc,
-    bulkhead,
     carried_values,
     insert_moved,
     job_item,
@@ -117,12 +115,6 @@ _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') A
 
 def _moved_table(columns: Sequence[str]) -> str:
     return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
-
-
-def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
-    """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
-    revision goes up by one)."""
-    return f"OUTPUT {', '.join(carried_values(columns, 'deleted', overrides))}\n    INTO @Moved ({', '.join(columns)})"
 
 
 def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
@@ -193,49 +185,6 @@ ENQUEUE_SQL = _batch(
 )
 
 
-def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
-    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim (``hold``: the
-    predicate skipping what rate limits hold back, its parameters last).
-
-    As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
-    claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
-    an index order, so the sort reads — and U-locks, for this one statement — every due Pending row of
-    the allowed queues; with a very large due backlog watch for lock escalation on ``chokaq_jobs_hot``.
-    """
-    declare_queues = ["DECLARE @Queues nvarchar(max) = %s;"] if queue_filter else []
-    queue_predicate = (
-        f"\n      AND h.queue IN {_NAMES.format('@Queues')}" if queue_filter else ""
-    )
-    claim = f"""WITH Eligible AS (
-    SELECT TOP (@ScanLimit) h.id, h.queue, h.priority, COALESCE(h.scheduled_at, h.created_at) AS sort_at
-    FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
-    LEFT JOIN chokaq_queues AS q ON q.name = h.queue
-    WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){queue_predicate}
-      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{hold}
-    ORDER BY h.priority DESC, sort_at, h.id),
-{bulkhead("Eligible", "SELECT c.name FROM chokaq_queues AS c WHERE c.max_workers IS NOT NULL", "@Limit", top=True)}
-UPDATE h SET status = 1, worker_id = @WorkerId, last_updated_at = @Now
-OUTPUT {", ".join(f"inserted.{c}" for c in HOT_FIELDS)}
-FROM chokaq_jobs_hot AS h WITH (ROWLOCK)
-INNER JOIN picked AS p ON p.id = h.id
-WHERE h.status = 0;"""
-    # Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control
-    # rows, held to commit, make the claim statement that follows count every earlier committed claim.
-    capped_filter = f" AND c.name IN {_NAMES.format('@Queues')}" if queue_filter else ""
-    return _batch(
-        _NOW,
-        _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int"),
-        *declare_queues,
-        "DECLARE @Capped int;",
-        "SELECT @Capped = COUNT(*) FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\n"
-        f"WHERE c.max_workers IS NOT NULL{capped_filter};",
-        claim,
-    )
-
-
-FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
-FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
@@ -263,14 +212,12 @@ def _split_seconds(seconds: float) -> tuple[int, int]:
 def _is_idempotency_race(exc: BaseException) -> bool:
     """A concurrent producer committed the same idempotency key first: 2601 on ``hot_idempotency`` in a message of
     the exception chain (pyodbc puts the native error number in the text)."""
-    parts: list[str] = []
-    seen: set[int] = set()
+    chain: list[BaseException] = []
     current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        parts.extend(str(arg) for arg in current.args)
+    while current is not None and current not in chain:
+        chain.append(current)
         current = current.__cause__ or current.__context__
-    text = " ".join(parts)
+    text = " ".join(str(arg) for error in chain for arg in error.args)
     return any(code in text for code in DUPLICATE_KEY_ERRORS) and IDEMPOTENCY_INDEX in text
 
 
@@ -299,6 +246,7 @@ _NOW_OFFSET = "TODATETIMEOFFSET(SYSUTCDATETIME(), 0)"
 QUEUE_HEALTH_SELECT = queue_health_select(
     f"CASE WHEN p.due_at < {_NOW_OFFSET} THEN DATEDIFF_BIG(MILLISECOND, p.due_at, {_NOW_OFFSET}) / 1000.0 ELSE 0.0 END",
     _NOW_OFFSET, _DIRTY)
+
 
 class SQLServerDialect(BaseDialect, statements=globals()):
     """The base over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3), JSON batches, ISO
@@ -371,14 +319,30 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
-        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified); the locked
-        Eligible read skips what rate limits hold back."""
+        """Spec 01 §4.2 in one batch: lock the capped queues' rows, then a window of due rows (skipping what rate
+        limits hold back), rank per queue, apply the bulkhead, claim (the OUTPUT order is unspecified).
+
+        As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
+        claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
+        an index order, so the sort reads — and U-locks, for this one statement — every due Pending row of
+        the allowed queues; with a very large due backlog watch for lock escalation on ``chokaq_jobs_hot``.
+        Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control rows,
+        held to commit, make the claim statement that follows count every earlier committed claim."""
         clause, held = self.hold_clause(hold)
-        if queues is None:
-            cursor.execute(_fetch_sql(False, clause) if clause else FETCH_ALL_SQL, [worker_id, limit * 10, limit, *held])
-        else:
-            cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
-                           [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
+        named = [] if queues is None else [_json({"name": name} for name in queues)]
+        within, capped = (f" AND {c} IN {_NAMES.format('@Queues')}" if named else "" for c in ("h.queue", "c.name"))
+        window = ("SELECT TOP (@ScanLimit) h.id, h.queue, h.priority, COALESCE(h.scheduled_at, h.created_at) AS sort_at"
+                  "\n    FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)"
+                  "\n    LEFT JOIN chokaq_queues AS q ON q.name = h.queue"
+                  f"\n    WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){within}"
+                  f"\n      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{clause}"
+                  "\n    ORDER BY h.priority DESC, sort_at, h.id")
+        cursor.execute(_batch(_NOW, _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int",
+                                            *(["@Queues nvarchar(max)"] if named else [])),
+                              "DECLARE @Capped int;", "SELECT @Capped = COUNT(*) FROM chokaq_queues AS c WITH (UPDLOCK,"
+                              f" ROWLOCK)\nWHERE c.max_workers IS NOT NULL{capped};",
+                              self.claim_sql(window, "@Limit", "@WorkerId", "@Now", top=True) + ";"),
+                       [worker_id, limit * 10, limit, *named, *held])
         return self.rows(cursor)
 
     MOVED_NOW = "@Now"
@@ -402,7 +366,9 @@ class SQLServerDialect(BaseDialect, statements=globals()):
             steps = [_moved_table(("id", "queue")),
                      f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}"]
         else:
-            steps = [_moved_table(move.carried), f"DELETE h\n{_output_into(move.carried, values)}\n{rows}"]
+            output = ", ".join(carried_values(move.carried, "deleted", values))  # a moved row's revision one up
+            steps = [_moved_table(move.carried),
+                     f"DELETE h\nOUTPUT {output}\n    INTO @Moved ({', '.join(move.carried)})\n{rows}"]
         if move.table is not None:
             steps.append(insert_moved(move, "@Moved", "@Now") + ";")
         if move.origin != HOT:  # back to Pending or purged: off its counter

@@ -23,7 +23,6 @@ from chokaq_core.domain import ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     HOT,
-    HOT_FIELDS,
     QUEUES,
     RETRY,
     STATS,
@@ -31,7 +30,6 @@ from chokaq_core.sql.base import (
     TRIMMED,
     BaseDialect,
     Move,
-    bulkhead,
     carried_values,
     dlq_row_sql,
     insert_moved,
@@ -40,8 +38,6 @@ from chokaq_core.sql.base import (
     summary_stats_sql,
     uncount_sql,
 )
-
-HOT_COLUMNS = ", ".join(HOT_FIELDS)
 
 
 def _now() -> datetime:
@@ -108,17 +104,6 @@ _SCHEDULED_STREAM = f"""SELECT * FROM (
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
 MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
-
-
-def _claim_sql(window: str) -> str:
-    """Rank the window per queue, apply the bulkheads, claim (spec 01 §4.2)."""
-    return f"""
-        WITH win AS ({window}),
-        {bulkhead("win", f"SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL", "%s")}
-        UPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s
-        WHERE id IN (SELECT id FROM picked) AND +status = 0  -- by primary key, not a walk of the status index
-        RETURNING {HOT_COLUMNS}
-        """
 
 
 SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
@@ -202,8 +187,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
         index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
         rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
-        if limit <= 0 or (queues is not None and not queues):
-            return []
         now = _ts(_now())
         if queues is None:
             cursor.execute(PENDING_QUEUES_SQL)
@@ -226,7 +209,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                   AND h.queue IN (SELECT value FROM json_each(%s)){clause}
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
             params = [now, json.dumps(open_queues), *held, scan]
-        cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
+        cursor.execute(self.claim_sql(window, "%s", "%s", "%s"), [*params, limit, worker_id, now])
         return list(cursor.fetchall())
 
     MOVED_NOW = _NOW
