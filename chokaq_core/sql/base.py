@@ -539,12 +539,12 @@ class Move:
 NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no exception caused (cancel, zombie)
 
 
-def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> list[str]:
+def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> dict[str, str]:
     """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
     message: a Hot row has none) unless overridden (an override names the row ``{row}``)."""
     overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION,
                  **{c: v.replace("{row}", row) for c, v in overrides.items()}}
-    return [overrides.get(c, f"{row}.{c}") for c in columns]
+    return {c: overrides.get(c, f"{row}.{c}") for c in columns}
 
 
 def insert_moved(move: Move, source: str, now: str, values: Mapping[str, str] | None = None) -> str:
@@ -593,7 +593,7 @@ TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0,
                   counted="queue, -1 AS failure_reason, duration_ms")
 TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1,
               counted="queue, failure_reason, CAST(NULL AS float) AS duration_ms")
-RETRY = Move(None, (), "last_updated_at", "retried_total", None)
+RETRY = Move(None, ("id", "queue"), "last_updated_at", "retried_total", None)
 # DLQ → Hot: a Pending row again (its counter goes down; its revision one up, ``carried_values``).
 TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
                     "last_updated_at", "created_by", "last_modified_by", "revision", "rate_key"), "last_updated_at",
@@ -881,7 +881,7 @@ class BaseDialect:
     # ------------------------------------------------------------ hooks
 
     def param_ts(self, value: datetime | None) -> Any:
-        """A datetime as a statement parameter."""
+        """A datetime as a statement parameter (or inside a batch item, ``items_params``)."""
         return value
 
     def search_clause(self, column: str) -> str:
@@ -906,10 +906,6 @@ class BaseDialect:
         """The current time (or ``at``) as the leading parameter of a statement that stamps rows: none where the
         statement reads the database clock."""
         return []
-
-    def item_ts(self, value: datetime | None) -> Any:
-        """A datetime inside a batch item (``items_params``)."""
-        return value
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         """A list of job ids (duplicates dropped) as one statement parameter."""
@@ -1484,7 +1480,7 @@ class BaseDialect:
             cursor.execute(sql, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
                  "error_message": a.error.message, "traceback": a.error.traceback,
-                 "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])
+                 "started_at": self.param_ts(a.started_at)} for n, a in enumerate(attempts)])])
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a

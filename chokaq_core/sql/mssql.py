@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from chokaq_core.domain import ClaimHold, NewJob
@@ -106,8 +106,8 @@ _MOVED_TYPES = {
 }
 
 # ``param`` and ``items_table`` kinds
-PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)",
-               "float": "float", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "float": "float",
+               "ts": "datetimeoffset(7)", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
 _IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
 _ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
@@ -362,13 +362,10 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         the pillar's insert, the counters and the buckets."""
         join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
         rows = f"FROM {move.origin} AS h WITH (ROWLOCK{', READPAST' if sweep else ''})\n{join}\nWHERE {where};"
-        if move is RETRY:
-            steps = [_moved_table(("id", "queue")),
-                     f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}"]
-        else:
-            output = ", ".join(carried_values(move.carried, "deleted", values))  # a moved row's revision one up
-            steps = [_moved_table(move.carried),
-                     f"DELETE h\nOUTPUT {output}\n    INTO @Moved ({', '.join(move.carried)})\n{rows}"]
+        change, row = (f"UPDATE h SET {sets}", "inserted") if move is RETRY else ("DELETE h", "deleted")
+        output = ", ".join(carried_values(move.carried, row, values).values())  # a moved row's revision one up
+        steps = [_moved_table(move.carried),
+                 f"{change}\nOUTPUT {output}\n    INTO @Moved ({', '.join(move.carried)})\n{rows}"]
         if move.table is not None:
             steps.append(insert_moved(move, "@Moved", "@Now") + ";")
         if move.origin != HOT:  # back to Pending or purged: off its counter
@@ -404,10 +401,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"OPENJSON(%s) WITH ({', '.join(f"{c} {PARAM_TYPES[k]} '$.{c}'" for c, k in columns.items())}) AS a"
-
-    def item_ts(self, value: datetime | None) -> Any:
-        """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""
-        return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
 
 
 DIALECT: Dialect = SQLServerDialect()

@@ -52,12 +52,6 @@ ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestampt
 # ---------------------------------------------------------------- SQL builders
 
 
-def _returning(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
-    """``RETURNING`` list of a ``moved`` CTE: the ``columns`` each row carries into its pillar."""
-    values = carried_values(columns, "h", overrides)
-    return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(columns, values, strict=True))
-
-
 
 
 # ---------------------------------------------------------------- statements
@@ -351,7 +345,8 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         if move is RETRY:
             return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n"
                     f"stats AS ({self.stats_add(move.counter, 'moved', 'now()')})\nSELECT id, queue FROM moved")
-        moved = f"WITH moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)}),\n"
+        carried = carried_values(move.carried, "h", values).items()  # what each row carries into its pillar
+        moved = f"WITH moved AS (DELETE FROM {rows}\n    RETURNING {', '.join(f'{v} AS {c}' for c, v in carried)}),\n"
         if move.table is not None:
             moved += f"ins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, type, {move.counted}),\n"
         if move.origin != HOT:  # back to Pending or purged: off its counter

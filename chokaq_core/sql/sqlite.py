@@ -138,9 +138,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     def delay_fields(self, seconds: float) -> dict[str, Any]:
         return {"scheduled_at": _ts(_now() + timedelta(seconds=seconds))}
 
-    def item_ts(self, value: datetime | None) -> Any:
-        return _ts(value)
-
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"(SELECT {', '.join(f'{_ITEM.format(c)} AS {c}' for c in columns)} FROM json_each(%s)) AS a"
 
@@ -232,7 +229,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
             return f"{_CLOCK}UPDATE {HOT} AS h SET {sets} FROM {source} WHERE {on} AND {keep}"
         if move.table is None:
             return f"{_CLOCK}DELETE FROM {move.origin} AS h WHERE EXISTS (SELECT 1 FROM {source}) AND {keep}"
-        landed = dict(zip(move.carried, carried_values(move.carried, "h", values), strict=True))
+        landed = carried_values(move.carried, "h", values)
         rows = f"{source} CROSS JOIN {move.origin} AS h WHERE {f'{on} AND ' if on else ''}{keep}"
         return f"{_CLOCK}{insert_moved(move, rows, _NOW, landed)}"
 
