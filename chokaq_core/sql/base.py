@@ -479,35 +479,6 @@ def schedule_state(r: Sequence[Any]) -> ScheduleState:
     return ScheduleState(str(r[0]), as_utc(r[1]), None if r[2] is None else bool(r[2]), r[3], as_utc(r[4]))
 
 
-def bucket_starts(at: datetime) -> tuple[datetime, datetime]:
-    """The minute and the hour bucket ``at`` (UTC) falls in."""
-    at = at.astimezone(UTC)
-    return at.replace(second=0, microsecond=0), at.replace(minute=0, second=0, microsecond=0)
-
-
-def escaped_like(term: str) -> str:
-    """A LIKE pattern matching ``term`` anywhere, its wildcards escaped (with ``ESCAPE '\\'``)."""
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def snapshot_of(request: SnapshotRequest, totals: Any, active: Any, found: Any, points: Any, states: Any,
-                stats: Any, lags: Any, workers: Any, errors: Any) -> DeckSnapshot:
-    """A ``deck_snapshot`` row's parts (rows packed as JSON, see ``json_rows``; the mappers parse JSON timestamps) as
-    each read returns them; a part the request did not ask for is None."""
-    return DeckSnapshot(
-        summary=summary(json_rows(totals)[0]),
-        active=[active_row(r) for r in json_rows(active)],
-        located=located(json_rows(found)),
-        throughput=None if request.throughput_since is None else [metric(r) for r in json_rows(points)],
-        queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
-        queue_stats=[queue_stats_row(r) for r in json_rows(stats)] if request.queues else None,
-        queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
-        workers=[worker_info(r) for r in json_rows(workers)] if request.workers else None,
-        errors=[error_group(r) for r in json_rows(errors)] if request.errors_limit > 0 else None,
-    )
-
-
 def locate_statement(tail: str) -> str:
     """(id, code) of each id in the three pillars (see ``located``); ``tail`` matches ``id`` against the ids."""
     return (f"SELECT id, status FROM {HOT} WHERE id {tail}"
@@ -647,9 +618,10 @@ TRIMMED = "{trim}(substr(coalesce(error_details, ''), 1, 4000), ' ' || {chr}(9) 
 
 def _aged_batch(table: str, key: str, column: str, where: str = "") -> str:
     """One batch delete of ``table``'s rows (named by ``key``) whose ``column`` is before a cutoff, oldest first;
-    "pick" locks the picked rows, skipping locked ones; params: ``where``'s, the cutoff, the batch size."""
+    "pick" (``PICK_LOCK``) locks the picked rows, skipping locked ones; params: ``where``'s, the cutoff, the batch
+    size."""
     return (f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {where}{column} < %s"
-            f" ORDER BY {column} LIMIT %s{{pick}})")
+            f" ORDER BY {column}{{limit}}{{pick}})")
 
 
 SHARED_STATEMENTS = {
@@ -685,7 +657,7 @@ SHARED_STATEMENTS = {
                       "            FROM chokaq_jobs_dlq{dirty} ORDER BY failed_at DESC{limit}) AS r) AS g\n"
                       "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix"
                       " ORDER BY n DESC, latest DESC{limit}",
-    # Retention: the oldest rows of a table, one batch ("pick": the pick's lock, or nothing).
+    # Retention: the oldest rows of a table, one batch.
     "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
     "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
     "PURGE_HISTORY_SQL": _aged_batch(HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
@@ -787,7 +759,8 @@ class BaseDialect:
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
-        words = {"name": "%s", "substr": "substr", "dirty": "", "limit": self.LIMIT, **self.TOKENS}
+        words = {"name": "%s", "substr": "substr", "dirty": "", "limit": self.LIMIT, "pick": self.PICK_LOCK,
+                 **self.TOKENS}
         words["output"], words["returning"] = self.returning("id")
         words["lease_output"], words["lease_returning"] = self.returning("id, attempt_count")
         for name, template in SHARED_STATEMENTS.items():
@@ -889,7 +862,10 @@ class BaseDialect:
         return f"lower({column}) LIKE %s ESCAPE '\\'" if self.FOLDS_CASE else f"{column} LIKE %s ESCAPE '\\'"
 
     def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower() if self.FOLDS_CASE else term)
+        """A LIKE pattern matching ``term`` anywhere (folded where the search folds case), its wildcards escaped
+        (with ``ESCAPE '\\'``)."""
+        term = term.lower() if self.FOLDS_CASE else term
+        return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         """``(predicate tail, params)`` matching ``id`` against ``ids``: ``IN (%s, …)`` by default."""
@@ -1445,8 +1421,20 @@ class BaseDialect:
         """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,
         ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
         ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
-        exactly as its own function returns it. The parts travel as JSON (``json_rows`` decodes them)."""
-        return snapshot_of(request, *self._one(cursor, *self.snapshot(request)))
+        exactly as its own function returns it (None: not asked for). The parts travel as JSON (``json_rows`` decodes
+        them; the mappers parse JSON timestamps)."""
+        totals, active, found, points, states, stats, lags, workers, errors = self._one(cursor, *self.snapshot(request))
+        return DeckSnapshot(
+            summary=summary(json_rows(totals)[0]),
+            active=[active_row(r) for r in json_rows(active)],
+            located=located(json_rows(found)),
+            throughput=None if request.throughput_since is None else [metric(r) for r in json_rows(points)],
+            queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
+            queue_stats=[queue_stats_row(r) for r in json_rows(stats)] if request.queues else None,
+            queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
+            workers=[worker_info(r) for r in json_rows(workers)] if request.workers else None,
+            errors=[error_group(r) for r in json_rows(errors)] if request.errors_limit > 0 else None,
+        )
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller that moved it
@@ -1509,9 +1497,10 @@ class BaseDialect:
             return
         archived_tail, archived_params = self.id_list(archived)
         failed_tail, failed_params = self.id_list(failed)
-        minute, hour = bucket_starts(at)
+        minute = at.astimezone(UTC).replace(second=0, microsecond=0)  # and its hour
         cursor.execute(self.history_add(history_source(archived_tail, failed_tail, self.TS)),
-                       [self.param_ts(minute), self.param_ts(hour), *archived_params, *failed_params])
+                       [self.param_ts(minute), self.param_ts(minute.replace(minute=0)), *archived_params,
+                        *failed_params])
 
     def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
         """The ``granularity``-second buckets from ``since`` summed over queues and types (oldest first), and the
@@ -1725,7 +1714,8 @@ class BaseDialect:
         """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
         if not job_ids or batch_size <= 0:
             return []
-        return self._move(cursor, PURGE_DLQ, self.PURGE_DLQ_IDS_SQL, [*self.clock(), self.ids_param(job_ids), batch_size])
+        return self._move(cursor, PURGE_DLQ, self.PURGE_DLQ_IDS_SQL,
+                          [*self.clock(), self.ids_param(job_ids), batch_size])
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
         """Delete the given Archive rows (one batch of them all, as ``purge_dlq_ids``); PurgedTotal +n."""

@@ -29,7 +29,8 @@ from typing import Any
 
 import django.db.utils
 from django.apps import apps
-from django.db.backends.sqlite3.base import DatabaseWrapper, SQLiteCursorWrapper
+from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+from django.db.utils import ConnectionHandler
 
 from chokaq_core.lazy import Lazy
 from chokaq_core.sql import base, sqlite
@@ -44,10 +45,7 @@ _names = itertools.count(1)
 def _schema() -> list[str]:
     """CREATE TABLE / CREATE INDEX statements of every ChokaQ model, as Django's SQLite backend writes them
     (collected only: the private editor never connects)."""
-    renderer = DatabaseWrapper({"NAME": ":memory:", "ENGINE": "django.db.backends.sqlite3", "OPTIONS": {},
-                                "TIME_ZONE": None, "USER": "", "PASSWORD": "", "HOST": "", "PORT": "",
-                                "ATOMIC_REQUESTS": False, "AUTOCOMMIT": True, "CONN_MAX_AGE": 0,
-                                "CONN_HEALTH_CHECKS": False, "TEST": {}}, alias="chokaq_memory_schema")
+    renderer = ConnectionHandler({"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}})["default"]
     editor = renderer.schema_editor(collect_sql=True)
     editor.deferred_sql = []
     for model in apps.get_app_config("chokaq_core").get_models():

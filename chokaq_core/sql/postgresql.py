@@ -49,11 +49,6 @@ ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestampt
               "message": "text"}  # items_table kinds
 
 
-# ---------------------------------------------------------------- SQL builders
-
-
-
-
 # ---------------------------------------------------------------- statements
 
 # One statement: the rows, their queues' control and counter rows, and one NOTIFY per queue that got a row
@@ -256,7 +251,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     FOLDS_CASE = True
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
               "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "lazy": f" AND {ASYNC_COMMIT}",
-              "trimmed": TRIMMED.format(trim="btrim", chr="chr"), "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "",
+              "trimmed": TRIMMED.format(trim="btrim", chr="chr"), "rowlock": "",
               "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
@@ -319,14 +314,9 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
-        cursor.execute(HOT_DEAD_ROWS_SQL)
-        row = cursor.fetchone()
-        live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
-        if dead < min_dead_rows + 0.2 * live:
-            return False
-        cursor.execute(HOT_VACUUM_RUNNING_SQL)
-        if cursor.fetchone()[0]:
-            return False  # another worker is at it
+        live, dead = (int(n or 0) for n in self._one(cursor, HOT_DEAD_ROWS_SQL) or (0, 0))
+        if dead < min_dead_rows + 0.2 * live or self._one(cursor, HOT_VACUUM_RUNNING_SQL)[0]:
+            return False  # below the threshold, or another worker is at it
         cursor.execute(VACUUM_HOT_SQL)
         return True
 

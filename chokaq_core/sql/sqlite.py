@@ -120,7 +120,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     DLQ_ROW = DLQ_ROW
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "%s",
-              "int": "%s", "ago": "%s", "trimmed": TRIMMED.format(trim="trim", chr="char"), "lazy": "", "pick": "",
+              "int": "%s", "ago": "%s", "trimmed": TRIMMED.format(trim="trim", chr="char"), "lazy": "",
               "rowlock": "", "differs": "new_payload IS NOT payload"}
 
     def clock(self, at: datetime | None = None) -> list[Any]:
@@ -135,8 +135,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [json.dumps(list(rows))]
 
-    def delay_fields(self, seconds: float) -> dict[str, Any]:
-        return {"scheduled_at": _ts(_now() + timedelta(seconds=seconds))}
+    def delay_fields(self, seconds: float | None) -> dict[str, Any]:
+        return {"scheduled_at": None if seconds is None else _ts(_now() + timedelta(seconds=seconds))}
 
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"(SELECT {', '.join(f'{_ITEM.format(c)} AS {c}' for c in columns)} FROM json_each(%s)) AS a"
@@ -159,16 +159,13 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """Changes whenever another connection commits; read without a lock (the WAL index)."""
-        cursor.execute("PRAGMA data_version")
-        return int(cursor.fetchone()[0])
+        return int(self._one(cursor, "PRAGMA data_version")[0])
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One insert of the batch as JSON items (taken keys skipped), then the queues' rows."""
-        now = _now()
-        stamp = _ts(now)
-        cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
-            job_item(j, scheduled_at=None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds)))
-            for j in jobs])])
+        stamp = _ts(_now())
+        cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([job_item(j, **self.delay_fields(j.delay_seconds))
+                                                               for j in jobs])])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         queues = json.dumps(sorted({job.queue for job in jobs}))
         cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) SELECT value, 0, 1, %s"
