@@ -784,19 +784,18 @@ class BaseDialect:
             "MOVE_TO_DLQ_SQL": self.completion(TO_DLQ, self.items_table(FAILED_ITEMS), by_item, guard,
                                                {c: f"a.{c}" for c in FAILED_ITEMS if c != "id"}),
             "RESCHEDULE_SQL": self.completion(RETRY, self.items_table(retry_items), by_item, guard, {}, retry),
-            # Pending/Fetched rows named by id; params: details, actor, ids
+            # Pending/Fetched rows named by id
             "CANCEL_BATCH_SQL": self.completion(
                 TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
                 f"h.id {ids} AND {self.TOKENS['by_id']}h.status IN (0, 1)",
                 {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "a.error_details",
                  "last_modified_by": "a.last_modified_by"}),
             # Processing rows whose heartbeat expired (spec 01 §4.12: the queue's timeout, else the global one), a
-            # sweep that may leave a locked row to the next; params: ZOMBIE_SOURCE's (global timeout, details)
+            # sweep that may leave a locked row to the next
             "ARCHIVE_ZOMBIES_SQL": self.completion(
                 TO_DLQ, self.ZOMBIE_SOURCE, None, self.ZOMBIE_WHERE,
                 {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "a.error_details"}, sweep=True),
-            # DLQ rows named by id, at the edit's revision (None: any), edits coalesced; params: payload, tags,
-            # priority, actor, ids, revision
+            # DLQ rows named by id, at the edit's revision (None: any), edits coalesced
             "RESURRECT_SQL": self.completion(
                 TO_HOT, f"(SELECT {text} AS payload, {text} AS tags, {number} AS priority, {text} AS actor) AS a", None,
                 f"h.id {ids} AND h.{revision_guard(number)}",

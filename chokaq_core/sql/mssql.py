@@ -83,33 +83,21 @@ _BUCKET = (
 # Types of the ``@Moved`` table variable columns (the physical column types of the models).
 _MOVED_TYPES = {
     "id": "nvarchar(50) NOT NULL PRIMARY KEY",
-    "queue": "nvarchar(255) NOT NULL",
-    "type": "nvarchar(255) NOT NULL",
-    "payload": "nvarchar(max) NULL",
-    "tags": "nvarchar(1000) NULL",
-    "priority": "int NOT NULL",
-    "status": "int NOT NULL",
-    "failure_reason": "int NOT NULL",
-    "revision": "int NOT NULL",
-    "error_details": "nvarchar(max) NULL",
-    "attempt_count": "int NOT NULL",
-    "worker_id": "nvarchar(100) NULL",
-    "created_by": "nvarchar(100) NULL",
-    "last_modified_by": "nvarchar(100) NULL",
+    **dict.fromkeys(("queue", "type"), "nvarchar(255) NOT NULL"),
+    **dict.fromkeys(("priority", "status", "failure_reason", "revision", "attempt_count"), "int NOT NULL"),
+    **dict.fromkeys(("payload", "error_details", "result"), "nvarchar(max) NULL"),
+    **dict.fromkeys(("tags", "error_message"), "nvarchar(1000) NULL"),
+    **dict.fromkeys(("error_class", "rate_key"), "nvarchar(255) NULL"),
+    **dict.fromkeys(("worker_id", "created_by", "last_modified_by"), "nvarchar(100) NULL"),
     "created_at": "datetimeoffset NOT NULL",
     "started_at": "datetimeoffset NULL",
     "duration_ms": "float NULL",
-    "result": "nvarchar(max) NULL",
-    "error_class": "nvarchar(255) NULL",
-    "error_message": "nvarchar(1000) NULL",
-    "rate_key": "nvarchar(255) NULL",
 }
 
 # ``param`` and ``items_table`` kinds
 PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "float": "float",
                "ts": "datetimeoffset(7)", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
-_IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
-_ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
+_ID_LIST = "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)"  # against a ``_ids_json`` array
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
 
 
