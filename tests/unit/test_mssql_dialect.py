@@ -883,7 +883,13 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
         r"^SET NOCOUNT ON;", r"DELETE h\s+OUTPUT deleted\.id, deleted\.queue", r"INTO @Moved \(",
         r"INSERT INTO chokaq_jobs_(archive|dlq) \(.*\)\s+SELECT .* FROM @Moved;",
         r"MERGE chokaq_stats_summary WITH \(HOLDLOCK\) AS t", r"MERGE chokaq_metric_buckets WITH \(HOLDLOCK\) AS t",
-        r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$")),
+        r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$",
+        r"sum\(coalesce\(duration_ms, 0\)\), nullif\(max\(coalesce\(duration_ms, -1\)\), -1\)")),  # no NULL aggregated
+    (("mark_processing", "mark_processing_batch"), "", r"^UPDATE chokaq_jobs_hot WITH \(ROWLOCK\) SET status = 2, .*"
+     r" OUTPUT inserted\.id, inserted\.attempt_count WHERE id IN \(SELECT i\.id FROM OPENJSON\(%s\)", "the lease"),
+    (("record_attempts",), "", r"started_at datetimeoffset\(7\) '\$\.started_at'", "a start read with its offset"),
+    (("top_errors",), "", r"FROM chokaq_jobs_dlq WITH \(NOLOCK\) ORDER BY failed_at DESC OFFSET 0 ROWS FETCH NEXT %s ROWS"
+     r" ONLY\) AS r\) AS g", "the newest rows, then their groups"),
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
         r"FROM chokaq_jobs_dlq AS h WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
     *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
