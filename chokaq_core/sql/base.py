@@ -717,6 +717,7 @@ class BaseDialect:
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
+    PICKED = "IN ({})"  # ``id`` against the ids a subquery picks
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the end of the details
     JOB_ATTEMPTS_SQL = JOB_ATTEMPTS_SQL
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
@@ -801,8 +802,8 @@ class BaseDialect:
                 f"h.id {ids} AND h.{revision_guard(number)}",
                 resurrected("a.payload", "a.tags", "a.priority", "a.actor", "{row}."))}
         for name, (move, keep, order) in PURGES.items():  # no values of their own: a one-row source
-            picked = self.pick(move.origin, f" WHERE {keep.format(ids=ids, ts=self.TS)}", order)
-            statements[name] = self.completion(move, "(SELECT 1 AS one) AS a", None, f"h.id IN ({picked})", {})
+            picked = self.PICKED.format(self.pick(move.origin, f" WHERE {keep.format(ids=ids, ts=self.TS)}", order))
+            statements[name] = self.completion(move, "(SELECT 1 AS one) AS a", None, f"h.id {picked}", {})
         for name, sql in statements.items():
             setattr(self, name, sql)
 

@@ -248,6 +248,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
+    PICKED = "= ANY(ARRAY({}))"  # primary-key lookups whatever the statistics say (a semi join may scan the table)
     FOLDS_CASE = True
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
               "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "lazy": f" AND {ASYNC_COMMIT}",
