@@ -887,13 +887,13 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
     (("mark_processing", "mark_processing_batch"), "", r"^UPDATE chokaq_jobs_hot WITH \(ROWLOCK\) SET status = 2, .*"
      r" OUTPUT inserted\.id, inserted\.attempt_count WHERE id IN \(SELECT i\.id FROM OPENJSON\(%s\)", "the lease"),
     (("record_attempts",), "", r"started_at datetimeoffset\(7\) '\$\.started_at'", "a start read with its offset"),
-    (("top_errors",), "", r"FROM chokaq_jobs_dlq WITH \(NOLOCK\) ORDER BY failed_at DESC OFFSET 0 ROWS FETCH NEXT %s ROWS"
-     r" ONLY\) AS r\) AS g", "the newest rows, then their groups"),
+    (("top_errors",), "", r"FROM chokaq_jobs_dlq WITH \(NOLOCK\) ORDER BY failed_at DESC OFFSET 0 ROWS FETCH NEXT"
+     r" %s ROWS ONLY\) AS r\) AS g", "the newest rows, then their groups"),
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
         r"FROM chokaq_jobs_dlq AS h WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
     *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
-      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT %s ROWS ONLY\)", r"INTO @Moved \(id, queue\)",
-                      r"UPDATE chokaq_stats_summary SET (failed|purged)_total = ")),
+      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT %s ROWS ONLY\)",
+                      r"INTO @Moved \(id, queue\)", r"UPDATE chokaq_stats_summary SET (failed|purged)_total = ")),
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
       for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
     *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
