@@ -8,7 +8,6 @@ because a slot frees before its thread idles). Every decision about a failure is
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import queue
 import threading
@@ -126,26 +125,16 @@ class Executor:
 
 
 class ExecutorPool:
-    """Executor threads; grows with the limiter's capacity, never shrinks. A job goes to the executor that went
-    idle last (a stack, not a queue): under light load the same few threads run every job, so only their
-    database connections are opened and kept warm, instead of one per thread of the capacity (SQLite: each
-    with its own schema and page cache)."""
+    """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks."""
 
     def __init__(self, run: Callable[[Leased], None]) -> None:
         self.run = run
-        self._idle: list[queue.SimpleQueue[Leased | None]] = []  # the inboxes of waiting executors, last on top
-        self._backlog: collections.deque[Leased] = collections.deque()  # submitted while every executor was busy
+        self._work: queue.SimpleQueue[Leased | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._closed = False
 
     def submit(self, item: Leased) -> None:
-        with self._lock:
-            if not self._idle:
-                self._backlog.append(item)  # a slot frees before its thread idles: that thread takes it next
-                return
-            inbox = self._idle.pop()
-        inbox.put(item)
+        self._work.put(item)
 
     def grow(self, capacity: int) -> None:
         """Start executor threads up to ``capacity`` (capacity may grow at run time)."""
@@ -154,28 +143,14 @@ class ExecutorPool:
                 self._threads.append(start_thread(f"chokaq-exec-{len(self._threads) + 1}", self._loop))
 
     def _loop(self) -> None:
-        inbox: queue.SimpleQueue[Leased | None] = queue.SimpleQueue()
-        while True:
-            with self._lock:
-                if self._backlog:
-                    item: Leased | None = self._backlog.popleft()
-                elif self._closed:
-                    return
-                else:
-                    self._idle.append(inbox)
-                    item = None
-            if item is None and (item := inbox.get()) is None:
-                return
+        while (item := self._work.get()) is not None:
             self.run(item)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the executor threads once the work already submitted has run; each closes its own database
-        connection as it exits."""
+        """Stop the executor threads; each closes its own database connection as it exits."""
         with self._lock:
             threads, self._threads = self._threads, []
-            idle, self._idle = self._idle, []
-            self._closed = True
-        for inbox in idle:
-            inbox.put(None)
+        for _ in threads:
+            self._work.put(None)
         for thread in threads:
             thread.join(timeout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
@@ -13,7 +12,6 @@ from chokaq_core import events
 from chokaq_core.domain import CancellationReason, HotJob, JobCancelledError, JobStatus
 from chokaq_core.handlers import CancellationToken, JobContext
 from chokaq_core.worker import Limiter, PrefetchBuffer
-from chokaq_core.worker.executor import ExecutorPool
 
 
 def test_limiter_caps_and_resizes() -> None:
@@ -112,47 +110,3 @@ def test_coalesce_keeps_last_update_per_job_and_one_stats_event() -> None:
         ("JobUpdated", "a", 2), ("StatsUpdated", None, None), ("JobUpdated", "b", 0),
         ("JobArchived", "x", None), ("JobArchived", "y", None),
     ]
-
-
-def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
-def test_executor_pool_hands_each_job_to_the_executor_that_went_idle_last() -> None:
-    ran: list[tuple[str, str]] = []
-
-    def run(item: Any) -> None:
-        ran.append((item, threading.current_thread().name))
-
-    pool = ExecutorPool(run)
-    pool.grow(4)
-    _wait_for(lambda: len(pool._idle) == 4)
-    for n in range(20):  # one job at a time, as an idle worker gets them
-        pool.submit(f"job-{n}")
-        _wait_for(lambda n=n: len(ran) == n + 1 and len(pool._idle) == 4)
-    assert len({name for _, name in ran}) == 1, "light load keeps to one executor (one warm connection)"
-    pool.close()
-    assert not pool._threads
-
-
-def test_executor_pool_runs_what_was_submitted_while_every_executor_was_busy_even_when_closing() -> None:
-    release = threading.Event()
-    ran: list[Any] = []
-
-    def run(item: Any) -> None:
-        release.wait(5)
-        ran.append(item)
-
-    pool = ExecutorPool(run)
-    pool.grow(2)
-    _wait_for(lambda: len(pool._idle) == 2)
-    for n in range(6):  # two start at once, four wait in the backlog
-        pool.submit(n)
-    closer = threading.Thread(target=pool.close)
-    closer.start()
-    release.set()
-    closer.join(10)
-    assert sorted(ran) == list(range(6))
