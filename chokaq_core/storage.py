@@ -348,6 +348,12 @@ def reset_memory() -> None:
     _memory().database().reset()
 
 
+# When a claim found a capped queue in reach (of all queues: None), that worker's claims of those queues take the
+# transaction (lock the capped queues, then claim) for CAPPED_RECHECK seconds before trying one statement again.
+CAPPED_RECHECK = 5.0
+_CAPPED_IN_REACH: dict[tuple[str, ...] | None, float] = {}
+
+
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
                 rate_limits: Sequence[RateLimit] = (), lease: int = 0) -> list[HotJob]:
     """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim reads those limits' buckets (locking and
@@ -360,7 +366,14 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
     claimed rows are leased at once, in the claim's transaction (status Processing, the attempt counted, started
     now: docs/architecture.md, "Leasing at the claim"); the caller must start them (or reschedule them)."""
     if not rate_limits:
-        jobs = call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues, None, lease)
+        sql, reach = dialect(), None if queues is None else tuple(queues)
+        claimed = None
+        if sql.CLAIMS_ALONE and time.monotonic() >= _CAPPED_IN_REACH.get(reach, 0.0):
+            claimed = call(HOT_PATH, sql.fetch_alone, worker_id, limit, queues, lease)
+            if claimed is None:  # a capped queue is in reach: its claimers take turns, in a transaction
+                _CAPPED_IN_REACH[reach] = time.monotonic() + CAPPED_RECHECK
+        jobs = claimed if claimed is not None else call(Mode(prepared=True), sql.fetch_batch, worker_id, limit,
+                                                        queues, None, lease)
         if lease:
             _emit(_processing_events([(job, job.attempt_count) for job in jobs if job.status == JobStatus.PROCESSING]))
         return jobs

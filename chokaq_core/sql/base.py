@@ -193,6 +193,10 @@ def hot_job(row: Sequence[Any]) -> HotJob:
     return HotJob(**{**data, "status": JobStatus(data["status"])})
 
 
+def in_claim_order(rows: Iterable[Sequence[Any]]) -> list[HotJob]:
+    return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+
+
 def archived_job(row: Sequence[Any]) -> ArchivedJob:
     return ArchivedJob(**_mapped(ARCHIVE_FIELDS, row))
 
@@ -708,7 +712,7 @@ SHARED_STATEMENTS = {
 # The dialect functions (spec 01 §1.4's names), by concern: what storage calls; the other public methods of
 # ``BaseDialect`` are the hooks and builders the vendors share.
 DIALECT_FUNCTIONS: tuple[str, ...] = (
-    "enqueue", "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
+    "enqueue", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
     "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
     "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
@@ -749,6 +753,7 @@ class BaseDialect:
     # record_history after it)
     ENQUEUE_IN_ONE_STATEMENT = False  # an enqueue of jobs without idempotency keys is one statement
     LEASES_IN_CLAIM = False  # claim() leases its first rows itself (else fetch_batch runs the lease after it)
+    CLAIMS_ALONE = False  # fetch_alone(): a claim with no capped queue in reach is one self-committing statement
     PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
@@ -1624,12 +1629,19 @@ class BaseDialect:
         names = None if queues is None else list(dict.fromkeys(queues))
         rows = (self.claim_leasing(cursor, worker_id, limit, names, hold or None, lease)
                 if lease and self.LEASES_IN_CLAIM else self.claim(cursor, worker_id, limit, names, hold or None))
-        jobs = sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+        jobs = in_claim_order(rows)
         if lease and not self.LEASES_IN_CLAIM and jobs:
             attempts = self.mark_processing_batch(cursor, [job.id for job in jobs[:lease]], worker_id)
             jobs = [replace(job, status=JobStatus.PROCESSING, attempt_count=attempts[job.id]) if job.id in attempts
                     else job for job in jobs]
         return jobs
+
+    def fetch_alone(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    lease: int = 0) -> list[HotJob] | None:
+        """Where ``CLAIMS_ALONE``: ``fetch_batch`` without a hold as one statement that commits itself (no BEGIN,
+        no lock of the capped queues, no COMMIT), or None, having claimed nothing, when a capped queue is in
+        reach: its claimers take turns, so that claim is ``fetch_batch`` in a transaction (None at once elsewhere)."""
+        return None
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
