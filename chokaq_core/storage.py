@@ -366,21 +366,14 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
     claimed rows are leased at once, in the claim's transaction (status Processing, the attempt counted, started
     now: docs/architecture.md, "Leasing at the claim"); the caller must start them (or reschedule them)."""
     if not rate_limits:
-        sql, reach = dialect(), None if queues is None else tuple(queues)
-        claimed = None
-        if sql.CLAIMS_ALONE and time.monotonic() >= _CAPPED_IN_REACH.get(reach, 0.0):
-            claimed = call(HOT_PATH, sql.fetch_alone, worker_id, limit, queues, lease)
-            if claimed is None:  # a capped queue is in reach: its claimers take turns, in a transaction
-                _CAPPED_IN_REACH[reach] = time.monotonic() + CAPPED_RECHECK
-        jobs = claimed if claimed is not None else call(Mode(prepared=True), sql.fetch_batch, worker_id, limit,
-                                                        queues, None, lease)
+        jobs = _claim(worker_id, limit, queues, lease)
         if lease:
             _emit(_processing_events([(job, job.attempt_count) for job in jobs if job.status == JobStatus.PROCESSING]))
         return jobs
     names = sorted({limit.name for limit in rate_limits})
     known = KNOWN_BUCKETS.now_and_buckets(names)
     if known is not None and RatePlan.of(rate_limits, known[1], known[0]).plentiful(limit):
-        return ClaimedJobs(call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues, None, 0))
+        return ClaimedJobs(_claim(worker_id, limit, queues, 0))
 
     def operation(cursor: Any) -> ClaimedJobs:
         sql = dialect()
@@ -396,6 +389,18 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
         return claimed
 
     return run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
+
+
+def _claim(worker_id: str, limit: int, queues: Sequence[str] | None, lease: int) -> list[HotJob]:
+    """The claim without rate limits to apply (``fetch_batch``)."""
+    sql, reach = dialect(), None if queues is None else tuple(queues)
+    claimed = None
+    if sql.CLAIMS_ALONE and time.monotonic() >= _CAPPED_IN_REACH.get(reach, 0.0):
+        claimed = call(HOT_PATH, sql.fetch_alone, worker_id, limit, queues, lease)
+        if claimed is None:  # a capped queue is in reach: its claimers take turns, in a transaction
+            _CAPPED_IN_REACH[reach] = time.monotonic() + CAPPED_RECHECK
+    return claimed if claimed is not None else call(Mode(prepared=True), sql.fetch_batch, worker_id, limit, queues,
+                                                    None, lease)
 
 
 def rate_limits() -> list[RateLimitState]:
