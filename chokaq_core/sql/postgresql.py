@@ -307,7 +307,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
               "returning": " RETURNING id", "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
-    SPENDS_IN_ONE_STATEMENT = True
+    SPENDS_ALONE = True  # one statement
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]

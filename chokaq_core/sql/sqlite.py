@@ -184,6 +184,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
               "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
               "output": "", "returning": " RETURNING id", "differs": "new_payload IS NOT payload"}
 
+    SPENDS_ALONE = True  # a planned lease's bucket swaps and the lease commit one by one (see lease_spending)
+
     def clock(self, at: datetime | None = None) -> list[Any]:
         return [_ts(at or _now())]
 
