@@ -19,6 +19,7 @@ from enum import Enum, IntEnum
 from operator import attrgetter
 
 from chokaq_core.domain import (
+    BucketSpend,
     CancellationReason,
     ChokaQFatalError,
     ClaimHold,
@@ -362,19 +363,27 @@ def window_use(rate: Rate, bucket: RateBucket | None, now: datetime) -> int:
     return bucket.window_used
 
 
+type Slot = tuple[str, str]  # a bucket: (limit name, rate key)
+
+
 @dataclass
 class RatePlan:
     """What jobs may take under the limits in force, decided from their buckets at the database's time ``now``.
     The claim reads the buckets: ``hold`` tells it what to skip and ``admit`` keeps the claimed jobs within the
     tokens there are now (it writes nothing). The lease spends the tokens: under the limits' locks ``admit``
     keeps the jobs to start within the tokens (in claim order), ``give_back`` returns those the lease did not
-    start after all, and ``changes`` gives the buckets to write in the lease's transaction."""
+    start after all, and ``changes`` gives the buckets to write in the lease's transaction; planned on the known
+    buckets, ``spends`` gives the compare-and-set writes instead."""
 
     limits: Sequence[RateLimit]
-    buckets: dict[tuple[str, str], RateBucket]
+    buckets: dict[Slot, RateBucket]
     now: datetime
-    taken: Counter[tuple[str, str]] = field(default_factory=Counter)
+    taken: Counter[Slot] = field(default_factory=Counter)
     held: Counter[str] = field(default_factory=Counter)  # jobs admit sent back, per limit that had no token
+    # per plan, so computed once per batch: the buckets a (queue, type, rate key) takes from, each bucket's tokens
+    _covering: dict[tuple[str, str, str | None], tuple[tuple[RateLimit, Slot], ...]] = field(
+        default_factory=dict, repr=False)
+    _refilled: dict[Slot, float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, limits: Sequence[RateLimit], buckets: Sequence[RateBucket], now: datetime) -> RatePlan:
@@ -392,7 +401,10 @@ class RatePlan:
         bucket = self.buckets.get(slot)
         if bucket is None and limit.per_key and slot not in self.taken and self._live_keys(limit) >= limit.max_keys:
             return 0.0  # a new key while max_keys keys are live: held until one refills
-        return refilled(limit.rate, bucket, self.now) - self.taken[slot]
+        tokens = self._refilled.get(slot)
+        if tokens is None:  # the plan's moment is fixed: each bucket refills once
+            tokens = self._refilled[slot] = refilled(limit.rate, bucket, self.now)
+        return tokens - self.taken[slot]
 
     def hold(self) -> ClaimHold:
         """The queues, types and partitions without a whole token."""
@@ -408,23 +420,38 @@ class RatePlan:
                          if name == limit.name and self.available(limit, key) < 1]
         return ClaimHold(tuple(queues), tuple(types), tuple(keys))
 
-    def slots(self, job: HotJob) -> list[tuple[str, str]]:
+    def plentiful(self, jobs: int) -> bool:
+        """Whether every limit, none of them per key (a key's bucket is unknown before its rows are claimed), has
+        ``jobs`` tokens left: a claim of ``jobs`` rows then has nothing to hold back."""
+        return all(not limit.per_key and self.available(limit, "") >= jobs for limit in self.limits)
+
+    def _slots(self, job: HotJob) -> tuple[tuple[RateLimit, Slot], ...]:
+        kind = (job.queue, job.type, job.rate_key)
+        covering = self._covering.get(kind)
+        if covering is None:
+            covering = self._covering[kind] = tuple(
+                (limit, (limit.name, limit.bucket_key(job.rate_key))) for limit in self.limits
+                if limit.covers(job.queue, job.type))
+        return covering
+
+    def slots(self, job: HotJob) -> list[Slot]:
         """The buckets ``(limit name, key)`` a start of ``job`` takes a token from."""
-        return [(limit.name, limit.bucket_key(job.rate_key)) for limit in self.limits if limit.covers(job.queue, job.type)]
+        return [slot for _, slot in self._slots(job)]
 
     def admit(self, jobs: Sequence[HotJob]) -> tuple[list[HotJob], list[HotJob]]:
         """``(kept, released)``: each job is kept while every limit covering it has a token for its key."""
         kept: list[HotJob] = []
         released: list[HotJob] = []
+        taken = self.taken
         for job in jobs:
-            slots = [(limit, limit.bucket_key(job.rate_key)) for limit in self.limits
-                     if limit.covers(job.queue, job.type)]
-            short = [limit.name for limit, key in slots if self.available(limit, key) < 1]
+            slots = self._slots(job)
+            short = [limit.name for limit, (_, key) in slots if self.available(limit, key) < 1]
             if short:
                 self.held.update(short)
                 released.append(job)
             else:
-                self.taken.update((limit.name, key) for limit, key in slots)
+                for _, slot in slots:
+                    taken[slot] += 1
                 kept.append(job)
         return kept, released
 
@@ -454,24 +481,29 @@ class RatePlan:
                     waits.append((at - self.now).total_seconds())
         return min(waits, default=None)
 
-    def changes(self) -> tuple[list[RateBucket], list[RateBucket], list[tuple[str, str]]]:
+    def _spent(self, limit: RateLimit, bucket: RateBucket, count: int) -> RateBucket:
+        """``bucket`` (stored) once ``count`` more jobs took a token each at the plan's moment."""
+        used = window_use(limit.rate, bucket, self.now)
+        return RateBucket(bucket.limit_name, bucket.rate_key, refilled(limit.rate, bucket, self.now) - count,
+                          max(self.now, bucket.refilled_at), bucket.window_started_at if used else self.now,
+                          count + used)
+
+    def changes(self) -> tuple[list[RateBucket], list[RateBucket], list[Slot]]:
         """``(changed, added, dropped)`` buckets: the ones this claim took tokens from, and the refilled
         partitions of per-key limits (deleted, so the table holds only live keys; a key that comes back starts
         again from one token, never more than it would have had). Each list is in (limit, key) order: the order
         every lease locks and writes buckets in, so two leases never wait on each other's locks in a circle."""
         changed: list[RateBucket] = []
         added: list[RateBucket] = []
-        dropped: list[tuple[str, str]] = []
+        dropped: list[Slot] = []
         by_name = {limit.name: limit for limit in self.limits}
         for (name, key), count in self.taken.items():
             limit, bucket = by_name[name], self.buckets.get((name, key))
-            used = window_use(limit.rate, bucket, self.now)
-            tokens = refilled(limit.rate, bucket, self.now) - count
             if bucket is None:
-                added.append(RateBucket(name, key, tokens, self.now, self.now, count))
+                added.append(RateBucket(name, key, refilled(limit.rate, bucket, self.now) - count, self.now, self.now,
+                                        count))
             else:
-                started = bucket.window_started_at if used else self.now
-                changed.append(RateBucket(name, key, tokens, max(self.now, bucket.refilled_at), started, count + used))
+                changed.append(self._spent(limit, bucket, count))
         for (name, key), stored in self.buckets.items():
             owner = by_name.get(name)
             if (owner is not None and owner.per_key and (name, key) not in self.taken
@@ -480,3 +512,21 @@ class RatePlan:
                 dropped.append((name, key))
         slot = attrgetter("limit_name", "rate_key")
         return sorted(changed, key=slot), sorted(added, key=slot), sorted(dropped)
+
+    def spends(self, admitted: Sequence[HotJob]) -> list[BucketSpend] | None:
+        """The compare-and-set writes of a lease planned on known buckets, once ``admit`` kept ``admitted``: each
+        bucket they take from, as known and as spent, with the ids it pays for, in (limit, key) order (as
+        ``changes``); None when one of those buckets is not stored yet (the locked lease adds it)."""
+        paid: dict[Slot, list[str]] = {}
+        limit_of: dict[Slot, RateLimit] = {}
+        for job in admitted:
+            for limit, slot in self._slots(job):
+                paid.setdefault(slot, []).append(job.id)
+                limit_of[slot] = limit
+        spends: list[BucketSpend] = []
+        for slot in sorted(paid):
+            bucket = self.buckets.get(slot)
+            if bucket is None:
+                return None
+            spends.append(BucketSpend(bucket, self._spent(limit_of[slot], bucket, self.taken[slot]), tuple(paid[slot])))
+        return spends

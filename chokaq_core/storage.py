@@ -35,7 +35,6 @@ from chokaq_core.conf import config
 from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
-    BucketSpend,
     BulkPreview,
     ClaimedJobs,
     DeadJob,
@@ -349,22 +348,32 @@ def reset_memory() -> None:
     _memory().database().reset()
 
 
+# When a claim found a capped queue in reach (of all queues: None), that worker's claims of those queues take the
+# transaction (lock the capped queues, then claim) for CAPPED_RECHECK seconds before trying one statement again.
+CAPPED_RECHECK = 5.0
+_CAPPED_IN_REACH: dict[tuple[str, ...] | None, float] = {}
+
+
 def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
                 rate_limits: Sequence[RateLimit] = (), lease: int = 0) -> list[HotJob]:
     """Claim up to ``limit`` due rows. Under ``rate_limits`` the claim reads those limits' buckets (locking and
     writing nothing: the lease spends the tokens), skips what has no token left and keeps the claimed rows within
-    the tokens there are now (the rest go back to Pending, no attempt counted); without limits it is the claim
-    alone. Claims of several workers may together take more than the tokens: the lease sends the excess back.
+    the tokens there are now (the rest go back to Pending, no attempt counted); without limits, or while the
+    buckets this process knows hold ``limit`` tokens of each limit, it is the claim alone. Claims of several
+    workers may together take more than the tokens: the lease sends the excess back.
 
     ``lease`` (without rate limits only): the caller holds that many free execution slots, so the first ``lease``
     claimed rows are leased at once, in the claim's transaction (status Processing, the attempt counted, started
     now: docs/architecture.md, "Leasing at the claim"); the caller must start them (or reschedule them)."""
     if not rate_limits:
-        jobs = call(Mode(prepared=True), dialect().fetch_batch, worker_id, limit, queues, None, lease)
+        jobs = _claim(worker_id, limit, queues, lease)
         if lease:
             _emit(_processing_events([(job, job.attempt_count) for job in jobs if job.status == JobStatus.PROCESSING]))
         return jobs
     names = sorted({limit.name for limit in rate_limits})
+    known = KNOWN_BUCKETS.now_and_buckets(names)
+    if known is not None and RatePlan.of(rate_limits, known[1], known[0]).plentiful(limit):
+        return ClaimedJobs(_claim(worker_id, limit, queues, 0))
 
     def operation(cursor: Any) -> ClaimedJobs:
         sql = dialect()
@@ -380,6 +389,18 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
         return claimed
 
     return run(operation, prepared=True)  # the claim's statements, prepared as the plain claim's are
+
+
+def _claim(worker_id: str, limit: int, queues: Sequence[str] | None, lease: int) -> list[HotJob]:
+    """The claim without rate limits to apply (``fetch_batch``)."""
+    sql, reach = dialect(), None if queues is None else tuple(queues)
+    claimed = None
+    if sql.CLAIMS_ALONE and time.monotonic() >= _CAPPED_IN_REACH.get(reach, 0.0):
+        claimed = call(HOT_PATH, sql.fetch_alone, worker_id, limit, queues, lease)
+        if claimed is None:  # a capped queue is in reach: its claimers take turns, in a transaction
+            _CAPPED_IN_REACH[reach] = time.monotonic() + CAPPED_RECHECK
+    return claimed if claimed is not None else call(Mode(prepared=True), sql.fetch_batch, worker_id, limit, queues,
+                                                    None, lease)
 
 
 def rate_limits() -> list[RateLimitState]:
@@ -426,7 +447,8 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
     ``held`` names them, ``held_for`` says when the next token comes) and writes the buckets."""
     if not jobs:
         return LeasedJobs()
-    concerned = [limit for limit in rate_limits if any(limit.covers(job.queue, job.type) for job in jobs)]
+    kinds = {(job.queue, job.type) for job in jobs} if rate_limits else set()
+    concerned = [limit for limit in rate_limits if any(limit.covers(queue, type_key) for queue, type_key in kinds)]
     if not concerned:
         leased = LeasedJobs(call(HOT_PATH, dialect().mark_processing_batch, [job.id for job in jobs], worker_id))
     else:
@@ -498,25 +520,22 @@ def _lease_on_known_buckets(jobs: Sequence[HotJob], worker_id: str, limits: Sequ
         return None
     plan = RatePlan.of(limits, known[1], known[0])
     admitted, held = plan.admit(jobs)
-    changed, added, _ = plan.changes()
-    if held or added:
+    spends = None if held else plan.spends(admitted)
+    if spends is None:
         return None  # a held job or a new bucket: the locked lease decides (and learns the buckets)
-    slots = {job.id: plan.slots(job) for job in admitted}
-    spends = [BucketSpend(plan.buckets[(b.limit_name, b.rate_key)], b, tuple(
-        job.id for job in admitted if (b.limit_name, b.rate_key) in slots[job.id])) for b in changed]
     sql = dialect()
     try:
-        leased = LeasedJobs(call(HOT_PATH if sql.SPENDS_IN_ONE_STATEMENT else Mode(prepared=True),
+        leased = LeasedJobs(call(HOT_PATH if sql.SPENDS_ALONE else Mode(prepared=True),
                                  sql.lease_spending, [job.id for job in admitted], worker_id, spends, plan.now))
     except StaleBuckets:
         KNOWN_BUCKETS.forget(names)
         return None
     lost = [job for job in admitted if job.id not in leased]
-    plan.give_back(lost)  # their rows took no token (only a one-statement lease gets here with a lost row)
+    plan.give_back(lost)  # their rows took no token (only a lease that spends alone gets here with a lost row)
     if lost:
         KNOWN_BUCKETS.forget(names)
     else:
-        KNOWN_BUCKETS.note(plan.now, changed)
+        KNOWN_BUCKETS.note(plan.now, [spend.spent for spend in spends])
     plans[:] = [plan]
     return leased
 

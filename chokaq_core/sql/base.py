@@ -189,6 +189,10 @@ def hot_job(row: Sequence[Any]) -> HotJob:
     return HotJob(**{**data, "status": JobStatus(data["status"])})
 
 
+def in_claim_order(rows: Iterable[Sequence[Any]]) -> list[HotJob]:
+    return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+
+
 def archived_job(row: Sequence[Any]) -> ArchivedJob:
     return ArchivedJob(**_mapped(ARCHIVE_FIELDS, row))
 
@@ -668,7 +672,7 @@ SHARED_STATEMENTS = {
 # The dialect functions (spec 01 §1.4's names), by concern: what storage calls; the other public methods of
 # ``BaseDialect`` are the hooks and builders the vendors share.
 DIALECT_FUNCTIONS: tuple[str, ...] = (
-    "enqueue", "fetch_batch", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
+    "enqueue", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
     "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
     "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
@@ -709,6 +713,7 @@ class BaseDialect:
     # record_history after it)
     ENQUEUE_IN_ONE_STATEMENT = False  # an enqueue of jobs without idempotency keys is one statement
     LEASES_IN_CLAIM = False  # claim() leases its first rows itself (else fetch_batch runs the lease after it)
+    CLAIMS_ALONE = False  # fetch_alone(): a claim with no capped queue in reach is one self-committing statement
     PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
@@ -1073,7 +1078,7 @@ class BaseDialect:
 
     # ------------------------------------------------------------ rate limits (declared, overridden, their buckets)
 
-    SPENDS_IN_ONE_STATEMENT = False  # lease_spending commits on its own (else it runs in the caller's transaction)
+    SPENDS_ALONE = False  # lease_spending runs without a transaction (else in the caller's), each statement committed
     ROW_LOCK_HINT = ""  # a table hint that locks the rows a read returns until commit (SQL Server)
     ROW_LOCK_TAIL = ""  # the clause after a read that locks its rows until commit (PostgreSQL: FOR UPDATE)
     IGNORE_DUPLICATE = " ON CONFLICT DO NOTHING"  # an INSERT … SELECT that loses a race to a twin inserts nothing
@@ -1196,25 +1201,36 @@ class BaseDialect:
         for name, key in dropped:
             cursor.execute(f"DELETE FROM {RATE_BUCKETS} WHERE limit_name = %s AND rate_key = %s", [name, key])
 
+    def _swap_bucket(self, cursor: Cursor, was: RateBucket, now: RateBucket) -> bool:
+        """Write bucket ``now`` where the stored one is still ``was`` (compare-and-set); whether it was."""
+        output, tail = self.returning("limit_name")
+        return bool(self._all(
+            cursor, f"{self._bucket_update()}{output} WHERE limit_name = %s AND rate_key = %s AND tokens = %s"
+            f" AND refilled_at = {self.TS}{tail}",
+            [*self._bucket_values(now), was.limit_name, was.rate_key, was.tokens, self.param_ts(was.refilled_at)]))
+
     def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str, spends: Sequence[BucketSpend],
                        at: datetime) -> dict[str, int]:
         """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock at ``at``:
-        each is written only if it is still as known (compare-and-set), in the caller's transaction, and the jobs
-        start at ``at`` (a start is stamped when its token was taken, as under the lock; SQL Server stamps its own
-        clock, a statement's latency later). Raises ``StaleBuckets`` (roll back: the lease under
-        ``lock_rate_buckets`` decides) when a bucket changed since or a job was no longer this worker's."""
-        output, tail = self.returning("limit_name")
-        for spend in spends:
-            known = spend.known
-            if not self._all(
-                cursor, f"{self._bucket_update()}{output} WHERE limit_name = %s AND rate_key = %s AND tokens = %s"
-                f" AND refilled_at = {self.TS}{tail}",
-                [*self._bucket_values(spend.spent), known.limit_name, known.rate_key, known.tokens,
-                 self.param_ts(known.refilled_at)]):
-                raise StaleBuckets(known.limit_name)
+        each is written only if it is still as known (compare-and-set), then the jobs start at ``at`` (a start is
+        stamped when its token was taken, as under the lock; SQL Server stamps its own clock, a statement's latency
+        later). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides). In
+        the caller's transaction a job no longer this worker's raises too (roll back). ``SPENDS_ALONE`` (SQLite:
+        one short write at a time, no statement journal for the lease of several rows): a failed swap swaps back
+        the buckets already written, a lost job gives its token back (where another lease wrote the bucket in
+        between it stays spent, as after an error between the statements: a window then holds fewer starts)."""
+        for n, spend in enumerate(spends):
+            if not self._swap_bucket(cursor, spend.known, spend.spent):
+                for done in spends[:n] if self.SPENDS_ALONE else ():
+                    self._swap_bucket(cursor, done.spent, done.known)
+                raise StaleBuckets(spend.known.limit_name)
         leased = self.mark_processing_batch(cursor, job_ids, worker_id, at)
-        if len(leased) != len(job_ids):
+        if len(leased) != len(job_ids) and not self.SPENDS_ALONE:
             raise StaleBuckets("a job of the lease is no longer this worker's")
+        for spend in spends:
+            if lost := sum(1 for job_id in spend.job_ids if job_id not in leased):
+                self._swap_bucket(cursor, spend.spent, replace(spend.spent, tokens=spend.spent.tokens + lost,
+                                                               window_used=spend.spent.window_used - lost))
         return leased
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
@@ -1591,12 +1607,19 @@ class BaseDialect:
         names = None if queues is None else list(dict.fromkeys(queues))
         rows = (self.claim_leasing(cursor, worker_id, limit, names, hold or None, lease)
                 if lease and self.LEASES_IN_CLAIM else self.claim(cursor, worker_id, limit, names, hold or None))
-        jobs = sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
+        jobs = in_claim_order(rows)
         if lease and not self.LEASES_IN_CLAIM and jobs:
             attempts = self.mark_processing_batch(cursor, [job.id for job in jobs[:lease]], worker_id)
             jobs = [replace(job, status=JobStatus.PROCESSING, attempt_count=attempts[job.id]) if job.id in attempts
                     else job for job in jobs]
         return jobs
+
+    def fetch_alone(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    lease: int = 0) -> list[HotJob] | None:
+        """Where ``CLAIMS_ALONE``: ``fetch_batch`` without a hold as one statement that commits itself (no BEGIN,
+        no lock of the capped queues, no COMMIT), or None, having claimed nothing, when a capped queue is in
+        reach: its claimers take turns, so that claim is ``fetch_batch`` in a transaction (None at once elsewhere)."""
+        return None
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chokaq_core.domain import BucketSpend, ClaimHold, NewJob
+from chokaq_core.domain import BucketSpend, ClaimHold, HotJob, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
     HOT,
@@ -34,6 +34,7 @@ from chokaq_core.sql.base import (
     bulkhead,
     carried_values,
     history_rows,
+    in_claim_order,
     insert_moved,
     queue_health_select,
     uncount_sql,
@@ -113,7 +114,7 @@ def _hold_params(hold: ClaimHold) -> dict[str, list[str]]:
 _LEASED = "h.id = ANY(ARRAY(SELECT id FROM leased))"  # the first %(lease)s claimed rows start now (lease_at_claim)
 
 
-def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
+def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> str:
     """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
 
     The window is found through ``hot_fetch_pending`` instead of sorting every Pending
@@ -125,7 +126,7 @@ def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
     ``queues`` None walks the distinct queues with Pending rows (a loose index scan),
     since a queue with no ``chokaq_queues`` row is still eligible. Rows are re-read by
     ``id = ANY(ARRAY(...))`` so the plan stays primary-key lookups even before the
-    table is analysed.
+    table is analysed. ``alone``: it claims only if no capped queue is in reach (last column).
     """
     if queue_filter:
         recursive, names = "", "SELECT DISTINCT name FROM unnest(%(queues)s::text[]) AS name"
@@ -141,10 +142,13 @@ def _fetch_sql(queue_filter: bool, held: bool = False) -> str:
          WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
          ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
     hold = HOLD_SQL if held else ""
+    reach = f"""reach AS (SELECT EXISTS (SELECT 1 FROM chokaq_queues WHERE max_workers IS NOT NULL{
+        " AND name = ANY(%(queues)s::text[])" if queue_filter else ""}) AS capped),""" if alone else ""
     return f"""
-WITH {recursive}open_queues AS (
+WITH {recursive}{reach}open_queues AS (
     SELECT n.name FROM ({names}) n LEFT JOIN chokaq_queues q ON q.name = n.name
-    WHERE coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true)),
+    WHERE coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true){
+        " AND NOT (SELECT capped FROM reach)" if alone else ""}),
 candidates AS (
     SELECT c.id, c.priority, c.sort_at FROM open_queues n CROSS JOIN LATERAL (
         {stream.format(key="h.created_at", due="h.scheduled_at IS NULL", hold=hold)}
@@ -174,7 +178,8 @@ claimed AS (
         heartbeat_at = CASE WHEN {_LEASED} THEN now() ELSE h.heartbeat_at END, last_updated_at = now()
     WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0 AND {ASYNC_COMMIT}
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
-SELECT * FROM claimed ORDER BY priority DESC, coalesce(scheduled_at, created_at), id
+{"SELECT c.*, r.capped FROM reach r LEFT JOIN claimed c ON true" if alone else "SELECT * FROM claimed c"}
+ORDER BY c.priority DESC, coalesce(c.scheduled_at, c.created_at), c.id
 """
 
 
@@ -182,6 +187,8 @@ FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
 FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
 FETCH_ALL_HELD_SQL = _fetch_sql(queue_filter=False, held=True)
 FETCH_QUEUES_HELD_SQL = _fetch_sql(queue_filter=True, held=True)
+FETCH_ALL_ALONE_SQL = _fetch_sql(queue_filter=False, alone=True)
+FETCH_QUEUES_ALONE_SQL = _fetch_sql(queue_filter=True, alone=True)
 # Claimers of a capped queue take turns: the claim statement counts the queue's active rows in
 # its own snapshot, which cannot see another claimer's uncommitted claim. Locking the capped
 # queues' control rows first (held to commit) makes the next claim statement's fresh READ
@@ -256,7 +263,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
               "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
-    SPENDS_IN_ONE_STATEMENT = True
+    SPENDS_ALONE = True  # one statement
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         return ID_ARRAY, [list(ids)]
@@ -272,10 +279,21 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         return inserted, self.key_holders(cursor, jobs, inserted)
 
     LEASES_IN_CLAIM = True
+    CLAIMS_ALONE = True
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
         return self.claim_leasing(cursor, worker_id, limit, queues, hold, 0)
+
+    def fetch_alone(self, cursor: Cursor, worker_id: str, limit: int, queues: Sequence[str] | None,
+                    lease: int = 0) -> list[HotJob] | None:
+        if limit <= 0 or (queues is not None and not queues):
+            return []
+        params: dict[str, Any] = {"limit": limit, "worker": worker_id, "lease": lease, "scan": limit,
+                                  "candidates": limit * 4, **({} if queues is None else {"queues": list(queues)})}
+        cursor.execute(FETCH_ALL_ALONE_SQL if queues is None else FETCH_QUEUES_ALONE_SQL, params)
+        rows = cursor.fetchall()
+        return None if rows and rows[0][-1] else in_claim_order(row[:-1] for row in rows if row[0] is not None)
 
     def claim_leasing(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
                       hold: ClaimHold | None, lease: int) -> list[Any]:

@@ -123,6 +123,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
               "int": "%s", "ago": "%s", "trimmed": TRIMMED.format(trim="trim", chr="char"), "lazy": "",
               "rowlock": "", "differs": "new_payload IS NOT payload"}
 
+    SPENDS_ALONE = True  # a planned lease's bucket swaps and the lease commit one by one (see lease_spending)
+
     def clock(self, at: datetime | None = None) -> list[Any]:
         return [_ts(at or _now())]
 

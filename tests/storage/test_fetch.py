@@ -202,6 +202,21 @@ def test_bulkhead_cleared_with_none() -> None:
     assert len(storage.fetch_batch("w1", 10, ["uncap"])) == 2
 
 
+
+def test_a_cap_set_after_a_claim_of_one_statement_holds_at_the_next_claim() -> None:
+    """Without a capped queue in reach a claim is one statement where the dialect can (PostgreSQL); the statement
+    itself checks that no cap is in reach, so a cap set since the last claim still holds fleet-wide."""
+    ids = pending("cap-later", 4)
+    stagger(ids)
+    assert [j.id for j in storage.fetch_batch("w1", 1, ["cap-later"])] == ids[:1]
+    storage.set_queue_max_workers("cap-later", 2)
+    assert [j.id for j in storage.fetch_batch("w2", 10, ["cap-later"])] == ids[1:2]
+    assert storage.fetch_batch("w3", 10, ["cap-later"]) == []
+    assert storage.fetch_batch("w3", 10) == [], "every queue in reach: the cap holds too"
+    assert JobsHot.objects.filter(queue="cap-later", status__in=[1, 2]).count() == 2
+    storage.set_queue_max_workers("cap-later", None)
+    assert len(storage.fetch_batch("w3", 10, ["cap-later"])) == 2
+
 @pytest.mark.sql_only
 def test_two_workers_never_claim_the_same_row() -> None:
     """Two threads, each with its own connection, claim side by side (lockstep rounds) until none is left.

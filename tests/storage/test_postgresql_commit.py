@@ -40,3 +40,26 @@ def test_the_claim_and_the_lease_commit_asynchronously_and_nothing_after_them_do
         done = storage.complete("w1", [Success(job.id, 1.0, None), Success(other.id, 1.0, None)], [], [])
         assert sorted(i for i, _ in done.archived) == sorted([job.id, other.id])
         assert setting() == "on", "completions stay durable"
+
+
+def test_a_claim_with_no_capped_queue_in_reach_is_one_statement_that_commits_itself(vendor: str) -> None:
+    """No BEGIN, no lock of the capped queues, no COMMIT: the claim statement alone, asynchronously committed; with
+    a capped queue in reach it claims nothing and says so, and that worker takes the transaction for a while."""
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    sql = storage.dialect()
+    assert sql.CLAIMS_ALONE
+    pending("alone", 2)
+    with transaction.atomic():  # to read its transaction-local setting (run alone, the statement is its transaction)
+        [job] = storage.run(lambda cursor: sql.fetch_alone(cursor, "w1", 1, ["alone"], 1), atomic=False)
+        assert setting() == "off"
+    assert job.status == 2 and job.worker_id == "w1" and job.attempt_count == 1, "leased at its claim"
+    assert connection.get_autocommit() and not connection.in_atomic_block
+
+    storage.set_queue_max_workers("alone", 5)
+    assert storage.run(lambda cursor: sql.fetch_alone(cursor, "w1", 5, ["alone"], 0), atomic=False) is None
+    assert storage.run(lambda cursor: sql.fetch_alone(cursor, "w1", 5, None, 0), atomic=False) is None
+    assert storage.run(lambda cursor: sql.fetch_alone(cursor, "w1", 5, ["elsewhere"], 0), atomic=False) == []
+    storage._CAPPED_IN_REACH.pop(("alone",), None)
+    [other] = storage.fetch_batch("w1", 5, ["alone"])  # found the cap: claimed in a transaction instead
+    assert other.worker_id == "w1"
+    assert storage._CAPPED_IN_REACH[("alone",)] > 0

@@ -172,6 +172,25 @@ def test_a_bucket_written_since_it_was_read_makes_the_lease_take_the_lock() -> N
     assert not JobsHot.objects.filter(type="rl.stale.v1", started_at__isnull=False).exists()
 
 
+def test_a_planned_lease_whose_second_bucket_changed_leaves_the_first_as_it_was() -> None:
+    """Buckets are swapped in (limit, key) order: the queue's first, then the type's. When the type's changed since
+    it was read, the lease under the lock decides, and the queue's bucket pays once, for the jobs that started."""
+    per_queue = limit("queue:rl-two", "60/h burst 5")
+    per_type = limit("type:rl.two.v1", "60/h burst 5")
+    saved_up("queue:rl-two", 5)
+    saved_up("type:rl.two.v1", 5)
+    pending("rl-two", 2, type="rl.two.v1")
+    claimed = storage.fetch_batch("w1", 2, ["rl-two"], [per_queue, per_type])  # both buckets known
+    RateBuckets.objects.filter(limit_name="type:rl.two.v1").update(tokens=1.5, refilled_at=timezone.now())
+
+    leased = storage.mark_processing_batch(claimed, "w1", [per_queue, per_type])
+
+    assert leased == {claimed[0].id: 1} and leased.held == (claimed[1].id,), "the type had one token left"
+    queue_bucket = RateBuckets.objects.get(limit_name="queue:rl-two", rate_key="")
+    assert queue_bucket.window_used == 1, "the queue's bucket counts the one start, not the planned two as well"
+    assert 4 <= queue_bucket.tokens < 4.1
+
+
 def test_one_lease_under_a_limit_runs_through_the_single_lease_too() -> None:
     capped = limit("type:rl.one.v1", "60/h burst 1")
     saved_up("type:rl.one.v1", 1)
@@ -321,6 +340,23 @@ def test_a_claim_under_limits_neither_locks_nor_writes_the_buckets(monkeypatch: 
 
     assert len(claimed) == 2
     assert claimed.held_for is not None, "the claim says when the next token comes"  # type: ignore[attr-defined]
+
+
+def test_a_claim_while_the_known_buckets_hold_plenty_is_the_plain_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+    roomy = limit("type:rl.roomy.v1", "1000/s")
+    saved_up("type:rl.roomy.v1", 100)
+    pending("rl-roomy", 6, type="rl.roomy.v1")
+    first = start("w1", 2, ["rl-roomy"], [roomy])  # reads the buckets; the lease's write is known too
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the claim read the buckets")
+
+    monkeypatch.setattr(type(storage.dialect()), "read_rate_buckets", refuse)
+    second = storage.fetch_batch("w1", 4, ["rl-roomy"], [roomy])
+
+    assert len(first) == 2 and len(second) == 4
+    assert storage.mark_processing_batch(second, "w1", [roomy]) == {job.id: 1 for job in second}
+    assert RateBuckets.objects.get(limit_name="type:rl.roomy.v1", rate_key="").window_used == 6
 
 
 @pytest.mark.sql_only

@@ -633,6 +633,7 @@ CASES = [
     Case("fetch_batch", ("w1", 5, ["mail", "default", "mail"]), CLAIMED, check=_is_hot_batch),
     Case("fetch_batch", ("w1", 5, None), CLAIMED, check=_is_hot_batch),
     Case("fetch_batch", ("w1", 5, []), [], []),
+    Case("fetch_alone", ("w1", 5, ["mail"], 1), [], None),  # no one-statement claim here: fetch_batch's transaction
     Case("mark_processing", ("J1", "w1"), [[("J1", 1)]], 1),
     Case("mark_processing", ("J1", "w1"), [[]], None),
     Case("mark_processing", ("J1", "w1"), [Sets([None, None, [("J1", 3)]])], 3),  # results without a row set skipped
