@@ -40,12 +40,8 @@ _VENDOR_MODULES = {"postgresql": "postgresql", "sqlite": "sqlite", "microsoft": 
 def dialect_for(connection: Any) -> Dialect:
     """The dialect of a Django connection's vendor (its module's ``DIALECT``); any other vendor is a configuration
     error."""
-    vendor = connection.vendor
-    try:
-        module_name = _VENDOR_MODULES[vendor]
-    except KeyError:
-        raise ImproperlyConfigured(
-            f"ChokaQ does not support the {vendor!r} database vendor (supported: postgresql, sqlite, microsoft)"
-        ) from None
-    dialect: Dialect = importlib.import_module(f"chokaq_core.sql.{module_name}").DIALECT
+    if connection.vendor not in _VENDOR_MODULES:
+        raise ImproperlyConfigured(f"ChokaQ does not support the {connection.vendor!r} database vendor"
+                                   " (supported: postgresql, sqlite, microsoft)")
+    dialect: Dialect = importlib.import_module(f"chokaq_core.sql.{_VENDOR_MODULES[connection.vendor]}").DIALECT
     return dialect

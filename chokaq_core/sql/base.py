@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
@@ -125,11 +124,8 @@ def json_rows(packed: Any, datetime_at: Sequence[int] = ()) -> list[list[Any]]:
         return []
     rows = json.loads(packed) if isinstance(packed, str | bytes) else packed
     out = []
-    for row in rows:
-        if isinstance(row, dict):  # SQL Server's FOR JSON PATH, INCLUDE_NULL_VALUES: every key present
-            values = [row.get(f"c{i}") for i in range(len(row))]
-        else:
-            values = list(row)
+    for row in rows:  # SQL Server's FOR JSON PATH, INCLUDE_NULL_VALUES: every key present
+        values = [row.get(f"c{i}") for i in range(len(row))] if isinstance(row, dict) else list(row)
         for i in datetime_at:
             values[i] = json_datetime(values[i])
         out.append(values)
@@ -439,23 +435,20 @@ def history_source(archived: str, failed: str, ts: str) -> str:
 
 def upsert_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
                 update: Mapping[str, str | None]) -> str:
-    """Insert the rows of ``source`` (a SELECT or VALUES of ``columns``) into ``table``; where a row of the same ``key``
-    is there, set ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row
-    there; None: the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
+    """Insert the rows of ``source`` (VALUES, or a SELECT of ``columns`` whose rows go in key order, so concurrent
+    upserts lock them in one order) into ``table``; where a row of the same ``key`` (the leading columns) is there, set
+    ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row there; None:
+    the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
     sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
-    return f"INSERT INTO {table} ({', '.join(columns)}) {source} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
+    order = "" if source.startswith("VALUES") else f" ORDER BY {', '.join(str(i + 1) for i in range(len(key)))}"
+    return (f"INSERT INTO {table} ({', '.join(columns)}) {source}{order}"
+            f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
 
 
 # Counts added, the longest duration kept (a NULL one, no timed row, changes nothing).
 HISTORY_UPDATE = {**{c: f"{{old}}.{c} + {{new}}.{c}" for c in HISTORY_COUNTS},
                   "max_duration_ms": "CASE WHEN {new}.max_duration_ms IS NULL OR {old}.max_duration_ms >="
                                      " {new}.max_duration_ms THEN {old}.max_duration_ms ELSE {new}.max_duration_ms END"}
-
-
-def history_add(source: str) -> str:
-    """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``HISTORY_UPDATE``)."""
-    return upsert_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS,
-                       f"SELECT * FROM ({source}) AS r WHERE 1 = 1 ORDER BY 1, 2, 3, 4, 5", HISTORY_UPDATE)
 
 
 def _history_sums() -> str:
@@ -490,35 +483,6 @@ def schedule_state(r: Sequence[Any]) -> ScheduleState:
     return ScheduleState(str(r[0]), as_utc(r[1]), None if r[2] is None else bool(r[2]), r[3], as_utc(r[4]))
 
 
-def bucket_starts(at: datetime) -> tuple[datetime, datetime]:
-    """The minute and the hour bucket ``at`` (UTC) falls in."""
-    at = at.astimezone(UTC)
-    return at.replace(second=0, microsecond=0), at.replace(minute=0, second=0, microsecond=0)
-
-
-def escaped_like(term: str) -> str:
-    """A LIKE pattern matching ``term`` anywhere, its wildcards escaped (with ``ESCAPE '\\'``)."""
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def snapshot_of(request: SnapshotRequest, totals: Any, active: Any, found: Any, points: Any, states: Any,
-                stats: Any, lags: Any, workers: Any, errors: Any) -> DeckSnapshot:
-    """A ``deck_snapshot`` row's parts (rows packed as JSON, see ``json_rows``; the mappers parse JSON timestamps) as
-    each read returns them; a part the request did not ask for is None."""
-    return DeckSnapshot(
-        summary=summary(json_rows(totals)[0]),
-        active=[active_row(r) for r in json_rows(active)],
-        located=located(json_rows(found)),
-        throughput=None if request.throughput_since is None else [metric(r) for r in json_rows(points)],
-        queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
-        queue_stats=[queue_stats_row(r) for r in json_rows(stats)] if request.queues else None,
-        queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
-        workers=[worker_info(r) for r in json_rows(workers)] if request.workers else None,
-        errors=[error_group(r) for r in json_rows(errors)] if request.errors_limit > 0 else None,
-    )
-
-
 def locate_statement(tail: str) -> str:
     """(id, code) of each id in the three pillars (see ``located``); ``tail`` matches ``id`` against the ids."""
     return (f"SELECT id, status FROM {HOT} WHERE id {tail}"
@@ -529,8 +493,9 @@ def locate_statement(tail: str) -> str:
 @dataclass(frozen=True)
 class Move:
     """Where a batch of rows goes: the pillar it lands in (None: it stays where it is) with its columns and stamp,
-    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there), and the pillar it
-    leaves (Hot but for a resurrection)."""
+    the StatsSummary counter it bumps and its MetricBuckets outcome (None: not counted there), the pillar it
+    leaves (Hot but for a resurrection) and what the counters read of a landed row (queue, failure_reason,
+    duration_ms where it is bucketed)."""
 
     table: str | None
     fields: tuple[str, ...]
@@ -538,6 +503,7 @@ class Move:
     counter: str
     outcome: int | None
     origin: str = HOT
+    counted: str = "queue"
 
     @property
     def carried(self) -> tuple[str, ...]:
@@ -548,12 +514,12 @@ class Move:
 NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no exception caused (cancel, zombie)
 
 
-def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> list[str]:
+def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> dict[str, str]:
     """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
     message: a Hot row has none) unless overridden (an override names the row ``{row}``)."""
     overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION,
                  **{c: v.replace("{row}", row) for c, v in overrides.items()}}
-    return [overrides.get(c, f"{row}.{c}") for c in columns]
+    return {c: overrides.get(c, f"{row}.{c}") for c in columns}
 
 
 def insert_moved(move: Move, source: str, now: str, values: Mapping[str, str] | None = None) -> str:
@@ -571,25 +537,19 @@ def resurrected(payload: str, tags: str, priority: str, actor: str, row: str = "
             "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
-def uncount_sql(counter: str, counts: str, now: str | None = None) -> str:
-    """Take the rows a delete removed, ``counts`` (a derived table of queue, n), off ``counter`` per queue, floored
+def uncount_sql(counter: str, rows: str, now: str | None = None) -> str:
+    """Take the rows a move removed (``rows``: a table of them with their queue) off ``counter`` per queue, floored
     at 0, update only; an Archive purge's ``PURGED`` grows by them instead (``succeeded_total`` never shrinks).
     ``now``: the last activity's new stamp (None: left as it is)."""
     value = f"{PURGED} + c.n" if counter == PURGED else f"CASE WHEN {counter} > c.n THEN {counter} - c.n ELSE 0 END"
     touched = "" if now is None else f", last_activity_at = {now}"
-    return f"UPDATE {STATS} SET {counter} = {value}{touched} FROM {counts} AS c WHERE c.queue = {STATS}.queue"
+    return (f"UPDATE {STATS} SET {counter} = {value}{touched} FROM (SELECT queue, count(*) AS n FROM {rows} AS r"
+            f" GROUP BY queue) AS c WHERE c.queue = {STATS}.queue")
 
 
 def stats_update(counter: str) -> dict[str, str | None]:
     """What the counter upsert (spec 01 §4.13) sets on a queue's row that is there: ``counter`` += the rows."""
     return {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None}
-
-
-def stats_add(counter: str, source: str, now: str) -> str:
-    """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
-    return upsert_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
-                       f"SELECT queue, count(*), {now} FROM {source} WHERE true GROUP BY queue ORDER BY queue",
-                       stats_update(counter))
 
 
 BUCKET_KEY = ("bucket_start", "queue", "outcome", "failure_reason")
@@ -604,29 +564,24 @@ BUCKET_UPDATE = {
     "last_updated_at": None}
 
 
-def bucket_add(outcome: int, source: str, second: str, now: str) -> str:
-    """The MetricBuckets upsert of this ``second`` from ``source`` (queue, failure_reason, duration_ms); the longest
-    duration ignores NULLs."""
-    return upsert_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS,
-                       f"SELECT {second}, queue, {outcome}, failure_reason, count(*), count(duration_ms),"
-                       f" coalesce(sum(duration_ms), 0), max(duration_ms), {now} FROM {source} WHERE true"
-                       " GROUP BY queue, failure_reason ORDER BY queue, failure_reason", BUCKET_UPDATE)
-
-
-TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0)
-TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1)
-RETRY = Move(None, (), "last_updated_at", "retried_total", None)
-# DLQ → Hot: a Pending row again (its counter goes down, see ``uncount``; its revision one up, ``carried_values``).
+TO_ARCHIVE = Move(ARCHIVE, ARCHIVE_FIELDS, "finished_at", "succeeded_total", 0,
+                  counted="queue, -1 AS failure_reason, duration_ms")
+TO_DLQ = Move(DLQ, DLQ_FIELDS, "failed_at", "failed_total", 1,
+              counted="queue, failure_reason, CAST(NULL AS float) AS duration_ms")
+RETRY = Move(None, ("id", "queue"), "last_updated_at", "retried_total", None)
+# DLQ → Hot: a Pending row again (its counter goes down; its revision one up, ``carried_values``).
 TO_HOT = Move(HOT, ("id", "queue", "type", "payload", "tags", "priority", "status", "attempt_count", "created_at",
                     "last_updated_at", "created_by", "last_modified_by", "revision", "rate_key"), "last_updated_at",
               "failed_total", None, origin=DLQ)
-# The purges of DLQ and Archive rows (spec 01 §4.10): statement → (table, the rows it may delete, their order, the
-# counter they lower, whether it returns (queue, rows) groups rather than (id, queue) rows), ``purge_sql`` writing each
-# ("{ids}": ``TOKENS["ids"]``, "{ts}": ``TS``).
-PURGES = {"PURGE_DLQ_IDS_SQL": (DLQ, "id {ids}", "failed_at, id", "failed_total", False),
-          "PURGE_ARCHIVE_IDS_SQL": (ARCHIVE, "id {ids}", "finished_at, id", PURGED, False),
-          "PURGE_DLQ_OLDER_SQL": (DLQ, "created_at <= {ts}", "created_at, id", "failed_total", True),
-          "PURGE_ARCHIVE_SQL": (ARCHIVE, "finished_at < {ts}", "finished_at, id", PURGED, True)}
+# The purges of DLQ and Archive rows (spec 01 §4.10): moves that land nowhere, their counter lowered (an Archive
+# purge's ``PURGED`` raised); statement → (move, the rows it may delete, their order), each one batch of the first
+# rows ("{ids}": ``TOKENS["ids"]``, "{ts}": ``TS``).
+PURGE_DLQ = Move(None, ("id", "queue"), "", "failed_total", None, origin=DLQ)
+PURGE_ARCHIVE = Move(None, ("id", "queue"), "", PURGED, None, origin=ARCHIVE)
+PURGES = {"PURGE_DLQ_IDS_SQL": (PURGE_DLQ, "id {ids}", "failed_at, id"),
+          "PURGE_ARCHIVE_IDS_SQL": (PURGE_ARCHIVE, "id {ids}", "finished_at, id"),
+          "PURGE_DLQ_OLDER_SQL": (PURGE_DLQ, "created_at <= {ts}", "created_at, id"),
+          "PURGE_ARCHIVE_SQL": (PURGE_ARCHIVE, "finished_at < {ts}", "finished_at, id")}
 # The batches of archive_succeeded and move_to_dlq (``items_table`` kinds, in ``items_params`` order): each item's own
 # values of the moved row.
 ARCHIVED_ITEMS = {"id": "name", "duration_ms": "float", "result": "text"}
@@ -653,27 +608,31 @@ def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:
 # Statements the vendors share, over their TOKENS (a vendor module's own statement of the same name wins):
 # "clock" opens a statement that stamps rows with "now"; "stamp" is now where the driver must count the changed
 # rows; "ids" matches ``id`` against ids_param; "by_id" prefixes a status test of rows named by id; "text"/"int"
-# type a parameter; "ago" is ago_params' moment; "trim"/"chr" name the trim-these-characters and character-code
-# functions; "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
+# type a parameter ("name": a short text); "ago" is ago_params' moment; "trimmed" is a DLQ row's details trimmed
+# of blanks/CR/LF (``TRIMMED``); "substr" is the substring function; "dirty" hints a read that may be dirty;
+# "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
 # bench/README, "Asynchronous commit of the claim and the lease").
-_LEASE = ("{clock}UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = {now},"
-          " heartbeat_at = {now}, last_updated_at = {now}")
+_LEASE = ("{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 2, attempt_count = attempt_count + 1,"
+          " started_at = {now}, heartbeat_at = {now}, last_updated_at = {now}")
 _TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
+# The "trimmed" of the vendors whose trim takes the characters to trim and whose || concatenates, over their
+# trim-these-characters and character-code functions.
+TRIMMED = "{trim}(substr(coalesce(error_details, ''), 1, 4000), ' ' || {chr}(9) || {chr}(10) || {chr}(13))"
 
 
 def _aged_batch(table: str, key: str, column: str, where: str = "") -> str:
     """One batch delete of ``table``'s rows (named by ``key``) whose ``column`` is before a cutoff, oldest first;
-    "pick" locks the picked rows, skipping locked ones; params: ``where``'s, the cutoff, the batch size."""
+    "pick" (``PICK_LOCK``) locks the picked rows, skipping locked ones; params: ``where``'s, the cutoff, the batch
+    size."""
     return (f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {where}{column} < %s"
-            f" ORDER BY {column} LIMIT %s{{pick}})")
+            f" ORDER BY {column}{{limit}}{{pick}})")
 
 
 SHARED_STATEMENTS = {
-    "MARK_PROCESSING_SQL": f"{_LEASE} WHERE id = %s AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
-                           " RETURNING attempt_count",
-    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1{{lazy}}"
-                                 " RETURNING id, attempt_count",
-    # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end.
+    # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end
+    # (``returning``), "lease_output" / "lease_returning" their ids and attempt counts.
+    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE}{{lease_output}} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
+                                 "{lazy}{lease_returning}",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET heartbeat_at = {now}, last_updated_at = {now}"
                       "{output} WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s{returning}",
     "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot{rowlock} SET cancel_requested_by = {text}{output}"
@@ -693,15 +652,16 @@ SHARED_STATEMENTS = {
     "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
     # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
-    "TOP_ERRORS_SQL": "WITH recent AS (SELECT failure_reason, failed_at, error_class, error_message, CASE WHEN"
-                      " error_class IS NULL THEN {trim}(substr(coalesce(error_details, ''), 1, 4000),"
-                      " ' ' || {chr}(9) || {chr}(10) || {chr}(13)) END AS e FROM chokaq_jobs_dlq"
-                      " ORDER BY failed_at DESC LIMIT %s)\nSELECT failure_reason, CASE WHEN e IS NULL THEN ''"
-                      " WHEN e = '' THEN %s ELSE substr(e, 1, 160) END AS prefix, count(*) AS n,"
-                      " max(failed_at) AS latest, error_class, error_message\n"
-                      "FROM recent GROUP BY failure_reason, error_class, error_message, prefix"
-                      " ORDER BY n DESC, latest DESC LIMIT %s",
-    # Retention: the oldest rows of a table, one batch ("pick": the pick's lock, or nothing).
+    # Derived tables rather than CTEs, so ``deck_snapshot`` can nest it on SQL Server too.
+    "TOP_ERRORS_SQL": "SELECT g.failure_reason, g.prefix, count(*) AS n, max(g.failed_at) AS latest, g.error_class,"
+                      " g.error_message\nFROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,"
+                      " CASE WHEN r.e IS NULL THEN '' WHEN r.e = '' THEN {name} ELSE {substr}(r.e, 1, 160) END"
+                      " AS prefix\n      FROM (SELECT failure_reason, failed_at, error_class, error_message,"
+                      " CASE WHEN error_class IS NULL THEN {trimmed} END AS e\n"
+                      "            FROM chokaq_jobs_dlq{dirty} ORDER BY failed_at DESC{limit}) AS r) AS g\n"
+                      "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix"
+                      " ORDER BY n DESC, latest DESC{limit}",
+    # Retention: the oldest rows of a table, one batch.
     "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
     "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
     "PURGE_HISTORY_SQL": _aged_batch(HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
@@ -762,6 +722,7 @@ class BaseDialect:
     LIMIT = " LIMIT %s"  # after an ORDER BY: at most that many rows
     PICK_HINT = ""  # after the table a bulk command picks rows from: lock hints (SQL Server)
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
+    PICKED = "IN ({})"  # ``id`` against the ids a subquery picks
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the end of the details
     JOB_ATTEMPTS_SQL = JOB_ATTEMPTS_SQL
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
@@ -769,55 +730,55 @@ class BaseDialect:
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_HISTORY_SQL: str  # params: granularity, param_ts(cutoff), batch size → changed
     # The transitions' statements (``clock``: SQLite's time parameter, nothing elsewhere).
-    MARK_PROCESSING_SQL: str  # params: clock, job id, worker → (attempt count)
     MARK_PROCESSING_BATCH_SQL: str  # params: clock, ids, worker → (id, attempt count)
     KEEP_ALIVE_SQL: str  # params: clock, ids, worker → (id)
     CANCEL_REQUESTS_SQL = (f"SELECT id, cancel_requested_by FROM {HOT}"
                            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL")  # → (id, actor)
-    CANCEL_BATCH_SQL: str  # params: details, actor, ids → moved
+    CANCEL_BATCH_SQL: str  # params: clock, details, actor, ids → moved
     REQUEST_CANCEL_SQL: str  # params: actor, ids → (id)
     UPDATE_HOT_SQL: str  # params: clock, payload, tags, priority, actor, job id, revision → (id)
     UPDATE_DLQ_SQL: str  # params: payload, tags, actor, job id, revision → (id)
     RELEASE_SQL: str  # params: clock, ids, worker → id
     RECOVER_ABANDONED_SQL: str  # params: clock, ago_params(timeout) → changed
     ARCHIVE_ZOMBIES_SQL: str  # params: clock, seconds_params(global timeout), details → moved
-    RESURRECT_SQL: str  # params: payload, tags, priority, actor, ids, revision → (id, queue)
-    PURGE_DLQ_IDS_SQL: str  # params: ids, batch size → (id, queue)
-    PURGE_ARCHIVE_IDS_SQL: str  # params: ids, batch size → (id, queue)
-    PURGE_DLQ_OLDER_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
-    PURGE_ARCHIVE_SQL: str  # params: param_ts(cutoff), batch size → (queue, rows)
-    ARCHIVE_SUCCEEDED_SQL: str  # params: items_params(id, duration_ms, result), guard_params → moved
-    MOVE_TO_DLQ_SQL: str  # params: items_params(id, failure_reason, error_details, error_columns), guard_params
-    RESCHEDULE_SQL: str  # params: items_params(id, attempt_count, delay_fields, error_columns, held_by), guard_params
+    RESURRECT_SQL: str  # params: clock, payload, tags, priority, actor, ids, revision → moved
+    PURGE_DLQ_IDS_SQL: str  # params: clock, ids, batch size → moved
+    PURGE_ARCHIVE_IDS_SQL: str  # params: clock, ids, batch size → moved
+    PURGE_DLQ_OLDER_SQL: str  # params: clock, param_ts(cutoff), batch size → moved
+    PURGE_ARCHIVE_SQL: str  # params: clock, param_ts(cutoff), batch size → moved
+    # The completions' params: clock, items_params of (id, …) as below, the owner twice (None: no owner guard) → moved.
+    ARCHIVE_SUCCEEDED_SQL: str  # duration_ms, result
+    MOVE_TO_DLQ_SQL: str  # failure_reason, error_details, error_columns
+    RESCHEDULE_SQL: str  # attempt_count, delay_fields, error_columns, held_by
 
     def __init_subclass__(cls, statements: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """``statements``: a vendor module's namespace; every statement the base classes name (``*_SQL``) that it
-        defines becomes the vendor's; a vendor with ``TOKENS`` gets the others of ``SHARED_STATEMENTS`` in its words."""
+        defines becomes the vendor's (an instance gets the others of ``SHARED_STATEMENTS`` in its ``TOKENS``)."""
         super().__init_subclass__(**kwargs)
         names = {n for k in cls.__mro__ for n in (*vars(k), *vars(k).get("__annotations__", {}))
                  if n.endswith(("_SQL", "_SELECT"))}
         for name in names & set(statements or ()):
             setattr(cls, name, statements[name])  # type: ignore[index]
-        tokens = vars(cls).get("TOKENS")
-        for name, template in SHARED_STATEMENTS.items():
-            if tokens is not None and name not in (statements or ()):
-                setattr(cls, name, template.format_map(tokens))
         for read, order in READ_ORDERS.items():
             if hasattr(cls, f"{read}_SELECT"):
                 setattr(cls, f"{read}_SQL", f"{getattr(cls, f'{read}_SELECT')}\nORDER BY {order}")
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
-        for name, (table, where, order, counter, grouped) in PURGES.items():
-            setattr(self, name, self.purge_sql(table, where.format(ids=self.TOKENS["ids"], ts=self.TS), order, counter,
-                                               grouped))
+        words = {"name": "%s", "substr": "substr", "dirty": "", "limit": self.LIMIT, "pick": self.PICK_LOCK,
+                 **self.TOKENS}
+        words["output"], words["returning"] = self.returning("id")
+        words["lease_output"], words["lease_returning"] = self.returning("id, attempt_count")
+        for name, template in SHARED_STATEMENTS.items():
+            if not hasattr(self, name):  # a vendor module's own statement wins
+                setattr(self, name, template.format_map(words))
         self._write_completions()
 
     def _write_completions(self) -> None:
-        """The completion statements from their one description, where the vendor's ``completion`` writes them."""
+        """The completion statements from their one description, each written by the vendor's ``completion``."""
         text, number, now, ids, by_item = (self.TOKENS["text"], self.TOKENS["int"], self.MOVED_NOW, self.TOKENS["ids"],
                                            "a.id = h.id")
-        guard = f"({text} IS NULL OR h.worker_id = %s)"  # guard_params: the owner, None for no guard
+        guard = f"({text} IS NULL OR h.worker_id = %s)"  # the owner twice, None for no guard
         retry_items = {"id": "name", "attempt_count": "int", **self.DUE_ITEMS, "error_class": "class",
                        "error_message": "message", "held_by": "class"}
         retry = (f"status = 0, attempt_count = a.attempt_count, scheduled_at = {self.DUE}, worker_id = NULL,"
@@ -829,26 +790,27 @@ class BaseDialect:
             "MOVE_TO_DLQ_SQL": self.completion(TO_DLQ, self.items_table(FAILED_ITEMS), by_item, guard,
                                                {c: f"a.{c}" for c in FAILED_ITEMS if c != "id"}),
             "RESCHEDULE_SQL": self.completion(RETRY, self.items_table(retry_items), by_item, guard, {}, retry),
-            # Pending/Fetched rows named by id; params: details, actor, ids
+            # Pending/Fetched rows named by id
             "CANCEL_BATCH_SQL": self.completion(
                 TO_DLQ, f"(SELECT {text} AS error_details, {text} AS last_modified_by) AS a", None,
-                f"h.id {ids} AND h.status IN (0, 1)", {"failure_reason": str(int(FailureReason.CANCELLED)),
-                                                       "error_details": "a.error_details",
-                                                       "last_modified_by": "a.last_modified_by"}),
+                f"h.id {ids} AND {self.TOKENS['by_id']}h.status IN (0, 1)",
+                {"failure_reason": str(int(FailureReason.CANCELLED)), "error_details": "a.error_details",
+                 "last_modified_by": "a.last_modified_by"}),
             # Processing rows whose heartbeat expired (spec 01 §4.12: the queue's timeout, else the global one), a
-            # sweep that may leave a locked row to the next; params: ZOMBIE_SOURCE's (global timeout, details)
+            # sweep that may leave a locked row to the next
             "ARCHIVE_ZOMBIES_SQL": self.completion(
                 TO_DLQ, self.ZOMBIE_SOURCE, None, self.ZOMBIE_WHERE,
                 {"failure_reason": str(int(FailureReason.ZOMBIE)), "error_details": "a.error_details"}, sweep=True),
-            # DLQ rows named by id, at the edit's revision (None: any), edits coalesced; params: payload, tags,
-            # priority, actor, ids, revision
+            # DLQ rows named by id, at the edit's revision (None: any), edits coalesced
             "RESURRECT_SQL": self.completion(
                 TO_HOT, f"(SELECT {text} AS payload, {text} AS tags, {number} AS priority, {text} AS actor) AS a", None,
                 f"h.id {ids} AND h.{revision_guard(number)}",
                 resurrected("a.payload", "a.tags", "a.priority", "a.actor", "{row}."))}
+        for name, (move, keep, order) in PURGES.items():  # no values of their own: a one-row source
+            picked = self.PICKED.format(self.pick(move.origin, f" WHERE {keep.format(ids=ids, ts=self.TS)}", order))
+            statements[name] = self.completion(move, "(SELECT 1 AS one) AS a", None, f"h.id {picked}", {})
         for name, sql in statements.items():
-            if sql is not None:
-                setattr(self, name, sql)
+            setattr(self, name, sql)
 
     MOVED_NOW = ""  # the moment a ``completion`` statement stamps rows with
     ZOMBIE_SOURCE = ZOMBIE_WHERE = ""  # the zombie sweep's row ``a`` (the global timeout, the details) and its rows
@@ -856,20 +818,29 @@ class BaseDialect:
     DUE = ""  # when a rescheduled row is due: an expression over those items (``a``)
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
-                   sets: str = "", sweep: bool = False) -> str | None:
-        """A completion's whole statement where the vendor writes one (PostgreSQL, SQL Server; None: SQLite's
-        ``_move`` lands the rows): the Hot rows ``h`` that ``where`` keeps, joined to ``source`` ``a`` (on ``on``,
-        else its one row), leave for ``move``'s pillar with ``values`` (column → expression) set, or for ``RETRY``
-        stay with ``sets`` as their SET; then counted (and bucketed); it returns (id, queue) of each. Parameters:
-        the source's, then the where's. ``sweep``: rows another transaction holds may be left for the next one."""
-        return None
+                   sets: str = "", sweep: bool = False) -> str:
+        """A move's statement (SQLite: its first step, see ``_move``): the rows ``h`` of the pillar the move leaves that
+        ``where`` keeps, joined to ``source`` ``a`` (on ``on``, else its one row), leave for ``move``'s pillar (or,
+        a purge, for none) with ``values`` (column → expression) set, or for ``RETRY`` stay with ``sets`` as their SET;
+        then counted (and bucketed), a row leaving the DLQ or the Archive off its counter; it returns (id, queue) of
+        each. Parameters: the clock's, the source's, then the where's. ``sweep``: rows another transaction holds may
+        be left for the next one."""
+        raise NotImplementedError
 
-    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
-        """One batch delete of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, the batch
-        size), returning (id, queue) per row or, ``grouped``, (queue, rows); here ``uncount`` lowers ``counter`` after
-        it (PostgreSQL and SQL Server: the statement itself)."""
-        return (f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY {order}{self.LIMIT})"
-                f" RETURNING {'queue, 1' if grouped else 'id, queue'}")
+    def claim_sql(self, window: str, limit: str, worker: str, now: str, top: bool = False) -> str:
+        """Rank the ``window`` of due Pending rows per queue, apply the bulkheads, claim (spec 01 §4.2): the claimed
+        rows (``HOT_FIELDS``), read by primary key (``bulkhead``'s operands and ``top``)."""
+        output, returning = self.returning(", ".join(HOT_FIELDS))
+        capped = f"SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL"
+        return (f"WITH win AS ({window}),\n{bulkhead('win', capped, limit, top)}\n"
+                f"UPDATE {HOT}{self.TOKENS['rowlock']} SET status = 1, worker_id = {worker}, last_updated_at = {now}"
+                f"{output}\nWHERE id IN (SELECT id FROM picked) AND {self.TOKENS['by_id']}status = 0{returning}")
+
+    def pick(self, table: str, where: str, order: str, lock: bool = True) -> str:
+        """The ids of the first rows of ``table`` by ``order`` that ``where`` keeps (params: where's, how many), locked
+        (skipping those another transaction holds) where the vendor can unless ``lock`` is False."""
+        hint, tail = (self.PICK_HINT, self.PICK_LOCK) if lock else ("", "")
+        return f"SELECT id FROM {table}{hint}{where} ORDER BY {order}{self.LIMIT}{tail}"
 
     def rows(self, cursor: Cursor) -> list[Any]:
         """The rows of the statement just executed."""
@@ -878,10 +849,7 @@ class BaseDialect:
     def session_pid(self, cursor: Cursor) -> int | None:
         """The id of the server process serving this session (PostgreSQL's ``pg_backend_pid()``), so storage can
         tell a direct connection from one through a pooler; None where the vendor has no such id."""
-        if self.SESSION_PID_SQL is None:
-            return None
-        cursor.execute(self.SESSION_PID_SQL)
-        return int(cursor.fetchone()[0])
+        return None if self.SESSION_PID_SQL is None else int(self._one(cursor, self.SESSION_PID_SQL)[0])
 
     def keep_generic_plans(self, cursor: Cursor) -> None:
         """Make this session run its prepared statements on their generic plans (no planning per call)."""
@@ -891,7 +859,7 @@ class BaseDialect:
     # ------------------------------------------------------------ hooks
 
     def param_ts(self, value: datetime | None) -> Any:
-        """A datetime as a statement parameter."""
+        """A datetime as a statement parameter (or inside a batch item, ``items_params``)."""
         return value
 
     def search_clause(self, column: str) -> str:
@@ -899,7 +867,10 @@ class BaseDialect:
         return f"lower({column}) LIKE %s ESCAPE '\\'" if self.FOLDS_CASE else f"{column} LIKE %s ESCAPE '\\'"
 
     def search_pattern(self, term: str) -> str:
-        return escaped_like(term.lower() if self.FOLDS_CASE else term)
+        """A LIKE pattern matching ``term`` anywhere (folded where the search folds case), its wildcards escaped
+        (with ``ESCAPE '\\'``)."""
+        term = term.lower() if self.FOLDS_CASE else term
+        return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
     def id_list(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         """``(predicate tail, params)`` matching ``id`` against ``ids``: ``IN (%s, …)`` by default."""
@@ -909,17 +880,13 @@ class BaseDialect:
         return []
 
     def top_errors_params(self, limit: int) -> list[Any]:
-        """The parameters of ``TOP_ERRORS_SQL``: the sample size, the empty-details text, at most ``limit`` groups."""
-        return [TOP_ERRORS_SAMPLE, EMPTY_ERROR, limit]
+        """The parameters of ``TOP_ERRORS_SQL``: the empty-details text, the sample size, at most ``limit`` groups."""
+        return [EMPTY_ERROR, TOP_ERRORS_SAMPLE, limit]
 
     def clock(self, at: datetime | None = None) -> list[Any]:
         """The current time (or ``at``) as the leading parameter of a statement that stamps rows: none where the
         statement reads the database clock."""
         return []
-
-    def item_ts(self, value: datetime | None) -> Any:
-        """A datetime inside a batch item (``items_params``)."""
-        return value
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         """A list of job ids (duplicates dropped) as one statement parameter."""
@@ -937,21 +904,9 @@ class BaseDialect:
         """Per-item rows of a batch as statement parameters: one array per key by default."""
         return [list(column) for column in zip(*(row.values() for row in rows), strict=True)]
 
-    def guard_params(self, worker_id: str | None) -> list[Any]:
-        """The owner guard's parameters (None: no guard)."""
-        return [worker_id, worker_id]
-
     def delay_fields(self, seconds: float) -> dict[str, Any]:
         """A retry delay as the reschedule statement reads it."""
         return {"delay_seconds": float(seconds)}
-
-    def moved(self, cursor: Cursor) -> Moved:
-        """(id, queue) of each row the statement just executed moved."""
-        return [(str(job_id), str(queue)) for job_id, queue in self.rows(cursor)]
-
-    def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        """Apply the rows a delete removed to ``counter``, per queue, where its statement did not (PostgreSQL
-        and SQL Server count inside the statement): lower it, or for ``PURGED`` raise it."""
 
     def now(self) -> tuple[str, list[Any]]:
         """``(SQL, params)`` of the current time: the database clock (``TOKENS["now"]``) by default."""
@@ -968,6 +923,25 @@ class BaseDialect:
                    update: Mapping[str, str | None]) -> str:
         """The vendor's ``upsert_rows``."""
         return upsert_rows(table, key, columns, source, update)
+
+    def stats_add(self, counter: str, source: str, now: str) -> str:
+        """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
+        return self.merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
+                               f"SELECT queue, count(*), {now} FROM {source} AS b GROUP BY queue",
+                               stats_update(counter))
+
+    def bucket_add(self, outcome: int, source: str, second: str, now: str) -> str:
+        """The MetricBuckets upsert of this ``second`` from ``source`` (``Move.counted``); no aggregate sees a NULL
+        (SQL Server would send a warning ahead of the result)."""
+        return self.merge_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS,
+                               f"SELECT {second}, queue, {outcome}, failure_reason, count(*),"
+                               " sum(CASE WHEN duration_ms IS NULL THEN 0 ELSE 1 END), sum(coalesce(duration_ms, 0)),"
+                               f" nullif(max(coalesce(duration_ms, -1)), -1), {now} FROM {source} AS b"
+                               " GROUP BY queue, failure_reason", BUCKET_UPDATE)
+
+    def history_add(self, source: str) -> str:
+        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``HISTORY_UPDATE``)."""
+        return self.merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
 
     def param(self, kind: str) -> str:
         """A parameter of a ``kind`` ("name", "text", "int", "bool") as an operand that keeps its type when NULL."""
@@ -1030,7 +1004,7 @@ class BaseDialect:
         the view's own ``equal`` columns (None: not filtered)."""
         clauses: list[str] = []
         params: list[Any] = []
-        for column, value in (("queue", filters.queue), ("type", filters.type), ("id", filters.job_id)):
+        for column, value in (("queue", filters.queue), ("type", filters.type), ("id", filters.job_id), *equal):
             if value is not None:
                 clauses.append(f"{column} = %s")
                 params.append(value)
@@ -1043,10 +1017,6 @@ class BaseDialect:
             if moment is not None:
                 clauses.append(f"{date_column} {op} {self.TS}")
                 params.append(self.param_ts(moment))
-        for column, value in equal:
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                params.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def dlq_where(self, filters: JobFilter) -> tuple[str, list[Any]]:
@@ -1368,8 +1338,7 @@ class BaseDialect:
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
-        cursor.execute(*self.locate_sql(ids))
-        return located(cursor.fetchall())
+        return located(self._all(cursor, *self.locate_sql(ids)))
 
     def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
         """Per-second succeeded (outcome 0) and failed (outcome 1) counts from MetricBuckets, oldest first."""
@@ -1468,8 +1437,20 @@ class BaseDialect:
         """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,
         ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
         ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
-        exactly as its own function returns it. The parts travel as JSON (``json_rows`` decodes them)."""
-        return snapshot_of(request, *self._one(cursor, *self.snapshot(request)))
+        exactly as its own function returns it (None: not asked for). The parts travel as JSON (``json_rows`` decodes
+        them; the mappers parse JSON timestamps)."""
+        totals, active, found, points, states, stats, lags, workers, errors = self._one(cursor, *self.snapshot(request))
+        return DeckSnapshot(
+            summary=summary(json_rows(totals)[0]),
+            active=[active_row(r) for r in json_rows(active)],
+            located=located(json_rows(found)),
+            throughput=None if request.throughput_since is None else [metric(r) for r in json_rows(points)],
+            queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
+            queue_stats=[queue_stats_row(r) for r in json_rows(stats)] if request.queues else None,
+            queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
+            workers=[worker_info(r) for r in json_rows(workers)] if request.workers else None,
+            errors=[error_group(r) for r in json_rows(errors)] if request.errors_limit > 0 else None,
+        )
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller that moved it
@@ -1503,7 +1484,7 @@ class BaseDialect:
             cursor.execute(sql, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
                  "error_message": a.error.message, "traceback": a.error.traceback,
-                 "started_at": self.item_ts(a.started_at)} for n, a in enumerate(attempts)])])
+                 "started_at": self.param_ts(a.started_at)} for n, a in enumerate(attempts)])])
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """A number that changes whenever ANOTHER connection commits (SQLite's ``PRAGMA data_version``): a
@@ -1521,10 +1502,6 @@ class BaseDialect:
 
     # ------------------------------------------------------------ history roll-ups
 
-    def history_upsert(self, source: str) -> str:
-        """Add the rows of ``source`` (``HISTORY_COLUMNS`` order) to the history buckets (``history_add``)."""
-        return history_add(source)
-
     def record_history(self, cursor: Cursor, archived_ids: Sequence[str], failed_ids: Sequence[str],
                        at: datetime) -> None:
         """Count the rows a completion just moved to the Archive / the DLQ in the minute and the hour buckets
@@ -1536,9 +1513,10 @@ class BaseDialect:
             return
         archived_tail, archived_params = self.id_list(archived)
         failed_tail, failed_params = self.id_list(failed)
-        minute, hour = bucket_starts(at)
-        cursor.execute(self.history_upsert(history_source(archived_tail, failed_tail, self.TS)),
-                       [self.param_ts(minute), self.param_ts(hour), *archived_params, *failed_params])
+        minute = at.astimezone(UTC).replace(second=0, microsecond=0)  # and its hour
+        cursor.execute(self.history_add(history_source(archived_tail, failed_tail, self.TS)),
+                       [self.param_ts(minute), self.param_ts(minute.replace(minute=0)), *archived_params,
+                        *failed_params])
 
     def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
         """The ``granularity``-second buckets from ``since`` summed over queues and types (oldest first), and the
@@ -1658,8 +1636,7 @@ class BaseDialect:
 
     def mark_processing(self, cursor: Cursor, job_id: str, worker_id: str) -> int | None:
         """Lease gate (Fetched → Processing) for the owning worker; the new attempt count or None."""
-        row = self._one(cursor, self.MARK_PROCESSING_SQL, [*self.clock(), job_id, worker_id])
-        return None if row is None else int(row[0])
+        return self.mark_processing_batch(cursor, [job_id], worker_id).get(job_id)
 
     def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str,
                               at: datetime | None = None) -> dict[str, int]:
@@ -1687,7 +1664,8 @@ class BaseDialect:
         """Pending/Fetched → DLQ Cancelled; Processing rows are left alone."""
         if not job_ids:
             return []
-        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL, [cancel_details(actor), actor, self.ids_param(job_ids)])
+        return self._move(cursor, TO_DLQ, self.CANCEL_BATCH_SQL,
+                          [*self.clock(), cancel_details(actor), actor, self.ids_param(job_ids)])
 
     def request_cancel(self, cursor: Cursor, job_ids: Sequence[str], actor: str) -> list[str]:
         """Flag Processing rows for cooperative cancellation; returns the flagged ids."""
@@ -1737,7 +1715,7 @@ class BaseDialect:
         if not job_ids:
             return []
         return self._move(cursor, TO_HOT, self.RESURRECT_SQL,
-                          [payload, tags, priority, actor, self.ids_param(job_ids), revision])
+                          [*self.clock(), payload, tags, priority, actor, self.ids_param(job_ids), revision])
 
     def resurrect(self, cursor: Cursor, job_id: str, payload: str | None, tags: str | None, priority: int | None,
                   actor: str | None, revision: int | None = None) -> bool:
@@ -1749,54 +1727,41 @@ class BaseDialect:
         """DLQ → Hot for the given ids, priority 10, no edits; FailedTotal -n."""
         return self._resurrect(cursor, job_ids, actor=actor)
 
-    def _purge(self, cursor: Cursor, sql: str, params: list[Any], counter: str) -> Moved:
-        """A delete whose statement returns (id, queue) per row; ``counter`` −n per queue (``PURGED`` +n)."""
-        cursor.execute(sql, params)
-        moved = self.moved(cursor)
-        self.uncount(cursor, counter, Counter(queue for _, queue in moved))
-        return moved
-
-    def _purge_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, counter: str) -> int:
-        """One batch delete whose statement returns (queue, rows) groups; ``counter`` −n per queue (``PURGED``
-        +n)."""
+    def _purge_by_age(self, cursor: Cursor, move: Move, sql: str, cutoff: datetime, batch_size: int) -> int:
+        """One batch of the rows before ``cutoff`` purged; how many."""
         if batch_size <= 0:
             return 0
-        cursor.execute(sql, [self.param_ts(cutoff), batch_size])
-        counts: Counter[str] = Counter()
-        for queue, n in self.rows(cursor):
-            counts[str(queue)] += int(n)
-        self.uncount(cursor, counter, counts)
-        return sum(counts.values())
+        return len(self._move(cursor, move, sql, [*self.clock(), self.param_ts(cutoff), batch_size]))
 
     def purge_dlq_ids(self, cursor: Cursor, job_ids: Sequence[str], batch_size: int) -> Moved:
         """Delete one batch of the given DLQ ids (oldest failure first); FailedTotal −n."""
         if not job_ids or batch_size <= 0:
             return []
-        return self._purge(cursor, self.PURGE_DLQ_IDS_SQL, [self.ids_param(job_ids), batch_size], "failed_total")
+        return self._move(cursor, PURGE_DLQ, self.PURGE_DLQ_IDS_SQL,
+                          [*self.clock(), self.ids_param(job_ids), batch_size])
 
     def purge_archive_ids(self, cursor: Cursor, job_ids: Sequence[str]) -> Moved:
         """Delete the given Archive rows (one batch of them all, as ``purge_dlq_ids``); PurgedTotal +n."""
         if not job_ids:
             return []
-        return self._purge(cursor, self.PURGE_ARCHIVE_IDS_SQL, [self.ids_param(job_ids), len(set(job_ids))], PURGED)
+        return self._move(cursor, PURGE_ARCHIVE, self.PURGE_ARCHIVE_IDS_SQL,
+                          [*self.clock(), self.ids_param(job_ids), len(set(job_ids))])
 
     def purge_dlq_older_than(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of DLQ rows created at or before ``cutoff``; FailedTotal -n."""
-        return self._purge_by_age(cursor, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size, "failed_total")
+        return self._purge_by_age(cursor, PURGE_DLQ, self.PURGE_DLQ_OLDER_SQL, cutoff, batch_size)
 
     def purge_archive(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of Archive rows finished before ``cutoff``; PurgedTotal +n (SucceededTotal never
         shrinks)."""
-        return self._purge_by_age(cursor, self.PURGE_ARCHIVE_SQL, cutoff, batch_size, PURGED)
+        return self._purge_by_age(cursor, PURGE_ARCHIVE, self.PURGE_ARCHIVE_SQL, cutoff, batch_size)
 
     def _pick_dlq(self, cursor: Cursor, filters: JobFilter, max_jobs: int, lock: bool = True) -> list[str]:
         """The first ``max_jobs`` filter matches, newest failure first, locked (skipping locked ones) where the
         vendor can unless ``lock`` is False."""
         where, params = self.dlq_where(filters)
-        hint, tail = (self.PICK_HINT, self.PICK_LOCK) if lock else ("", "")
-        return [str(r[0]) for r in self._all(
-            cursor, f"SELECT id FROM {DLQ}{hint}{where} ORDER BY failed_at DESC, id ASC{self.LIMIT}{tail}",
-            [*params, int(max_jobs)])]
+        return [str(r[0]) for r in self._all(cursor, self.pick(DLQ, where, "failed_at DESC, id ASC", lock),
+                                             [*params, int(max_jobs)])]
 
     def purge_dlq_by_filter(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> Moved:
         """Delete the first ``max_jobs`` matches; FailedTotal -n."""
@@ -1809,19 +1774,16 @@ class BaseDialect:
 
     # ------------------------------------------------------------ completion (batched moves)
 
-    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
-              landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
+    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any]) -> Moved:
         """Run one move statement: (id, queue) of the rows it moved (PostgreSQL and SQL Server move, count and
-        bucket inside the statement; ``landing``: each item's values, by id, which they read from ``params``)."""
-        cursor.execute(sql, params)
-        return self.moved(cursor)
+        bucket inside the statement)."""
+        return [(str(job_id), str(queue)) for job_id, queue in self._all(cursor, sql, params)]
 
     def _complete(self, cursor: Cursor, move: Move, sql: str, worker_id: str | None,
                   rows: Sequence[Mapping[str, Any]]) -> Moved:
         if not rows:
             return []
-        return self._move(cursor, move, sql, [*self.items_params(rows), *self.guard_params(worker_id)],
-                          {str(row["id"]): row for row in rows})
+        return self._move(cursor, move, sql, [*self.clock(), *self.items_params(rows), worker_id, worker_id])
 
     def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
         """Hot → Archive for every item this worker owns (None: no owner guard); SucceededTotal and the success

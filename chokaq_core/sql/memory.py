@@ -23,13 +23,14 @@ import logging
 import os
 import sqlite3
 import threading
-from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import django.db.utils
 from django.apps import apps
-from django.db.backends.sqlite3.base import DatabaseWrapper, SQLiteCursorWrapper
+from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+from django.db.utils import ConnectionHandler
 
 from chokaq_core.lazy import Lazy
 from chokaq_core.sql import base, sqlite
@@ -44,10 +45,7 @@ _names = itertools.count(1)
 def _schema() -> list[str]:
     """CREATE TABLE / CREATE INDEX statements of every ChokaQ model, as Django's SQLite backend writes them
     (collected only: the private editor never connects)."""
-    renderer = DatabaseWrapper({"NAME": ":memory:", "ENGINE": "django.db.backends.sqlite3", "OPTIONS": {},
-                                "TIME_ZONE": None, "USER": "", "PASSWORD": "", "HOST": "", "PORT": "",
-                                "ATOMIC_REQUESTS": False, "AUTOCOMMIT": True, "CONN_MAX_AGE": 0,
-                                "CONN_HEALTH_CHECKS": False, "TEST": {}}, alias="chokaq_memory_schema")
+    renderer = ConnectionHandler({"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}})["default"]
     editor = renderer.schema_editor(collect_sql=True)
     editor.deferred_sql = []
     for model in apps.get_app_config("chokaq_core").get_models():
@@ -109,24 +107,18 @@ def database() -> MemoryDatabase:
 
 
 def evict_if_full(cursor: Any, capacity: int) -> None:
-    """Make room before an enqueue (spec 03 §15): oldest Archive rows first, then oldest DLQ rows."""
+    """Make room before an enqueue (spec 03 §15): oldest Archive rows first, then oldest DLQ rows, each removed by
+    the dialect's purge (its counters lowered, evicted Archive rows counted as purged)."""
     cursor.execute(f"SELECT (SELECT count(*) FROM {base.HOT}) + (SELECT count(*) FROM {base.ARCHIVE})"
                    f" + (SELECT count(*) FROM {base.DLQ})")
     stored = int(cursor.fetchone()[0])
     if stored < capacity:
         return
-    now = sqlite._ts(sqlite._now())
-    evicted = []
-    for table, order, counter, n in ((base.ARCHIVE, "finished_at", base.PURGED, EVICT_ARCHIVE_ROWS),
-                                     (base.DLQ, "failed_at", "failed_total", EVICT_DLQ_ROWS)):
-        if stored < capacity:
-            evicted.append(0)
-            continue
-        cursor.execute(sqlite.DIALECT.purge_sql(table, "1 = 1", f"{order}, id", counter, grouped=True), [n])
-        queues = Counter(row[0] for row in cursor.fetchall())
-        sqlite.count_removed(cursor, counter, queues, now)
-        stored -= queues.total()
-        evicted.append(queues.total())
-    level = logging.WARNING if any(evicted) else logging.DEBUG  # Hot alone at the cap: nothing to evict
+    archived = sqlite.DIALECT.purge_archive(cursor, datetime.max.replace(tzinfo=UTC), EVICT_ARCHIVE_ROWS)
+    failed = 0
+    if stored - archived >= capacity:
+        cursor.execute(f"SELECT id FROM {base.DLQ} ORDER BY failed_at, id LIMIT %s", [EVICT_DLQ_ROWS])
+        failed = len(sqlite.DIALECT.purge_dlq_ids(cursor, [row[0] for row in cursor.fetchall()], EVICT_DLQ_ROWS))
+    level = logging.WARNING if archived or failed else logging.DEBUG  # Hot alone at the cap: nothing to evict
     logger.log(level, "in-memory storage at its capacity of %s rows: evicted %s Archive and %s DLQ rows",
-               capacity, *evicted)
+               capacity, archived, failed)

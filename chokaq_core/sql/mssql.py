@@ -43,40 +43,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from chokaq_core.domain import (
-    ClaimHold,
-    NewJob,
-)
+from chokaq_core.domain import ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    BUCKET_COLUMNS,
-    BUCKET_KEY,
-    BUCKET_UPDATE,
-    BUCKETS,
-    EMPTY_ERROR,
     HISTORY,
-    HISTORY_COLUMNS,
-    HISTORY_KEY,
-    HISTORY_UPDATE,
-    HOT_FIELDS,
+    HOT,
     RETRY,
-    STATS,
-    TO_ARCHIVE,
     TO_HOT,
-    TOP_ERRORS_SAMPLE,
     BaseDialect,
     Move,
     as_utc,
-    bulkhead,
     carried_values,
     insert_moved,
     job_item,
     queue_health_select,
     queue_stats_select,
-    stats_update,
     summary_stats_sql,
     throughput_select,
     uncount_sql,
@@ -84,8 +68,6 @@ from chokaq_core.sql.base import (
 
 IDEMPOTENCY_INDEX = "hot_idempotency"  # the filtered unique index behind the enqueue check
 DUPLICATE_KEY_ERRORS = ("2601", "2627")  # duplicate key in a unique index / unique constraint
-
-
 _INT_MAX = 2**31 - 1
 
 # ---------------------------------------------------------------- SQL builders
@@ -101,75 +83,26 @@ _BUCKET = (
 # Types of the ``@Moved`` table variable columns (the physical column types of the models).
 _MOVED_TYPES = {
     "id": "nvarchar(50) NOT NULL PRIMARY KEY",
-    "queue": "nvarchar(255) NOT NULL",
-    "type": "nvarchar(255) NOT NULL",
-    "payload": "nvarchar(max) NULL",
-    "tags": "nvarchar(1000) NULL",
-    "priority": "int NOT NULL",
-    "status": "int NOT NULL",
-    "failure_reason": "int NOT NULL",
-    "revision": "int NOT NULL",
-    "error_details": "nvarchar(max) NULL",
-    "attempt_count": "int NOT NULL",
-    "worker_id": "nvarchar(100) NULL",
-    "created_by": "nvarchar(100) NULL",
-    "last_modified_by": "nvarchar(100) NULL",
+    **dict.fromkeys(("queue", "type"), "nvarchar(255) NOT NULL"),
+    **dict.fromkeys(("priority", "status", "failure_reason", "revision", "attempt_count"), "int NOT NULL"),
+    **dict.fromkeys(("payload", "error_details", "result"), "nvarchar(max) NULL"),
+    **dict.fromkeys(("tags", "error_message"), "nvarchar(1000) NULL"),
+    **dict.fromkeys(("error_class", "rate_key"), "nvarchar(255) NULL"),
+    **dict.fromkeys(("worker_id", "created_by", "last_modified_by"), "nvarchar(100) NULL"),
     "created_at": "datetimeoffset NOT NULL",
     "started_at": "datetimeoffset NULL",
     "duration_ms": "float NULL",
-    "result": "nvarchar(max) NULL",
-    "error_class": "nvarchar(255) NULL",
-    "error_message": "nvarchar(1000) NULL",
-    "rate_key": "nvarchar(255) NULL",
 }
 
 # ``param`` and ``items_table`` kinds
-PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "ts": "datetime2(7)",
-               "float": "float", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
-_IDS = "(SELECT i.id FROM OPENJSON(@Ids) WITH (id nvarchar(4000) '$.id') AS i)"  # the ``_ids_json`` array in @Ids
-_ID_LIST = f"IN {_IDS.replace('@Ids', '%s')}"  # ``id`` against the ``_ids_json`` array as a parameter
+PARAM_TYPES = {"name": "nvarchar(4000)", "text": "nvarchar(max)", "int": "int", "bool": "bit", "float": "float",
+               "ts": "datetimeoffset(7)", "class": "nvarchar(255)", "message": "nvarchar(1000)"}
+_ID_LIST = "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS i)"  # against a ``_ids_json`` array
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
 
 
 def _moved_table(columns: Sequence[str]) -> str:
     return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
-
-
-def _output_into(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
-    """``OUTPUT deleted.<col>, … INTO @Moved (<cols>)``, with some columns taken from elsewhere (a moved row's
-    revision goes up by one)."""
-    return f"OUTPUT {', '.join(carried_values(columns, 'deleted', overrides))}\n    INTO @Moved ({', '.join(columns)})"
-
-
-def _stats_add(counter: str) -> str:
-    """``counter += rows moved`` per queue, inserting a missing row (spec 01 §4.13)."""
-    return merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
-                      "SELECT queue, COUNT(*), @Now FROM @Moved GROUP BY queue", stats_update(counter))
-
-
-def _uncount(counter: str, touch: bool = False) -> str:
-    """The rows moved taken off ``counter`` per queue (``uncount_sql``)."""
-    return uncount_sql(counter, "(SELECT queue, COUNT(*) AS n FROM @Moved GROUP BY queue)", "@Now" if touch else None) + ";"
-
-
-# Bucket sources: (queue, failure_reason, n, timed, total, longest) without aggregating a NULL.
-_SUCCESS_BUCKETS = (
-    "SELECT queue, -1 AS failure_reason, COUNT(*) AS n,"
-    " SUM(CASE WHEN duration_ms IS NULL THEN 0 ELSE 1 END) AS timed,"
-    " SUM(COALESCE(duration_ms, 0)) AS total,"
-    " NULLIF(MAX(COALESCE(duration_ms, -1)), -1) AS longest"
-    " FROM @Moved GROUP BY queue"
-)
-_FAILURE_BUCKETS = (
-    "SELECT queue, failure_reason, COUNT(*) AS n, 0 AS timed, CAST(0 AS float) AS total,"
-    " CAST(NULL AS float) AS longest FROM @Moved GROUP BY queue, failure_reason"
-)
-
-
-def _bucket_merge(outcome: int, source: str) -> str:
-    """Upsert of this second's outcome buckets (spec 01 §4.13); ``max`` ignores NULLs."""
-    return merge_rows(BUCKETS, BUCKET_KEY, BUCKET_COLUMNS, f"SELECT @Bucket, b.queue, {outcome}, b.failure_reason, b.n,"
-                      f" b.timed, b.total, b.longest, @Now FROM ({source}) AS b", BUCKET_UPDATE)
 
 
 def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
@@ -196,22 +129,6 @@ def _batch(*statements: str) -> str:
     """A multi-statement batch: NOCOUNT on for the work, off again for the final statement."""
     *work, last = statements
     return "\n".join(["SET NOCOUNT ON;", *work, "SET NOCOUNT OFF;", last])
-
-
-def _completion(declares: Sequence[str], move: Move, delete: str) -> str:
-    """A whole Hot → Archive/DLQ move (spec 01 §3): ``delete`` (with its guard) fills ``@Moved``, then the insert,
-    the counters and the buckets."""
-    return _batch(
-        _NOW,
-        _BUCKET,
-        *declares,
-        _moved_table(move.carried),
-        delete,
-        insert_moved(move, "@Moved", "@Now") + ";",
-        _stats_add(move.counter),
-        _bucket_merge(move.outcome or 0, _SUCCESS_BUCKETS if move is TO_ARCHIVE else _FAILURE_BUCKETS),
-        "SELECT id, queue FROM @Moved;",
-    )
 
 
 # ---------------------------------------------------------------- statements
@@ -256,66 +173,6 @@ ENQUEUE_SQL = _batch(
 )
 
 
-def _fetch_sql(queue_filter: bool, hold: str = "") -> str:
-    """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim (``hold``: the
-    predicate skipping what rate limits hold back, its parameters last).
-
-    As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
-    claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
-    an index order, so the sort reads — and U-locks, for this one statement — every due Pending row of
-    the allowed queues; with a very large due backlog watch for lock escalation on ``chokaq_jobs_hot``.
-    """
-    declare_queues = ["DECLARE @Queues nvarchar(max) = %s;"] if queue_filter else []
-    queue_predicate = (
-        f"\n      AND h.queue IN {_NAMES.format('@Queues')}" if queue_filter else ""
-    )
-    claim = f"""WITH Eligible AS (
-    SELECT TOP (@ScanLimit) h.id, h.queue, h.priority, COALESCE(h.scheduled_at, h.created_at) AS sort_at
-    FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
-    LEFT JOIN chokaq_queues AS q ON q.name = h.queue
-    WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){queue_predicate}
-      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{hold}
-    ORDER BY h.priority DESC, sort_at, h.id),
-{bulkhead("Eligible", "SELECT c.name FROM chokaq_queues AS c WHERE c.max_workers IS NOT NULL", "@Limit", top=True)}
-UPDATE h SET status = 1, worker_id = @WorkerId, last_updated_at = @Now
-OUTPUT {", ".join(f"inserted.{c}" for c in HOT_FIELDS)}
-FROM chokaq_jobs_hot AS h WITH (ROWLOCK)
-INNER JOIN picked AS p ON p.id = h.id
-WHERE h.status = 0;"""
-    # Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control
-    # rows, held to commit, make the claim statement that follows count every earlier committed claim.
-    capped_filter = f" AND c.name IN {_NAMES.format('@Queues')}" if queue_filter else ""
-    return _batch(
-        _NOW,
-        _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int"),
-        *declare_queues,
-        "DECLARE @Capped int;",
-        "SELECT @Capped = COUNT(*) FROM chokaq_queues AS c WITH (UPDLOCK, ROWLOCK)\n"
-        f"WHERE c.max_workers IS NOT NULL{capped_filter};",
-        claim,
-    )
-
-
-FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
-FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
-
-_LEASE = ("UPDATE chokaq_jobs_hot WITH (ROWLOCK)\n"
-          "SET status = 2, attempt_count = attempt_count + 1, started_at = @Now, heartbeat_at = @Now,"
-          " last_updated_at = @Now\n")
-MARK_PROCESSING_SQL = _batch(
-    _NOW,
-    _params("@JobId nvarchar(4000)", "@WorkerId nvarchar(4000)"),
-    _LEASE + "OUTPUT inserted.attempt_count\n"
-    "WHERE id = @JobId AND worker_id = @WorkerId AND status = 1;",
-)
-
-MARK_PROCESSING_BATCH_SQL = _batch(
-    _NOW,
-    _params("@Ids nvarchar(max)", "@WorkerId nvarchar(4000)"),
-    _LEASE + "OUTPUT inserted.id, inserted.attempt_count\n"
-    f"WHERE id IN {_IDS} AND worker_id = @WorkerId AND status = 1;",
-)
-
 # Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
 RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
     "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
@@ -343,14 +200,12 @@ def _split_seconds(seconds: float) -> tuple[int, int]:
 def _is_idempotency_race(exc: BaseException) -> bool:
     """A concurrent producer committed the same idempotency key first: 2601 on ``hot_idempotency`` in a message of
     the exception chain (pyodbc puts the native error number in the text)."""
-    parts: list[str] = []
-    seen: set[int] = set()
+    chain: list[BaseException] = []
     current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        parts.extend(str(arg) for arg in current.args)
+    while current is not None and current not in chain:
+        chain.append(current)
         current = current.__cause__ or current.__context__
-    text = " ".join(parts)
+    text = " ".join(str(arg) for error in chain for arg in error.args)
     return any(code in text for code in DUPLICATE_KEY_ERRORS) and IDEMPOTENCY_INDEX in text
 
 
@@ -380,19 +235,6 @@ QUEUE_HEALTH_SELECT = queue_health_select(
     f"CASE WHEN p.due_at < {_NOW_OFFSET} THEN DATEDIFF_BIG(MILLISECOND, p.due_at, {_NOW_OFFSET}) / 1000.0 ELSE 0.0 END",
     _NOW_OFFSET, _DIRTY)
 
-# Spec 01 §5: the newest rows, error text trimmed of blanks/CR/LF, 160-character prefix (TRIM: SQL Server 2017+), the
-# top groups (params: top_errors_params). Derived tables rather than CTEs, so ``deck_snapshot`` can nest it.
-TOP_ERRORS_SQL = """SELECT TOP (CAST(%s AS int)) g.failure_reason, g.prefix, COUNT(*) AS n, MAX(g.failed_at) AS latest,
-       g.error_class, g.error_message
-FROM (SELECT r.failure_reason, r.failed_at, r.error_class, r.error_message,
-             CASE WHEN r.error_class IS NOT NULL THEN N'' WHEN r.error_text = N'' THEN CAST(%s AS nvarchar(4000))
-                  ELSE LEFT(r.error_text, 160) END AS prefix
-      FROM (SELECT TOP (CAST(%s AS int)) d.failure_reason, d.failed_at, d.error_class, d.error_message,
-                   TRIM(NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10)
-                        FROM CAST(LEFT(COALESCE(d.error_details, N''), 4000) AS nvarchar(4000))) AS error_text
-            FROM chokaq_jobs_dlq AS d WITH (NOLOCK) ORDER BY d.failed_at DESC) AS r) AS g
-GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix ORDER BY n DESC, latest DESC"""
-
 
 class SQLServerDialect(BaseDialect, statements=globals()):
     """The base over SQL Server's own statements (dirty reads for telemetry, spec 01 §1.3), JSON batches, ISO
@@ -405,9 +247,11 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     PICK_HINT = " WITH (UPDLOCK, READPAST, ROWLOCK)"
     TRUE, FALSE = "1", "0"
     # The words of the SHARED_STATEMENTS it has not written itself (typed parameters: a NULL keeps its type).
-    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": _ID_LIST, "by_id": "",
+    TOKENS = {"clock": "", "now": "SYSUTCDATETIME()", "ids": _ID_LIST, "by_id": "", "lazy": "",
               "text": "CAST(%s AS nvarchar(max))", "int": "CAST(%s AS int)", "rowlock": " WITH (ROWLOCK)",
-              "output": " OUTPUT inserted.id", "returning": "",
+              "name": "CAST(%s AS nvarchar(4000))", "substr": "SUBSTRING", "dirty": _DIRTY,  # TRIM: SQL Server 2017+
+              "trimmed": "TRIM(NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10) FROM"
+                         " CAST(LEFT(COALESCE(error_details, N''), 4000) AS nvarchar(4000)))",
               # binary: the collations ignore case and trailing blanks
               "differs": "(payload IS NULL OR CAST(new_payload AS varbinary(max)) <> CAST(payload AS varbinary(max)))"}
 
@@ -463,26 +307,31 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:
-        """Lock the capped queues' rows, then claim, in one batch (the OUTPUT order is unspecified); the locked
-        Eligible read skips what rate limits hold back."""
-        clause, held = self.hold_clause(hold)
-        if queues is None:
-            cursor.execute(_fetch_sql(False, clause) if clause else FETCH_ALL_SQL, [worker_id, limit * 10, limit, *held])
-        else:
-            cursor.execute(_fetch_sql(True, clause) if clause else FETCH_QUEUES_SQL,
-                           [worker_id, limit * 10, limit, _json({"name": name} for name in queues), *held])
-        return self.rows(cursor)
+        """Spec 01 §4.2 in one batch: lock the capped queues' rows, then a window of due rows (skipping what rate
+        limits hold back), rank per queue, apply the bulkhead, claim (the OUTPUT order is unspecified).
 
-    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
-        """Skip-locked (READPAST), the rows taken off ``counter`` by the same batch."""
-        return _batch(
-            _moved_table(("id", "queue")),
-            f"WITH Picked AS (\n    SELECT p.id FROM {table} AS p WITH (UPDLOCK, READPAST, ROWLOCK)\n"
-            f"    WHERE {where} ORDER BY {order} OFFSET 0 ROWS FETCH NEXT CAST(%s AS int) ROWS ONLY)\n"
-            "DELETE d\nOUTPUT deleted.id, deleted.queue INTO @Moved (id, queue)\n"
-            f"FROM {table} AS d INNER JOIN Picked AS k ON k.id = d.id;",
-            _uncount(counter),
-            f"SELECT {'queue, COUNT(*) FROM @Moved GROUP BY queue' if grouped else 'id, queue FROM @Moved'};")
+        As in the reference, the candidates are read ``WITH (UPDLOCK, READPAST, ROWLOCK)``, so concurrent
+        claimers lock disjoint rows. The order (priority, then ``COALESCE(scheduled_at, created_at)``) is not
+        an index order, so the sort reads — and U-locks, for this one statement — every due Pending row of
+        the allowed queues; with a very large due backlog watch for lock escalation on ``chokaq_jobs_hot``.
+        Claimers of a capped queue take turns (as on PostgreSQL): U locks on the capped queues' control rows,
+        held to commit, make the claim statement that follows count every earlier committed claim."""
+        clause, held = self.hold_clause(hold)
+        named = [] if queues is None else [_json({"name": name} for name in queues)]
+        within, capped = (f" AND {c} IN {_NAMES.format('@Queues')}" if named else "" for c in ("h.queue", "c.name"))
+        window = ("SELECT TOP (@ScanLimit) h.id, h.queue, h.priority, COALESCE(h.scheduled_at, h.created_at) AS sort_at"
+                  "\n    FROM chokaq_jobs_hot AS h WITH (UPDLOCK, READPAST, ROWLOCK)"
+                  "\n    LEFT JOIN chokaq_queues AS q ON q.name = h.queue"
+                  f"\n    WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= @Now){within}"
+                  f"\n      AND COALESCE(q.is_paused, 0) = 0 AND COALESCE(q.is_active, 1) = 1{clause}"
+                  "\n    ORDER BY h.priority DESC, sort_at, h.id")
+        cursor.execute(_batch(_NOW, _params("@WorkerId nvarchar(4000)", "@ScanLimit int", "@Limit int",
+                                            *(["@Queues nvarchar(max)"] if named else [])),
+                              "DECLARE @Capped int;", "SELECT @Capped = COUNT(*) FROM chokaq_queues AS c WITH (UPDLOCK,"
+                              f" ROWLOCK)\nWHERE c.max_workers IS NOT NULL{capped};",
+                              self.claim_sql(window, "@Limit", "@WorkerId", "@Now", top=True) + ";"),
+                       [worker_id, limit * 10, limit, *named, *held])
+        return self.rows(cursor)
 
     MOVED_NOW = "@Now"
     DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
@@ -497,21 +346,23 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
                    sets: str = "", sweep: bool = False) -> str:
-        """One batch: the changed rows go to ``@Moved`` (OUTPUT … INTO), then the pillar's insert and the counters."""
+        """One batch (spec 01 §3): the changed rows go to ``@Moved`` (OUTPUT … INTO, the guard in the predicate), then
+        the pillar's insert, the counters and the buckets."""
         join = f"INNER JOIN {source} ON {on}" if on else f"CROSS JOIN {source}"
         rows = f"FROM {move.origin} AS h WITH (ROWLOCK{', READPAST' if sweep else ''})\n{join}\nWHERE {where};"
-        if move is RETRY:
-            return _batch(_NOW, _moved_table(("id", "queue")),
-                          f"UPDATE h SET {sets}\nOUTPUT inserted.id, inserted.queue INTO @Moved (id, queue)\n{rows}",
-                          _stats_add(move.counter), "SELECT id, queue FROM @Moved;")
-        delete = f"DELETE h\n{_output_into(move.carried, values)}\n{rows}"
-        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
-            return _batch(_NOW, _moved_table(move.carried), delete, insert_moved(move, "@Moved", "@Now") + ";",
-                          _uncount(move.counter, touch=True), "SELECT id, queue FROM @Moved;")
-        return _completion([], move, delete)
-
-    def history_upsert(self, source: str) -> str:
-        return merge_rows(HISTORY, HISTORY_KEY, HISTORY_COLUMNS, source, HISTORY_UPDATE)
+        change, row = (f"UPDATE h SET {sets}", "inserted") if move is RETRY else ("DELETE h", "deleted")
+        output = ", ".join(carried_values(move.carried, row, values).values())  # a moved row's revision one up
+        steps = [_moved_table(move.carried),
+                 f"{change}\nOUTPUT {output}\n    INTO @Moved ({', '.join(move.carried)})\n{rows}"]
+        if move.table is not None:
+            steps.append(insert_moved(move, "@Moved", "@Now") + ";")
+        if move.origin != HOT:  # back to Pending or purged: off its counter
+            steps.append(uncount_sql(move.counter, "@Moved", "@Now" if move is TO_HOT else None) + ";")
+        else:
+            steps.append(self.stats_add(move.counter, "@Moved", "@Now"))
+        if move.outcome is not None:
+            steps += [_BUCKET, self.bucket_add(move.outcome, f"(SELECT {move.counted} FROM @Moved)", "@Bucket", "@Now")]
+        return _batch(_NOW, *steps, "SELECT id, queue FROM @Moved;")
 
     merge_rows = staticmethod(merge_rows)
 
@@ -536,15 +387,8 @@ class SQLServerDialect(BaseDialect, statements=globals()):
         cols = ", ".join(f"c{i}" for i in range(width))
         return f"(SELECT {cols} FROM ({sql}) AS t({cols}) ORDER BY {order} FOR JSON PATH, INCLUDE_NULL_VALUES)"
 
-    def top_errors_params(self, limit: int) -> list[Any]:
-        return [limit, EMPTY_ERROR, TOP_ERRORS_SAMPLE]  # in the order of the text (TOP comes first)
-
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"OPENJSON(%s) WITH ({', '.join(f"{c} {PARAM_TYPES[k]} '$.{c}'" for c, k in columns.items())}) AS a"
-
-    def item_ts(self, value: datetime | None) -> Any:
-        """Naive UTC ISO 8601 text, as ``datetime2`` reads it from JSON."""
-        return None if value is None else value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
 
 
 DIALECT: Dialect = SQLServerDialect()

@@ -19,32 +19,24 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chokaq_core.domain import (
-    BucketSpend,
-    ClaimHold,
-    HotJob,
-    NewJob,
-)
+from chokaq_core.domain import BucketSpend, ClaimHold, HotJob, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
+    HOT,
     HOT_FIELDS,
     MAX_HELD_KEYS,
     RETRY,
-    TO_ARCHIVE,
-    TO_DLQ,
     TO_HOT,
+    TRIMMED,
     BaseDialect,
     Move,
     StaleBuckets,
-    bucket_add,
     bulkhead,
     carried_values,
-    history_add,
     history_rows,
     in_claim_order,
     insert_moved,
     queue_health_select,
-    stats_add,
     uncount_sql,
 )
 
@@ -56,43 +48,6 @@ ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 ID_ARRAY = "= ANY(%s::text[])"  # matches ids given as one array parameter
 ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestamptz", "float": "float8", "class": "text",
               "message": "text"}  # items_table kinds
-
-
-# ---------------------------------------------------------------- SQL builders
-
-
-def _returning(columns: Sequence[str], overrides: Mapping[str, str]) -> str:
-    """``RETURNING`` list of a ``moved`` CTE: the ``columns`` each row carries into its pillar."""
-    values = carried_values(columns, "h", overrides)
-    return ", ".join(v if v == f"h.{c}" else f"{v} AS {c}" for c, v in zip(columns, values, strict=True))
-
-
-# Both ``ins`` forms return (queue, failure_reason, duration_ms), the shape the bucket upsert reads.
-ARCHIVE_INSERT = (f"ins AS ({insert_moved(TO_ARCHIVE, 'moved', 'now()')}\n"
-                  "    RETURNING queue, -1 AS failure_reason, duration_ms, type)")
-DLQ_INSERT = (f"ins AS ({insert_moved(TO_DLQ, 'moved', 'now()')}\n"
-              "    RETURNING queue, failure_reason, NULL::float8 AS duration_ms, type)")
-
-
-def _stats_add(counter: str, source: str) -> str:
-    """``stats`` CTE: ``counter += rows of source`` per queue, inserting a missing row."""
-    return f"stats AS ({stats_add(counter, source, 'now()')})"
-
-
-def _uncount(counter: str, source: str, touch: bool = False) -> str:
-    """``dec`` CTE: the rows of ``source`` taken off ``counter`` per queue (``uncount_sql``)."""
-    counts = f"(SELECT queue, count(*) AS n FROM {source} GROUP BY queue)"
-    return f"dec AS ({uncount_sql(counter, counts, 'now()' if touch else None)})"
-
-
-def _completion(ctes: str, move: Move) -> str:
-    """A whole Hot → Archive/DLQ move: ``ctes`` must end with the ``moved`` DELETE."""
-    insert = ARCHIVE_INSERT if move is TO_ARCHIVE else DLQ_INSERT
-    bucket = bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
-    history = history_add(history_rows(f"(SELECT queue, type, {move.outcome or 0} AS outcome, duration_ms FROM ins)",
-                                       "date_trunc('minute', now())", "date_trunc('hour', now())"))
-    return (f"WITH {ctes},\n{insert},\n{_stats_add(move.counter, 'ins')},\nbucket AS ({bucket}),\nhist AS ({history})\n"
-            "SELECT id, queue FROM moved")
 
 
 # ---------------------------------------------------------------- statements
@@ -300,11 +255,12 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
     MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
+    PICKED = "= ANY(ARRAY({}))"  # primary-key lookups whatever the statistics say (a semi join may scan the table)
     FOLDS_CASE = True
     TOKENS = {"clock": "", "now": "now()", "stamp": "now()", "ids": ID_ARRAY, "by_id": "", "text": "%s::text",
-              "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "trim": "btrim", "chr": "chr",
-              "lazy": f" AND {ASYNC_COMMIT}", "pick": " FOR UPDATE SKIP LOCKED", "rowlock": "", "output": "",
-              "returning": " RETURNING id", "differs": "new_payload IS DISTINCT FROM payload"}
+              "int": "%s::int", "ago": "now() - make_interval(secs => %s::float8)", "lazy": f" AND {ASYNC_COMMIT}",
+              "trimmed": TRIMMED.format(trim="btrim", chr="chr"), "rowlock": "",
+              "differs": "new_payload IS DISTINCT FROM payload"}
 
     ROW_LOCK_TAIL = " FOR UPDATE OF l"
     SPENDS_ALONE = True  # one statement
@@ -377,14 +333,9 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
-        cursor.execute(HOT_DEAD_ROWS_SQL)
-        row = cursor.fetchone()
-        live, dead = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
-        if dead < min_dead_rows + 0.2 * live:
-            return False
-        cursor.execute(HOT_VACUUM_RUNNING_SQL)
-        if cursor.fetchone()[0]:
-            return False  # another worker is at it
+        live, dead = (int(n or 0) for n in self._one(cursor, HOT_DEAD_ROWS_SQL) or (0, 0))
+        if dead < min_dead_rows + 0.2 * live or self._one(cursor, HOT_VACUUM_RUNNING_SQL)[0]:
+            return False  # below the threshold, or another worker is at it
         cursor.execute(VACUUM_HOT_SQL)
         return True
 
@@ -401,20 +352,20 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
                 f"    WHERE {f'{on} AND ' if on else ''}{where}")
         if move is RETRY:
-            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n{_stats_add(move.counter, 'moved')}\n"
-                    "SELECT id, queue FROM moved")
-        moved = f"moved AS (DELETE FROM {rows}\n    RETURNING {_returning(move.carried, values)})"
-        if move is TO_HOT:  # a Pending row again, off the DLQ's counter
-            return (f"WITH {moved},\nins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, queue),\n"
-                    f"{_uncount(move.counter, 'ins', touch=True)}\nSELECT id, queue FROM ins")
-        return _completion(moved, move)
-
-    def purge_sql(self, table: str, where: str, order: str, counter: str, grouped: bool) -> str:
-        """Skip-locked, the rows taken off ``counter`` by the same statement."""
-        return (f"WITH picked AS (SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED),\n"
-                f"del AS (DELETE FROM {table} d USING picked p WHERE d.id = p.id RETURNING d.id, d.queue),\n"
-                f"{_uncount(counter, 'del')}\n"
-                f"SELECT {'queue, count(*) FROM del GROUP BY queue' if grouped else 'id, queue FROM del'}")
+            return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n"
+                    f"stats AS ({self.stats_add(move.counter, 'moved', 'now()')})\nSELECT id, queue FROM moved")
+        carried = carried_values(move.carried, "h", values).items()  # what each row carries into its pillar
+        moved = f"WITH moved AS (DELETE FROM {rows}\n    RETURNING {', '.join(f'{v} AS {c}' for c, v in carried)}),\n"
+        if move.table is not None:
+            moved += f"ins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, type, {move.counted}),\n"
+        if move.origin != HOT:  # back to Pending or purged: off its counter
+            dec = uncount_sql(move.counter, "moved", "now()" if move is TO_HOT else None)
+            return f"{moved}dec AS ({dec})\nSELECT id, queue FROM moved"
+        bucket = self.bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
+        landed = f"(SELECT queue, type, {move.outcome} AS outcome, duration_ms FROM ins)"
+        history = self.history_add(history_rows(landed, "date_trunc('minute', now())", "date_trunc('hour', now())"))
+        return (f"{moved}stats AS ({self.stats_add(move.counter, 'ins', 'now()')}),\nbucket AS ({bucket}),\n"
+                f"hist AS ({history})\nSELECT id, queue FROM moved")
 
     def pack(self, sql: str, width: int, order: str) -> str:
         cols = ", ".join(f"c{i}" for i in range(width))

@@ -7,44 +7,37 @@ serialized without row locks. SQLite's clock is not usable (spec 01 §1.2):
 ``now`` is taken in Python and written in Django's text format, with
 microseconds always present so text comparison orders correctly (a statement
 that stamps rows reads it from its ``clock`` CTE, the ``clock()`` parameter).
-RETURNING cannot feed an INSERT in SQLite, hence the Python hand-off of the
-deleted rows inside one transaction (spec 01 §3): ``_move`` lands them.
+RETURNING cannot feed an INSERT in SQLite, hence a move in steps inside one
+transaction (spec 01 §3): its statement lands the rows, ``_move`` deletes and
+counts them.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chokaq_core.domain import ClaimHold, FailureReason, NewJob
+from chokaq_core.domain import ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
-    DLQ,
     HOT,
-    HOT_FIELDS,
-    NO_EXCEPTION,
     QUEUES,
+    RETRY,
     STATS,
     TO_HOT,
+    TRIMMED,
     BaseDialect,
     Move,
-    bucket_add,
-    bulkhead,
+    carried_values,
     dlq_row_sql,
+    insert_moved,
     job_item,
-    last_error_set,
     queue_health_select,
-    resurrected,
-    revision_guard,
-    stats_add,
     summary_stats_sql,
     uncount_sql,
 )
-
-HOT_COLUMNS = ", ".join(HOT_FIELDS)
 
 
 def _now() -> datetime:
@@ -58,20 +51,6 @@ def _ts(value: datetime | None) -> str | None:
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
-def _marks(count: int) -> str:
-    return ", ".join(["%s"] * count)
-
-
-# ---------------------------------------------------------------- counters
-
-
-def count_removed(cursor: Cursor, counter: str, counts: Counter[str], now: str | None) -> None:
-    """Apply the rows a delete removed, ``counts`` per queue, to ``counter`` (``uncount_sql``)."""
-    if counts:
-        cursor.execute(uncount_sql(counter, "(SELECT json_extract(value, '$[0]') AS queue, json_extract(value, '$[1]')"
-                                            " AS n FROM json_each(%s))", "%s"), [now, json.dumps(list(counts.items()))])
-
-
 # ---------------------------------------------------------------- statements
 
 # "+status = n" (a unary plus) in statements that name their rows by id keeps SQLite on the primary key:
@@ -80,11 +59,10 @@ _ITEM = "json_extract(value, '$.{}')"  # a key of the JSON array items json_each
 _CLOCK = "WITH clock(now) AS (SELECT %s) "  # the clock() parameter, read as _NOW
 _NOW = "(SELECT now FROM clock)"
 _IDS = "(SELECT value FROM json_each(%s))"  # the ids_param JSON array
-_ITEM_IDS = f"(SELECT {_ITEM.format('id')} FROM json_each(%s))"  # the items_params JSON array's ids
 # The landed rows as the counter upserts read them (queue, failure_reason, duration_ms): a JSON array parameter.
-_COUNTED = ("(SELECT " + ", ".join(f"{_ITEM.format(c)} AS {c}" for c in ("queue", "failure_reason", "duration_ms"))
+_COUNTED = ("(SELECT " + ", ".join(f"json_extract(value, '$[{i}]') AS {c}"
+                                   for i, c in enumerate(("queue", "failure_reason", "duration_ms")))
             + " FROM json_each(%s))")
-_OWNED = "(%s IS NULL OR worker_id = %s)"  # the guard_params
 
 _JOB = "id, queue, type, payload, tags, idempotency_key, priority, created_by, scheduled_at, rate_key"
 ENQUEUE_SQL = (
@@ -93,34 +71,6 @@ ENQUEUE_SQL = (
     " FROM json_each(%s) WHERE true ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
     " RETURNING id"
 )
-# Moves out of Hot return the Hot row (plus any columns the move sets) for _move to land.
-ARCHIVE_SUCCEEDED_SQL = MOVE_TO_DLQ_SQL = f"DELETE FROM {HOT} WHERE id IN {_ITEM_IDS} AND {_OWNED} RETURNING {HOT_COLUMNS}"
-# A move out of Hot no exception caused names its rows' (empty) exception class and message.
-_NO_EXCEPTION = ", ".join(f"{value} AS {column}" for column, value in NO_EXCEPTION.items())
-CANCEL_BATCH_SQL = (f"WITH a(details, actor) AS (SELECT %s, %s) DELETE FROM {HOT} WHERE id IN {_IDS}"
-                    f" AND status IN (0, 1) RETURNING {HOT_COLUMNS}, {int(FailureReason.CANCELLED)} AS failure_reason,"
-                    f" (SELECT details FROM a) AS error_details, (SELECT actor FROM a) AS last_modified_by, {_NO_EXCEPTION}")
-# Spec 01 §4.12: a queue's own timeout, else the global one (seconds, as julianday fractions of a day).
-ARCHIVE_ZOMBIES_SQL = (
-    f"{_CLOCK}DELETE FROM {HOT} WHERE status = 2 AND julianday(coalesce(heartbeat_at, last_updated_at))"
-    f" < julianday({_NOW}) - coalesce((SELECT q.zombie_timeout_seconds FROM {QUEUES} q WHERE q.name = {HOT}.queue),"
-    f" %s) / 86400.0 RETURNING {HOT_COLUMNS}, {int(FailureReason.ZOMBIE)} AS failure_reason, %s AS error_details,"
-    f" {_NO_EXCEPTION}"
-)
-_RESCHEDULED = {"id": "id", "attempt_count": "attempts", "scheduled_at": "due", "stamp": "stamp",
-                "error_class": "error_class", "error_message": "error_message", "held_by": "held_by"}
-RESCHEDULE_SQL = (
-    f"WITH items AS (SELECT {', '.join(f'{_ITEM.format(k)} AS {v}' for k, v in _RESCHEDULED.items())}"
-    " FROM json_each(%s))"
-    f" UPDATE {HOT} SET status = 0, attempt_count = items.attempts, scheduled_at = items.due, worker_id = NULL,"
-    " heartbeat_at = NULL, cancel_requested_by = NULL, last_updated_at = items.stamp, "
-    + last_error_set("items.error_class", "items.error_message", "items.held_by", "items.stamp", f"{HOT}.") +
-    f" FROM items WHERE {HOT}.id = items.id AND (%s IS NULL OR {HOT}.worker_id = %s) RETURNING id, queue"
-)
-_RESURRECTED = resurrected(*(f"(SELECT {c} FROM a)" for c in ("payload", "tags", "priority", "actor")))
-RESURRECT_SQL = (f"WITH a(payload, tags, priority, actor) AS (SELECT %s, %s, %s, %s) DELETE FROM {DLQ}"
-                 f" WHERE id IN {_IDS} AND {revision_guard()} RETURNING "
-                 + ", ".join(f"{_RESURRECTED[c]} AS {c}" if c in _RESURRECTED else c for c in TO_HOT.carried))
 
 
 # ---------------------------------------------------------------- the claim
@@ -156,17 +106,6 @@ MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per
 MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
 
-def _claim_sql(window: str) -> str:
-    """Rank the window per queue, apply the bulkheads, claim (spec 01 §4.2)."""
-    return f"""
-        WITH win AS ({window}),
-        {bulkhead("win", f"SELECT name FROM {QUEUES} WHERE max_workers IS NOT NULL", "%s")}
-        UPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s
-        WHERE id IN (SELECT id FROM picked) AND +status = 0  -- by primary key, not a walk of the status index
-        RETURNING {HOT_COLUMNS}
-        """
-
-
 SUMMARY_STATS_SQL = summary_stats_sql("julianday(scheduled_at) > julianday('now')")
 DLQ_ROW = dlq_row_sql("substr(error_details, -400)")  # the last 400 characters
 
@@ -181,8 +120,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     # that starts with UPDATE); "+status" keeps SQLite on the primary key (see above).
     DLQ_ROW = DLQ_ROW
     TOKENS = {"clock": _CLOCK, "now": _NOW, "stamp": "%s", "ids": f"IN {_IDS}", "by_id": "+", "text": "%s",
-              "int": "%s", "ago": "%s", "trim": "trim", "chr": "char", "lazy": "", "pick": "", "rowlock": "",
-              "output": "", "returning": " RETURNING id", "differs": "new_payload IS NOT payload"}
+              "int": "%s", "ago": "%s", "trimmed": TRIMMED.format(trim="trim", chr="char"), "lazy": "",
+              "rowlock": "", "differs": "new_payload IS NOT payload"}
 
     SPENDS_ALONE = True  # a planned lease's bucket swaps and the lease commit one by one (see lease_spending)
 
@@ -198,12 +137,8 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [json.dumps(list(rows))]
 
-    def delay_fields(self, seconds: float) -> dict[str, Any]:
-        now = _now()
-        return {"scheduled_at": _ts(now + timedelta(seconds=seconds)), "stamp": _ts(now)}
-
-    def item_ts(self, value: datetime | None) -> Any:
-        return _ts(value)
+    def delay_fields(self, seconds: float | None) -> dict[str, Any]:
+        return {"scheduled_at": None if seconds is None else _ts(_now() + timedelta(seconds=seconds))}
 
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"(SELECT {', '.join(f'{_ITEM.format(c)} AS {c}' for c in columns)} FROM json_each(%s)) AS a"
@@ -213,9 +148,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         cols = ", ".join(f"c{i}" for i in range(width))
         return (f"(WITH t({cols}) AS ({sql})"
                 f" SELECT json_group_array(json_array({cols})) FROM (SELECT * FROM t ORDER BY {order}))")
-
-    def uncount(self, cursor: Cursor, counter: str, queues: Mapping[str, int]) -> None:
-        count_removed(cursor, counter, Counter(queues), _ts(_now()))
 
     def param_ts(self, value: datetime | None) -> Any:
         return _ts(value)
@@ -229,16 +161,13 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """Changes whenever another connection commits; read without a lock (the WAL index)."""
-        cursor.execute("PRAGMA data_version")
-        return int(cursor.fetchone()[0])
+        return int(self._one(cursor, "PRAGMA data_version")[0])
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One insert of the batch as JSON items (taken keys skipped), then the queues' rows."""
-        now = _now()
-        stamp = _ts(now)
-        cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([
-            job_item(j, scheduled_at=None if j.delay_seconds is None else _ts(now + timedelta(seconds=j.delay_seconds)))
-            for j in jobs])])
+        stamp = _ts(_now())
+        cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([job_item(j, **self.delay_fields(j.delay_seconds))
+                                                               for j in jobs])])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         queues = json.dumps(sorted({job.queue for job in jobs}))
         cursor.execute(f"INSERT INTO {QUEUES} (name, is_paused, is_active, last_updated_at) SELECT value, 0, 1, %s"
@@ -254,8 +183,6 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
         index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
         rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
-        if limit <= 0 or (queues is not None and not queues):
-            return []
         now = _ts(_now())
         if queues is None:
             cursor.execute(PENDING_QUEUES_SQL)
@@ -278,37 +205,54 @@ class SQLiteDialect(BaseDialect, statements=globals()):
                   AND h.queue IN (SELECT value FROM json_each(%s)){clause}
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
             params = [now, json.dumps(open_queues), *held, scan]
-        cursor.execute(_claim_sql(window), [*params, limit, worker_id, now])
+        cursor.execute(self.claim_sql(window, "%s", "%s", "%s"), [*params, limit, worker_id, now])
         return list(cursor.fetchall())
 
-    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any],
-              landing: Mapping[str, Mapping[str, Any]] | None = None) -> Moved:
-        """The statement changes a pillar (a delete returning each row, or the retry's update); the rows it deleted,
-        with the columns it or ``landing`` set, are inserted into the move's pillar, then counted."""
+    MOVED_NOW = _NOW
+    DUE_ITEMS = {"scheduled_at": "ts"}
+    DUE = "a.scheduled_at"
+    ZOMBIE_SOURCE = "(SELECT %s AS timeout, %s AS error_details) AS a"
+    # Spec 01 §4.12: a queue's own timeout, else the global one (seconds, as julianday fractions of a day).
+    ZOMBIE_WHERE = (f"h.status = 2 AND julianday(coalesce(h.heartbeat_at, h.last_updated_at)) < julianday({_NOW})"
+                    f" - coalesce((SELECT q.zombie_timeout_seconds FROM {QUEUES} q WHERE q.name = h.queue), a.timeout)"
+                    " / 86400.0")
+
+    def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
+                   sets: str = "", sweep: bool = False) -> str:
+        """One statement lands the rows (a retry: updates them; a purge: deletes them) and returns them with what
+        the counters read; ``_move`` then deletes landed rows where they were and counts them (RETURNING cannot feed
+        an INSERT here). The source is the outer loop (CROSS JOIN keeps SQLite's join order), so the rows are read by
+        primary key."""
+        keep = f"{where} RETURNING id, {move.counted}"
+        if move is RETRY:
+            return f"{_CLOCK}UPDATE {HOT} AS h SET {sets} FROM {source} WHERE {on} AND {keep}"
+        if move.table is None:
+            return f"{_CLOCK}DELETE FROM {move.origin} AS h WHERE EXISTS (SELECT 1 FROM {source}) AND {keep}"
+        landed = carried_values(move.carried, "h", values)
+        rows = f"{source} CROSS JOIN {move.origin} AS h WHERE {f'{on} AND ' if on else ''}{keep}"
+        return f"{_CLOCK}{insert_moved(move, rows, _NOW, landed)}"
+
+    def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any]) -> Moved:
+        """Run a ``completion`` statement, then delete the landed rows where they were and count them."""
         cursor.execute(sql, params)
-        names = [d[0] for d in cursor.description]
-        rows = [{**dict(zip(names, row, strict=True)), **(landing or {}).get(str(row[0]), {})}
-                for row in cursor.fetchall()]
+        rows = cursor.fetchall()
         if not rows:
             return []
+        moved = [(str(row[0]), str(row[1])) for row in rows]
+        if move.table is not None:
+            cursor.execute(f"DELETE FROM {move.origin} WHERE id IN {_IDS}", [json.dumps([i for i, _ in moved])])
         now = _now()
         stamp = _ts(now)
-        if move.table is not None:
-            for row in rows:
-                row[move.stamp] = stamp
-                if "revision" in move.fields:
-                    row["revision"] += 1  # the row carries its revision, one up
-            cursor.executemany(f"INSERT INTO {move.table} ({', '.join(move.fields)}) VALUES ({_marks(len(move.fields))})",
-                               [tuple(row[c] for c in move.fields) for row in rows])  # the pillar's columns, in order
-        if move.table == HOT:  # back to Pending: off its counter
-            self.uncount(cursor, move.counter, Counter(row["queue"] for row in rows))
-            return [(str(row["id"]), str(row["queue"])) for row in rows]
-        counted = json.dumps([{"queue": row["queue"], "failure_reason": row.get("failure_reason", -1),
-                               "duration_ms": row.get("duration_ms")} for row in rows])
-        cursor.execute(stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
+        counted = json.dumps([row[1:] for row in rows])
+        if move.origin != HOT:  # back to Pending or purged: off its counter
+            touched = [stamp] if move is TO_HOT else []
+            cursor.execute(uncount_sql(move.counter, _COUNTED, "%s" if touched else None), [*touched, counted])
+        else:
+            cursor.execute(self.stats_add(move.counter, _COUNTED, "%s"), [stamp, counted])
         if move.outcome is not None:
-            cursor.execute(bucket_add(move.outcome, _COUNTED, "%s", "%s"), [_ts(now.replace(microsecond=0)), stamp, counted])
-        return [(str(row["id"]), str(row["queue"])) for row in rows]
+            cursor.execute(self.bucket_add(move.outcome, _COUNTED, "%s", "%s"),
+                           [_ts(now.replace(microsecond=0)), stamp, counted])
+        return moved
 
 
 DIALECT: Dialect = SQLiteDialect()

@@ -203,7 +203,7 @@ KEYWORDS = frozenset("""
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
     LEFT RIGHT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
-    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY
+    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY SUBSTRING
 """.split())
 
 FORBIDDEN = {
@@ -634,9 +634,9 @@ CASES = [
     Case("fetch_batch", ("w1", 5, None), CLAIMED, check=_is_hot_batch),
     Case("fetch_batch", ("w1", 5, []), [], []),
     Case("fetch_alone", ("w1", 5, ["mail"], 1), [], None),  # no one-statement claim here: fetch_batch's transaction
-    Case("mark_processing", ("J1", "w1"), [[(1,)]], 1),
+    Case("mark_processing", ("J1", "w1"), [[("J1", 1)]], 1),
     Case("mark_processing", ("J1", "w1"), [[]], None),
-    Case("mark_processing", ("J1", "w1"), [Sets([None, None, [(3,)]])], 3),  # results without a row set skipped
+    Case("mark_processing", ("J1", "w1"), [Sets([None, None, [("J1", 3)]])], 3),  # results without a row set skipped
     Case("mark_processing_batch", (["J1", "J2", "J1"], "w1"), [[("J1", 2)]], {"J1": 2}),
     Case("mark_processing_batch", ([], "w1"), [], {}),
     Case("keep_alive", (["J1", "J2", "J1"], "w1"), [[("J1",)]], ["J1"]),
@@ -672,8 +672,8 @@ CASES = [
     Case("update_dlq_data", ("J1", None, "t", None), [[("J1",)]], True),
     Case("purge_dlq_ids", (["J1", "J2", "J1"], 1000), [[("J1", "mail")]], [("J1", "mail")]),
     Case("purge_dlq_ids", ([], 1000), [], []),
-    Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[("mail", 2), ("default", 1)]], 3),
-    Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [("mail", 2)]])], 2),
+    Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[("J1", "mail"), ("J2", "mail"), ("J3", "x")]], 3),
+    Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [("J1", "mail"), ("J2", "mail")]])], 2),
     Case("recover_abandoned", (600.0,), [[(4,)]], 4),
     Case("archive_zombies", (600.5,), [[("J1", "mail")]], [("J1", "mail")]),
     Case("set_queue_paused", ("mail", True), [None], None),
@@ -883,18 +883,25 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
         r"^SET NOCOUNT ON;", r"DELETE h\s+OUTPUT deleted\.id, deleted\.queue", r"INTO @Moved \(",
         r"INSERT INTO chokaq_jobs_(archive|dlq) \(.*\)\s+SELECT .* FROM @Moved;",
         r"MERGE chokaq_stats_summary WITH \(HOLDLOCK\) AS t", r"MERGE chokaq_metric_buckets WITH \(HOLDLOCK\) AS t",
-        r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$")),
+        r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$",
+        r"sum\(coalesce\(duration_ms, 0\)\), nullif\(max\(coalesce\(duration_ms, -1\)\), -1\)")),  # no NULL aggregated
+    (("mark_processing", "mark_processing_batch"), "", r"^UPDATE chokaq_jobs_hot WITH \(ROWLOCK\) SET status = 2, .*"
+     r" OUTPUT inserted\.id, inserted\.attempt_count WHERE id IN \(SELECT i\.id FROM OPENJSON\(%s\)", "the lease"),
+    (("record_attempts",), "", r"started_at datetimeoffset\(7\) '\$\.started_at'", "a start read with its offset"),
+    (("top_errors",), "", r"FROM chokaq_jobs_dlq WITH \(NOLOCK\) ORDER BY failed_at DESC OFFSET 0 ROWS FETCH NEXT"
+     r" %s ROWS ONLY\) AS r\) AS g", "the newest rows, then their groups"),
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
         r"FROM chokaq_jobs_dlq AS h WITH \(ROWLOCK\)", "INSERT INTO chokaq_jobs_hot")),
     *((("purge_dlq_ids", "purge_archive_ids", "purge_dlq_older_than", "purge_archive"), "", pattern, "a skip-locked batch")
-      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT CAST\(%s AS int\) ROWS ONLY\)")),
+      for pattern in (r"WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"FETCH NEXT %s ROWS ONLY\)",
+                      r"INTO @Moved \(id, queue\)", r"UPDATE chokaq_stats_summary SET (failed|purged)_total = ")),
     *((("purge_dlq_by_filter", "resurrect_dlq_by_filter"), "SELECT id FROM chokaq_jobs_dlq", pattern, "the pick")
       for pattern in (r"FROM chokaq_jobs_dlq WITH \(UPDLOCK, READPAST, ROWLOCK\)", "ORDER BY failed_at DESC, id ASC")),
     *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
         r"FROM chokaq_jobs_hot AS h WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"row_number\(\) OVER \(PARTITION BY w\.queue",
         r"cur \+ rnk <= max_workers", r"picked AS \(SELECT TOP \(@Limit\) id", r"OUTPUT inserted\.id, inserted\.queue",
         r"h\.status = 0",  # the literal predicate lets the filtered index hot_fetch_pending serve
-        r"(?s)FROM chokaq_queues AS c WITH \(UPDLOCK, ROWLOCK\)\nWHERE c\.max_workers IS NOT NULL.*WITH Eligible AS")),
+        r"(?s)FROM chokaq_queues AS c WITH \(UPDLOCK, ROWLOCK\)\nWHERE c\.max_workers IS NOT NULL.*WITH win AS")),
     *((("enqueue",), "", pattern, "queue rows under key-range locks") for pattern in (
         r"FROM chokaq_queues AS q WITH \(UPDLOCK, HOLDLOCK\) WHERE q\.name = n\.queue",
         r"FROM chokaq_stats_summary AS s WITH \(UPDLOCK, HOLDLOCK\) WHERE s\.queue = n\.queue")),
@@ -948,7 +955,7 @@ def test_the_claim_sends_worker_window_and_limit() -> None:
 
 def test_dashboard_reads_are_dirty_and_correctness_reads_are_not() -> None:
     dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql.THROUGHPUT_SELECT, sql.QUEUE_HEALTH_SELECT,
-                   sql.TOP_ERRORS_SQL)
+                   sql.DIALECT.TOP_ERRORS_SQL)
     for function, text in ((f, t) for f, texts in _texts(DIALECT_FUNCTIONS).items() for t in texts):
         tables = len(re.findall(r"\bchokaq_\w+", text))
         if function in ("summary_stats", "queue_stats", "throughput", "queue_health", "top_errors"):
@@ -966,7 +973,7 @@ def test_deck_snapshot_is_one_statement_whose_parts_equal_the_separate_reads() -
     [(text, params)] = cursor.calls
     assert text == sql.DIALECT.snapshot(FULL_REQUEST)[0]
     assert params == [50, *['[{"id":"J1"},{"id":"J2"},{"id":"J3"}]'] * 3, True, "2026-03-01T11:55:00.000000+00:00",
-                      True, True, True, True, True, 5, sql.EMPTY_ERROR, sql.TOP_ERRORS_SAMPLE]
+                      True, True, True, True, True, base.EMPTY_ERROR, base.TOP_ERRORS_SAMPLE, 5]
     assert isinstance(snap, DeckSnapshot)
     for name, (function, args) in SNAPSHOT_PARTS.items():
         alone, _ = _run(Case(function, args, [SNAPSHOT_NATIVE[function]]))
@@ -993,8 +1000,8 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
                              [[snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]]))
     assert _bare_snapshot(snap)
     [(text, params)] = cursor.calls
-    assert params == [10, False, "1970-01-01T00:00:00.000000+00:00", False, False, False, False, False, 1,
-                      sql.EMPTY_ERROR, sql.TOP_ERRORS_SAMPLE]
+    assert params == [10, False, "1970-01-01T00:00:00.000000+00:00", False, False, False, False, False,
+                      base.EMPTY_ERROR, base.TOP_ERRORS_SAMPLE, 1]
     assert "OPENJSON" not in text and "WHERE id IN (NULL)" in text, "no ids: nothing to locate, no JSON to read"
 
     *_, select = [s.strip() for s in text.split(";") if s.strip()]
@@ -1009,12 +1016,11 @@ def test_deck_snapshot_reuses_each_read_and_skips_what_is_not_asked() -> None:
                         (dialect.QUEUE_STATES_SQL, dialect.QUEUE_STATES_SELECT),
                         (dialect.QUEUE_STATS_SQL, sql.QUEUE_STATS_SELECT),
                         (dialect.QUEUE_HEALTH_SQL, sql.QUEUE_HEALTH_SELECT),
-                        (dialect.LIST_WORKERS_SQL, dialect.LIST_WORKERS_SELECT),
-                        (dialect.TOP_ERRORS_SQL, sql.TOP_ERRORS_SQL)):
+                        (dialect.LIST_WORKERS_SQL, dialect.LIST_WORKERS_SELECT)):
         assert part in alone
     for part in (sql.SUMMARY_STATS_SQL, dialect.active_sql(), base.locate_statement("IN (NULL)"),
                  sql.THROUGHPUT_SELECT, dialect.QUEUE_STATES_SELECT, sql.QUEUE_STATS_SELECT,
-                 sql.QUEUE_HEALTH_SELECT, dialect.LIST_WORKERS_SELECT, sql.TOP_ERRORS_SQL):
+                 sql.QUEUE_HEALTH_SELECT, dialect.LIST_WORKERS_SELECT, dialect.TOP_ERRORS_SQL):
         assert f"FROM ({part}) AS t(c0, " in select
     assert json_rows(for_json([(T1, True, None)]), datetime_at=[0]) == [[T1, True, None]], "the fake's FOR JSON"
 
@@ -1093,7 +1099,7 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
 def test_the_pending_split_and_top_errors_read_the_new_columns() -> None:
     assert "CASE WHEN scheduled_at > SYSUTCDATETIME() THEN 1 ELSE 0 END AS later" in sql.SUMMARY_STATS_SQL
     assert "FROM chokaq_jobs_hot WITH (NOLOCK) WHERE status = 0) AS p" in sql.SUMMARY_STATS_SQL
-    assert "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix" in sql.TOP_ERRORS_SQL
+    assert "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix" in sql.DIALECT.TOP_ERRORS_SQL
     _, cursor = _run(Case("list_dlq", (JobFilter(failure_reason=FailureReason.TRANSIENT, error_class="a.B",
                                                  error_message=""), None, 10, HistorySort()), [[]]))
     [(text, params)] = cursor.calls
@@ -1254,14 +1260,14 @@ def test_a_claim_under_rate_limits_skips_what_they_hold_inside_the_locked_read()
     cursor = Recorder([[]])
     sql.DIALECT.fetch_batch(cursor, "w1", 5, None, ClaimHold(("mail",), ("pay.v1",), (("queue", "bulk", "t1"),)))
     text, params = cursor.calls[0]
-    eligible = text[text.index("WITH Eligible AS"):text.index("active AS")]
+    eligible = text[text.index("WITH win AS"):text.index("active AS")]
     names = "IN (SELECT f.name FROM OPENJSON(%s) WITH (name nvarchar(4000) '$.name') AS f)"
     assert (f"AND NOT (h.queue {names} OR lower(h.type) {names} OR (h.queue = %s AND coalesce(h.rate_key, '') = %s))"
             in eligible)
     assert params == ["w1", 50, 5, '[{"name":"mail"}]', '[{"name":"pay.v1"}]', "bulk", "t1"]
     plain = Recorder([[]])
     sql.DIALECT.fetch_batch(plain, "w1", 5, None)
-    assert plain.calls[0][0] == sql.FETCH_ALL_SQL, "without a hold the claim is the plain statement"
+    assert "AND NOT (" not in plain.calls[0][0], "without a hold the claim skips nothing"
 
 
 @pytest.mark.parametrize("script", [[[]], [[("type:pay.v1",)], []]], ids=["bucket-changed", "row-lost"])
