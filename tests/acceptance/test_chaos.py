@@ -14,7 +14,8 @@ equal the rows; each Zombie reached the DLQ within PROCESSING_ZOMBIE_TIMEOUT + S
 of its kill.
 
 Knobs (``bench/reliability_report.py`` runs the long version): CHOKAQ_CHAOS_JOBS (20,000),
-CHOKAQ_CHAOS_KILLS (10), CHOKAQ_CHAOS_KILL_INTERVAL (seconds between kills, 2.5).
+CHOKAQ_CHAOS_KILLS (10), CHOKAQ_CHAOS_KILL_INTERVAL (seconds between kills, 2.5). A kill that finds fewer than
+TOP_UP_BELOW Hot rows first enqueues TOP_UP more of the mix, so every kill lands under load.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ OVERRIDES = {
     "CIRCUIT_BREAKER": {"DEFAULT": {"FAILURE_THRESHOLD": 1_000_000_000}},
 }
 RUN_TIMEOUT = max(200.0, JOBS / 50)  # seconds for the drain after the last kill
+# Kills must land under load however fast the fleet drains: below this many Hot rows, a kill first adds TOP_UP jobs.
+TOP_UP_BELOW = 4_000
+TOP_UP = 2_000
 
 
 @dataclass
@@ -178,9 +182,16 @@ def test_chaos_random_sigkills_under_load_lose_nothing(fleet: tuple[list[Proc], 
     kills: list[Kill] = []
     while len(kills) < KILLS:
         time.sleep(KILL_INTERVAL)
-        if _count("chokaq_jobs_hot") == 0:
+        hot = _count("chokaq_jobs_hot")
+        if hot == 0:
             pytest.fail(f"the queue drained after {len(kills)} of {KILLS} kills: lower CHOKAQ_CHAOS_KILL_INTERVAL"
                         " or raise CHOKAQ_CHAOS_JOBS")
+        if hot < TOP_UP_BELOW:  # the same mix, seeded by the run's seed and how many jobs came before
+            more = _mix(TOP_UP, seed + len(ids))
+            added = enqueue_many(more)
+            ids += added
+            spec.update(zip(added, more, strict=True))
+            enqueued.update(added)
         dead = [w for w in live if not w.alive()]
         assert not dead, "a worker died without being killed:\n" + "\n".join(w.output() for w in dead)
         candidates = [w for w in live if w.banner_id()]
@@ -254,8 +265,8 @@ def test_chaos_random_sigkills_under_load_lose_nothing(fleet: tuple[list[Proc], 
     assert max_detection <= bound, f"zombie detection took {max_detection:.2f} s (bound {bound:.1f} s)"
 
     result = {
-        "jobs": JOBS, "workers": WORKERS, "kills": len(kills), "seed": seed,
-        "kills_mid_run": sum(1 for k in kills if k.archived < JOBS),
+        "jobs": len(enqueued), "workers": WORKERS, "kills": len(kills), "seed": seed,
+        "kills_mid_run": sum(1 for k in kills if k.archived < len(enqueued)),
         "running_at_kills": len(running_at_kills), "archived": len(archived), "dlq": len(dead_ids),
         "zombies": len(zombies), "fatal": len(fatal_jobs), "lost": len(lost), "double_recorded": double_recorded,
         "double_executed": len(double_executed), "max_zombie_detection_s": round(max_detection, 3),
