@@ -440,6 +440,8 @@ class RatePlan:
 
     def admit(self, jobs: Sequence[HotJob]) -> tuple[list[HotJob], list[HotJob]]:
         """``(kept, released)``: each job is kept while every limit covering it has a token for its key."""
+        if self._take_all(jobs):
+            return list(jobs), []
         kept: list[HotJob] = []
         released: list[HotJob] = []
         taken = self.taken
@@ -454,6 +456,22 @@ class RatePlan:
                     taken[slot] += 1
                 kept.append(job)
         return kept, released
+
+    def _take_all(self, jobs: Sequence[HotJob]) -> bool:
+        """Take every job's tokens at once when each stored bucket they take from holds all of them (a limit far
+        above its rate): what ``admit`` would decide job by job, counted per bucket; False (nothing taken)
+        otherwise."""
+        need: Counter[Slot] = Counter()
+        limit_of: dict[Slot, RateLimit] = {}
+        for job in jobs:
+            for limit, slot in self._slots(job):
+                need[slot] += 1
+                limit_of[slot] = limit
+        if not all(slot in self.buckets and self.available(limit_of[slot], slot[1]) >= count
+                   for slot, count in need.items()):
+            return False
+        self.taken.update(need)
+        return True
 
     def give_back(self, jobs: Sequence[HotJob]) -> None:
         """Return the tokens ``admit`` took for ``jobs`` (admitted, then not started: no longer ours)."""

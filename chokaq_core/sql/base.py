@@ -1227,11 +1227,15 @@ class BaseDialect:
         leased = self.mark_processing_batch(cursor, job_ids, worker_id, at)
         if len(leased) != len(job_ids) and not self.SPENDS_ALONE:
             raise StaleBuckets("a job of the lease is no longer this worker's")
+        self.give_back(cursor, spends, leased)
+        return leased
+
+    def give_back(self, cursor: Cursor, spends: Sequence[BucketSpend], leased: Mapping[str, int]) -> None:
+        """The tokens ``spends`` took for jobs that did not start (not in ``leased``), back by compare-and-set."""
         for spend in spends:
             if lost := sum(1 for job_id in spend.job_ids if job_id not in leased):
                 self._swap_bucket(cursor, spend.spent, replace(spend.spent, tokens=spend.spent.tokens + lost,
                                                                window_used=spend.spent.window_used - lost))
-        return leased
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 
