@@ -94,14 +94,12 @@ SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.
 # without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
 # walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
 # ``{hold}``: what rate limits hold back (BaseDialect.hold_clause), empty without limits.
-_UNSCHEDULED_STREAM = f"""SELECT * FROM (
-    SELECT h.id, h.queue, h.priority, h.created_at AS sort_at FROM {HOT} h INDEXED BY hot_fetch_pending
-    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL{{hold}}
+_STREAM = f"""SELECT * FROM (
+    SELECT h.id, h.queue, h.priority, h.{{key}} AS sort_at FROM {HOT} h INDEXED BY {{index}}
+    WHERE h.queue = %s AND h.status = 0 AND {{due}}{{{{hold}}}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
-_SCHEDULED_STREAM = f"""SELECT * FROM (
-    SELECT h.id, h.queue, h.priority, h.scheduled_at AS sort_at FROM {HOT} h INDEXED BY hot_pending_lag
-    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s{{hold}}
-    ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
+_STREAMS = (f"{_STREAM.format(key='created_at', index='hot_fetch_pending', due='+h.scheduled_at IS NULL')} UNION ALL"
+            f" {_STREAM.format(key='scheduled_at', index='hot_pending_lag', due='h.scheduled_at <= %s')}")
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
 MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
@@ -195,7 +193,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         scan = limit * 10
         clause, held = self.hold_clause(hold)
         if len(open_queues) <= MAX_STREAMED_QUEUES and len(held) * len(open_queues) <= MAX_STREAMED_HOLD_PARAMS:
-            stream = f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}".format(hold=clause)
+            stream = _STREAMS.format(hold=clause)
             window = f"SELECT * FROM ({' UNION ALL '.join([stream] * len(open_queues))}) ORDER BY priority DESC, sort_at, id LIMIT %s"
             params: list[Any] = [p for name in open_queues
                                  for p in (name, *held, scan, name, now, *held, scan)] + [scan]
