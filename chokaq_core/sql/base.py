@@ -594,7 +594,7 @@ TRIMMED = "{trim}(substr(coalesce(error_details, ''), 1, 4000), ' ' || {chr}(9) 
 
 # Retention: the oldest rows of a table, one batch (``aged_batch``: the table, its key, its date, a leading test).
 AGED_BATCHES = {"PURGE_WORKERS_SQL": (WORKERS, "worker_id", "last_heartbeat_at", ""),
-                "PURGE_METRIC_BUCKETS_SQL": (BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start", ""),
+                "PURGE_METRIC_BUCKETS_SQL": (BUCKETS, ", ".join(BUCKET_KEY), "bucket_start", ""),
                 "PURGE_HISTORY_SQL": (HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
                 "PURGE_ATTEMPTS_SQL": (ATTEMPTS, "id", "failed_at", "")}
 SHARED_STATEMENTS = {

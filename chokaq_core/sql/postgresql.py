@@ -201,11 +201,11 @@ def _claim_params(worker_id: str, limit: int, queues: Sequence[str] | None, leas
     bulkhead ranking has rows of every queue to choose from; twice as many candidates leave room for rows other
     claimers hold. No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those
     (every row lock dirties its page: a 10x window made each claim lock 900 rows it then released)."""
-    scan = limit * 10 if capped else limit
-    return {"limit": limit, "worker": worker_id, "lease": lease, "scan": scan, "candidates": scan * (2 if capped else 4),
+    scan, candidates = (limit * 10, limit * 20) if capped else (limit, limit * 4)
+    return {"limit": limit, "worker": worker_id, "lease": lease, "scan": scan, "candidates": candidates,
             **({} if queues is None else {"queues": list(queues)}), **(_hold_params(hold) if hold else {})}
 
-# ---------------------------------------------------------------- retention, schedules, reads
+# ---------------------------------------------------------------- the Hot table's upkeep, the session, reads
 
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
 # One vacuum of the Hot table at a time, fleet-wide, without session state (a session advisory lock would
