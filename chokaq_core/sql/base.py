@@ -68,7 +68,6 @@ EMPTY_ERROR = "(empty error details)"  # how top_errors names the group of rows 
 TOP_ERRORS_SAMPLE = 5000  # top_errors groups the newest this many DLQ rows (spec 01 §5)
 
 REVISION_BUMP = "revision = revision + 1"
-CARRIED_REVISION = "revision + 1"  # what a row moved between Hot and the DLQ keeps
 
 
 def revision_guard(expected: str = "%s") -> str:
@@ -368,7 +367,6 @@ _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 ATTEMPTS = "chokaq_job_attempts"
-JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id"
 # A failed execution as an item of record_attempts' batch (``items_table`` kinds), ``n`` its place.
 ATTEMPT_ITEMS = {"n": "int", "job_id": "name", "attempt": "int", "error_class": "name", "error_message": "text",
                  "traceback": "text", "started_at": "ts"}
@@ -491,13 +489,10 @@ class Move:
         return tuple(c for c in self.fields if c != self.stamp)
 
 
-NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no exception caused (cancel, zombie)
-
-
 def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> dict[str, str]:
     """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
     message: a Hot row has none) unless overridden (an override names the row ``{row}``)."""
-    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION,
+    overrides = {"revision": f"{row}.revision + 1", "error_class": "NULL", "error_message": "NULL",
                  **{c: v.replace("{row}", row) for c, v in overrides.items()}}
     return {c: overrides.get(c, f"{row}.{c}") for c in columns}
 
@@ -563,6 +558,14 @@ ARCHIVED_ITEMS = {"id": "name", "duration_ms": "float", "result": "text"}
 FAILED_ITEMS = {"id": "name", "failure_reason": "int", "error_details": "text", "error_class": "class",
                 "error_message": "message"}
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
+
+
+def pending_queues(hint: str = "") -> str:
+    """``RECURSIVE pq(queue)``: every queue with Pending rows by a loose scan of ``hot_fetch_pending`` (one index
+    probe per queue, ending on a NULL row), due or not; ``hint`` names the index where the planner must be told."""
+    probe = f"SELECT h.queue FROM {HOT} h{hint} WHERE h.status = 0{{}} ORDER BY h.queue LIMIT 1"
+    return (f"RECURSIVE pq(queue) AS (\n    SELECT ({probe.format('')})\n    UNION ALL\n"
+            f"    SELECT ({probe.format(' AND h.queue > pq.queue')})\n    FROM pq WHERE pq.queue IS NOT NULL)")
 
 
 def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:
@@ -691,7 +694,7 @@ class BaseDialect:
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
     PICKED = "IN ({})"  # ``id`` against the ids a subquery picks
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the end of the details
-    JOB_ATTEMPTS_SQL = JOB_ATTEMPTS_SQL
+    JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id"
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
@@ -1447,10 +1450,9 @@ class BaseDialect:
         items, in order), stamped with the database clock: run it in the transaction that reschedules or
         dead-letters those executions."""
         if attempts:
-            sql = (f"{self.TOKENS['clock']}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class,"
-                   f" error_message, traceback, failed_at, started_at) SELECT a.job_id, a.attempt, {self.TOKENS['text']},"
-                   f" a.error_class, a.error_message, a.traceback, {self.TOKENS['now']}, a.started_at"
-                   f" FROM {self.items_table(ATTEMPT_ITEMS)} ORDER BY a.n")
+            sql = (f"{self.TOKENS['clock']}INSERT INTO {ATTEMPTS} ({', '.join(ATTEMPT_FIELDS)}) SELECT a.job_id,"
+                   f" a.attempt, {self.TOKENS['text']}, a.error_class, a.error_message, a.traceback,"
+                   f" {self.TOKENS['now']}, a.started_at FROM {self.items_table(ATTEMPT_ITEMS)} ORDER BY a.n")
             cursor.execute(sql, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
                  "error_message": a.error.message, "traceback": a.error.traceback,

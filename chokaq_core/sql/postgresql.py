@@ -36,6 +36,7 @@ from chokaq_core.sql.base import (
     history_rows,
     in_claim_order,
     insert_moved,
+    pending_queues,
     queue_health_select,
     uncount_sql,
 )
@@ -131,13 +132,7 @@ def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> s
     if queue_filter:
         recursive, names = "", "SELECT DISTINCT name FROM unnest(%(queues)s::text[]) AS name"
     else:
-        recursive = """RECURSIVE pending_queues AS (
-    (SELECT queue FROM chokaq_jobs_hot WHERE status = 0 ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT h.queue FROM chokaq_jobs_hot h WHERE h.status = 0 AND h.queue > p.queue ORDER BY h.queue LIMIT 1)
-    FROM pending_queues p WHERE p.queue IS NOT NULL),
-"""
-        names = "SELECT queue AS name FROM pending_queues WHERE queue IS NOT NULL"
+        recursive, names = f"{pending_queues()},\n", "SELECT queue AS name FROM pq WHERE queue IS NOT NULL"
     stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
          WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
          ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
