@@ -1199,11 +1199,9 @@ class BaseDialect:
         """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock at ``at``:
         each is written only if it is still as known (compare-and-set), then the jobs start at ``at`` (a start is
         stamped when its token was taken, as under the lock; SQL Server stamps its own clock, a statement's latency
-        later). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides). In
-        the caller's transaction a job no longer this worker's raises too (roll back). ``SPENDS_ALONE`` (SQLite:
-        one short write at a time, no statement journal for the lease of several rows): a failed swap swaps back
-        the buckets already written, a lost job gives its token back (where another lease wrote the bucket in
-        between it stays spent, as after an error between the statements: a window then holds fewer starts)."""
+        later). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides), as
+        does, in the caller's transaction, a lost job (roll back). ``SPENDS_ALONE`` (one short write at a time): a
+        failed swap swaps back the buckets written, a lost job gives its token back (``give_back``)."""
         for n, spend in enumerate(spends):
             if not self._swap_bucket(cursor, spend.known, spend.spent):
                 for done in spends[:n] if self.SPENDS_ALONE else ():
@@ -1212,11 +1210,16 @@ class BaseDialect:
         leased = self.mark_processing_batch(cursor, job_ids, worker_id, at)
         if len(leased) != len(job_ids) and not self.SPENDS_ALONE:
             raise StaleBuckets("a job of the lease is no longer this worker's")
+        self.give_back(cursor, spends, leased)
+        return leased
+
+    def give_back(self, cursor: Cursor, spends: Sequence[BucketSpend], leased: Mapping[str, int]) -> None:
+        """The tokens ``spends`` took for jobs that did not start (not in ``leased``), back by compare-and-set (where
+        another lease wrote the bucket in between it stays spent: a window then holds fewer starts, never more)."""
         for spend in spends:
             if lost := sum(1 for job_id in spend.job_ids if job_id not in leased):
                 self._swap_bucket(cursor, spend.spent, replace(spend.spent, tokens=spend.spent.tokens + lost,
                                                                window_used=spend.spent.window_used - lost))
-        return leased
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 

@@ -216,30 +216,27 @@ GENERIC_PLANS_SQL = "SET plan_cache_mode = force_generic_plan"
 QUEUE_HEALTH_SELECT = queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
 
 
-# The lease paying its tokens, in one statement (spends: what BaseDialect.lease_spending writes, as JSON). "known"
-# locks the buckets that are still as planned (a lock that waited re-checks the newest version); the lease runs
-# only if all are; each bucket is charged for the jobs that did start (a row no longer ours takes no token).
+# The lease paying its tokens, in one statement (spends: the buckets as known and as spent, as JSON): each
+# bucket still as planned pays for every job (compare-and-set: an UPDATE that waited re-checks the newest version);
+# the jobs are leased only if every bucket paid. A job no longer ours gives its token back after (give_back).
 LEASE_SPENDING_SQL = f"""
 WITH spend AS (
     SELECT * FROM json_to_recordset(%(spends)s::json) AS s(limit_name text, rate_key text, known_tokens float8,
         known_refilled_at timestamptz, tokens float8, refilled_at timestamptz, window_started_at timestamptz,
-        window_used int, job_ids text[])),
-known AS (
-    SELECT b.limit_name FROM chokaq_rate_buckets b JOIN spend s ON b.limit_name = s.limit_name
-        AND b.rate_key = s.rate_key AND b.tokens = s.known_tokens AND b.refilled_at = s.known_refilled_at
-    ORDER BY b.limit_name, b.rate_key FOR UPDATE OF b),
+        window_used int)),
+paid AS (
+    UPDATE chokaq_rate_buckets b SET tokens = s.tokens, refilled_at = s.refilled_at,
+        window_started_at = s.window_started_at, window_used = s.window_used
+    FROM spend s WHERE b.limit_name = s.limit_name AND b.rate_key = s.rate_key AND b.tokens = s.known_tokens
+        AND b.refilled_at = s.known_refilled_at
+    RETURNING b.limit_name, b.rate_key),
 leased AS (
     UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = %(at)s::timestamptz,
         heartbeat_at = %(at)s::timestamptz, last_updated_at = %(at)s::timestamptz
     WHERE id = ANY(%(ids)s::text[]) AND worker_id = %(worker)s AND status = 1
-        AND (SELECT count(*) FROM known) = %(buckets)s AND {ASYNC_COMMIT}
-    RETURNING id, attempt_count),
-paid AS (
-    UPDATE chokaq_rate_buckets b SET tokens = s.tokens - n.started, refilled_at = s.refilled_at,
-        window_started_at = s.window_started_at, window_used = s.window_used + n.started
-    FROM spend s CROSS JOIN LATERAL (SELECT count(*)::int AS started FROM leased l WHERE l.id = ANY(s.job_ids)) n
-    WHERE b.limit_name = s.limit_name AND b.rate_key = s.rate_key AND n.started > 0)
-SELECT NULL, (SELECT count(*) FROM known)::int UNION ALL SELECT id, attempt_count FROM leased
+        AND (SELECT count(*) FROM paid) = %(buckets)s AND {ASYNC_COMMIT}
+    RETURNING id, attempt_count)
+SELECT limit_name, rate_key, NULL::int FROM paid UNION ALL SELECT NULL, id, attempt_count FROM leased
 """
 
 
@@ -305,14 +302,23 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str, spends: Sequence[BucketSpend],
                        at: datetime) -> dict[str, int]:
-        """One statement, committed on its own: the buckets are written only if still as known, each charged for
-        the jobs that started."""
-        cursor.execute(LEASE_SPENDING_SQL, {"spends": spends_json(spends), "ids": list(job_ids), "worker": worker_id,
-                                            "buckets": len(spends), "at": at})
+        """One statement, committed on its own: the buckets still as known pay, and the jobs start only if all did
+        (else the ones that paid are swapped back); a job no longer this worker's gives its token back."""
+        cursor.execute(LEASE_SPENDING_SQL, {"ids": list(job_ids), "worker": worker_id, "buckets": len(spends), "at": at,
+                                            "spends": json.dumps([{  # each bucket as known and as spent
+            "limit_name": s.known.limit_name, "rate_key": s.known.rate_key, "known_tokens": s.known.tokens,
+            "known_refilled_at": s.known.refilled_at.isoformat(), "tokens": s.spent.tokens,
+            "refilled_at": s.spent.refilled_at.isoformat(), "window_started_at": s.spent.window_started_at.isoformat(),
+            "window_used": s.spent.window_used} for s in spends])})
         rows = cursor.fetchall()
-        if next(int(n) for job_id, n in rows if job_id is None) != len(spends):
+        paid = {(name, key) for name, key, _ in rows if name is not None}
+        if len(paid) != len(spends):
+            for spend in (s for s in spends if (s.known.limit_name, s.known.rate_key) in paid):
+                self._swap_bucket(cursor, spend.spent, spend.known)
             raise StaleBuckets("a bucket changed since the lease planned on it")
-        return {str(job_id): int(n) for job_id, n in rows if job_id is not None}
+        leased = {str(job_id): int(n) for name, job_id, n in rows if name is None}
+        self.give_back(cursor, spends, leased)
+        return leased
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
@@ -357,12 +363,3 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
 
 DIALECT: Dialect = PostgreSQLDialect()
-
-
-def spends_json(spends: Sequence[BucketSpend]) -> str:
-    """The JSON of LEASE_SPENDING_SQL's spends: each bucket as known and as it is before this lease's tokens."""
-    return json.dumps([{
-        "limit_name": s.known.limit_name, "rate_key": s.known.rate_key, "known_tokens": s.known.tokens,
-        "known_refilled_at": s.known.refilled_at.isoformat(), "tokens": s.spent.tokens + len(s.job_ids),
-        "refilled_at": s.spent.refilled_at.isoformat(), "window_started_at": s.spent.window_started_at.isoformat(),
-        "window_used": s.spent.window_used - len(s.job_ids), "job_ids": list(s.job_ids)} for s in spends])
