@@ -54,18 +54,15 @@ ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestampt
 
 # One statement: the rows, their queues' control and counter rows, and one NOTIFY per queue that got a row
 # (delivered at commit, like every NOTIFY). Without idempotency keys it is the whole enqueue, so storage runs
-# it in autocommit when the caller has no transaction open: one round trip instead of BEGIN/…/COMMIT. The jobs
-# travel as one JSON parameter, an array of [id, queue, type, payload, tags, idempotency_key, priority,
-# delay_seconds, created_by, rate_key] rows (``jobs_json``): json.dumps is C, while psycopg dumps ten array
-# parameters element by element in Python (≈ 17 µs per job). It is read as jsonb: parsed once, where each ``->>``
-# of a json value parses its element's text again (a 1,000-job batch: 26 → 17 µs per row of server time).
-ENQUEUE_COLUMNS = ("id", "queue", "type", "payload", "tags", "idempotency_key", "priority", "delay_seconds",
-                   "created_by", "rate_key")
+# it in autocommit when the caller has no transaction open: one round trip instead of BEGIN/…/COMMIT. A batch
+# travels as one JSON parameter, an array of NewJob rows (``jobs_json``): json.dumps is C, while psycopg dumps
+# array parameters element by element in Python. It is read as jsonb: parsed once, where each ``->>`` of a json
+# value parses its element's text again. One job travels as ten parameters, its queue rows and NOTIFY without
+# DISTINCT or sort: ~50 µs less per call than the batch form on the server.
+ENQUEUE_COLUMNS = NewJob._fields  # id, queue, type, payload, tags, idempotency_key, priority, delay_seconds, …
 _ENQUEUE_TYPES = {"priority": "int", "delay_seconds": "float8"}
-ENQUEUE_SQL = f"""
-WITH src AS (
-    SELECT {", ".join(f"(r->>{i})::{_ENQUEUE_TYPES.get(c, 'text')} AS {c}" for i, c in enumerate(ENQUEUE_COLUMNS))}
-    FROM jsonb_array_elements(%s::jsonb) AS r),
+_ENQUEUE = """
+WITH src AS ({src}),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,
         attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)
@@ -75,7 +72,7 @@ ins AS (
     FROM src
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue),
-names AS (SELECT DISTINCT queue FROM src),
+names AS ({names}),
 queues AS (
     INSERT INTO chokaq_queues (name, is_paused, is_active, last_updated_at)
     SELECT queue, false, true, now() FROM names ORDER BY queue
@@ -83,16 +80,22 @@ queues AS (
 stats AS (
     INSERT INTO chokaq_stats_summary (queue) SELECT queue FROM names ORDER BY queue
     ON CONFLICT (queue) DO NOTHING),
-notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM ins ORDER BY queue) q)
+notified AS (SELECT pg_notify('{channel}', queue) FROM ({notify}) q)
 SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
+ENQUEUE_SQL = _ENQUEUE.format(
+    src="SELECT " + ", ".join(f"(r->>{i})::{_ENQUEUE_TYPES.get(c, 'text')} AS {c}" for i, c in enumerate(ENQUEUE_COLUMNS))
+        + " FROM jsonb_array_elements(%s::jsonb) AS r",
+    names="SELECT DISTINCT queue FROM src", notify="SELECT DISTINCT queue FROM ins ORDER BY queue",
+    channel=NOTIFY_CHANNEL)
+ENQUEUE_ONE_SQL = _ENQUEUE.format(
+    src="SELECT " + ", ".join(f"%s::{_ENQUEUE_TYPES.get(c, 'text')} AS {c}" for c in ENQUEUE_COLUMNS),
+    names="SELECT queue FROM src", notify="SELECT queue FROM ins", channel=NOTIFY_CHANNEL)
 
 
 def jobs_json(jobs: Sequence[NewJob]) -> str:
     """The ENQUEUE_SQL parameter: one JSON array per job, its fields in ``ENQUEUE_COLUMNS`` order."""
-    return json.dumps([[j.id, j.queue, j.type, j.payload, j.tags, j.idempotency_key, int(j.priority),
-                        j.delay_seconds, j.created_by, j.rate_key] for j in jobs],
-                      ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(jobs if isinstance(jobs, list) else list(jobs), ensure_ascii=False, separators=(",", ":"))
 
 
 # What rate limits hold back (ClaimHold), as arrays: one statement text whatever is held.
@@ -274,7 +277,10 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs."""
-        cursor.execute(ENQUEUE_SQL, [jobs_json(jobs)])
+        if len(jobs) == 1:
+            cursor.execute(ENQUEUE_ONE_SQL, jobs[0])
+        else:
+            cursor.execute(ENQUEUE_SQL, [jobs_json(jobs)])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         return inserted, self.key_holders(cursor, jobs, inserted)
 
