@@ -103,19 +103,24 @@ def enqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], *, using: 
     fields = [_fields(item) for item in items]
     ids = iter(new_ulids(sum(1 for f in fields if f[9] is None)))
     kinds: dict[tuple[Any, ...], _Kind] = {}  # the batch's jobs mostly share a type, queue and priority
-    jobs = [_envelope(*f, None if f[9] is not None else next(ids), kinds) for f in fields]
+    jobs = [_envelope(*f, new_id=None if f[9] is not None else next(ids), kinds=kinds) for f in fields]
     return storage.enqueue(jobs, using=using) if jobs else []
 
 
-_OPTION_NAMES = tuple(EnqueueOptions.__dataclass_fields__)
-_OPTION_KEYS = frozenset(_OPTION_NAMES)
+_OPTION_KEYS = frozenset(EnqueueOptions.__dataclass_fields__)
 
 
-def _fields(item: EnqueueOptions | Mapping[str, Any]) -> tuple[Any, ...]:
+# EnqueueOptions' fields in order: type_key, payload, queue, priority, delay, run_at, idempotency_key, tags,
+# created_by, job_id, allow_unregistered, rate_key
+type _Fields = tuple[Any, Mapping[str, Any], Any, Any, Any, Any, Any, Any, Any, Any, bool, Any]
+
+
+def _fields(item: EnqueueOptions | Mapping[str, Any]) -> _Fields:
     """An ``enqueue_many`` item's EnqueueOptions fields in order, without building one (a frozen dataclass costs
     ~5 µs a job) from a mapping; a mapping EnqueueOptions would refuse raises its TypeError."""
     if isinstance(item, EnqueueOptions):
-        return tuple([getattr(item, name) for name in _OPTION_NAMES])
+        return (item.type_key, item.payload, item.queue, item.priority, item.delay, item.run_at,
+                item.idempotency_key, item.tags, item.created_by, item.job_id, item.allow_unregistered, item.rate_key)
     if "type_key" not in item or not _OPTION_KEYS.issuperset(item):
         EnqueueOptions(**item)  # raises naming the missing or unexpected field
     get = item.get
@@ -141,9 +146,7 @@ def build(options: EnqueueOptions, new_id: str | None = None, kinds: dict[tuple[
           ) -> NewJob:
     """Validate one envelope (spec 03 §9) and serialize its payload. ``new_id``: the id of a job given none (a new
     ULID by default); ``kinds``: the checked (type, queue, priority) of the envelopes met so far in one batch."""
-    return _envelope(options.type_key, options.payload, options.queue, options.priority, options.delay,
-                     options.run_at, options.idempotency_key, options.tags, options.created_by, options.job_id,
-                     options.allow_unregistered, options.rate_key, new_id, kinds)
+    return _envelope(*_fields(options), new_id=new_id, kinds=kinds)
 
 
 def _envelope(type_key: Any, payload: Mapping[str, Any], queue: Any, priority: Any, delay: Any, run_at: Any,
