@@ -340,7 +340,7 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     # one statement (no idempotency key to resolve) may skip BEGIN/COMMIT, but inside the caller's transaction
     # it still takes its savepoint: a failure must not poison the caller's transaction
     alone = (sql.ENQUEUE_IN_ONE_STATEMENT and not in_transaction
-             and all(job.idempotency_key is None for job in jobs))
+             and not 0 < sql.ENQUEUE_COPY_FROM <= len(jobs) and all(job.idempotency_key is None for job in jobs))
     stored = run(lambda cursor: sql.enqueue(cursor, jobs), using=db, atomic=not alone, prepared=True)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
@@ -356,7 +356,8 @@ def _enqueued(fresh: Sequence[NewJob]) -> None:
     metrics.jobs_enqueued(fresh)
     now = datetime.now(UTC).isoformat()
     events.dispatch([events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
-                                        created_by=j.created_by) for j in fresh] + [events.stats_updated()])
+                                        created_by=j.created_by) for j in fresh]
+                    + [events.Event(events.EventKind.STATS_UPDATED, {}, now)])
 
 
 def _enqueue_in_memory(cursor: Any, jobs: Sequence[NewJob]) -> list[str]:
