@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connections, transaction
 from django.dispatch import Signal
 
@@ -239,14 +240,8 @@ def _publisher() -> CoalescingPublisher | None:
 
 
 def _build_publisher() -> CoalescingPublisher | None:
-    from channels.layers import InMemoryChannelLayer, get_channel_layer
-
-    layer = get_channel_layer()
-    if layer is None or isinstance(layer, InMemoryChannelLayer):
-        # The in-memory layer is bound to the web process's event loop; the Deck
-        # receives in-process events through add_listener instead.
-        return None
-    return CoalescingPublisher(layer, config().EVENTS.COALESCE_INTERVAL)
+    layer = _cross_process_layer()
+    return None if layer is None else CoalescingPublisher(layer, config().EVENTS.COALESCE_INTERVAL)
 
 
 def reset_publisher() -> None:
@@ -263,8 +258,8 @@ CONTROL_TYPES = ("worker.set_capacity", "worker.set_retry_policy", "worker.cance
 
 
 def _cross_process_layer() -> Any | None:
-    from channels.layers import InMemoryChannelLayer, get_channel_layer
-
+    """The channel layer between processes, or None: none is configured, or the in-memory one, which is bound to
+    the web process's event loop (the Deck receives in-process events through ``add_listener`` instead)."""
     layer = get_channel_layer()
     return None if layer is None or isinstance(layer, InMemoryChannelLayer) else layer
 

@@ -440,6 +440,8 @@ class RatePlan:
 
     def admit(self, jobs: Sequence[HotJob]) -> tuple[list[HotJob], list[HotJob]]:
         """``(kept, released)``: each job is kept while every limit covering it has a token for its key."""
+        if self._take_all(jobs):
+            return list(jobs), []
         kept: list[HotJob] = []
         released: list[HotJob] = []
         taken = self.taken
@@ -455,18 +457,36 @@ class RatePlan:
                 kept.append(job)
         return kept, released
 
+    def _take_all(self, jobs: Sequence[HotJob]) -> bool:
+        """Take every job's tokens at once when each stored bucket they take from holds all of them (a limit far
+        above its rate): what ``admit`` would decide job by job, counted per bucket; False (nothing taken)
+        otherwise."""
+        need: dict[Slot, int] = {}
+        limit_of: dict[Slot, RateLimit] = {}
+        for job in jobs:
+            for limit, slot in self._slots(job):
+                need[slot] = need.get(slot, 0) + 1
+                limit_of[slot] = limit
+        if not all(slot in self.buckets and self.available(limit_of[slot], slot[1]) >= count
+                   for slot, count in need.items()):
+            return False
+        self.taken.update(need)
+        return True
+
     def give_back(self, jobs: Sequence[HotJob]) -> None:
         """Return the tokens ``admit`` took for ``jobs`` (admitted, then not started: no longer ours)."""
+        if not jobs:
+            return
         for job in jobs:
             self.taken.subtract(self.slots(job))
         self.taken = +self.taken  # no slot left at zero: it took nothing
 
     def claimed(self) -> dict[str, int]:
         """Jobs that took a token, per limit (summed over its keys)."""
-        per_limit: Counter[str] = Counter()
+        per_limit: dict[str, int] = {}
         for (name, _), count in self.taken.items():
-            per_limit[name] += count
-        return dict(per_limit)
+            per_limit[name] = per_limit.get(name, 0) + count
+        return per_limit
 
     def next_token_in(self) -> float | None:
         """Seconds until the first limit without a whole token has one (None when none lacks one, or only paused

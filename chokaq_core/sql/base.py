@@ -68,7 +68,6 @@ EMPTY_ERROR = "(empty error details)"  # how top_errors names the group of rows 
 TOP_ERRORS_SAMPLE = 5000  # top_errors groups the newest this many DLQ rows (spec 01 §5)
 
 REVISION_BUMP = "revision = revision + 1"
-CARRIED_REVISION = "revision + 1"  # what a row moved between Hot and the DLQ keeps
 
 
 def revision_guard(expected: str = "%s") -> str:
@@ -368,7 +367,6 @@ _DATE_SORTS = {"created_at", "finished_at", "failed_at"}
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "error_class", "error_message", "traceback", "failed_at",
                   "started_at")
 ATTEMPTS = "chokaq_job_attempts"
-JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id"
 # A failed execution as an item of record_attempts' batch (``items_table`` kinds), ``n`` its place.
 ATTEMPT_ITEMS = {"n": "int", "job_id": "name", "attempt": "int", "error_class": "name", "error_message": "text",
                  "traceback": "text", "started_at": "ts"}
@@ -423,26 +421,6 @@ def history_rows(rows: str, minute: str, hour: str) -> str:
         f" UNION ALL SELECT {HISTORY_GRANULARITIES['hour']}, {hour}) AS g CROSS JOIN {rows} AS m"
         " GROUP BY g.granularity, g.bucket_start, m.queue, m.type, m.outcome"
     )
-
-
-def history_source(archived: str, failed: str, ts: str) -> str:
-    """The history rows of one completion read back by id: the rows just moved to the Archive (ids matched by
-    ``archived``) or the DLQ (``failed``); params: minute start, hour start, archive ids, DLQ ids."""
-    return history_rows(f"(SELECT queue, type, 0 AS outcome, duration_ms FROM {ARCHIVE} WHERE id {archived}"
-                        f" UNION ALL SELECT queue, type, 1 AS outcome, NULL AS duration_ms FROM {DLQ}"
-                        f" WHERE id {failed})", ts, ts)
-
-
-def upsert_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
-                update: Mapping[str, str | None]) -> str:
-    """Insert the rows of ``source`` (VALUES, or a SELECT of ``columns`` whose rows go in key order, so concurrent
-    upserts lock them in one order) into ``table``; where a row of the same ``key`` (the leading columns) is there, set
-    ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row there; None:
-    the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
-    sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
-    order = "" if source.startswith("VALUES") else f" ORDER BY {', '.join(str(i + 1) for i in range(len(key)))}"
-    return (f"INSERT INTO {table} ({', '.join(columns)}) {source}{order}"
-            f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
 
 
 # Counts added, the longest duration kept (a NULL one, no timed row, changes nothing).
@@ -511,13 +489,10 @@ class Move:
         return tuple(c for c in self.fields if c != self.stamp)
 
 
-NO_EXCEPTION = {"error_class": "NULL", "error_message": "NULL"}  # a DLQ move no exception caused (cancel, zombie)
-
-
 def carried_values(columns: Sequence[str], row: str, overrides: Mapping[str, str]) -> dict[str, str]:
     """The values of ``columns`` a moved row takes: ``row``'s own (its revision one up, no exception class or
     message: a Hot row has none) unless overridden (an override names the row ``{row}``)."""
-    overrides = {"revision": f"{row}.{CARRIED_REVISION}", **NO_EXCEPTION,
+    overrides = {"revision": f"{row}.revision + 1", "error_class": "NULL", "error_message": "NULL",
                  **{c: v.replace("{row}", row) for c, v in overrides.items()}}
     return {c: overrides.get(c, f"{row}.{c}") for c in columns}
 
@@ -545,11 +520,6 @@ def uncount_sql(counter: str, rows: str, now: str | None = None) -> str:
     touched = "" if now is None else f", last_activity_at = {now}"
     return (f"UPDATE {STATS} SET {counter} = {value}{touched} FROM (SELECT queue, count(*) AS n FROM {rows} AS r"
             f" GROUP BY queue) AS c WHERE c.queue = {STATS}.queue")
-
-
-def stats_update(counter: str) -> dict[str, str | None]:
-    """What the counter upsert (spec 01 §4.13) sets on a queue's row that is there: ``counter`` += the rows."""
-    return {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None}
 
 
 BUCKET_KEY = ("bucket_start", "queue", "outcome", "failure_reason")
@@ -590,6 +560,14 @@ FAILED_ITEMS = {"id": "name", "failure_reason": "int", "error_details": "text", 
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
+def pending_queues(hint: str = "") -> str:
+    """``RECURSIVE pq(queue)``: every queue with Pending rows by a loose scan of ``hot_fetch_pending`` (one index
+    probe per queue, ending on a NULL row), due or not; ``hint`` names the index where the planner must be told."""
+    probe = f"SELECT h.queue FROM {HOT} h{hint} WHERE h.status = 0{{}} ORDER BY h.queue LIMIT 1"
+    return (f"RECURSIVE pq(queue) AS (\n    SELECT ({probe.format('')})\n    UNION ALL\n"
+            f"    SELECT ({probe.format(' AND h.queue > pq.queue')})\n    FROM pq WHERE pq.queue IS NOT NULL)")
+
+
 def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:
     """The claim's ranking (spec 01 §4.2) after its ``window`` of due Pending rows (id, queue, priority, sort_at):
     ``active`` counts the running rows of the ``capped`` queues, ``ranked`` numbers each queue's rows in claim
@@ -612,27 +590,22 @@ def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:
 # of blanks/CR/LF (``TRIMMED``); "substr" is the substring function; "dirty" hints a read that may be dirty;
 # "lazy" ends the WHERE of a statement whose own commit need not wait for the disk (the lease:
 # bench/README, "Asynchronous commit of the claim and the lease").
-_LEASE = ("{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 2, attempt_count = attempt_count + 1,"
-          " started_at = {now}, heartbeat_at = {now}, last_updated_at = {now}")
-_TO_PENDING = "UPDATE chokaq_jobs_hot SET status = 0, worker_id = NULL, last_updated_at = {stamp}"
 # The "trimmed" of the vendors whose trim takes the characters to trim and whose || concatenates, over their
 # trim-these-characters and character-code functions.
 TRIMMED = "{trim}(substr(coalesce(error_details, ''), 1, 4000), ' ' || {chr}(9) || {chr}(10) || {chr}(13))"
 
 
-def _aged_batch(table: str, key: str, column: str, where: str = "") -> str:
-    """One batch delete of ``table``'s rows (named by ``key``) whose ``column`` is before a cutoff, oldest first;
-    "pick" (``PICK_LOCK``) locks the picked rows, skipping locked ones; params: ``where``'s, the cutoff, the batch
-    size."""
-    return (f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {where}{column} < %s"
-            f" ORDER BY {column}{{limit}}{{pick}})")
-
-
+# Retention: the oldest rows of a table, one batch (``aged_batch``: the table, its key, its date, a leading test).
+AGED_BATCHES = {"PURGE_WORKERS_SQL": (WORKERS, "worker_id", "last_heartbeat_at", ""),
+                "PURGE_METRIC_BUCKETS_SQL": (BUCKETS, ", ".join(BUCKET_KEY), "bucket_start", ""),
+                "PURGE_HISTORY_SQL": (HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
+                "PURGE_ATTEMPTS_SQL": (ATTEMPTS, "id", "failed_at", "")}
 SHARED_STATEMENTS = {
     # "rowlock" hints the UPDATE's table; "output" / "returning": the changed rows' ids, before WHERE / at the end
     # (``returning``), "lease_output" / "lease_returning" their ids and attempt counts.
-    "MARK_PROCESSING_BATCH_SQL": f"{_LEASE}{{lease_output}} WHERE id {{ids}} AND worker_id = %s AND {{by_id}}status = 1"
-                                 "{lazy}{lease_returning}",
+    "MARK_PROCESSING_BATCH_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET status = 2, attempt_count = attempt_count"
+                                 " + 1, started_at = {now}, heartbeat_at = {now}, last_updated_at = {now}{lease_output}"
+                                 " WHERE id {ids} AND worker_id = %s AND {by_id}status = 1{lazy}{lease_returning}",
     "KEEP_ALIVE_SQL": "{clock}UPDATE chokaq_jobs_hot{rowlock} SET heartbeat_at = {now}, last_updated_at = {now}"
                       "{output} WHERE id {ids} AND {by_id}status = 2 AND worker_id = %s{returning}",
     "REQUEST_CANCEL_SQL": "UPDATE chokaq_jobs_hot{rowlock} SET cancel_requested_by = {text}{output}"
@@ -649,7 +622,9 @@ SHARED_STATEMENTS = {
                       " THEN payload ELSE previous_payload END, payload = coalesce(new_payload, payload),"
                       f" tags = coalesce(new_tags, tags), last_modified_by = actor, {REVISION_BUMP}{{output}}"
                       f" FROM edit WHERE id = %s AND {revision_guard('{int}')}{{returning}}",
-    "RECOVER_ABANDONED_SQL": f"{_TO_PENDING} WHERE status = 1 AND last_updated_at < {{ago}}",
+    # "count": the driver counts the rows the statement changes; "sweep" hints a table whose locked rows are skipped.
+    "RECOVER_ABANDONED_SQL": "{count}UPDATE chokaq_jobs_hot{sweep} SET status = 0, worker_id = NULL,"
+                             " last_updated_at = {stamp} WHERE status = 1 AND last_updated_at < {ago}",
     # Spec 01 §5: the newest rows grouped by reason, exception class and message; rows without a class (no
     # exception, or stored before the column) by their details trimmed of blanks/CR/LF, as stored (searchable).
     # Derived tables rather than CTEs, so ``deck_snapshot`` can nest it on SQL Server too.
@@ -661,11 +636,6 @@ SHARED_STATEMENTS = {
                       "            FROM chokaq_jobs_dlq{dirty} ORDER BY failed_at DESC{limit}) AS r) AS g\n"
                       "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix"
                       " ORDER BY n DESC, latest DESC{limit}",
-    # Retention: the oldest rows of a table, one batch.
-    "PURGE_WORKERS_SQL": _aged_batch(WORKERS, "worker_id", "last_heartbeat_at"),
-    "PURGE_METRIC_BUCKETS_SQL": _aged_batch(BUCKETS, "bucket_start, queue, outcome, failure_reason", "bucket_start"),
-    "PURGE_HISTORY_SQL": _aged_batch(HISTORY, ", ".join(HISTORY_KEY), "bucket_start", "granularity = %s AND "),
-    "PURGE_ATTEMPTS_SQL": _aged_batch(ATTEMPTS, "id", "failed_at"),
 }
 
 
@@ -725,7 +695,7 @@ class BaseDialect:
     PICK_LOCK = ""  # after the pick's LIMIT: lock the picked rows, skipping those another transaction holds
     PICKED = "IN ({})"  # ``id`` against the ids a subquery picks
     DLQ_ROW = DLQ_ROW  # a DLQ list row; error_head is the end of the details
-    JOB_ATTEMPTS_SQL = JOB_ATTEMPTS_SQL
+    JOB_ATTEMPTS_SQL = f"SELECT {', '.join(ATTEMPT_FIELDS)} FROM {ATTEMPTS} WHERE job_id = %s ORDER BY id"
     PURGE_WORKERS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_METRIC_BUCKETS_SQL: str  # params: param_ts(cutoff), batch size → changed
     PURGE_ATTEMPTS_SQL: str  # params: param_ts(cutoff), batch size → changed
@@ -766,13 +736,15 @@ class BaseDialect:
 
     def __init__(self) -> None:
         self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
-        words = {"name": "%s", "substr": "substr", "dirty": "", "limit": self.LIMIT, "pick": self.PICK_LOCK,
+        words = {"name": "%s", "substr": "substr", "dirty": "", "limit": self.LIMIT, "count": "", "sweep": "",
                  **self.TOKENS}
         words["output"], words["returning"] = self.returning("id")
         words["lease_output"], words["lease_returning"] = self.returning("id, attempt_count")
         for name, template in SHARED_STATEMENTS.items():
             if not hasattr(self, name):  # a vendor module's own statement wins
                 setattr(self, name, template.format_map(words))
+        for name, batch in AGED_BATCHES.items():
+            setattr(self, name, self.aged_batch(*batch))
         self._write_completions()
 
     def _write_completions(self) -> None:
@@ -917,19 +889,26 @@ class BaseDialect:
 
     def upsert(self, table: str, key: str, values: Mapping[str, str], update: Mapping[str, str | None]) -> str:
         """A statement inserting one row into ``table`` (``values``: column → SQL expression) or, when a row of that
-        ``key`` is there, setting ``update`` (as ``upsert_rows``)."""
+        ``key`` is there, setting ``update`` (as ``merge_rows``)."""
         return self.merge_rows(table, [key], list(values), f"VALUES ({', '.join(values.values())})", update)
 
     def merge_rows(self, table: str, key: Sequence[str], columns: Sequence[str], source: str,
                    update: Mapping[str, str | None]) -> str:
-        """The vendor's ``upsert_rows``."""
-        return upsert_rows(table, key, columns, source, update)
+        """Insert the rows of ``source`` (VALUES, or a SELECT of ``columns`` whose rows go in key order, so concurrent
+        upserts lock them in one order) into ``table``; where a row of the same ``key`` (the leading columns) is there,
+        set ``update`` instead (column → an expression over ``{new}``, the row offered, and ``{old}``, the row there;
+        None: the offered value). ``INSERT … ON CONFLICT`` here; SQL Server merges (``mssql.merge_rows``)."""
+        sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='excluded', old=table)}" for c, e in update.items())
+        order = "" if source.startswith("VALUES") else f" ORDER BY {', '.join(str(i + 1) for i in range(len(key)))}"
+        return (f"INSERT INTO {table} ({', '.join(columns)}) {source}{order}"
+                f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
 
     def stats_add(self, counter: str, source: str, now: str) -> str:
-        """``counter`` += the rows of ``source`` per queue, a missing row inserted (``stats_update``)."""
+        """The counter upsert (spec 01 §4.13): ``counter`` += the rows of ``source`` per queue, a missing row
+        inserted."""
         return self.merge_rows(STATS, ["queue"], ["queue", counter, "last_activity_at"],
                                f"SELECT queue, count(*), {now} FROM {source} AS b GROUP BY queue",
-                               stats_update(counter))
+                               {counter: f"{{old}}.{counter} + {{new}}.{counter}", "last_activity_at": None})
 
     def bucket_add(self, outcome: int, source: str, second: str, now: str) -> str:
         """The MetricBuckets upsert of this ``second`` from ``source`` (``Move.counted``); no aggregate sees a NULL
@@ -1052,15 +1031,21 @@ class BaseDialect:
             params += [value, value, last_id]
         return f"{sql}{where} ORDER BY {order} {direction}, id {direction}{self.LIMIT}", [*params, int(limit)]
 
-    def source(self, pillar: str, table: str, inner: str, outer: str, where: str, params: list[Any],
-               sort: HistorySort) -> tuple[str, str, list[Any]]:
-        """(SELECT … FROM source, where, params): the table itself, or for a sort no index serves the newest
-        ``sort.window`` matching rows (a bounded sort instead of one over all of history)."""
-        if sort.window is None or sort.key in INDEXED_SORTS[pillar]:
-            return f"SELECT {inner} FROM {table}", where, params
-        date = "finished_at" if pillar == "archive" else "failed_at"
-        return (f"SELECT {outer} FROM (SELECT {inner} FROM {table}{where} ORDER BY {date} DESC, id DESC{self.LIMIT}) AS w",
-                "", [*params, int(sort.window)])
+    def history_page(self, cursor: Cursor, pillar: str, filters: JobFilter, after_key: tuple[Any, str] | None,
+                     limit: int, sort: HistorySort) -> list[Any]:
+        """One keyset page of the Archive's or the DLQ's rows (``pillar``) its view's filters keep, read from the
+        table itself or, for a sort no index serves, from the newest ``sort.window`` matching rows (a bounded sort
+        instead of one over all of history)."""
+        table, date, inner, outer, sorts = ((ARCHIVE, "finished_at", ARCHIVE_ROW, ARCHIVE_ROW, ARCHIVE_SORT)
+                                            if pillar == "archive" else
+                                            (DLQ, "failed_at", self.DLQ_ROW, DLQ_WINDOWED_ROW, DLQ_SORT))
+        filtered = self.where(filters, date, ("id", "type", "tags")) if table == ARCHIVE else self.dlq_where(filters)
+        where, params = self.search_bound(table, date, filters, sort, *filtered)
+        select = f"SELECT {inner} FROM {table}"
+        if sort.window is not None and sort.key not in INDEXED_SORTS[pillar]:
+            select = f"SELECT {outer} FROM ({select}{where} ORDER BY {date} DESC, id DESC{self.LIMIT}) AS w"
+            where, params = "", [*params, int(sort.window)]
+        return self._all(cursor, *self.keyset(select, where, params, sorts.get(sort.key, date), after_key, limit, sort))
 
     def locate_sql(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         tail, params = self.id_list(ids)
@@ -1215,11 +1200,9 @@ class BaseDialect:
         """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock at ``at``:
         each is written only if it is still as known (compare-and-set), then the jobs start at ``at`` (a start is
         stamped when its token was taken, as under the lock; SQL Server stamps its own clock, a statement's latency
-        later). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides). In
-        the caller's transaction a job no longer this worker's raises too (roll back). ``SPENDS_ALONE`` (SQLite:
-        one short write at a time, no statement journal for the lease of several rows): a failed swap swaps back
-        the buckets already written, a lost job gives its token back (where another lease wrote the bucket in
-        between it stays spent, as after an error between the statements: a window then holds fewer starts)."""
+        later). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides), as
+        does, in the caller's transaction, a lost job (roll back). ``SPENDS_ALONE`` (one short write at a time): a
+        failed swap swaps back the buckets written, a lost job gives its token back (``give_back``)."""
         for n, spend in enumerate(spends):
             if not self._swap_bucket(cursor, spend.known, spend.spent):
                 for done in spends[:n] if self.SPENDS_ALONE else ():
@@ -1228,28 +1211,31 @@ class BaseDialect:
         leased = self.mark_processing_batch(cursor, job_ids, worker_id, at)
         if len(leased) != len(job_ids) and not self.SPENDS_ALONE:
             raise StaleBuckets("a job of the lease is no longer this worker's")
+        self.give_back(cursor, spends, leased)
+        return leased
+
+    def give_back(self, cursor: Cursor, spends: Sequence[BucketSpend], leased: Mapping[str, int]) -> None:
+        """The tokens ``spends`` took for jobs that did not start (not in ``leased``), back by compare-and-set (where
+        another lease wrote the bucket in between it stays spent: a window then holds fewer starts, never more)."""
         for spend in spends:
             if lost := sum(1 for job_id in spend.job_ids if job_id not in leased):
                 self._swap_bucket(cursor, spend.spent, replace(spend.spent, tokens=spend.spent.tokens + lost,
                                                                window_used=spend.spent.window_used - lost))
-        return leased
 
     # ------------------------------------------------------------ retention of the worker registry, metrics and attempts
 
-    def changed(self, cursor: Cursor) -> int:
-        """How many rows the UPDATE/DELETE just executed changed."""
-        return int(cursor.rowcount)
-
-    def counted(self, cursor: Cursor) -> int:
-        """The count the statement just executed selected."""
-        rows = self.rows(cursor)
-        return int(rows[0][0] or 0) if rows else 0
+    def aged_batch(self, table: str, key: str, column: str, where: str) -> str:
+        """One batch delete of ``table``'s rows (named by ``key``) whose ``column`` is before a cutoff, oldest first,
+        the picked rows locked, skipping locked ones (``PICK_LOCK``); params: ``where``'s, the cutoff, the batch
+        size."""
+        return (f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {where}{column} < {self.TS}"
+                f" ORDER BY {column}{self.LIMIT}{self.PICK_LOCK})")
 
     def _batch_by_age(self, cursor: Cursor, sql: str, cutoff: datetime, batch_size: int, *lead: Any) -> int:
         """One batch delete of rows older than ``cutoff`` (params: ``lead``'s, the cutoff, the batch size); rows
         deleted."""
         cursor.execute(sql, [*lead, self.param_ts(cutoff), batch_size])
-        return self.changed(cursor)
+        return int(cursor.rowcount)
 
     def purge_workers(self, cursor: Cursor, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of worker rows whose last heartbeat is before ``cutoff``; rows deleted."""
@@ -1318,20 +1304,12 @@ class BaseDialect:
                      sort: HistorySort) -> list[JobRow]:
         """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
         after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
-        where, params = self.search_bound(ARCHIVE, "finished_at", filters, sort,
-                                          *self.where(filters, "finished_at", ("id", "type", "tags")))
-        select, where, params = self.source("archive", ARCHIVE, ARCHIVE_ROW, ARCHIVE_ROW, where, params, sort)
-        sql, params = self.keyset(select, where, params, ARCHIVE_SORT.get(sort.key, "finished_at"), after_key, limit,
-                                  sort)
-        return [archive_row(r) for r in self._all(cursor, sql, params)]
+        return [archive_row(r) for r in self.history_page(cursor, "archive", filters, after_key, limit, sort)]
 
     def list_dlq(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
                  sort: HistorySort) -> list[JobRow]:
         """One keyset page of DLQ rows, as ``list_archive``."""
-        where, params = self.search_bound(DLQ, "failed_at", filters, sort, *self.dlq_where(filters))
-        select, where, params = self.source("dlq", DLQ, self.DLQ_ROW, DLQ_WINDOWED_ROW, where, params, sort)
-        sql, params = self.keyset(select, where, params, DLQ_SORT.get(sort.key, "failed_at"), after_key, limit, sort)
-        return [dlq_row(r) for r in self._all(cursor, sql, params)]
+        return [dlq_row(r) for r in self.history_page(cursor, "dlq", filters, after_key, limit, sort)]
 
     def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Where each id is now: its Hot status, SUCCEEDED (Archive) or FAILED/CANCELLED/ZOMBIE (DLQ); absent ids
@@ -1381,10 +1359,8 @@ class BaseDialect:
         DLQ picks lock the picked rows, skipping those another transaction holds, as ``_pick_dlq``; Hot picks
         take no lock (the cancel's own statements decide, so a row a worker is claiming is not skipped)."""
         table, where, params = self.matching_where(pillar, filters)
-        hint, lock = (self.PICK_HINT, self.PICK_LOCK) if pillar == "dlq" else ("", "")
         bound, value = ("id <= %s", upto) if after is None else ("id < %s", after)
-        where = f"{where} AND " if where else " WHERE "
-        sql = f"SELECT id FROM {table}{hint}{where}{bound} ORDER BY id DESC{self.LIMIT}{lock}"
+        sql = self.pick(table, f"{where} AND {bound}" if where else f" WHERE {bound}", "id DESC", lock=pillar == "dlq")
         return [str(r[0]) for r in self._all(cursor, sql, [*params, value, int(limit)])]
 
     def _count_older(self, cursor: Cursor, table: str, column: str, op: str, cutoff: datetime, limit: int) -> int:
@@ -1478,10 +1454,9 @@ class BaseDialect:
         items, in order), stamped with the database clock: run it in the transaction that reschedules or
         dead-letters those executions."""
         if attempts:
-            sql = (f"{self.TOKENS['clock']}INSERT INTO {ATTEMPTS} (job_id, attempt, worker_id, error_class,"
-                   f" error_message, traceback, failed_at, started_at) SELECT a.job_id, a.attempt, {self.TOKENS['text']},"
-                   f" a.error_class, a.error_message, a.traceback, {self.TOKENS['now']}, a.started_at"
-                   f" FROM {self.items_table(ATTEMPT_ITEMS)} ORDER BY a.n")
+            sql = (f"{self.TOKENS['clock']}INSERT INTO {ATTEMPTS} ({', '.join(ATTEMPT_FIELDS)}) SELECT a.job_id,"
+                   f" a.attempt, {self.TOKENS['text']}, a.error_class, a.error_message, a.traceback,"
+                   f" {self.TOKENS['now']}, a.started_at FROM {self.items_table(ATTEMPT_ITEMS)} ORDER BY a.n")
             cursor.execute(sql, [*self.clock(), worker_id, *self.items_params([
                 {"n": n, "job_id": a.job_id, "attempt": a.attempt, "error_class": a.error.error_class,
                  "error_message": a.error.message, "traceback": a.error.traceback,
@@ -1515,7 +1490,9 @@ class BaseDialect:
         archived_tail, archived_params = self.id_list(archived)
         failed_tail, failed_params = self.id_list(failed)
         minute = at.astimezone(UTC).replace(second=0, microsecond=0)  # and its hour
-        cursor.execute(self.history_add(history_source(archived_tail, failed_tail, self.TS)),
+        rows = (f"(SELECT queue, type, 0 AS outcome, duration_ms FROM {ARCHIVE} WHERE id {archived_tail} UNION ALL"
+                f" SELECT queue, type, 1 AS outcome, NULL AS duration_ms FROM {DLQ} WHERE id {failed_tail})")
+        cursor.execute(self.history_add(history_rows(rows, self.TS, self.TS)),
                        [self.param_ts(minute), self.param_ts(minute.replace(minute=0)), *archived_params,
                         *failed_params])
 
@@ -1701,7 +1678,7 @@ class BaseDialect:
     def recover_abandoned(self, cursor: Cursor, fetched_timeout_s: float) -> int:
         """Fetched rows untouched for the timeout → Pending."""
         cursor.execute(self.RECOVER_ABANDONED_SQL, [*self.clock(), *self.ago_params(fetched_timeout_s)])
-        return self.changed(cursor)
+        return int(cursor.rowcount)
 
     def archive_zombies(self, cursor: Cursor, global_timeout_s: float) -> Moved:
         """Processing rows whose heartbeat expired (queue timeout else global) → DLQ Zombie."""
@@ -1782,28 +1759,27 @@ class BaseDialect:
 
     def _complete(self, cursor: Cursor, move: Move, sql: str, worker_id: str | None,
                   rows: Sequence[Mapping[str, Any]]) -> Moved:
+        """Run a completion over its items' rows, the last row of an id standing for that id."""
         if not rows:
             return []
+        rows = list({row["id"]: row for row in rows}.values())
         return self._move(cursor, move, sql, [*self.clock(), *self.items_params(rows), worker_id, worker_id])
 
     def archive_succeeded(self, cursor: Cursor, worker_id: str | None, items: Sequence[Success]) -> Moved:
         """Hot → Archive for every item this worker owns (None: no owner guard); SucceededTotal and the success
         bucket bumped per queue."""
-        by_id = {item.job_id: item for item in items}
         return self._complete(cursor, TO_ARCHIVE, self.ARCHIVE_SUCCEEDED_SQL, worker_id, [
-            {"id": i.job_id, "duration_ms": finite(i.duration_ms), "result": i.result} for i in by_id.values()])
+            {"id": i.job_id, "duration_ms": finite(i.duration_ms), "result": i.result} for i in items])
 
     def move_to_dlq(self, cursor: Cursor, worker_id: str | None, items: Sequence[Failure]) -> Moved:
         """Hot → DLQ with each item's reason and details, owner-guarded; FailedTotal and the failure buckets
         bumped."""
-        by_id = {item.job_id: item for item in items}
         return self._complete(cursor, TO_DLQ, self.MOVE_TO_DLQ_SQL, worker_id, [
             {"id": i.job_id, "failure_reason": int(i.reason), "error_details": error_details(i.error_details),
-             **error_columns(i)} for i in by_id.values()])
+             **error_columns(i)} for i in items])
 
     def reschedule_for_retry(self, cursor: Cursor, worker_id: str | None, items: Sequence[Retry]) -> Moved:
         """Back to Pending at now + delay with the given attempt count; RetriedTotal += n."""
-        by_id = {item.job_id: item for item in items}
         return self._complete(cursor, RETRY, self.RESCHEDULE_SQL, worker_id, [
             {"id": i.job_id, "attempt_count": int(i.attempt_count), **self.delay_fields(i.delay_seconds),
-             **error_columns(i), "held_by": i.held_by} for i in by_id.values()])
+             **error_columns(i), "held_by": i.held_by} for i in items])

@@ -98,12 +98,7 @@ def _as_django_error[T](operation: Callable[[Any], T], cursor: Any) -> T:
         raise getattr(django.db.utils, type(exc).__name__, django.db.utils.DatabaseError)(*exc.args) from exc
 
 
-_database: Lazy[MemoryDatabase] = Lazy(MemoryDatabase)
-
-
-def database() -> MemoryDatabase:
-    """This process's in-memory database, created on first use."""
-    return _database()
+database: Lazy[MemoryDatabase] = Lazy(MemoryDatabase)  # this process's in-memory database, built on first use
 
 
 def evict_if_full(cursor: Any, capacity: int) -> None:

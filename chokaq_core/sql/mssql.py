@@ -3,8 +3,8 @@
 Rules followed by every function here (spec 01 §1.2, §1.3, §3, §4):
 
 * ``cursor`` is mssql-django's cursor: ``%s`` placeholders, turned into
-  pyodbc's ``?``. Every batch first copies its parameters into typed
-  variables (``DECLARE @WorkerId nvarchar(4000) = %s``) so a NULL or a long
+  pyodbc's ``?``. Every parameter is typed (``CAST(%s AS nvarchar(max))``, or
+  a batch's ``DECLARE @WorkerId nvarchar(4000) = %s``) so a NULL or a long
   string always has a declared type; batched inputs (ids, per-job durations,
   reasons, details, delays) travel as one JSON parameter read with
   ``OPENJSON … WITH (…)`` — one round trip whatever the batch size, and far
@@ -22,13 +22,15 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3, §4):
   before the first result) and switch it back ``OFF`` just before the one
   statement whose result is read — the setting lives on the session, and
   Django's ORM counts rows (``save()``, ``update()``) on the same connection.
+  A statement whose changed rows the driver counts (the recovery of abandoned
+  fetches, the retention batches) starts with ``SET NOCOUNT OFF``, as the ORM's.
 * Claims read ``WITH (UPDLOCK, READPAST, ROWLOCK)``; a move is
   ``DELETE … OUTPUT deleted.… INTO @Moved`` with the guard in its predicate,
   ``INSERT … SELECT … FROM @Moved``, ``MERGE … WITH (HOLDLOCK)`` for
   ``chokaq_stats_summary`` and ``chokaq_metric_buckets`` (grouped, so no
   merge touches a row twice), and ``SELECT id, queue FROM @Moved``.
 * Aggregates never see NULLs (``Null value is eliminated…`` would be an
-  informational message in front of the result); ``_rows`` also skips any
+  informational message in front of the result); ``rows`` also skips any
   result that is not a row set.
 * The passive dashboard reads (``summary_stats``, ``queue_stats``) use
   ``WITH (NOLOCK)`` as spec 01 §1.3 allows; every other read is committed.
@@ -49,7 +51,6 @@ from typing import Any
 from chokaq_core.domain import ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect
 from chokaq_core.sql.base import (
-    HISTORY,
     HOT,
     RETRY,
     TO_HOT,
@@ -74,6 +75,10 @@ _INT_MAX = 2**31 - 1
 
 _NOW = "DECLARE @Now datetime2(7) = SYSUTCDATETIME();"
 _DIRTY = " WITH (NOLOCK)"  # passive dashboard telemetry may read dirty data (spec 01 §1.3)
+_SWEEP = " WITH (ROWLOCK, READPAST)"  # a sweep or a retention batch never waits behind a locked row
+# ``{}`` minus the seconds and the milliseconds of seconds_params (spec 01 §4.11, §4.12: a column compared to a
+# computed cutoff, so its index serves).
+_AGO = "DATEADD(SECOND, -CAST(%s AS int), DATEADD(MILLISECOND, -CAST(%s AS int), {}))"
 # The current UTC second (spec 01 §4.13): whole seconds since a fixed epoch, added back to it (int until 2068).
 _BUCKET = (
     "DECLARE @Bucket datetime2(7) = DATEADD(SECOND, DATEDIFF(SECOND, CAST('20000101' AS datetime2(7)), @Now),"
@@ -107,7 +112,7 @@ def _moved_table(columns: Sequence[str]) -> str:
 
 def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
                update: Mapping[str, str | None]) -> str:
-    """``base.upsert_rows`` as ``MERGE … WITH (HOLDLOCK)``: ``source`` is the derived table ``s``, ``table``
+    """``BaseDialect.merge_rows`` as ``MERGE … WITH (HOLDLOCK)``: ``source`` is the derived table ``s``, ``table``
     is ``t``."""
     sets = ", ".join(f"{c} = {(e or '{new}.' + c).format(new='s', old='t')}" for c, e in update.items())
     return (f"MERGE {table} WITH (HOLDLOCK) AS t\nUSING ({source}) AS s ({', '.join(columns)})\n"
@@ -118,11 +123,6 @@ def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: s
 def _params(*declarations: str) -> str:
     """Each parameter copied into a typed variable (``@Name type``), in order."""
     return "\n".join(f"DECLARE {declaration} = %s;" for declaration in declarations)
-
-
-def _changed(*declares: str, statement: str) -> str:
-    """A batch whose one changing ``statement`` reports how many rows it changed."""
-    return _batch(*declares, "DECLARE @Changed int;", statement, "SET @Changed = @@ROWCOUNT;", "SELECT @Changed;")
 
 
 def _batch(*statements: str) -> str:
@@ -173,13 +173,6 @@ ENQUEUE_SQL = _batch(
 )
 
 
-# Spec 01 §4.11: the column is compared to a computed cutoff so the filtered index (status = 1) serves it.
-RECOVER_ABANDONED_SQL = _changed(_NOW, _params("@TimeoutSeconds int", "@TimeoutMs int"), statement=(
-    "UPDATE chokaq_jobs_hot WITH (ROWLOCK, READPAST) SET status = 0, worker_id = NULL, last_updated_at = @Now\n"
-    "WHERE status = 1\n"
-    "  AND last_updated_at < DATEADD(MILLISECOND, -@TimeoutMs, DATEADD(SECOND, -@TimeoutSeconds, @Now));"))
-
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -208,21 +201,6 @@ def _is_idempotency_race(exc: BaseException) -> bool:
     text = " ".join(str(arg) for error in chain for arg in error.args)
     return any(code in text for code in DUPLICATE_KEY_ERRORS) and IDEMPOTENCY_INDEX in text
 
-
-# ---------------------------------------------------------------- retention, schedules and reads
-
-
-def _batch_delete(table: str, column: str, *declares: str, where: str = "") -> str:
-    """One batch of rows older than a cutoff, READPAST so a batch never waits behind a locked row (``declares``:
-    parameters before the cutoff, which ``where`` tests first)."""
-    return _changed(_params(*declares, "@Cutoff datetimeoffset(7)", "@Batch int"), statement=(
-        f"DELETE TOP (@Batch) FROM {table} WITH (ROWLOCK, READPAST) WHERE {where}{column} < @Cutoff;"))
-
-
-PURGE_WORKERS_SQL = _batch_delete("chokaq_workers", "last_heartbeat_at")
-PURGE_METRIC_BUCKETS_SQL = _batch_delete("chokaq_metric_buckets", "bucket_start")
-PURGE_ATTEMPTS_SQL = _batch_delete("chokaq_job_attempts", "failed_at")
-PURGE_HISTORY_SQL = _batch_delete(HISTORY, "bucket_start", "@Granularity int", where="granularity = @Granularity AND ")
 
 # ---------------------------------------------------------------- the Deck's reads: passive dashboard telemetry, dirty
 # reads allowed (spec 01 §1.3); each stands as a derived table of ``deck_snapshot``.
@@ -253,9 +231,17 @@ class SQLServerDialect(BaseDialect, statements=globals()):
               "trimmed": "TRIM(NCHAR(32) + NCHAR(9) + NCHAR(13) + NCHAR(10) FROM"
                          " CAST(LEFT(COALESCE(error_details, N''), 4000) AS nvarchar(4000)))",
               # binary: the collations ignore case and trailing blanks
-              "differs": "(payload IS NULL OR CAST(new_payload AS varbinary(max)) <> CAST(payload AS varbinary(max)))"}
+              "differs": "(payload IS NULL OR CAST(new_payload AS varbinary(max)) <> CAST(payload AS varbinary(max)))",
+              # NOCOUNT is session state (an ORM insert may leave it ON): the driver's row count needs it OFF
+              "count": "SET NOCOUNT OFF; ", "sweep": _SWEEP, "stamp": "SYSUTCDATETIME()",
+              "ago": _AGO.format("SYSUTCDATETIME()")}
 
     FOLDS_CASE = True
+
+    def aged_batch(self, table: str, key: str, column: str, where: str) -> str:
+        """Deleted through an ordered CTE (no row-value IN here), skipping locked rows."""
+        return (f"{self.TOKENS['count']}WITH b AS (SELECT {key} FROM {table}{_SWEEP} WHERE {where}{column} < {self.TS}"
+                f" ORDER BY {column}{self.LIMIT}) DELETE FROM b")
 
     def search_pattern(self, term: str) -> str:
         return super().search_pattern(term).replace("[", "\\[")  # "[" is a wildcard in T-SQL too
@@ -283,9 +269,6 @@ class SQLServerDialect(BaseDialect, statements=globals()):
 
     def seconds_params(self, seconds: float) -> list[Any]:
         return list(_split_seconds(seconds))  # DATEADD takes whole numbers
-
-    def changed(self, cursor: Cursor) -> int:
-        return self.counted(cursor)  # each batch selects its @@ROWCOUNT
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One batch inserts the jobs whose key is free (the first job of a key repeated in the batch stands for
@@ -337,7 +320,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
     DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
     DUE = "DATEADD(MILLISECOND, a.delay_ms, DATEADD(SECOND, a.delay_s, @Now))"
     # Spec 01 §4.12: both OR branches compare a column to a computed cutoff (the queue's timeout, else the global).
-    ZOMBIE_SOURCE = ("(SELECT DATEADD(SECOND, -CAST(%s AS int), DATEADD(MILLISECOND, -CAST(%s AS int), @Now)) AS cutoff,"
+    ZOMBIE_SOURCE = (f"(SELECT {_AGO.format('@Now')} AS cutoff,"
                      " CAST(%s AS nvarchar(max)) AS error_details) AS a\nLEFT JOIN chokaq_queues AS q ON q.name = h.queue\n"
                      "CROSS APPLY (SELECT CASE WHEN q.zombie_timeout_seconds IS NULL THEN a.cutoff\n"
                      "    ELSE DATEADD(SECOND, -q.zombie_timeout_seconds, @Now) END AS cutoff) AS z")

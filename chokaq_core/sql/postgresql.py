@@ -36,6 +36,7 @@ from chokaq_core.sql.base import (
     history_rows,
     in_claim_order,
     insert_moved,
+    pending_queues,
     queue_health_select,
     uncount_sql,
 )
@@ -146,13 +147,7 @@ def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> s
     if queue_filter:
         recursive, names = "", "SELECT DISTINCT name FROM unnest(%(queues)s::text[]) AS name"
     else:
-        recursive = """RECURSIVE pending_queues AS (
-    (SELECT queue FROM chokaq_jobs_hot WHERE status = 0 ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT h.queue FROM chokaq_jobs_hot h WHERE h.status = 0 AND h.queue > p.queue ORDER BY h.queue LIMIT 1)
-    FROM pending_queues p WHERE p.queue IS NOT NULL),
-"""
-        names = "SELECT queue AS name FROM pending_queues WHERE queue IS NOT NULL"
+        recursive, names = f"{pending_queues()},\n", "SELECT queue AS name FROM pq WHERE queue IS NOT NULL"
     stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
          WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
          ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
@@ -198,22 +193,29 @@ ORDER BY c.priority DESC, coalesce(c.scheduled_at, c.created_at), c.id
 """
 
 
-FETCH_ALL_SQL = _fetch_sql(queue_filter=False)
-FETCH_QUEUES_SQL = _fetch_sql(queue_filter=True)
-FETCH_ALL_HELD_SQL = _fetch_sql(queue_filter=False, held=True)
-FETCH_QUEUES_HELD_SQL = _fetch_sql(queue_filter=True, held=True)
-FETCH_ALL_ALONE_SQL = _fetch_sql(queue_filter=False, alone=True)
-FETCH_QUEUES_ALONE_SQL = _fetch_sql(queue_filter=True, alone=True)
+# The claim statements by (queues named, rate limits holding some back, alone): six fixed texts.
+FETCH_SQL = {(named, held, alone): _fetch_sql(named, held, alone)
+             for named in (False, True) for held, alone in ((False, False), (True, False), (False, True))}
 # Claimers of a capped queue take turns: the claim statement counts the queue's active rows in
 # its own snapshot, which cannot see another claimer's uncommitted claim. Locking the capped
 # queues' control rows first (held to commit) makes the next claim statement's fresh READ
-# COMMITTED snapshot include every earlier claim, so MaxWorkers holds fleet-wide.
-LOCK_CAPPED_ALL_SQL = "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL ORDER BY name FOR UPDATE"
-LOCK_CAPPED_QUEUES_SQL = (
-    "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL AND name = ANY(%(queues)s) ORDER BY name FOR UPDATE"
-)
+# COMMITTED snapshot include every earlier claim, so MaxWorkers holds fleet-wide. Per queues named or not:
+LOCK_CAPPED_SQL = {named: "SELECT name FROM chokaq_queues WHERE max_workers IS NOT NULL"
+                          f"{' AND name = ANY(%(queues)s)' if named else ''} ORDER BY name FOR UPDATE"
+                   for named in (False, True)}
 
-# ---------------------------------------------------------------- retention, schedules, reads
+
+def _claim_params(worker_id: str, limit: int, queues: Sequence[str] | None, lease: int, capped: bool,
+                  hold: ClaimHold | None = None) -> dict[str, Any]:
+    """A ``FETCH_SQL`` statement's parameters. A capped queue in reach: lock the spec's window of 10 x limit so the
+    bulkhead ranking has rows of every queue to choose from; twice as many candidates leave room for rows other
+    claimers hold. No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those
+    (every row lock dirties its page: a 10x window made each claim lock 900 rows it then released)."""
+    scan, candidates = (limit * 10, limit * 20) if capped else (limit, limit * 4)
+    return {"limit": limit, "worker": worker_id, "lease": lease, "scan": scan, "candidates": candidates,
+            **({} if queues is None else {"queues": list(queues)}), **(_hold_params(hold) if hold else {})}
+
+# ---------------------------------------------------------------- the Hot table's upkeep, the session, reads
 
 HOT_DEAD_ROWS_SQL = "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'chokaq_jobs_hot'::regclass"
 # One vacuum of the Hot table at a time, fleet-wide, without session state (a session advisory lock would
@@ -226,36 +228,30 @@ SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND relation =
 VACUUM_HOT_SQL = "VACUUM (ANALYZE, SKIP_LOCKED) chokaq_jobs_hot"
 SESSION_PID_SQL = "SELECT pg_backend_pid()"
 GENERIC_PLANS_SQL = "SET plan_cache_mode = force_generic_plan"
-
-
 QUEUE_HEALTH_SELECT = queue_health_select("greatest(0, extract(epoch FROM now() - p.due_at))::float8", "now()")
 
 
-
-# The lease paying its tokens, in one statement (spends: what BaseDialect.lease_spending writes, as JSON). "known"
-# locks the buckets that are still as planned (a lock that waited re-checks the newest version); the lease runs
-# only if all are; each bucket is charged for the jobs that did start (a row no longer ours takes no token).
+# The lease paying its tokens, in one statement (spends: the buckets as known and as spent, as JSON): each
+# bucket still as planned pays for every job (compare-and-set: an UPDATE that waited re-checks the newest version);
+# the jobs are leased only if every bucket paid. A job no longer ours gives its token back after (give_back).
 LEASE_SPENDING_SQL = f"""
 WITH spend AS (
     SELECT * FROM json_to_recordset(%(spends)s::json) AS s(limit_name text, rate_key text, known_tokens float8,
         known_refilled_at timestamptz, tokens float8, refilled_at timestamptz, window_started_at timestamptz,
-        window_used int, job_ids text[])),
-known AS (
-    SELECT b.limit_name FROM chokaq_rate_buckets b JOIN spend s ON b.limit_name = s.limit_name
-        AND b.rate_key = s.rate_key AND b.tokens = s.known_tokens AND b.refilled_at = s.known_refilled_at
-    ORDER BY b.limit_name, b.rate_key FOR UPDATE OF b),
+        window_used int)),
+paid AS (
+    UPDATE chokaq_rate_buckets b SET tokens = s.tokens, refilled_at = s.refilled_at,
+        window_started_at = s.window_started_at, window_used = s.window_used
+    FROM spend s WHERE b.limit_name = s.limit_name AND b.rate_key = s.rate_key AND b.tokens = s.known_tokens
+        AND b.refilled_at = s.known_refilled_at
+    RETURNING b.limit_name, b.rate_key),
 leased AS (
     UPDATE chokaq_jobs_hot SET status = 2, attempt_count = attempt_count + 1, started_at = %(at)s::timestamptz,
         heartbeat_at = %(at)s::timestamptz, last_updated_at = %(at)s::timestamptz
     WHERE id = ANY(%(ids)s::text[]) AND worker_id = %(worker)s AND status = 1
-        AND (SELECT count(*) FROM known) = %(buckets)s AND {ASYNC_COMMIT}
-    RETURNING id, attempt_count),
-paid AS (
-    UPDATE chokaq_rate_buckets b SET tokens = s.tokens - n.started, refilled_at = s.refilled_at,
-        window_started_at = s.window_started_at, window_used = s.window_used + n.started
-    FROM spend s CROSS JOIN LATERAL (SELECT count(*)::int AS started FROM leased l WHERE l.id = ANY(s.job_ids)) n
-    WHERE b.limit_name = s.limit_name AND b.rate_key = s.rate_key AND n.started > 0)
-SELECT NULL, (SELECT count(*) FROM known)::int UNION ALL SELECT id, attempt_count FROM leased
+        AND (SELECT count(*) FROM paid) = %(buckets)s AND {ASYNC_COMMIT}
+    RETURNING id, attempt_count)
+SELECT limit_name, rate_key, NULL::int FROM paid UNION ALL SELECT NULL, id, attempt_count FROM leased
 """
 
 
@@ -318,9 +314,8 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
                     lease: int = 0) -> list[HotJob] | None:
         if limit <= 0 or (queues is not None and not queues):
             return []
-        params: dict[str, Any] = {"limit": limit, "worker": worker_id, "lease": lease, "scan": limit,
-                                  "candidates": limit * 4, **({} if queues is None else {"queues": list(queues)})}
-        cursor.execute(FETCH_ALL_ALONE_SQL if queues is None else FETCH_QUEUES_ALONE_SQL, params)
+        cursor.execute(FETCH_SQL[queues is not None, False, True],
+                       _claim_params(worker_id, limit, queues, lease, capped=False))
         rows = cursor.fetchall()
         return None if rows and rows[0][-1] else in_claim_order(row[:-1] for row in rows if row[0] is not None)
 
@@ -328,37 +323,31 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
                       hold: ClaimHold | None, lease: int) -> list[Any]:
         """Lock the capped queues in reach, then claim (spec 01 §4.2), skipping what rate limits hold back; the first
         ``lease`` rows in claim order are leased by the same UPDATE (Processing, one more attempt, started now)."""
-        params: dict[str, Any] = {"limit": limit, "worker": worker_id, "lease": lease}
-        if queues is None:
-            cursor.execute(LOCK_CAPPED_ALL_SQL)
-        else:
-            params["queues"] = queues
-            cursor.execute(LOCK_CAPPED_QUEUES_SQL, {"queues": queues})
-        if cursor.fetchall():
-            # A capped queue is in reach: lock the spec's window of 10 x limit so the bulkhead ranking has rows of
-            # every queue to choose from; twice as many candidates leave room for rows other claimers hold.
-            params.update(scan=limit * 10, candidates=limit * 20)
-        else:
-            # No bulkhead to apply: the first ``limit`` unlocked due rows ARE the claim, so lock only those (every
-            # row lock dirties its page: a 10x window made each claim lock 900 rows it then released).
-            params.update(scan=limit, candidates=limit * 4)
-        if hold:
-            params.update(_hold_params(hold))
-            cursor.execute(FETCH_ALL_HELD_SQL if queues is None else FETCH_QUEUES_HELD_SQL, params)
-        else:
-            cursor.execute(FETCH_ALL_SQL if queues is None else FETCH_QUEUES_SQL, params)
+        cursor.execute(LOCK_CAPPED_SQL[queues is not None], None if queues is None else {"queues": queues})
+        capped = bool(cursor.fetchall())
+        cursor.execute(FETCH_SQL[queues is not None, bool(hold), False],
+                       _claim_params(worker_id, limit, queues, lease, capped, hold))
         return list(cursor.fetchall())
 
     def lease_spending(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str, spends: Sequence[BucketSpend],
                        at: datetime) -> dict[str, int]:
-        """One statement, committed on its own: the buckets are written only if still as known, each charged for
-        the jobs that started."""
-        cursor.execute(LEASE_SPENDING_SQL, {"spends": spends_json(spends), "ids": list(job_ids), "worker": worker_id,
-                                            "buckets": len(spends), "at": at})
+        """One statement, committed on its own: the buckets still as known pay, and the jobs start only if all did
+        (else the ones that paid are swapped back); a job no longer this worker's gives its token back."""
+        cursor.execute(LEASE_SPENDING_SQL, {"ids": list(job_ids), "worker": worker_id, "buckets": len(spends), "at": at,
+                                            "spends": json.dumps([{  # each bucket as known and as spent
+            "limit_name": s.known.limit_name, "rate_key": s.known.rate_key, "known_tokens": s.known.tokens,
+            "known_refilled_at": s.known.refilled_at.isoformat(), "tokens": s.spent.tokens,
+            "refilled_at": s.spent.refilled_at.isoformat(), "window_started_at": s.spent.window_started_at.isoformat(),
+            "window_used": s.spent.window_used} for s in spends])})
         rows = cursor.fetchall()
-        if next(int(n) for job_id, n in rows if job_id is None) != len(spends):
+        paid = {(name, key) for name, key, _ in rows if name is not None}
+        if len(paid) != len(spends):
+            for spend in (s for s in spends if (s.known.limit_name, s.known.rate_key) in paid):
+                self._swap_bucket(cursor, spend.spent, spend.known)
             raise StaleBuckets("a bucket changed since the lease planned on it")
-        return {str(job_id): int(n) for job_id, n in rows if job_id is not None}
+        leased = {str(job_id): int(n) for name, job_id, n in rows if name is None}
+        self.give_back(cursor, spends, leased)
+        return leased
 
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """VACUUM (ANALYZE) the Hot table when its dead row versions pass the threshold (autocommit only)."""
@@ -403,12 +392,3 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
 
 DIALECT: Dialect = PostgreSQLDialect()
-
-
-def spends_json(spends: Sequence[BucketSpend]) -> str:
-    """The JSON of LEASE_SPENDING_SQL's spends: each bucket as known and as it is before this lease's tokens."""
-    return json.dumps([{
-        "limit_name": s.known.limit_name, "rate_key": s.known.rate_key, "known_tokens": s.known.tokens,
-        "known_refilled_at": s.known.refilled_at.isoformat(), "tokens": s.spent.tokens + len(s.job_ids),
-        "refilled_at": s.spent.refilled_at.isoformat(), "window_started_at": s.spent.window_started_at.isoformat(),
-        "window_used": s.spent.window_used - len(s.job_ids), "job_ids": list(s.job_ids)} for s in spends])

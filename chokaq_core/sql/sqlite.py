@@ -34,14 +34,11 @@ from chokaq_core.sql.base import (
     dlq_row_sql,
     insert_moved,
     job_item,
+    pending_queues,
     queue_health_select,
     summary_stats_sql,
     uncount_sql,
 )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -77,16 +74,9 @@ ENQUEUE_SQL = (
 
 
 _OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
-# Queues with due-or-not Pending rows, found by a loose scan of hot_fetch_pending (one index probe per queue).
-PENDING_QUEUES_SQL = f"""
-WITH RECURSIVE pq(queue) AS (
-    SELECT (SELECT queue FROM {HOT} INDEXED BY hot_fetch_pending WHERE status = 0 ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT h.queue FROM {HOT} h INDEXED BY hot_fetch_pending
-            WHERE h.status = 0 AND h.queue > pq.queue ORDER BY h.queue LIMIT 1)
-    FROM pq WHERE pq.queue IS NOT NULL)
-SELECT pq.queue FROM pq LEFT JOIN {QUEUES} q ON q.name = pq.queue WHERE pq.queue IS NOT NULL AND {_OPEN}
-"""
+# The open queues with Pending rows, due or not.
+PENDING_QUEUES_SQL = (f"WITH {pending_queues(' INDEXED BY hot_fetch_pending')}\nSELECT pq.queue FROM pq"
+                      f" LEFT JOIN {QUEUES} q ON q.name = pq.queue WHERE pq.queue IS NOT NULL AND {_OPEN}")
 NAMED_QUEUES_SQL = f"""
 SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.value WHERE {_OPEN}
 """
@@ -94,14 +84,12 @@ SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.
 # without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
 # walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
 # ``{hold}``: what rate limits hold back (BaseDialect.hold_clause), empty without limits.
-_UNSCHEDULED_STREAM = f"""SELECT * FROM (
-    SELECT h.id, h.queue, h.priority, h.created_at AS sort_at FROM {HOT} h INDEXED BY hot_fetch_pending
-    WHERE h.queue = %s AND h.status = 0 AND +h.scheduled_at IS NULL{{hold}}
+_STREAM = f"""SELECT * FROM (
+    SELECT h.id, h.queue, h.priority, h.{{key}} AS sort_at FROM {HOT} h INDEXED BY {{index}}
+    WHERE h.queue = %s AND h.status = 0 AND {{due}}{{{{hold}}}}
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
-_SCHEDULED_STREAM = f"""SELECT * FROM (
-    SELECT h.id, h.queue, h.priority, h.scheduled_at AS sort_at FROM {HOT} h INDEXED BY hot_pending_lag
-    WHERE h.queue = %s AND h.status = 0 AND h.scheduled_at <= %s{{hold}}
-    ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
+_STREAMS = (f"{_STREAM.format(key='created_at', index='hot_fetch_pending', due='+h.scheduled_at IS NULL')} UNION ALL"
+            f" {_STREAM.format(key='scheduled_at', index='hot_pending_lag', due='h.scheduled_at <= %s')}")
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
 MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
@@ -126,19 +114,19 @@ class SQLiteDialect(BaseDialect, statements=globals()):
     SPENDS_ALONE = True  # a planned lease's bucket swaps and the lease commit one by one (see lease_spending)
 
     def clock(self, at: datetime | None = None) -> list[Any]:
-        return [_ts(at or _now())]
+        return [_ts(at or datetime.now(UTC))]
 
     def ids_param(self, ids: Sequence[str]) -> Any:
         return json.dumps(list(dict.fromkeys(ids)))
 
     def ago_params(self, seconds: float) -> list[Any]:
-        return [_ts(_now() - timedelta(seconds=seconds))]  # a text cutoff: the comparison stays on its index
+        return [_ts(datetime.now(UTC) - timedelta(seconds=seconds))]  # a text cutoff: the comparison stays on its index
 
     def items_params(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [json.dumps(list(rows))]
 
     def delay_fields(self, seconds: float | None) -> dict[str, Any]:
-        return {"scheduled_at": None if seconds is None else _ts(_now() + timedelta(seconds=seconds))}
+        return {"scheduled_at": None if seconds is None else _ts(datetime.now(UTC) + timedelta(seconds=seconds))}
 
     def items_table(self, columns: Mapping[str, str]) -> str:
         return f"(SELECT {', '.join(f'{_ITEM.format(c)} AS {c}' for c in columns)} FROM json_each(%s)) AS a"
@@ -153,11 +141,11 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         return _ts(value)
 
     def queue_health_params(self) -> list[Any]:
-        now = _ts(_now())
+        now = _ts(datetime.now(UTC))
         return [now, now]
 
     def now(self) -> tuple[str, list[Any]]:
-        return "%s", [_ts(_now())]
+        return "%s", [_ts(datetime.now(UTC))]
 
     def change_marker(self, cursor: Cursor) -> int | None:
         """Changes whenever another connection commits; read without a lock (the WAL index)."""
@@ -165,7 +153,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One insert of the batch as JSON items (taken keys skipped), then the queues' rows."""
-        stamp = _ts(_now())
+        stamp = _ts(datetime.now(UTC))
         cursor.execute(ENQUEUE_SQL, [stamp, stamp, json.dumps([job_item(j, **self.delay_fields(j.delay_seconds))
                                                                for j in jobs])])
         inserted = {str(row[0]) for row in cursor.fetchall()}
@@ -183,7 +171,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
         index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
         rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
-        now = _ts(_now())
+        now = _ts(datetime.now(UTC))
         if queues is None:
             cursor.execute(PENDING_QUEUES_SQL)
         else:
@@ -195,7 +183,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         scan = limit * 10
         clause, held = self.hold_clause(hold)
         if len(open_queues) <= MAX_STREAMED_QUEUES and len(held) * len(open_queues) <= MAX_STREAMED_HOLD_PARAMS:
-            stream = f"{_UNSCHEDULED_STREAM} UNION ALL {_SCHEDULED_STREAM}".format(hold=clause)
+            stream = _STREAMS.format(hold=clause)
             window = f"SELECT * FROM ({' UNION ALL '.join([stream] * len(open_queues))}) ORDER BY priority DESC, sort_at, id LIMIT %s"
             params: list[Any] = [p for name in open_queues
                                  for p in (name, *held, scan, name, now, *held, scan)] + [scan]
@@ -241,7 +229,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         moved = [(str(row[0]), str(row[1])) for row in rows]
         if move.table is not None:
             cursor.execute(f"DELETE FROM {move.origin} WHERE id IN {_IDS}", [json.dumps([i for i, _ in moved])])
-        now = _now()
+        now = datetime.now(UTC)
         stamp = _ts(now)
         counted = json.dumps([row[1:] for row in rows])
         if move.origin != HOT:  # back to Pending or purged: off its counter

@@ -47,8 +47,8 @@ def invoke(job: HotJob, ctx: JobContext, middleware: list[type], pipe: Callable[
         # function must still hold for its payload, else the job is dead with the function's error
         try:
             definition.partition_key(payload)
-        except Exception as exc:
-            raise PayloadDeserializationError(f"the rate_key of job {job.id} failed: {exc!r}") from exc
+        except Exception as exc:  # not chained as its cause: the job is dead at once, whatever the function raised
+            raise PayloadDeserializationError(f"the rate_key of job {job.id} failed: {exc!r}") from None
     call = JobCall(job.type, payload, key, definition.result_ttl)
     return run_pipeline(middleware, ctx, call, lambda: call_handler(definition.func, ctx.cancellation, ctx, **payload))
 

@@ -4,8 +4,9 @@ every few seconds and replaced, ten times, while they drain a mixed queue.
 Job types (``tests/jobs.py``, each execution writes one row into ``test_executions`` first): fast,
 slow (50–200 ms), transient (fails with a retried error until attempt 2 or 3), fatal (DLQ at once) and
 throttled (small ``retry_after`` until attempt 2). Each kill freezes the victim first (SIGSTOP), lets
-the server finish what it already received, reads the victim's Processing rows — the only jobs whose
-handler can be cut off — and then SIGKILLs it (its open transaction rolls back with its connection).
+the server finish what it already received, SIGKILLs it (its open transaction rolls back with its connection),
+waits until the server has ended its sessions and then reads the victim's Processing rows — the only jobs whose
+handler can be cut off.
 
 At the end every job is in Archive or the DLQ exactly once and none is lost; the DLQ holds the fatal
 jobs plus Zombies of the frozen snapshots only; more executions than a job needs only happen to jobs
@@ -14,8 +15,9 @@ equal the rows; each Zombie reached the DLQ within PROCESSING_ZOMBIE_TIMEOUT + S
 of its kill.
 
 Knobs (``bench/reliability_report.py`` runs the long version): CHOKAQ_CHAOS_JOBS (20,000),
-CHOKAQ_CHAOS_KILLS (10), CHOKAQ_CHAOS_KILL_INTERVAL (seconds between kills, 2.5). A kill that finds fewer than
-TOP_UP_BELOW Hot rows first enqueues TOP_UP more of the mix, so every kill lands under load.
+CHOKAQ_CHAOS_KILLS (10), CHOKAQ_CHAOS_KILL_INTERVAL (seconds between kills, 2.5). Before each kill the queue is
+topped up with more of the mix to twice what the fleet finished since the previous kill (at least
+TOP_UP_FLOOR Hot rows), so every kill lands under load however fast the fleet drains.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ WORKERS = 4
 ZOMBIE_TIMEOUT = 4.0
 SCAN_INTERVAL = 1.0
 DETECTION_SLACK = 3.0  # a loaded 2-core machine: sweep transaction time, scheduling delays
-FREEZE = 1.0  # seconds between SIGSTOP and the snapshot
+FREEZE = 1.0  # seconds between SIGSTOP and SIGKILL: the server finishes what it received
 OVERRIDES = {
     "RECOVERY": {"PROCESSING_ZOMBIE_TIMEOUT": ZOMBIE_TIMEOUT, "FETCHED_JOB_TIMEOUT": 3, "SCAN_INTERVAL": SCAN_INTERVAL},
     "EXECUTION": {"HEARTBEAT_INTERVAL_MIN": 0.5, "HEARTBEAT_INTERVAL_MAX": 1, "CANCEL_POLL_INTERVAL": 0.5},
@@ -69,9 +71,8 @@ OVERRIDES = {
     "CIRCUIT_BREAKER": {"DEFAULT": {"FAILURE_THRESHOLD": 1_000_000_000}},
 }
 RUN_TIMEOUT = max(200.0, JOBS / 50)  # seconds for the drain after the last kill
-# Kills must land under load however fast the fleet drains: below this many Hot rows, a kill first adds TOP_UP jobs.
-TOP_UP_BELOW = 4_000
-TOP_UP = 2_000
+# Kills must land under load however fast the fleet drains: the Hot rows kept before each kill, at the least.
+TOP_UP_FLOOR = 4_000
 
 
 @dataclass
@@ -136,18 +137,53 @@ def fleet(executions_table: None, tmp_path: Path) -> Iterator[tuple[list[Proc], 
         reap(started)
 
 
+def _client_ports(pid: int) -> set[int]:
+    """The local TCP ports of a process's sockets: its database connections, as the server's client_port."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def _freeze_and_kill(victim: Proc) -> Kill:
-    """SIGSTOP, let the server finish what it received, read the victim's Processing rows, SIGKILL."""
+    """SIGSTOP, SIGKILL, wait until the server has ended the victim's sessions, then read its Processing rows.
+
+    A statement the victim sent just before the freeze may still be running on a loaded server (a claim that leases
+    and commits itself): only once every session of the victim has ended can no row change hands to it, so the
+    snapshot is read then — the victim's Processing rows, plus any the zombie sweep moved to the DLQ since the freeze.
+    """
     os.kill(victim.proc.pid, signal.SIGSTOP)
+    stopped = _query("SELECT clock_timestamp()")[0][0]
     time.sleep(FREEZE)
-    running = {
-        str(r[0]) for r in _query("SELECT id FROM chokaq_jobs_hot WHERE worker_id = %s AND status = %s",
-                                  [victim.worker_id, int(JobStatus.PROCESSING)])
-    }
+    ports = _client_ports(victim.proc.pid)
+    assert ports, f"{victim.name} holds no TCP connection to the database"
     os.kill(victim.proc.pid, signal.SIGKILL)
     victim.proc.wait(timeout=10)
     at = _query("SELECT clock_timestamp()")[0][0]
     assert isinstance(at, datetime)
+    deadline = time.monotonic() + 30
+    sessions = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND client_port = ANY(%s)"
+    while _query(sessions, [sorted(ports)])[0][0]:
+        assert time.monotonic() < deadline, f"the server kept a session of the killed {victim.name} for 30 s"
+        time.sleep(0.01)
+    running = {
+        str(r[0]) for r in _query("SELECT id FROM chokaq_jobs_hot WHERE worker_id = %s AND status = %s",
+                                  [victim.worker_id, int(JobStatus.PROCESSING)])
+    } | {
+        str(r[0]) for r in _query("SELECT id FROM chokaq_jobs_dlq WHERE worker_id = %s AND failure_reason = %s"
+                                  " AND failed_at >= %s", [victim.worker_id, int(FailureReason.ZOMBIE), stopped])
+    }
     return Kill(victim.worker_id, running, at, _count("chokaq_jobs_archive"))
 
 
@@ -180,18 +216,21 @@ def test_chaos_random_sigkills_under_load_lose_nothing(fleet: tuple[list[Proc], 
     wait_banners(live)
 
     kills: list[Kill] = []
+    finished_before = 0
     while len(kills) < KILLS:
         time.sleep(KILL_INTERVAL)
         hot = _count("chokaq_jobs_hot")
-        if hot == 0:
-            pytest.fail(f"the queue drained after {len(kills)} of {KILLS} kills: lower CHOKAQ_CHAOS_KILL_INTERVAL"
-                        " or raise CHOKAQ_CHAOS_JOBS")
-        if hot < TOP_UP_BELOW:  # the same mix, seeded by the run's seed and how many jobs came before
-            more = _mix(TOP_UP, seed + len(ids))
-            added = enqueue_many(more)
-            ids += added
-            spec.update(zip(added, more, strict=True))
-            enqueued.update(added)
+        finished = len(ids) - hot
+        want = max(TOP_UP_FLOOR, 2 * (finished - finished_before))
+        finished_before = finished
+        if hot < want:  # the same mix, seeded by the run's seed and how many jobs came before
+            more = _mix(want - hot, seed + len(ids))
+            for start in range(0, len(more), 2_000):
+                added = enqueue_many(more[start:start + 2_000])
+                ids += added
+                spec.update(zip(added, more[start:start + 2_000], strict=True))
+                enqueued.update(added)
+            time.sleep(0.2)  # the fleet picks the new jobs up before the victim is frozen
         dead = [w for w in live if not w.alive()]
         assert not dead, "a worker died without being killed:\n" + "\n".join(w.output() for w in dead)
         candidates = [w for w in live if w.banner_id()]
@@ -228,7 +267,11 @@ def test_chaos_random_sigkills_under_load_lose_nothing(fleet: tuple[list[Proc], 
     others = {i: r for i, r in reasons.items() if r != int(FailureReason.ZOMBIE)
               and not (i in fatal_jobs and r == int(FailureReason.FATAL_ERROR))}
     assert not others, f"unexpected DLQ entries: {dict(list(others.items())[:10])}"
-    assert zombies <= running_at_kills, f"Zombies of jobs not running at a kill: {sorted(zombies - running_at_kills)[:10]}"
+    owners = {str(r[0]): str(r[2]) for r in dlq}
+    killed = {k.worker_id for k in kills}
+    unexplained = {i: (owners[i], "killed" if owners[i] in killed else "not killed")
+                   for i in sorted(zombies - running_at_kills)[:10]}
+    assert zombies <= running_at_kills, f"Zombies of jobs not running at a kill (job: worker): {unexplained}"
     assert fatal_jobs - zombies <= set(dead_ids)
     # Each job running at a kill is visible: a Zombie in the DLQ (or, had it completed, archived).
     invisible = running_at_kills - zombies - set(archived)

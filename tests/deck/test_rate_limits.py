@@ -99,6 +99,23 @@ def test_the_inspector_says_which_limit_holds_a_pending_job(operator: Client) ->
     assert "held by rate limit type:tests.ok.v1 (paused)" in body
 
 
+def test_the_inspector_says_until_when_an_empty_bucket_holds_a_pending_job(operator: Client) -> None:
+    storage.declare_rate_limits([RateLimit("queue:rl-held", parse_rate("1/h burst 1"), per_key=True)])
+    spent = timezone.now()
+    RateBuckets.objects.create(limit_name="queue:rl-held", rate_key="tenant:a", tokens=0.0, refilled_at=spent,
+                               window_started_at=spent, window_used=1)
+    held = enqueue("tests.ok.v1", {}, queue="rl-held", rate_key="tenant:a", allow_unregistered=True)
+    free = enqueue("tests.ok.v1", {}, queue="rl-held", rate_key="tenant:b", allow_unregistered=True)
+
+    body = operator.get(f"/deck/jobs/{held}", **HTMX).content.decode()
+
+    until = re.search(r"held by rate limit queue:rl-held \(tenant:a\) until (\d\d:\d\d:\d\d) UTC", body)
+    assert until is not None, "the inspector names the limit, the key and when its next token comes"
+    next_token = spent + timedelta(hours=1)
+    assert until[1] in {f"{next_token:%H:%M:%S}", f"{next_token - timedelta(microseconds=1):%H:%M:%S}"}
+    assert "held by rate limit" not in operator.get(f"/deck/jobs/{free}", **HTMX).content.decode()
+
+
 @pytest.mark.parametrize("url", ["/deck/", "/deck/partials/queues"])
 def test_the_queues_panel_shows_a_limited_queue_with_its_use_and_an_unlimited_one_without(
         operator: Client, url: str) -> None:

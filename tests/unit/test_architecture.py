@@ -127,7 +127,7 @@ def test_the_cycle_check_finds_cycles_through_function_local_imports() -> None:
 # Function-local imports are kept only for optional dependencies (imported where a feature needs them) and
 # for Django's app-loading order (``ready()``, and the package's lazy public names so that importing
 # ``chokaq_core`` from settings stays cheap).
-OPTIONAL_DEPENDENCIES = ("psycopg", "redis", "opentelemetry", "channels")
+OPTIONAL_DEPENDENCIES = ("psycopg", "redis", "opentelemetry")
 APP_LOADING = {("chokaq_core/apps.py", "ready"), ("chokaq_core/__init__.py", "__getattr__")}
 
 

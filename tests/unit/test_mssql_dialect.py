@@ -131,6 +131,13 @@ class Sets:
     results: list[list[tuple[Any, ...]] | None]
 
 
+@dataclass
+class Count:
+    """A statement that changes rows and returns none: the count the driver reports (``cursor.rowcount``)."""
+
+    rows: int
+
+
 class DriverCursor:
     """Stands in for a pyodbc cursor: takes ``?`` SQL, serves scripted results."""
 
@@ -138,13 +145,15 @@ class DriverCursor:
         self.script = list(script)
         self.executed: list[tuple[str, tuple[Any, ...]]] = []
         self.results: list[list[tuple[Any, ...]] | None] = []
+        self.rowcount = -1
 
     def execute(self, sql_text: str, params: Sequence[Any] = ()) -> DriverCursor:
         self.executed.append((sql_text, tuple(params)))
         item = self.script.pop(0) if self.script else None
         if isinstance(item, BaseException):
             raise item
-        self.results = list(item.results) if isinstance(item, Sets) else [item]
+        self.rowcount = item.rows if isinstance(item, Count) else -1
+        self.results = list(item.results) if isinstance(item, Sets) else [None if isinstance(item, Count) else item]
         return self
 
     @property
@@ -674,7 +683,7 @@ CASES = [
     Case("purge_dlq_ids", ([], 1000), [], []),
     Case("purge_dlq_older_than", (T0 - timedelta(days=7), 1000), [[("J1", "mail"), ("J2", "mail"), ("J3", "x")]], 3),
     Case("purge_archive", (T0 - timedelta(days=1), 2), [Sets([None, [("J1", "mail"), ("J2", "mail")]])], 2),
-    Case("recover_abandoned", (600.0,), [[(4,)]], 4),
+    Case("recover_abandoned", (600.0,), [Count(4)], 4),
     Case("archive_zombies", (600.5,), [[("J1", "mail")]], [("J1", "mail")]),
     Case("set_queue_paused", ("mail", True), [None], None),
     Case("set_queue_zombie_timeout", ("mail", None), [None], None),
@@ -768,8 +777,8 @@ CASES = [
                                     started_at=T0, last_heartbeat_at=T0.replace(tzinfo=None))]],
          check=lambda ws: len(ws) == 1 and isinstance(ws[0], WorkerInfo) and ws[0].is_running is True
          and ws[0].last_heartbeat_at == T0),
-    Case("purge_workers", (T0, 100), [[(3,)]], 3),
-    Case("purge_metric_buckets", (T0, 100), [[(0,)]], 0),
+    Case("purge_workers", (T0, 100), [Count(3)], 3),
+    Case("purge_metric_buckets", (T0, 100), [Count(0)], 0),
     Case("tidy_hot_table", (20_000,), [], False),  # SQL Server's ghost cleanup: nothing to run
     Case("session_pid", (), [], None),  # no pooler to tell apart: nothing to run
     Case("claim_schedule_tick", ("nightly", T0), [[("nightly",)]], True),
@@ -785,7 +794,7 @@ CASES = [
     Case("history_buckets", (60, T0, 20), [[(T0, 3, 1, 12.5, *BINS)], [("t", 3, 1, 12.5, *BINS, 3, 30.0)]],
          HistoryWindow([HistoryPoint(T0, 3, 1, BINS, 12.5)], [TypeHistory("t", 3, 1, 3, 30.0, 12.5, BINS)])),
     Case("history_buckets", (3600, T0, 20), [[], []], HistoryWindow([], [])),
-    Case("purge_history", (60, T0, 100), [[(3,)]], 3),
+    Case("purge_history", (60, T0, 100), [Count(3)], 3),
     Case("change_marker", (), [], None),  # no statement: workers poll on SQL Server
     Case("record_attempts", ("w1", [FailedAttempt("J1", 1, ATTEMPT_ERROR, T0), FailedAttempt("J2", 3, ATTEMPT_ERROR)]),
          [None], None),
@@ -796,7 +805,7 @@ CASES = [
          [Attempt("J1", 1, "w1", "builtins.ConnectionError", "timeout", "Traceback …", T1, T0),
           Attempt("J1", 2, None, "builtins.ValueError", "bad", "Traceback …", T1, None)]),
     Case("job_attempts", ("J9",), [[]], []),
-    Case("purge_attempts", (T0, 100), [[(4,)]], 4),
+    Case("purge_attempts", (T0, 100), [Count(4)], 4),
     Case("deck_snapshot", (FULL_REQUEST,), [[snapshot_row(SNAPSHOT_NATIVE, FULL_REQUEST)]], check=_full_snapshot),
     Case("deck_snapshot", (BARE_REQUEST,), [Sets([None, [snapshot_row(SNAPSHOT_NATIVE, BARE_REQUEST)]])],
          check=_bare_snapshot),
@@ -876,6 +885,7 @@ def test_functions_storage_runs_alone_change_one_table_at_most() -> None:
 
 
 COMPLETIONS = ("archive_succeeded", "move_to_dlq", "cancel_batch", "archive_zombies")
+RETENTION = ("purge_workers", "purge_metric_buckets", "purge_history", "purge_attempts")
 CLAIMS = (Case("fetch_batch", ("w1", 10, None), [[]]), Case("fetch_batch", ("w1", 10, ["mail"]), [[]]))
 # (functions, which of their statements (a prefix; "" = all), what each must match, why): SQL Server's forms.
 SHAPES: list[tuple[Sequence[str], str, str, str]] = [
@@ -888,6 +898,12 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
     (("mark_processing", "mark_processing_batch"), "", r"^UPDATE chokaq_jobs_hot WITH \(ROWLOCK\) SET status = 2, .*"
      r" OUTPUT inserted\.id, inserted\.attempt_count WHERE id IN \(SELECT i\.id FROM OPENJSON\(%s\)", "the lease"),
     (("record_attempts",), "", r"started_at datetimeoffset\(7\) '\$\.started_at'", "a start read with its offset"),
+    *((("recover_abandoned", *RETENTION), "", pattern, "one statement the driver counts, skipping locked rows")
+      for pattern in (r"^SET NOCOUNT OFF; (UPDATE|WITH) ", r"chokaq_\w+ WITH \(ROWLOCK, READPAST\)")),
+    (RETENTION, "", r"WITH b AS \(SELECT .* ORDER BY (\w+) OFFSET 0 ROWS FETCH NEXT %s ROWS ONLY\) DELETE FROM b$",
+     "the oldest rows first, deleted through the CTE (no row-value IN on SQL Server)"),
+    (("recover_abandoned",), "", r"last_updated_at < DATEADD\(SECOND, -CAST\(%s AS int\), DATEADD\(MILLISECOND, -CAST"
+     r"\(%s AS int\), SYSUTCDATETIME\(\)\)\)$", "Fetched rows older than the timeout: a computed cutoff"),
     (("top_errors",), "", r"FROM chokaq_jobs_dlq WITH \(NOLOCK\) ORDER BY failed_at DESC OFFSET 0 ROWS FETCH NEXT"
      r" %s ROWS ONLY\) AS r\) AS g", "the newest rows, then their groups"),
     *((("resurrect", "resurrect_batch"), "", pattern, "DLQ → Hot") for pattern in (
@@ -1063,7 +1079,7 @@ def test_datetime_parameters_are_naive_utc_and_delays_split_for_dateadd() -> Non
     cutoff = datetime(2026, 3, 1, 14, 0, 0, 250, tzinfo=UTC).astimezone(timezone(timedelta(hours=2)))
     _, cursor = _run(Case("purge_archive", (cutoff, 10), [[]]))
     assert cursor.calls[0][1][0] == "2026-03-01T14:00:00.000250+00:00", "exact, whatever the driver does with datetimes"
-    _, cursor = _run(Case("recover_abandoned", (90.25,), [[(0,)]]))
+    _, cursor = _run(Case("recover_abandoned", (90.25,), [Count(0)]))
     assert cursor.calls[0][1] == [90, 250]
     _, cursor = _run(Case("reschedule_for_retry", (None, [Retry("J1", 1, -1.5)]), [[]]))
     item = json.loads(cursor.calls[0][1][0])[0]

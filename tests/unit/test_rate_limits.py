@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from django.core import checks
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chokaq_core import storage
 from chokaq_core.api import EnqueueOptions, build, job
@@ -188,6 +190,30 @@ def test_a_per_key_limit_drops_refilled_buckets_and_keeps_max_keys_live() -> Non
     changed, added, dropped = plan.changes()
     assert [b.rate_key for b in added] == ["new"] and dropped == [("type:rl.v1", "old")]
     assert changed == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(st.one_of(st.none(), st.floats(0, 6)), min_size=3, max_size=3),
+       picks=st.lists(st.tuples(st.sampled_from(("rl.v1", "other.v1")), st.sampled_from(("q", "r")),
+                                st.sampled_from((None, "a", "b"))), max_size=12))
+def test_a_batch_is_admitted_as_its_jobs_would_be_one_by_one(tokens: list[float | None],
+                                                              picks: list[tuple[str, str, str | None]]) -> None:
+    """A batch whose buckets hold every token it needs is taken at once: the same jobs, tokens and holds as
+    deciding each job in claim order."""
+    limits = [RateLimit("type:rl.v1", parse_rate("10/s burst 6")), RateLimit("queue:q", parse_rate("10/s burst 6")),
+              RateLimit("queue:r", parse_rate("10/s burst 6"), per_key=True, max_keys=2)]
+    buckets = [RateBucket(limit.name, "a" if limit.per_key else "", t, T0, T0, 0)
+               for limit, t in zip(limits, tokens, strict=True) if t is not None]
+    jobs = [hot(type_key, queue, key) for type_key, queue, key in picks]
+    batch, one_by_one = RatePlan.of(limits, buckets, T0), RatePlan.of(limits, buckets, T0)
+
+    kept, released = batch.admit(jobs)
+
+    each = [one_by_one.admit([job]) for job in jobs]
+    assert kept == [job for job, (got, _) in zip(jobs, each, strict=True) if got]
+    assert released == [job for job, (_, back) in zip(jobs, each, strict=True) if back]
+    assert batch.taken == one_by_one.taken and batch.held == one_by_one.held
+    assert batch.changes() == one_by_one.changes()
 
 
 # ---------------------------------------------------------------- the buckets a process knows (planned leases)

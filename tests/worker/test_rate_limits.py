@@ -84,3 +84,22 @@ def _jobs(n: int) -> list[Any]:
     from tests.storage.rows import new_job
 
     return [new_job("rl-start") for _ in range(n)]
+
+
+def test_a_row_whose_rate_key_function_fails_in_the_worker_goes_to_the_dlq_with_the_error(start_worker: Any,
+                                                                                          state: Any) -> None:
+    from chokaq_core import FailureReason
+    from chokaq_core.api import job
+    from tests.storage.rows import new_job
+
+    @job("tests.rl.keyfails.v1", rate_limit="100/s", rate_key=lambda payload: f"tenant:{payload['tenant']}")
+    def keyed(ctx: Any, **payload: Any) -> None: ...
+
+    # a row that reached Hot without its rate key (another service's enqueue): its payload has no tenant
+    [job_id] = storage.enqueue([new_job("default", type="tests.rl.keyfails.v1", payload="{}")])
+    start_worker()
+
+    dead = state.wait_dead(job_id)
+    assert dead.failure_reason == FailureReason.FATAL_ERROR and dead.attempt_count == 1
+    assert f"the rate_key of job {job_id} failed: KeyError('tenant')" in dead.error_details
+    assert state.hot(job_id) is None, "the job is in the DLQ, not lost"
