@@ -35,18 +35,13 @@ from chokaq_core.sql.base import BaseDialect as Dialect
 __all__ = ["DIALECT_FUNCTIONS", "Cursor", "Dialect", "Moved", "dialect_for", "json_datetime", "json_rows"]
 
 _VENDOR_MODULES = {"postgresql": "postgresql", "sqlite": "sqlite", "microsoft": "mssql"}
-_DIALECTS: dict[str, Dialect] = {}
 
 
 def dialect_for(connection: Any) -> Dialect:
-    """The dialect of a Django connection's vendor (its module's ``DIALECT``, imported on first use and then
-    remembered); any other vendor is a configuration error."""
-    known = _DIALECTS.get(connection.vendor)
-    if known is not None:
-        return known
+    """The dialect of a Django connection's vendor (its module's ``DIALECT``); any other vendor is a configuration
+    error."""
     if connection.vendor not in _VENDOR_MODULES:
         raise ImproperlyConfigured(f"ChokaQ does not support the {connection.vendor!r} database vendor"
                                    " (supported: postgresql, sqlite, microsoft)")
     dialect: Dialect = importlib.import_module(f"chokaq_core.sql.{_VENDOR_MODULES[connection.vendor]}").DIALECT
-    _DIALECTS[connection.vendor] = dialect
     return dialect
