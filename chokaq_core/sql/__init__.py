@@ -29,10 +29,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from chokaq_core.sql.base import DIALECT_FUNCTIONS, Cursor, Moved, json_datetime, json_rows
+from chokaq_core.sql.base import DIALECT_FUNCTIONS, Cursor, Moved, json_rows
 from chokaq_core.sql.base import BaseDialect as Dialect
 
-__all__ = ["DIALECT_FUNCTIONS", "Cursor", "Dialect", "Moved", "dialect_for", "json_datetime", "json_rows"]
+__all__ = ["DIALECT_FUNCTIONS", "Cursor", "Dialect", "Moved", "dialect_for", "json_rows"]
 
 _VENDOR_MODULES = {"postgresql": "postgresql", "sqlite": "sqlite", "microsoft": "mssql"}
 
