@@ -231,6 +231,13 @@ def render(r: dict[str, Any]) -> str:
             rows.append((f"  {title}: peak PostgreSQL connections", str(d["db_connections"]), "", ""))
     if "bulk" in r and r["vendor"] != "postgresql":
         rows.append(("bulk enqueue (no target on SQLite)", fmt(r["bulk"]["rate"], "jobs/s"), "", ""))
+    for key, raw, share in (("single", "raw single-row INSERT + commit", 0.85),
+                            ("bulk", f"raw {BULK_BATCH:,}-row INSERT + commit", 0.45)):
+        if r.get(key, {}).get("ceiling"):
+            ratio = r[key]["rate"] / r[key]["ceiling"]
+            rows.append((f"  {raw} (ceiling)", fmt(r[key]["ceiling"], "rows/s"), "", ""))
+            verdict = ("PASS" if ratio >= share else "FAIL") if r["vendor"] == "postgresql" else ""
+            rows.append((f"  {key} enqueue / ceiling", f"{ratio:.2f}", f"≥ {share:.2f}" if verdict else "", verdict))
     if "rate_limit" in r:
         rl = r["rate_limit"]
         rows.append((f"drain under a rate limit of {rl['rate']}, excluding start-up",
@@ -451,8 +458,9 @@ class Child:
         for _ in range(n):
             enqueue(NOOP)
         elapsed = time.perf_counter() - started
-        log(f"{self.vendor}: single-call enqueue {n / elapsed:,.0f} jobs/s")
-        return {"jobs": n, "seconds": elapsed, "rate": n / elapsed}
+        ceiling = self.raw_ceiling(n, 1)
+        log(f"{self.vendor}: single-call enqueue {n / elapsed:,.0f} jobs/s; raw single-row INSERT {ceiling:,.0f}/s")
+        return {"jobs": n, "seconds": elapsed, "rate": n / elapsed, "ceiling": ceiling}
 
     def bulk_enqueue(self) -> dict[str, Any]:
         self.reset()
@@ -463,8 +471,51 @@ class Child:
         self.fill(n)
         elapsed = time.perf_counter() - started
         assert self.scalar("SELECT count(*) FROM chokaq_jobs_hot") == n
-        log(f"{self.vendor}: bulk enqueue {n / elapsed:,.0f} jobs/s")
-        return {"jobs": n, "seconds": elapsed, "rate": n / elapsed}
+        ceiling = self.raw_ceiling(n, BULK_BATCH)
+        log(f"{self.vendor}: bulk enqueue {n / elapsed:,.0f} jobs/s; raw {BULK_BATCH:,}-row INSERT {ceiling:,.0f}/s")
+        return {"jobs": n, "seconds": elapsed, "rate": n / elapsed, "ceiling": ceiling}
+
+    def raw_ceiling(self, n: int, batch: int) -> float:
+        """Rows/s of the driver alone, on the same database: ``n`` rows of (id, queue, type, payload) — ids made
+        client-side as ULIDs — into a table with only its primary key, ``batch`` rows per INSERT and commit (one
+        array parameter per column on PostgreSQL, executemany on SQLite). The ceiling the enqueue rates are read
+        against: no validation, no JSON, no Hot indexes, no queue rows or NOTIFY."""
+        from chokaq_core.domain import new_ulids
+
+        self.execute("DROP TABLE IF EXISTS bench_raw")
+        self.execute("CREATE TABLE bench_raw (id varchar(50) PRIMARY KEY, queue varchar(255), type varchar(255),"
+                     " payload text)")
+        settings = self.connection.settings_dict
+        if self.vendor == "postgresql":
+            import psycopg
+
+            conn: Any = psycopg.connect(host=settings["HOST"], port=settings["PORT"] or 5432, dbname=settings["NAME"],
+                                        user=settings["USER"], password=settings["PASSWORD"] or None,
+                                        autocommit=True, prepare_threshold=0)
+            one = "INSERT INTO bench_raw VALUES (%s, %s, %s, %s)"
+            many = "INSERT INTO bench_raw SELECT unnest(%s::text[]), %s, %s, %s"
+        else:
+            import sqlite3
+
+            conn = sqlite3.connect(settings["NAME"], isolation_level=None)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            one = "INSERT INTO bench_raw VALUES (?, ?, ?, ?)"
+        with conn:
+            started = time.perf_counter()
+            for start in range(0, n, batch):
+                ids = new_ulids(min(batch, n - start))
+                if batch == 1:
+                    conn.execute(one, [ids[0], "default", NOOP, "{}"])
+                elif self.vendor == "postgresql":
+                    conn.execute(many, [ids, "default", NOOP, "{}"])
+                else:
+                    conn.execute("BEGIN")
+                    conn.executemany(one, [(i, "default", NOOP, "{}") for i in ids])
+                    conn.execute("COMMIT")
+            elapsed = time.perf_counter() - started
+        conn.close()
+        self.execute("DROP TABLE bench_raw")
+        return n / elapsed
 
     # ------------------------------------------------------------ workers
 

@@ -6,7 +6,6 @@ layer (storage, worker, service, Deck) can import.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import threading
@@ -128,7 +127,7 @@ class StorageError(ChokaQError):
 # ---------------------------------------------------------------- ids
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode("ascii"))
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # every 10 bits as their two characters
 _ulid_lock = threading.Lock()
 _ulid_last: tuple[int, int] = (0, 0)
 
@@ -142,8 +141,8 @@ _RAND_MASK = (1 << 80) - 1
 
 
 def new_ulids(count: int) -> list[str]:
-    """``count`` ULIDs in increasing order, monotonic within one process: one clock reading, one random draw and
-    one base32 encoding for the batch (an ``enqueue_many`` of 1,000 jobs pays ~1 µs per id, not ~10)."""
+    """``count`` ULIDs in increasing order, monotonic within one process: one clock reading and one random draw
+    for the batch; the 48-bit time is 10 characters (2 zero bits first), each id's 80 random bits 16 more."""
     global _ulid_last
     if count <= 0:
         return []
@@ -159,20 +158,19 @@ def new_ulids(count: int) -> list[str]:
             ms, first = ms + 1, int.from_bytes(os.urandom(10), "big") >> 1
             last = first + count - 1
         _ulid_last = (ms, last)
-    # One base32 text of the time (10 bytes: 48 bits, zero padded) then each id's 80 random bits (10 bytes): every
-    # 10 bytes are exactly 16 characters, so the time's last 10 characters and each id's 16 stand on their own
-    raw = ms.to_bytes(10, "big") + b"".join(r.to_bytes(10, "big") for r in range(first, last + 1))
-    text = base64.b32encode(raw).translate(_TO_CROCKFORD).decode("ascii")
-    stamp = text[6:16]
-    return [stamp + text[i:i + 16] for i in range(16, 16 * (count + 1), 16)]
+    pairs = _PAIRS
+    stamp = "".join([pairs[ms >> shift & 1023] for shift in (40, 30, 20, 10, 0)])
+    return [stamp + "".join([pairs[r >> shift & 1023] for shift in (70, 60, 50, 40, 30, 20, 10, 0)])
+            for r in range(first, last + 1)]
 
 
 # ---------------------------------------------------------------- rows
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class NewJob:
-    """A validated envelope, ready for ``storage.enqueue``."""
+    """A validated envelope, ready for ``storage.enqueue``; treat it as immutable (not frozen: built once per job, and
+    a frozen dataclass's ``__init__`` costs ~6x more)."""
 
     id: str
     queue: str

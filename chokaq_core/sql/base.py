@@ -682,6 +682,7 @@ class BaseDialect:
     MOVES_RECORD_HISTORY = False  # each move to the Archive/DLQ also counts its rows in the history buckets (no
     # record_history after it)
     ENQUEUE_IN_ONE_STATEMENT = False  # an enqueue of jobs without idempotency keys is one statement
+    ENQUEUE_COPY_FROM = 0  # a batch of this many jobs or more may be copied (COPY: several statements); 0: never
     LEASES_IN_CLAIM = False  # claim() leases its first rows itself (else fetch_batch runs the lease after it)
     CLAIMS_ALONE = False  # fetch_alone(): a claim with no capped queue in reach is one self-committing statement
     PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)

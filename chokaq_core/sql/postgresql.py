@@ -15,8 +15,9 @@ Rules followed by every function here (spec 01 §1.2, §1.3, §3):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from chokaq_core.domain import BucketSpend, ClaimHold, HotJob, NewJob
@@ -54,19 +55,23 @@ ITEM_TYPES = {"int": "int", "name": "varchar", "text": "text", "ts": "timestampt
 # ---------------------------------------------------------------- statements
 
 # One statement: the rows, their queues' control and counter rows, and one NOTIFY per queue that got a row
-# (delivered at commit, like every NOTIFY). Without idempotency keys it is the whole enqueue, so storage runs
-# it in autocommit when the caller has no transaction open: one round trip instead of BEGIN/…/COMMIT. The jobs
-# travel as one JSON parameter, an array of [id, queue, type, payload, tags, idempotency_key, priority,
-# delay_seconds, created_by, rate_key] rows (``jobs_json``): json.dumps is C, while psycopg dumps ten array
-# parameters element by element in Python (≈ 17 µs per job). It is read as jsonb: parsed once, where each ``->>``
-# of a json value parses its element's text again (a 1,000-job batch: 26 → 17 µs per row of server time).
-ENQUEUE_COLUMNS = ("id", "queue", "type", "payload", "tags", "idempotency_key", "priority", "delay_seconds",
-                   "created_by", "rate_key")
-_ENQUEUE_TYPES = {"priority": "int", "delay_seconds": "float8"}
-ENQUEUE_SQL = f"""
-WITH src AS (
-    SELECT {", ".join(f"(r->>{i})::{_ENQUEUE_TYPES.get(c, 'text')} AS {c}" for i, c in enumerate(ENQUEUE_COLUMNS))}
-    FROM jsonb_array_elements(%s::jsonb) AS r),
+# (delivered at commit). Without keys it is the whole enqueue: storage runs it in autocommit outside a caller's
+# transaction (one round trip). One job is ten parameters (no DISTINCT or sort: ~50 µs less server time); a batch
+# one jsonb array of ``job_row``s (json.dumps is C; jsonb parses once); a large batch without keys or delays is a
+# COPY (no JSON, no per-row plan: ~40 % less server time a row) after ENQUEUE_QUEUES_SQL, whose now() stamps it.
+_ENQUEUE = f"""
+WITH {{rows}}names AS ({{names}}),
+queues AS (
+    INSERT INTO chokaq_queues (name, is_paused, is_active, last_updated_at)
+    SELECT queue, false, true, now() FROM names ORDER BY queue
+    ON CONFLICT (name) DO NOTHING),
+stats AS (
+    INSERT INTO chokaq_stats_summary (queue) SELECT queue FROM names ORDER BY queue
+    ON CONFLICT (queue) DO NOTHING),
+notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM ({{notify}}) q)
+SELECT {{result}} WHERE (SELECT count(*) FROM notified) >= 0
+"""
+_ROWS = """src AS (SELECT {} {}),
 ins AS (
     INSERT INTO chokaq_jobs_hot (id, queue, type, payload, tags, idempotency_key, priority, status,
         attempt_count, scheduled_at, created_at, last_updated_at, created_by, rate_key)
@@ -76,24 +81,21 @@ ins AS (
     FROM src
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue),
-names AS (SELECT DISTINCT queue FROM src),
-queues AS (
-    INSERT INTO chokaq_queues (name, is_paused, is_active, last_updated_at)
-    SELECT queue, false, true, now() FROM names ORDER BY queue
-    ON CONFLICT (name) DO NOTHING),
-stats AS (
-    INSERT INTO chokaq_stats_summary (queue) SELECT queue FROM names ORDER BY queue
-    ON CONFLICT (queue) DO NOTHING),
-notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM ins ORDER BY queue) q)
-SELECT id, queue FROM ins WHERE (SELECT count(*) FROM notified) >= 0
 """
+_COLUMNS = {"id": "text", "queue": "text", "type": "text", "payload": "text", "tags": "text", "idempotency_key": "text",
+            "priority": "int", "delay_seconds": "float8", "created_by": "text", "rate_key": "text"}  # job_row's
+ENQUEUE_SQL = _ENQUEUE.format(rows=_ROWS.format(", ".join(f"(r->>{i})::{t} AS {c}" for i, (c, t) in enumerate(
+    _COLUMNS.items())), "FROM jsonb_array_elements(%s::jsonb) AS r"), names="SELECT DISTINCT queue FROM src",
+    notify="SELECT DISTINCT queue FROM ins ORDER BY queue", result="id, queue FROM ins")
+ENQUEUE_ONE_SQL = _ENQUEUE.format(rows=_ROWS.format(", ".join(f"%s::{t} AS {c}" for c, t in _COLUMNS.items()), ""),
+                                  names="SELECT queue FROM src", notify="SELECT queue FROM ins", result="id, queue FROM ins")
+ENQUEUE_QUEUES_SQL = _ENQUEUE.format(rows="", names="SELECT DISTINCT unnest(%s::text[]) AS queue",
+                                     notify="SELECT queue FROM names", result="now()::text")
+COPY_JOBS_SQL = ("COPY chokaq_jobs_hot (id, queue, type, payload, tags, priority, created_by, rate_key, created_at,"
+                 " last_updated_at) FROM STDIN")
 
 
-def jobs_json(jobs: Sequence[NewJob]) -> str:
-    """The ENQUEUE_SQL parameter: one JSON array per job, its fields in ``ENQUEUE_COLUMNS`` order."""
-    return json.dumps([[j.id, j.queue, j.type, j.payload, j.tags, j.idempotency_key, int(j.priority),
-                        j.delay_seconds, j.created_by, j.rate_key] for j in jobs],
-                      ensure_ascii=False, separators=(",", ":"))
+job_row: Callable[[NewJob], tuple[Any, ...]] = attrgetter(*_COLUMNS)  # a job's _COLUMNS, in C
 
 
 # What rate limits hold back (ClaimHold), as arrays: one statement text whatever is held.
@@ -249,6 +251,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
     # hot path's statements are fixed texts (arrays, never a growing list of placeholders): storage runs them
     # through a preparing, server-side binding cursor, so PostgreSQL parses and plans each once per connection.
     MOVES_IN_ONE_STATEMENT = ENQUEUE_IN_ONE_STATEMENT = PREPARES = True
+    ENQUEUE_COPY_FROM = 100
     MOVES_RECORD_HISTORY = True  # the history upsert is one more CTE of each move
     PICK_LOCK = " FOR UPDATE SKIP LOCKED"
     PICKED = "= ANY(ARRAY({}))"  # primary-key lookups whatever the statistics say (a semi join may scan the table)
@@ -269,8 +272,20 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         return f"unnest({arrays}) AS a({', '.join(columns)})"
 
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
-        """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs."""
-        cursor.execute(ENQUEUE_SQL, [jobs_json(jobs)])
+        """One statement inserts the rows (taken keys skipped), their queues' rows and the NOTIFYs; a large batch
+        without keys or delays is its queues' statement, then a COPY of the rows."""
+        if len(jobs) == 1:
+            cursor.execute(ENQUEUE_ONE_SQL, job_row(jobs[0]))
+        elif len(jobs) >= self.ENQUEUE_COPY_FROM and all(j.idempotency_key is j.delay_seconds is None for j in jobs):
+            cursor.execute(ENQUEUE_QUEUES_SQL, [sorted({job.queue for job in jobs})])
+            now = cursor.fetchone()[0]
+            with cursor.copy(COPY_JOBS_SQL) as copy:
+                for j in jobs:
+                    copy.write_row((j.id, j.queue, j.type, j.payload, j.tags, j.priority, j.created_by, j.rate_key,
+                                    now, now))
+            return {job.id for job in jobs}, {}
+        else:
+            cursor.execute(ENQUEUE_SQL, [json.dumps([job_row(j) for j in jobs], ensure_ascii=False, separators=(",", ":"))])
         inserted = {str(row[0]) for row in cursor.fetchall()}
         return inserted, self.key_holders(cursor, jobs, inserted)
 

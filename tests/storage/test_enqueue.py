@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -258,6 +259,72 @@ def test_enqueue_many_resolves_keys_across_chunks() -> None:
     assert stored[:600] == [j.id for j in jobs[:600]]
     assert stored[600:] == [j.id for j in jobs[:600]], "job i+600 shares job i's key"
     assert JobsHot.objects.filter(queue="chunks").count() == 600
+
+
+LARGE = 300  # a batch past every vendor's form for few jobs (PostgreSQL copies 100 or more without keys or delays)
+
+
+def test_a_large_batch_stores_every_text_exactly() -> None:
+    """Tabs, newlines, carriage returns, backslashes, the text "\\N" and "null" are data, never separators or NULL
+    markers (PostgreSQL copies such a batch as tab-separated text)."""
+    odd = ["tab\there", "line\nbreak", "cr\rhere", "back\\slash \\N", "\\N", "null", "żółć ✓ 😀", 'q"uo\'te']
+    jobs = [new_job(f"large-texts-{i % 2}", payload='{"v":' + json.dumps(odd[i % len(odd)]) + "}",
+                    tags=odd[i % len(odd)] if i % 3 else None, created_by=odd[(i + 1) % len(odd)],
+                    rate_key=f"tenant:{i % 5}" if i % 4 else None, priority=i % 9 - 4) for i in range(LARGE)]
+
+    assert storage.enqueue(jobs) == [j.id for j in jobs]
+
+    rows = {row["id"]: row for row in JobsHot.objects.filter(queue__startswith="large-texts-").values()}
+    assert len(rows) == LARGE
+    for job in jobs:
+        row = rows[job.id]
+        assert (row["queue"], row["type"], row["payload"], row["tags"], row["created_by"], row["rate_key"],
+                row["priority"]) == (job.queue, job.type, job.payload, job.tags, job.created_by, job.rate_key,
+                                     job.priority)
+        assert (row["status"], row["attempt_count"], row["scheduled_at"], row["idempotency_key"]) == (0, 0, None, None)
+        assert row["last_updated_at"] == row["created_at"]
+    assert len({row["created_at"] for row in rows.values()}) == 1, "one moment for the batch"
+    assert set(Queues.objects.filter(name__startswith="large-texts-").values_list("name", flat=True)) == {
+        "large-texts-0", "large-texts-1"}
+    assert stats("large-texts-0") is not None and stats("large-texts-1") is not None
+
+
+def test_a_large_batch_with_a_taken_id_raises_integrity_error_and_stores_nothing() -> None:
+    existing = pending("large-dup")[0]
+    jobs = [new_job("large-dup-new-queue") for _ in range(LARGE)] + [new_job("large-dup", id=existing)]
+
+    with pytest.raises(IntegrityError):
+        storage.enqueue(jobs)
+
+    assert not JobsHot.objects.filter(queue="large-dup-new-queue").exists(), "the whole batch is one transaction"
+    assert not Queues.objects.filter(name="large-dup-new-queue").exists()
+    assert stats("large-dup-new-queue") is None
+
+
+@pytest.mark.sql_only
+def test_a_large_batch_in_a_rolled_back_atomic_block_leaves_nothing_and_fires_nothing(published: list) -> None:
+    jobs = [new_job("large-rollback") for _ in range(LARGE)]
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert storage.enqueue(jobs) == [j.id for j in jobs]
+        assert JobsHot.objects.filter(queue="large-rollback").count() == LARGE, "visible inside the transaction"
+        raise RuntimeError("the view failed")
+
+    assert not JobsHot.objects.filter(queue="large-rollback").exists()
+    assert not Queues.objects.filter(name="large-rollback").exists()
+    assert stats("large-rollback") is None
+    assert published == []
+
+
+@pytest.mark.sql_only
+def test_a_large_batch_publishes_one_event_per_job_after_commit(published: list) -> None:
+    jobs = [new_job("large-events") for _ in range(LARGE)]
+
+    with transaction.atomic():
+        storage.enqueue(jobs)
+        assert published == []
+
+    assert [u["jobId"] for u in of_kind(published, "JobUpdated")] == [j.id for j in jobs]
 
 
 # ---------------------------------------------------------------- transactions and events
