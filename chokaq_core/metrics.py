@@ -159,15 +159,29 @@ class _Otel:
 OTEL = _Otel()
 
 
+_children: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
+
+
+def _child(metric: Any, labels: dict[str, str]) -> Any:
+    """``metric.labels(**labels)``, remembered: the worker records a few per job, and labels() checks and locks."""
+    key = (id(metric), tuple(labels.items()))
+    child = _children.get(key)
+    if child is None:
+        if len(_children) >= _LABEL_CACHE_SIZE:
+            _children.clear()
+        child = _children[key] = metric.labels(**labels)
+    return child
+
+
 def _add(counter: Counter, otel_name: str, labels: dict[str, str], amount: float = 1) -> None:
-    counter.labels(**labels).inc(amount)
+    _child(counter, labels).inc(amount)
     instrument = OTEL.get(otel_name)
     if instrument is not None:
         instrument.add(amount, labels)
 
 
 def _observe(histogram: Histogram, otel_name: str, labels: dict[str, str], value: float) -> None:
-    histogram.labels(**labels).observe(value)
+    _child(histogram, labels).observe(value)
     instrument = OTEL.get(otel_name)
     if instrument is not None:
         instrument.record(value, labels)
@@ -233,7 +247,7 @@ def execution_started(job: HotJob) -> None:
     due = job.scheduled_at or job.created_at
     lag_ms = max(0.0, (datetime.now(UTC) - due).total_seconds() * 1000)
     _observe(QUEUE_LAG, "chokaq.jobs.queue_lag", labels, lag_ms)
-    ACTIVE.labels(queue=labels["queue"]).inc()
+    _child(ACTIVE, {"queue": labels["queue"]}).inc()
     active = OTEL.get("chokaq.workers.active")
     if active is not None:
         active.add(1, {"queue": labels["queue"]})
@@ -242,7 +256,7 @@ def execution_started(job: HotJob) -> None:
 @_safely
 def execution_ended(job: HotJob) -> None:
     queue = queue_tag(job.queue)
-    ACTIVE.labels(queue=queue).dec()
+    _child(ACTIVE, {"queue": queue}).dec()
     active = OTEL.get("chokaq.workers.active")
     if active is not None:
         active.add(-1, {"queue": queue})

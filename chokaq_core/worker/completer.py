@@ -2,6 +2,8 @@
 
 Executors hand over an outcome and move on; one thread waits ``COMPLETION_FLUSH_INTERVAL`` for a batch
 to gather, then one ``storage.complete`` transaction archives, reschedules and dead-letters all of them.
+Outcomes that arrive while a batch commits wait for the next gather (unless a whole batch is waiting): a
+busy completer that took them at once committed a transaction per few jobs.
 A zero-row transition means the job is no longer ours: logged (2100) and counted, never retried.
 """
 
@@ -54,13 +56,17 @@ class Completer:
                 continue
             time.sleep(self.flush_interval)  # let a batch gather
             self._ready.clear()
-            self.flush()
+            self.flush(gathered=True)
 
-    def flush(self) -> None:
-        while self._outcomes:
+    def flush(self, gathered: bool = False) -> None:
+        """Commit every outcome handed over (``gathered``: those there now, then only whole batches)."""
+        left = len(self._outcomes) if gathered else None
+        while self._outcomes and (left is None or left > 0 or len(self._outcomes) >= self.batch_size):
             batch: list[Outcome] = []
             while self._outcomes and len(batch) < self.batch_size:
                 batch.append(self._outcomes.popleft())
+            if left is not None:
+                left -= len(batch)
             self._commit(batch)
             with self._unflushed_lock:
                 self._unflushed -= len(batch)

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, transaction
 
 from chokaq_core import storage
-from chokaq_core.domain import Success
+from chokaq_core.domain import Retry, Success
 
 from .rows import pending
 
@@ -63,3 +63,25 @@ def test_a_claim_with_no_capped_queue_in_reach_is_one_statement_that_commits_its
     [other] = storage.fetch_batch("w1", 5, ["alone"])  # found the cap: claimed in a transaction instead
     assert other.worker_id == "w1"
     assert storage._CAPPED_IN_REACH[("alone",)] > 0
+
+
+def test_a_batch_of_successes_is_one_statement_that_commits_itself(vendor: str, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """The move records its history itself, so archiving successes is one statement: no BEGIN, no COMMIT of its own,
+    a durable commit; a batch with a retry or a failure keeps its transaction (several statements)."""
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    opened: list[bool] = []
+    atomic = transaction.atomic
+
+    def counting(*args: object, **kwargs: object) -> object:
+        opened.append(True)
+        return atomic(*args, **kwargs)  # type: ignore[arg-type]
+
+    pending("alone-done", 3)
+    jobs = storage.fetch_batch("w1", 3, ["alone-done"], lease=3)
+    monkeypatch.setattr(storage.transaction, "atomic", counting)
+    done = storage.complete("w1", [Success(jobs[0].id, 1.0, None), Success(jobs[1].id, 1.0, None)], [], [])
+    assert sorted(i for i, _ in done.archived) == sorted([jobs[0].id, jobs[1].id]) and opened == []
+    assert connection.get_autocommit() and not connection.in_atomic_block
+    done = storage.complete("w1", [], [Retry(jobs[2].id, 1, 0.0)], [])
+    assert [i for i, _ in done.rescheduled] == [jobs[2].id] and opened == [True]

@@ -113,6 +113,35 @@ def test_completer_commits_in_batches_and_counts_lost_ownership(monkeypatch: pyt
     assert not completer.pending()
 
 
+def test_completer_gathers_again_for_what_arrives_while_a_batch_commits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outcomes handed over during a commit wait for the next gather (a busy completer that took them at once
+    committed a transaction per few jobs); a whole batch waiting is committed at once."""
+    stopped = threading.Event()
+    steps: list[str | list[str]] = []
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        steps.append([o.job_id for o in successes])
+        if len(steps) == 2:  # the first batch is committing: three more jobs finish meanwhile
+            for job_id in ("b", "c", "d"):
+                completer.submit(Success(job_id, 1.0))
+        if "d" in steps[-1]:
+            stopped.set()
+        return completion([o.job_id for o in successes], [], [])
+
+    def gather(seconds: float) -> None:
+        steps.append("gather")
+
+    monkeypatch.setattr(storage, "complete", complete)
+    monkeypatch.setattr("chokaq_core.worker.completer.time.sleep", gather)
+    completer = Completer("w", batch_size=2, flush_interval=0.02, stopped=stopped)
+    completer.submit(Success("a", 1.0))
+    runner = threading.Thread(target=completer.run, daemon=True)
+    runner.start()
+    runner.join(5)
+    assert steps == ["gather", ["a"], ["b", "c"], "gather", ["d"]]
+    assert not completer.pending()
+
+
 def test_completer_keeps_a_batch_while_the_database_is_away(monkeypatch: pytest.MonkeyPatch) -> None:
     attempts: list[int] = []
 
