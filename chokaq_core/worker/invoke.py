@@ -40,14 +40,14 @@ def invoke(job: HotJob, ctx: JobContext, middleware: list[type], pipe: Callable[
         )
     try:
         key = definition.execution_key(payload)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise PayloadDeserializationError(f"cannot build the idempotency key of job {job.id}: {exc!r}") from exc
+    except Exception as exc:  # not chained as its cause: the job is dead at once, whatever the function raised
+        raise PayloadDeserializationError(f"cannot build the idempotency key of job {job.id}: {exc!r}") from None
     if job.rate_key is None and definition.rate_key is not None:
         # a row that reached Hot without its rate key (another service's enqueue, an edited payload): the key
         # function must still hold for its payload, else the job is dead with the function's error
         try:
             definition.partition_key(payload)
-        except Exception as exc:  # not chained as its cause: the job is dead at once, whatever the function raised
+        except Exception as exc:  # as above
             raise PayloadDeserializationError(f"the rate_key of job {job.id} failed: {exc!r}") from None
     call = JobCall(job.type, payload, key, definition.result_ttl)
     return run_pipeline(middleware, ctx, call, lambda: call_handler(definition.func, ctx.cancellation, ctx, **payload))

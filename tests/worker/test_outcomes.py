@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -179,6 +180,23 @@ def test_malformed_payload_is_fatal(start_worker: Any, state: Any, payload: str,
     assert message in dead.error_details
     assert dead.payload == payload  # the bad payload is kept for the operator to fix
     assert job_id not in jobs.EXECUTIONS
+
+
+@pytest.mark.parametrize("key", ["order:{order_id}", lambda payload: f"order:{payload['order_id']}"])
+def test_an_idempotency_key_that_cannot_be_built_sends_the_job_to_the_dlq_at_once(start_worker: Any, state: Any,
+                                                                                    key: Any) -> None:
+    from chokaq_core.api import job
+
+    @job("tests.outcomes.keyfails.v1", idempotency_key=key)
+    def keyed(ctx: Any, **payload: Any) -> None: ...
+
+    job_id = enqueue("tests.outcomes.keyfails.v1", {"other": 1})  # no order_id: the key function raises KeyError
+    start_worker()
+
+    dead = state.wait_dead(job_id)
+    assert dead.failure_reason == FailureReason.FATAL_ERROR and dead.attempt_count == 1, "never retried"
+    assert f"cannot build the idempotency key of job {job_id}: KeyError('order_id')" in dead.error_details
+    assert json.loads(dead.payload) == {"other": 1}  # kept for the operator to fix
 
 
 def test_unexpected_payload_keys_are_a_fatal_type_error(start_worker: Any, state: Any) -> None:
