@@ -101,9 +101,9 @@ async def aenqueue(type_key: str, payload: Mapping[str, Any] | None = None, **op
 def enqueue_many(items: Iterable[EnqueueOptions | Mapping[str, Any]], *, using: str | None = None) -> list[str]:
     """Enqueue many jobs in one transaction (one multi-row INSERT per chunk). All are validated first."""
     fields = [_fields(item) for item in items]
-    ids = iter(new_ulids(sum(1 for f in fields if f[9] is None)))
+    ids = iter(new_ulids(sum(1 for f in fields if f[_JOB_ID] is None)))
     kinds: dict[tuple[Any, ...], _Kind] = {}  # the batch's jobs mostly share a type, queue and priority
-    jobs = [_envelope(*f, new_id=None if f[9] is not None else next(ids), kinds=kinds) for f in fields]
+    jobs = [_envelope(*f, new_id=None if f[_JOB_ID] is not None else next(ids), kinds=kinds) for f in fields]
     return storage.enqueue(jobs, using=using) if jobs else []
 
 
@@ -112,7 +112,9 @@ _OPTION_KEYS = frozenset(EnqueueOptions.__dataclass_fields__)
 
 # EnqueueOptions' fields in order: type_key, payload, queue, priority, delay, run_at, idempotency_key, tags,
 # created_by, job_id, allow_unregistered, rate_key
+# (a plain tuple: a named tuple costs ~0.75 µs more a job to build, ~3 % of a bulk enqueue)
 type _Fields = tuple[Any, Mapping[str, Any], Any, Any, Any, Any, Any, Any, Any, Any, bool, Any]
+_JOB_ID = 9  # job_id's position in _Fields
 
 
 def _fields(item: EnqueueOptions | Mapping[str, Any]) -> _Fields:
