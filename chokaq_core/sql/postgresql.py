@@ -319,12 +319,13 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
                        at: datetime) -> dict[str, int]:
         """One statement, committed on its own: the buckets still as known pay, and the jobs start only if all did
         (else the ones that paid are swapped back); a job no longer this worker's gives its token back."""
+        buckets = [{"limit_name": s.known.limit_name, "rate_key": s.known.rate_key, "known_tokens": s.known.tokens,
+                    "known_refilled_at": s.known.refilled_at.isoformat(), "tokens": s.spent.tokens,
+                    "refilled_at": s.spent.refilled_at.isoformat(),
+                    "window_started_at": s.spent.window_started_at.isoformat(), "window_used": s.spent.window_used}
+                   for s in spends]  # each bucket as known and as spent
         cursor.execute(LEASE_SPENDING_SQL, {"ids": list(job_ids), "worker": worker_id, "buckets": len(spends), "at": at,
-                                            "spends": json.dumps([{  # each bucket as known and as spent
-            "limit_name": s.known.limit_name, "rate_key": s.known.rate_key, "known_tokens": s.known.tokens,
-            "known_refilled_at": s.known.refilled_at.isoformat(), "tokens": s.spent.tokens,
-            "refilled_at": s.spent.refilled_at.isoformat(), "window_started_at": s.spent.window_started_at.isoformat(),
-            "window_used": s.spent.window_used} for s in spends])})
+                                            "spends": json.dumps(buckets)})
         rows = cursor.fetchall()
         paid = {(name, key) for name, key, _ in rows if name is not None}
         if len(paid) != len(spends):
