@@ -132,8 +132,9 @@ def job_updated(job_id: str, type_key: str, queue: str, status: int, attempt_cou
     return Event(EventKind.JOB_UPDATED, data) if ts is None else Event(EventKind.JOB_UPDATED, data, ts)
 
 
-def stats_updated() -> Event:
-    return Event(EventKind.STATS_UPDATED, {})
+def stats_updated(ts: str | None = None) -> Event:
+    """``ts``: the moment the caller already took for its batch of events (now by default)."""
+    return Event(EventKind.STATS_UPDATED, {}) if ts is None else Event(EventKind.STATS_UPDATED, {}, ts)
 
 
 def operator_action(action_id: int, command: str) -> Event:

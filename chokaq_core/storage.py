@@ -357,7 +357,7 @@ def _enqueued(fresh: Sequence[NewJob]) -> None:
     now = datetime.now(UTC).isoformat()
     events.dispatch([events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
                                         created_by=j.created_by) for j in fresh]
-                    + [events.Event(events.EventKind.STATS_UPDATED, {}, now)])
+                    + [events.stats_updated(now)])
 
 
 def _enqueue_in_memory(cursor: Any, jobs: Sequence[NewJob]) -> list[str]:
