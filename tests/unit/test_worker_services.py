@@ -32,13 +32,13 @@ from chokaq_core.domain import (
     parse_rate,
 )
 from chokaq_core.handlers import JobContext
-from chokaq_core.policy import BreakerPolicy, CircuitBreakers, RetryPolicy
+from chokaq_core.policy import BreakerPolicy, CircuitBreakers, Permit, RetryPolicy
 from chokaq_core.sql.wakeup import CommitMarkerProbe, Listen, Polling
 from chokaq_core.worker.completer import Completer, Outcome
 from chokaq_core.worker.control import Control
 from chokaq_core.worker.dispatcher import Dispatcher, Leased
 from chokaq_core.worker.executions import Executions
-from chokaq_core.worker.executor import Executor
+from chokaq_core.worker.executor import Executor, ExecutorPool
 from chokaq_core.worker.fetcher import Fetcher, RateLimits
 from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 from chokaq_core.worker.supervisor import Registry, Supervisor
@@ -446,6 +446,44 @@ def test_a_handler_that_returns_succeeds_with_its_result() -> None:
     run.execute((job, 1, permit))
     [outcome] = outcomes
     assert isinstance(outcome, Success) and outcome.result is not None and "done" in outcome.result
+
+
+def test_a_job_leased_ahead_and_met_by_shutdown_goes_back_without_its_attempt() -> None:
+    """A job that waited for an executor and finds the worker stopping never started: rescheduled at once with the
+    attempts it had before its lease, its circuit permit given back, its slot freed."""
+    outcomes: list[Outcome] = []
+    finished: list[bool] = []
+    run = executor(outcomes, finished)
+    job = HotJob("j1", "q", "unit.exit.v1", '{"how": "return"}', None, None, 10, JobStatus.PROCESSING, 3, "w",
+                 None, None, datetime.now(UTC), None, datetime.now(UTC), None, None)
+    breaker = run.breakers.get(job.type)
+    permit = breaker.acquire()
+    assert permit is not None
+    run.stopping.set()
+    run.execute((job, 3, permit))
+    assert outcomes == [Retry("j1", 2, 0.0)] and finished == [True]
+    assert len(run.executions) == 0 and breaker.snapshot()["failureCount"] == 0
+
+
+def test_jobs_waiting_for_an_executor_are_named_for_the_heartbeats() -> None:
+    """Leased ahead, a job waits in the executors' queue Processing and ours: ``waiting`` names it (the worker's
+    supervisor beats it) until an executor takes it."""
+    started, release = threading.Event(), threading.Event()
+
+    def run(item: Leased) -> None:
+        started.set()
+        release.wait(5)
+
+    pool = ExecutorPool(run)
+    pool.submit((hot(1), 1, Permit("t", 0, False)))
+    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    assert pool.waiting() == ["j1", "j2"]
+    pool.grow(1)
+    assert started.wait(5)
+    assert pool.waiting() == ["j2"]
+    release.set()
+    pool.close(5)
+    assert pool.waiting() == []
 
 
 # ---------------------------------------------------------------- supervisor, registry, control
