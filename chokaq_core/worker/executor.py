@@ -49,7 +49,7 @@ class Executor:
     def __init__(self, cfg: Config, retry_policy: RetryPolicy, breakers: CircuitBreakers,
                  middleware: list[type], pipe_handler: Callable[..., Any] | None, executions: Executions,
                  stopping: threading.Event, complete: Callable[[Outcome], None],
-                 finish_slot: Callable[[], None]) -> None:
+                 finish_slot: Callable[[float | None], None]) -> None:
         self.cfg = cfg
         self.retry_policy = retry_policy  # replaced at run time by worker.set_retry_policy
         self.breakers = breakers
@@ -62,13 +62,19 @@ class Executor:
 
     def execute(self, item: Leased) -> None:
         job, attempt, permit = item
+        if self.stopping.is_set():  # leased, never started (it waited for an executor): no attempt spent
+            self.breakers.get(job.type).release(permit)
+            self.complete(Retry(job.id, attempt - 1, 0.0))
+            self.finish_slot(None)
+            return
+        started = time.perf_counter()
         try:
             drop_broken_connections()
             self._execute_one(job, attempt, permit)
         except Exception:
             logger.exception("execution of %s crashed (1014)", job.id)
         finally:
-            self.finish_slot()
+            self.finish_slot(time.perf_counter() - started)
 
     def _execute_one(self, job: HotJob, attempt: int, permit: Permit) -> None:
         """Run one leased job (it is Processing and ours) and hand its outcome to the completer."""
@@ -125,16 +131,22 @@ class Executor:
 
 
 class ExecutorPool:
-    """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks."""
+    """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks. A job leased
+    ahead waits in the queue, Processing and ours: ``waiting`` names those for the heartbeats."""
 
     def __init__(self, run: Callable[[Leased], None]) -> None:
         self.run = run
         self._work: queue.SimpleQueue[Leased | None] = queue.SimpleQueue()
+        self._waiting: dict[str, None] = {}  # job ids submitted and not taken by an executor yet
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def submit(self, item: Leased) -> None:
+        self._waiting[item[0].id] = None
         self._work.put(item)
+
+    def waiting(self) -> list[str]:
+        return list(self._waiting.copy())
 
     def grow(self, capacity: int) -> None:
         """Start executor threads up to ``capacity`` (capacity may grow at run time)."""
@@ -144,6 +156,7 @@ class ExecutorPool:
 
     def _loop(self) -> None:
         while (item := self._work.get()) is not None:
+            self._waiting.pop(item[0].id, None)
             self.run(item)
 
     def close(self, timeout: float = 5.0) -> None:

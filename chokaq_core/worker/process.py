@@ -67,7 +67,7 @@ class Worker:
         self.worker_id = self.options.worker_id or new_worker_id()
         self.queues = self.options.queues or None
         self.batch_size = max(1, min(self.options.batch_size or wk.FETCH_BATCH_SIZE, wk.PREFETCH_CAPACITY))
-        self.limiter = Limiter(self.options.concurrency or wk.CONCURRENCY, wk.MAX_CONCURRENCY)
+        self.limiter = Limiter(self.options.concurrency or wk.CONCURRENCY, wk.MAX_CONCURRENCY, self.batch_size)
         self.buffer = PrefetchBuffer(wk.PREFETCH_CAPACITY)
         self.breakers = CircuitBreakers(
             _breaker_policy(cfg.breaker_settings()),
@@ -95,7 +95,7 @@ class Worker:
         self.fetcher.reserve, self.fetcher.start_claimed = self.dispatcher.reserve, self.dispatcher.start_claimed
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
-                                     self.completer.awaiting)
+                                     lambda: [*self.pool.waiting(), *self.completer.awaiting()])
         self.control = Control(self.worker_id, self.limiter, self.pool.grow, self.executor, self.executions,
                                self.registry.write)
         self.wake_source: storage.WakeSource | None = None
@@ -188,8 +188,8 @@ class Worker:
     def retry_policy(self) -> RetryPolicy:
         return self.executor.retry_policy
 
-    def _finish_slot(self) -> None:
-        self.dispatcher.finish_slot()
+    def _finish_slot(self, ran: float | None) -> None:
+        self.dispatcher.finish_slot(ran)
 
     def _burst_idle(self) -> bool:
         """Nothing buffered, running or waiting to be committed."""

@@ -417,7 +417,7 @@ def executor(outcomes: list[Outcome], finished: list[bool]) -> Executor:
     return Executor(cfg, RetryPolicy(max_attempts=3, base_delay=1, max_delay=10, multiplier=2, jitter=0,
                                      max_job_age=None),
                     CircuitBreakers(BreakerPolicy()), [], None, Executions(60), threading.Event(), outcomes.append,
-                    lambda: finished.append(True))
+                    lambda ran: finished.append(True))
 
 
 @pytest.mark.parametrize("how, name", [("system", "SystemExit"), ("interrupt", "KeyboardInterrupt")])
