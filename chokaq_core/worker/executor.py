@@ -64,7 +64,8 @@ class Executor:
         job, attempt, permit = item
         if self.stopping.is_set():  # leased, never started (it waited for an executor): no attempt spent
             self.breakers.get(job.type).release(permit)
-            self.complete(Retry(job.id, attempt - 1, 0.0))
+            self.complete(Retry(job.id, attempt - 1, 0.0))  # beaten as awaiting its commit from now on
+            self.executions.unwait(job.id)
             self.finish_slot(None)
             return
         started = time.perf_counter()
@@ -72,6 +73,7 @@ class Executor:
             drop_broken_connections()
             self._execute_one(job, attempt, permit)
         except Exception:
+            self.executions.unwait(job.id)  # in case it crashed before it began
             logger.exception("execution of %s crashed (1014)", job.id)
         finally:
             self.finish_slot(time.perf_counter() - started)
@@ -132,21 +134,32 @@ class Executor:
 
 class ExecutorPool:
     """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks. A job leased
-    ahead waits in the queue, Processing and ours: ``waiting`` names those for the heartbeats."""
+    ahead waits in the queue, Processing and ours: it is named in ``executions`` as waiting from its submission
+    until an executor begins it, so the supervisor beats it."""
 
-    def __init__(self, run: Callable[[Leased], None]) -> None:
+    def __init__(self, run: Callable[[Leased], None], executions: Executions) -> None:
         self.run = run
+        self.executions = executions
         self._work: queue.SimpleQueue[Leased | None] = queue.SimpleQueue()
-        self._waiting: dict[str, None] = {}  # job ids submitted and not taken by an executor yet
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def submit(self, item: Leased) -> None:
-        self._waiting[item[0].id] = None
+        self.executions.wait([item[0].id])
         self._work.put(item)
 
-    def waiting(self) -> list[str]:
-        return list(self._waiting.copy())
+    def take_waiting(self) -> list[Leased]:
+        """Remove and return the jobs no executor has taken yet (at shutdown: they go back without running)."""
+        taken: list[Leased] = []
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                return taken
+            if item is None:  # a stop signal for an executor thread stays for it
+                self._work.put(None)
+                return taken
+            taken.append(item)
 
     def grow(self, capacity: int) -> None:
         """Start executor threads up to ``capacity`` (capacity may grow at run time)."""
@@ -156,7 +169,6 @@ class ExecutorPool:
 
     def _loop(self) -> None:
         while (item := self._work.get()) is not None:
-            self._waiting.pop(item[0].id, None)
             self.run(item)
 
     def close(self, timeout: float = 5.0) -> None:

@@ -466,24 +466,98 @@ def test_a_job_leased_ahead_and_met_by_shutdown_goes_back_without_its_attempt() 
 
 
 def test_jobs_waiting_for_an_executor_are_named_for_the_heartbeats() -> None:
-    """Leased ahead, a job waits in the executors' queue Processing and ours: ``waiting`` names it (the worker's
-    supervisor beats it) until an executor takes it."""
+    """Leased ahead, a job waits in the executors' queue Processing and ours: ``Executions`` names it as waiting
+    (the supervisor beats it) until an executor begins it, in the same step that makes it running."""
     started, release = threading.Event(), threading.Event()
+    executions = Executions(60)
 
     def run(item: Leased) -> None:
+        executions.begin(item[0], item[1], 30)
         started.set()
         release.wait(5)
+        executions.end(item[0].id)
 
-    pool = ExecutorPool(run)
+    pool = ExecutorPool(run, executions)
     pool.submit((hot(1), 1, Permit("t", 0, False)))
     pool.submit((hot(2), 1, Permit("t", 0, False)))
-    assert pool.waiting() == ["j1", "j2"]
+    assert executions.beats() == ([], ["j1", "j2"])
     pool.grow(1)
     assert started.wait(5)
-    assert pool.waiting() == ["j2"]
+    running, waiting = executions.beats()
+    assert [e.job.id for e in running] == ["j1"] and waiting == ["j2"]
     release.set()
     pool.close(5)
-    assert pool.waiting() == []
+    assert executions.beats() == ([], [])
+
+
+def test_shutdown_takes_the_jobs_no_executor_has_taken() -> None:
+    """At shutdown the jobs still waiting for an executor are taken out of its queue at once (to go back without
+    their attempt), not after the running handlers end; the executors' stop signals stay in the queue."""
+    executions = Executions(60)
+    ran: list[str] = []
+    pool = ExecutorPool(lambda item: ran.append(item[0].id), executions)
+    pool.submit((hot(1), 1, Permit("t", 0, False)))
+    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    assert [item[0].id for item in pool.take_waiting()] == ["j1", "j2"]
+    assert pool.take_waiting() == []
+    pool.grow(1)
+    pool.close(5)
+    assert ran == []
+
+
+def test_a_heartbeat_never_names_a_row_a_completion_has_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat reads what to beat and sends its UPDATE while the completer cannot take a batch: the completion
+    of a job that finished meanwhile waits for the heartbeat (their statements lock rows in different orders, so a
+    heartbeat naming rows a completion had locked deadlocked with it, and hung while it waited)."""
+    executions = Executions(60)
+    completer = Completer("w", batch_size=10, flush_interval=0, stopped=threading.Event())
+    supervisor = Supervisor("w", supervision(), executions, Registry("w", lambda: None), threading.Event(),  # type: ignore[arg-type]
+                            completer.awaiting, completer.taking)
+    running = executions.begin(hot(1), 1, 30)
+    events: list[str] = []
+    flusher: list[threading.Thread] = []
+
+    def keep_alive(ids: list[str], worker_id: str) -> list[str]:
+        events.append(f"beat {sorted(ids)}")
+        executions.end(running.job.id)  # the job finishes while its heartbeat is on the wire
+        completer.submit(Success(running.job.id, 1.0))
+        flusher.append(threading.Thread(target=completer.flush))
+        flusher[0].start()
+        flusher[0].join(0.3)  # the completer cannot take the batch yet
+        events.append("beat returns")
+        return list(ids)
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        events.append(f"commit {[o.job_id for o in successes]}")
+        return completion([o.job_id for o in successes], [], [])
+
+    monkeypatch.setattr(storage, "keep_alive", keep_alive)
+    monkeypatch.setattr(storage, "complete", complete)
+    supervisor.beat()
+    flusher[0].join(5)
+    assert events == ["beat ['j1']", "beat returns", "commit ['j1']"]
+
+
+def test_a_batch_waiting_to_retry_its_commit_is_beaten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose commit failed holds no lock while it waits to try again: its rows are beaten meanwhile."""
+    completer = Completer("w", batch_size=10, flush_interval=0, stopped=threading.Event())
+    seen: list[list[str]] = []
+    calls = iter([ConnectionError("away"), None])
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        if (error := next(calls)) is not None:
+            raise error
+        return completion([o.job_id for o in successes], [], [])
+
+    def sleep(seconds: float) -> None:
+        seen.append(completer.awaiting())
+
+    monkeypatch.setattr(storage, "complete", complete)
+    monkeypatch.setattr("chokaq_core.worker.completer.time.sleep", sleep)
+    completer.submit(Success("a", 1.0))
+    completer.submit(Success("b", 1.0))
+    completer.flush()
+    assert seen == [["a", "b"]] and completer.awaiting() == []
 
 
 # ---------------------------------------------------------------- supervisor, registry, control
