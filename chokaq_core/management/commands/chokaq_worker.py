@@ -13,7 +13,7 @@ from typing import Any
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chokaq_core import health, prometheus
+from chokaq_core import health, prometheus, storage
 from chokaq_core.checks import ENGINE_TAG
 from chokaq_core.heap import limit_malloc_arenas, release_free_heap
 from chokaq_core.worker import Worker, WorkerOptions
@@ -69,6 +69,7 @@ class Command(BaseCommand):
         self.stdout.write(worker.banner())
         self.stdout.flush()
         self._install_signals(worker)
+        storage.dialect()  # the vendor's dialect module, compiled where no .pyc is kept: before the heap is trimmed
         release_free_heap()
         sys.exit(worker.run())
 
