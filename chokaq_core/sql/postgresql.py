@@ -242,6 +242,13 @@ SELECT limit_name, rate_key, NULL::int FROM paid UNION ALL SELECT NULL, id, atte
 """
 
 
+# A sweep leaves a row that a live transaction holds (its worker's completion committing it, a heartbeat) to the
+# next sweep instead of waiting for it: a zombie sweep that waited on a completion's rows while it held the
+# counters' rows deadlocked with it (a second lost to both), and the completion that lost the deadlock gave its
+# rows up to the sweep: Zombies of jobs that had finished on a live worker.
+SWEEP_SKIPS_LOCKED = "EXISTS (SELECT 1 FROM {table} z WHERE z.id = h.id FOR UPDATE SKIP LOCKED)"
+
+
 class PostgreSQLDialect(BaseDialect, statements=globals()):
     """The base over PostgreSQL's statements: array parameters, the database clock, lower() LIKE (the same match
     as ILIKE, cheaper on a scan)."""
@@ -353,9 +360,11 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
 
     def completion(self, move: Move, source: str, on: str | None, where: str, values: Mapping[str, str],
                    sets: str = "", sweep: bool = False) -> str:
-        """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters)."""
+        """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters). A ``sweep``
+        skips the rows another transaction holds (``SWEEP_SKIPS_LOCKED``)."""
+        skip = f" AND {SWEEP_SKIPS_LOCKED.format(table=move.origin)}" if sweep else ""
         rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
-                f"    WHERE {f'{on} AND ' if on else ''}{where}")
+                f"    WHERE {f'{on} AND ' if on else ''}{where}{skip}")
         if move is RETRY:
             return (f"WITH moved AS (UPDATE {rows}\n    RETURNING h.id, h.queue),\n"
                     f"stats AS ({self.stats_add(move.counter, 'moved', 'now()')})\nSELECT id, queue FROM moved")

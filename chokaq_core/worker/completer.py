@@ -5,6 +5,10 @@ to gather, then one ``storage.complete`` transaction archives, reschedules and d
 Outcomes that arrive while a batch commits wait for the next gather (unless a whole batch is waiting): a
 busy completer that took them at once committed a transaction per few jobs.
 A zero-row transition means the job is no longer ours: logged (2100) and counted, never retried.
+
+Until its completion commits a finished job's row is Processing and ours, so the supervisor beats it: the
+outcomes queued, and a batch waiting to retry its commit. A batch is taken under ``taking``, which a heartbeat holds
+while it reads what to beat and sends its UPDATE: the rows a completion locks are never in a heartbeat in flight.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ class Completer:
         self._ready = threading.Event()
         self._unflushed = 0  # outcomes handed over and not yet committed
         self._unflushed_lock = threading.Lock()
+        self.taking = threading.Lock()  # a batch taken from the queue, or a heartbeat naming the rows queued
+        self._retrying: list[str] = []  # the ids of a batch whose commit failed, waiting to try again
 
     def submit(self, outcome: Outcome) -> None:
         with self._unflushed_lock:
@@ -45,10 +51,11 @@ class Completer:
             return self._unflushed > 0
 
     def awaiting(self) -> list[str]:
-        """Ids of finished jobs queued behind the batch being committed: still Processing and ours, so the
-        supervisor keeps them alive while a slow or retried commit holds the queue (the batch in flight is
-        left out: its rows are locked by the completion, and a heartbeat on them would deadlock with it)."""
-        return [o.job_id for o in self._outcomes.copy()]
+        """Ids of finished jobs not being committed right now: queued, or in a batch waiting to retry its commit.
+        Still Processing and ours, so the supervisor keeps them alive while a slow or retried commit holds the
+        queue (the batch in flight is left out: its rows are locked by the completion, and a heartbeat on them
+        would deadlock with it). Read under ``taking`` for a heartbeat, so none is taken before it is sent."""
+        return [*self._retrying, *(o.job_id for o in self._outcomes.copy())]
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -63,8 +70,9 @@ class Completer:
         left = len(self._outcomes) if gathered else None
         while self._outcomes and (left is None or left > 0 or len(self._outcomes) >= self.batch_size):
             batch: list[Outcome] = []
-            while self._outcomes and len(batch) < self.batch_size:
-                batch.append(self._outcomes.popleft())
+            with self.taking:
+                while self._outcomes and len(batch) < self.batch_size:
+                    batch.append(self._outcomes.popleft())
             if left is not None:
                 left -= len(batch)
             self._commit(batch)
@@ -83,7 +91,11 @@ class Completer:
                 break
             except Exception:
                 logger.exception("completion of %s jobs failed; retrying in %.1f s", len(batch), delay)
+                with self.taking:
+                    self._retrying = [o.job_id for o in batch]  # not locked while it waits: beaten
                 time.sleep(delay)
+                with self.taking:
+                    self._retrying = []
                 delay = min(delay * 2, 5.0)
                 if self.stopped.is_set():
                     return

@@ -175,9 +175,11 @@ class Dispatcher:
             if permit is not None:
                 self.submit((job, job.attempt_count, permit))
 
-    def finish_slot(self) -> None:
-        """A row that held a slot is done (executed, refused or lost)."""
+    def finish_slot(self, ran: float | None = None) -> None:
+        """A row that held a slot is done (executed, refused or lost); ``ran``: its execution's seconds."""
         self.in_flight.done()
+        if ran is not None:
+            self.limiter.pace(ran)
         self.limiter.release()
 
     def paused_queues(self) -> set[str]:

@@ -1,5 +1,11 @@
-"""The jobs running in this worker process, and the cancel requests waiting for a job that is not
-running here yet (spec 02 §8): shared by the executors, the supervisor and the control channel."""
+"""The jobs this worker process holds leased — waiting for an executor or running — and the cancel requests
+waiting for a job that is not running here yet (spec 02 §8): shared by the dispatcher, the executors, the
+supervisor and the control channel.
+
+A leased row is Processing and ours from its lease's commit until its completion commits, whether a handler
+runs it yet or not: the supervisor beats every one of them. A row leased ahead (it waits for an executor) is
+named here from the moment its lease returns until :meth:`Executions.begin` moves it to the running ones, under
+one lock, so no heartbeat can miss it in between (:meth:`Executions.beats` reads both at once)."""
 
 from __future__ import annotations
 
@@ -24,21 +30,35 @@ class Execution:
 
 
 class Executions:
-    """Running executions by job id, plus remembered cancels (job id → (expiry, actor))."""
+    """Running executions by job id, rows leased and waiting for an executor, plus remembered cancels
+    (job id → (expiry, actor))."""
 
     def __init__(self, cancel_retention: float) -> None:
         self.cancel_retention = cancel_retention
         self._running: dict[str, Execution] = {}
+        self._waiting: dict[str, None] = {}  # leased, not taken by an executor yet (in lease order)
         self._pending_cancels: dict[str, tuple[float, str | None]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._running)
 
+    def wait(self, job_ids: Iterable[str]) -> None:
+        """Rows just leased (Processing and ours) that wait for an executor: beaten from now on."""
+        with self._lock:
+            self._waiting.update(dict.fromkeys(job_ids))
+
+    def unwait(self, job_id: str) -> None:
+        """A waiting row leaves without running (given back at shutdown): no longer ours to beat."""
+        with self._lock:
+            self._waiting.pop(job_id, None)
+
     def begin(self, job: HotJob, attempt: int, timeout: float) -> Execution:
-        """Register a job that starts now; a cancel that arrived before it started applies at once."""
+        """Register a job that starts now (no longer waiting); a cancel that arrived before it started applies at
+        once."""
         execution = Execution(job, CancellationToken(), attempt, time.monotonic() + timeout)
         with self._lock:
+            self._waiting.pop(job.id, None)
             self._running[job.id] = execution
             pending = self._pending_cancels.pop(job.id, None)
         if pending is not None and pending[0] > time.monotonic():
@@ -52,6 +72,11 @@ class Executions:
     def snapshot(self) -> list[Execution]:
         with self._lock:
             return list(self._running.values())
+
+    def beats(self) -> tuple[list[Execution], list[str]]:
+        """The running executions and the ids of the rows waiting for an executor, read at one moment."""
+        with self._lock:
+            return list(self._running.values()), list(self._waiting)
 
     def cancel_all(self, reason: CancellationReason) -> None:
         with self._lock:

@@ -49,7 +49,7 @@ class Executor:
     def __init__(self, cfg: Config, retry_policy: RetryPolicy, breakers: CircuitBreakers,
                  middleware: list[type], pipe_handler: Callable[..., Any] | None, executions: Executions,
                  stopping: threading.Event, complete: Callable[[Outcome], None],
-                 finish_slot: Callable[[], None]) -> None:
+                 finish_slot: Callable[[float | None], None]) -> None:
         self.cfg = cfg
         self.retry_policy = retry_policy  # replaced at run time by worker.set_retry_policy
         self.breakers = breakers
@@ -62,13 +62,21 @@ class Executor:
 
     def execute(self, item: Leased) -> None:
         job, attempt, permit = item
+        if self.stopping.is_set():  # leased, never started (it waited for an executor): no attempt spent
+            self.breakers.get(job.type).release(permit)
+            self.complete(Retry(job.id, attempt - 1, 0.0))  # beaten as awaiting its commit from now on
+            self.executions.unwait(job.id)
+            self.finish_slot(None)
+            return
+        started = time.perf_counter()
         try:
             drop_broken_connections()
             self._execute_one(job, attempt, permit)
         except Exception:
+            self.executions.unwait(job.id)  # in case it crashed before it began
             logger.exception("execution of %s crashed (1014)", job.id)
         finally:
-            self.finish_slot()
+            self.finish_slot(time.perf_counter() - started)
 
     def _execute_one(self, job: HotJob, attempt: int, permit: Permit) -> None:
         """Run one leased job (it is Processing and ours) and hand its outcome to the completer."""
@@ -125,16 +133,33 @@ class Executor:
 
 
 class ExecutorPool:
-    """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks."""
+    """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks. A job leased
+    ahead waits in the queue, Processing and ours: it is named in ``executions`` as waiting from its submission
+    until an executor begins it, so the supervisor beats it."""
 
-    def __init__(self, run: Callable[[Leased], None]) -> None:
+    def __init__(self, run: Callable[[Leased], None], executions: Executions) -> None:
         self.run = run
+        self.executions = executions
         self._work: queue.SimpleQueue[Leased | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def submit(self, item: Leased) -> None:
+        self.executions.wait([item[0].id])
         self._work.put(item)
+
+    def take_waiting(self) -> list[Leased]:
+        """Remove and return the jobs no executor has taken yet (at shutdown: they go back without running)."""
+        taken: list[Leased] = []
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                return taken
+            if item is None:  # a stop signal for an executor thread stays for it
+                self._work.put(None)
+                return taken
+            taken.append(item)
 
     def grow(self, capacity: int) -> None:
         """Start executor threads up to ``capacity`` (capacity may grow at run time)."""

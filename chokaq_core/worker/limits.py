@@ -9,20 +9,41 @@ from collections.abc import Sequence
 
 from chokaq_core.domain import HotJob
 
+AHEAD_WAIT = 0.02  # seconds: how long, by recent executions, a row leased ahead waits for an executor
+PACE_WEIGHT = 0.2  # the weight of the latest execution in the running mean of execution times
+
 
 class Limiter:
-    """Dynamic concurrency limiter (spec 03 §4) built on a Condition."""
+    """Dynamic concurrency limiter (spec 03 §4) built on a Condition: ``capacity`` handlers run at once.
 
-    def __init__(self, capacity: int, maximum: int) -> None:
+    Leasing ahead: while executions are short, up to ``ahead`` more rows may be leased than there are executors,
+    so that a freed executor finds its next job leased already instead of waiting on a lease round trip. ``ahead``
+    follows the running mean of execution times (:meth:`pace`): as many rows as the executors finish in
+    ``AHEAD_WAIT``, at most ``most_ahead``; none while executions are long or not measured yet."""
+
+    def __init__(self, capacity: int, maximum: int, most_ahead: int = 0) -> None:
         self.maximum = maximum
         self.capacity = max(1, min(capacity, maximum))
+        self.most_ahead = most_ahead
+        self.ahead = 0
         self.running = 0
+        self._mean: float | None = None
         self._closed = False
         self._cond = threading.Condition()
 
+    def pace(self, seconds: float) -> None:
+        """One execution took ``seconds``: how far ahead leases may run follows."""
+        with self._cond:
+            mean = seconds if self._mean is None else self._mean + PACE_WEIGHT * (seconds - self._mean)
+            self._mean = mean
+            ahead = min(self.most_ahead, int(self.capacity * AHEAD_WAIT / max(mean, 1e-6)))
+            if ahead > self.ahead:
+                self._cond.notify(ahead - self.ahead)
+            self.ahead = ahead
+
     def acquire(self, timeout: float | None = None) -> bool:
         with self._cond:
-            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity, timeout)
+            ok = self._cond.wait_for(lambda: self._closed or self.running < self.capacity + self.ahead, timeout)
             if not ok or self._closed:
                 return False
             self.running += 1

@@ -67,7 +67,7 @@ class Worker:
         self.worker_id = self.options.worker_id or new_worker_id()
         self.queues = self.options.queues or None
         self.batch_size = max(1, min(self.options.batch_size or wk.FETCH_BATCH_SIZE, wk.PREFETCH_CAPACITY))
-        self.limiter = Limiter(self.options.concurrency or wk.CONCURRENCY, wk.MAX_CONCURRENCY)
+        self.limiter = Limiter(self.options.concurrency or wk.CONCURRENCY, wk.MAX_CONCURRENCY, self.batch_size)
         self.buffer = PrefetchBuffer(wk.PREFETCH_CAPACITY)
         self.breakers = CircuitBreakers(
             _breaker_policy(cfg.breaker_settings()),
@@ -88,14 +88,14 @@ class Worker:
         self.executor = Executor(cfg, _retry_policy(cfg), self.breakers, load_middleware(list(cfg.MIDDLEWARE)),
                                  import_string(str(cfg.PIPE_HANDLER)) if cfg.MODE == "pipe" else None,
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
-        self.pool = ExecutorPool(self.executor.execute)
+        self.pool = ExecutorPool(self.executor.execute, self.executions)
         self.dispatcher = Dispatcher(self.worker_id, self.batch_size, cfg.RETRY.CIRCUIT_BREAKER_DELAY, self.buffer,
                                      self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit,
                                      self.completer.submit, self.rate_limits)
         self.fetcher.reserve, self.fetcher.start_claimed = self.dispatcher.reserve, self.dispatcher.start_claimed
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
-                                     self.completer.awaiting)
+                                     self.completer.awaiting, self.completer.taking)
         self.control = Control(self.worker_id, self.limiter, self.pool.grow, self.executor, self.executions,
                                self.registry.write)
         self.wake_source: storage.WakeSource | None = None
@@ -162,6 +162,8 @@ class Worker:
             fetcher.join(grace)
         self.buffer.close()
         self.dispatcher.release(self.buffer.drain())
+        for item in self.pool.take_waiting():  # leased ahead, never started: back at once, without their attempt
+            self.executor.execute(item)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and (self.in_flight or self.completer.pending()):
             time.sleep(0.02)
@@ -188,8 +190,8 @@ class Worker:
     def retry_policy(self) -> RetryPolicy:
         return self.executor.retry_policy
 
-    def _finish_slot(self) -> None:
-        self.dispatcher.finish_slot()
+    def _finish_slot(self, ran: float | None) -> None:
+        self.dispatcher.finish_slot(ran)
 
     def _burst_idle(self) -> bool:
         """Nothing buffered, running or waiting to be committed."""

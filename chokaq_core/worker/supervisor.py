@@ -1,9 +1,15 @@
 """The supervisor: keeps running jobs alive, enforces execution timeouts, applies operator cancel requests
 and keeps the worker registry row fresh (spec 02 §6–§8, 03 §7.2, §12); plus the rescue sweep.
 
-Keep-alive is one UPDATE per interval for every running job of the process. A job the UPDATE did not
-touch is no longer ours and stops beating; repeated failures cancel the running jobs
-(``CANCEL_ON_HEARTBEAT_FAILURE``) or only log that the heartbeat is degraded.
+Keep-alive is one UPDATE per interval for every row the process holds Processing: running, leased and waiting
+for an executor, or finished and waiting for its completion to commit. A running job the UPDATE did not touch is
+no longer ours and stops beating; repeated failures cancel the running jobs (``CANCEL_ON_HEARTBEAT_FAILURE``) or
+only log that the heartbeat is degraded.
+
+A heartbeat never names a row that a completion in progress has locked: it holds the completer's ``taking`` lock
+from reading what to beat until its UPDATE returns, so no batch is taken meanwhile. (The two statements lock rows
+in different orders: a heartbeat that met a completion deadlocked with it — a second lost for both — or waited as
+long as the completion waited on another worker's locks, while none of the process's rows was beaten.)
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from chokaq_core import maintenance, metrics, storage
 from chokaq_core.conf import Config
@@ -54,9 +61,13 @@ class Registry:
 
 class Supervisor:
     def __init__(self, worker_id: str, cfg: Config, executions: Executions, registry: Registry,
-                 stopped: threading.Event, awaiting: Callable[[], list[str]] = list) -> None:
+                 stopped: threading.Event, awaiting: Callable[[], list[str]] = list,
+                 taking: AbstractContextManager[object] | None = None) -> None:
+        """``awaiting``: the finished jobs whose completion is not committed yet (the completer's); ``taking``:
+        held while nothing named by ``awaiting`` can be taken into a completion (the completer's lock)."""
         self.worker_id = worker_id
-        self.awaiting = awaiting  # finished jobs whose completion is not committed yet (the completer's)
+        self.awaiting = awaiting
+        self.taking = taking if taking is not None else nullcontext()
         self.cfg = cfg
         self.executions = executions
         self.registry = registry
@@ -75,7 +86,7 @@ class Supervisor:
             self.enforce_timeouts(running, now)
             if now >= next_beat:
                 next_beat = now + self.beat_interval()
-                self.keep_alive([e for e in running if e.beating])
+                self.beat()
             if running and now >= next_cancel_poll:
                 next_cancel_poll = now + ex.CANCEL_POLL_INTERVAL
                 self.apply_cancel_requests()
@@ -89,13 +100,22 @@ class Supervisor:
                 logger.warning("job %s exceeded its execution timeout", execution.job.id)
                 execution.token.cancel(CancellationReason.TIMEOUT)
 
-    def keep_alive(self, beating: list[Execution]) -> None:
+    def beat(self) -> None:
+        """One heartbeat for every row the process holds Processing, read and sent while no completion can take
+        any of them."""
+        with self.taking:
+            running, waiting = self.executions.beats()
+            self.keep_alive([e for e in running if e.beating], waiting)
+
+    def keep_alive(self, beating: list[Execution], waiting: Sequence[str] = ()) -> None:
+        """One heartbeat for the running jobs still ours, the rows leased and ``waiting`` for an executor and the
+        finished jobs whose completion is not committed yet."""
         awaiting = self.awaiting()
-        if not beating and not awaiting:
+        if not beating and not waiting and not awaiting:
             return
         ex = self.cfg.EXECUTION
         try:
-            owned = set(storage.keep_alive([*(e.job.id for e in beating), *awaiting], self.worker_id))
+            owned = set(storage.keep_alive([*(e.job.id for e in beating), *waiting, *awaiting], self.worker_id))
         except Exception:
             self._failures += 1
             logger.warning("heartbeat failed (2006), %s in a row", self._failures, exc_info=True)

@@ -12,6 +12,7 @@ from chokaq_core import events
 from chokaq_core.domain import CancellationReason, HotJob, JobCancelledError, JobStatus
 from chokaq_core.handlers import CancellationToken, JobContext
 from chokaq_core.worker import Limiter, PrefetchBuffer
+from chokaq_core.worker.limits import AHEAD_WAIT
 
 
 def test_limiter_caps_and_resizes() -> None:
@@ -29,6 +30,26 @@ def test_limiter_caps_and_resizes() -> None:
     assert limiter.capacity == 1
     limiter.set_capacity(99)
     assert limiter.capacity == 5
+
+
+def test_limiter_leases_ahead_only_as_far_as_short_executions_allow() -> None:
+    """Nothing ahead before an execution was timed; then as many rows as the executors finish in AHEAD_WAIT, at
+    most ``most_ahead``; none once executions take longer than that."""
+    limiter = Limiter(2, maximum=5, most_ahead=6)
+    assert limiter.acquire(0) and limiter.acquire(0) and not limiter.acquire(0)
+    limiter.pace(AHEAD_WAIT / 2)  # two executors finish 4 rows in AHEAD_WAIT
+    assert limiter.ahead == 4
+    assert all(limiter.acquire(0) for _ in range(4)) and not limiter.acquire(0)
+    for _ in range(20):
+        limiter.pace(AHEAD_WAIT / 1000)
+    assert limiter.ahead == 6, "at most most_ahead"
+    for _ in range(20):
+        limiter.pace(AHEAD_WAIT * 5)
+    assert limiter.ahead == 0
+    for _ in range(4):
+        limiter.release()
+    assert limiter.running == 2 and not limiter.acquire(0), "the executors' own slots only"
+    assert Limiter(2, maximum=5).ahead == 0
 
 
 def test_limiter_release_without_acquire_is_loud() -> None:

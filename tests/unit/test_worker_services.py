@@ -32,13 +32,13 @@ from chokaq_core.domain import (
     parse_rate,
 )
 from chokaq_core.handlers import JobContext
-from chokaq_core.policy import BreakerPolicy, CircuitBreakers, RetryPolicy
+from chokaq_core.policy import BreakerPolicy, CircuitBreakers, Permit, RetryPolicy
 from chokaq_core.sql.wakeup import CommitMarkerProbe, FileWatch, Listen, Polling
 from chokaq_core.worker.completer import Completer, Outcome
 from chokaq_core.worker.control import Control
 from chokaq_core.worker.dispatcher import Dispatcher, Leased
 from chokaq_core.worker.executions import Executions
-from chokaq_core.worker.executor import Executor
+from chokaq_core.worker.executor import Executor, ExecutorPool
 from chokaq_core.worker.fetcher import Fetcher, RateLimits
 from chokaq_core.worker.limits import InFlight, Limiter, PrefetchBuffer
 from chokaq_core.worker.supervisor import Registry, Supervisor
@@ -417,7 +417,7 @@ def executor(outcomes: list[Outcome], finished: list[bool]) -> Executor:
     return Executor(cfg, RetryPolicy(max_attempts=3, base_delay=1, max_delay=10, multiplier=2, jitter=0,
                                      max_job_age=None),
                     CircuitBreakers(BreakerPolicy()), [], None, Executions(60), threading.Event(), outcomes.append,
-                    lambda: finished.append(True))
+                    lambda ran: finished.append(True))
 
 
 @pytest.mark.parametrize("how, name", [("system", "SystemExit"), ("interrupt", "KeyboardInterrupt")])
@@ -446,6 +446,118 @@ def test_a_handler_that_returns_succeeds_with_its_result() -> None:
     run.execute((job, 1, permit))
     [outcome] = outcomes
     assert isinstance(outcome, Success) and outcome.result is not None and "done" in outcome.result
+
+
+def test_a_job_leased_ahead_and_met_by_shutdown_goes_back_without_its_attempt() -> None:
+    """A job that waited for an executor and finds the worker stopping never started: rescheduled at once with the
+    attempts it had before its lease, its circuit permit given back, its slot freed."""
+    outcomes: list[Outcome] = []
+    finished: list[bool] = []
+    run = executor(outcomes, finished)
+    job = HotJob("j1", "q", "unit.exit.v1", '{"how": "return"}', None, None, 10, JobStatus.PROCESSING, 3, "w",
+                 None, None, datetime.now(UTC), None, datetime.now(UTC), None, None)
+    breaker = run.breakers.get(job.type)
+    permit = breaker.acquire()
+    assert permit is not None
+    run.stopping.set()
+    run.execute((job, 3, permit))
+    assert outcomes == [Retry("j1", 2, 0.0)] and finished == [True]
+    assert len(run.executions) == 0 and breaker.snapshot()["failureCount"] == 0
+
+
+def test_jobs_waiting_for_an_executor_are_named_for_the_heartbeats() -> None:
+    """Leased ahead, a job waits in the executors' queue Processing and ours: ``Executions`` names it as waiting
+    (the supervisor beats it) until an executor begins it, in the same step that makes it running."""
+    started, release = threading.Event(), threading.Event()
+    executions = Executions(60)
+
+    def run(item: Leased) -> None:
+        executions.begin(item[0], item[1], 30)
+        started.set()
+        release.wait(5)
+        executions.end(item[0].id)
+
+    pool = ExecutorPool(run, executions)
+    pool.submit((hot(1), 1, Permit("t", 0, False)))
+    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    assert executions.beats() == ([], ["j1", "j2"])
+    pool.grow(1)
+    assert started.wait(5)
+    running, waiting = executions.beats()
+    assert [e.job.id for e in running] == ["j1"] and waiting == ["j2"]
+    release.set()
+    pool.close(5)
+    assert executions.beats() == ([], [])
+
+
+def test_shutdown_takes_the_jobs_no_executor_has_taken() -> None:
+    """At shutdown the jobs still waiting for an executor are taken out of its queue at once (to go back without
+    their attempt), not after the running handlers end; the executors' stop signals stay in the queue."""
+    executions = Executions(60)
+    ran: list[str] = []
+    pool = ExecutorPool(lambda item: ran.append(item[0].id), executions)
+    pool.submit((hot(1), 1, Permit("t", 0, False)))
+    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    assert [item[0].id for item in pool.take_waiting()] == ["j1", "j2"]
+    assert pool.take_waiting() == []
+    pool.grow(1)
+    pool.close(5)
+    assert ran == []
+
+
+def test_a_heartbeat_never_names_a_row_a_completion_has_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat reads what to beat and sends its UPDATE while the completer cannot take a batch: the completion
+    of a job that finished meanwhile waits for the heartbeat (their statements lock rows in different orders, so a
+    heartbeat naming rows a completion had locked deadlocked with it, and hung while it waited)."""
+    executions = Executions(60)
+    completer = Completer("w", batch_size=10, flush_interval=0, stopped=threading.Event())
+    supervisor = Supervisor("w", supervision(), executions, Registry("w", lambda: None), threading.Event(),  # type: ignore[arg-type]
+                            completer.awaiting, completer.taking)
+    running = executions.begin(hot(1), 1, 30)
+    events: list[str] = []
+    flusher: list[threading.Thread] = []
+
+    def keep_alive(ids: list[str], worker_id: str) -> list[str]:
+        events.append(f"beat {sorted(ids)}")
+        executions.end(running.job.id)  # the job finishes while its heartbeat is on the wire
+        completer.submit(Success(running.job.id, 1.0))
+        flusher.append(threading.Thread(target=completer.flush))
+        flusher[0].start()
+        flusher[0].join(0.3)  # the completer cannot take the batch yet
+        events.append("beat returns")
+        return list(ids)
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        events.append(f"commit {[o.job_id for o in successes]}")
+        return completion([o.job_id for o in successes], [], [])
+
+    monkeypatch.setattr(storage, "keep_alive", keep_alive)
+    monkeypatch.setattr(storage, "complete", complete)
+    supervisor.beat()
+    flusher[0].join(5)
+    assert events == ["beat ['j1']", "beat returns", "commit ['j1']"]
+
+
+def test_a_batch_waiting_to_retry_its_commit_is_beaten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose commit failed holds no lock while it waits to try again: its rows are beaten meanwhile."""
+    completer = Completer("w", batch_size=10, flush_interval=0, stopped=threading.Event())
+    seen: list[list[str]] = []
+    calls = iter([ConnectionError("away"), None])
+
+    def complete(worker_id: str, successes: Any, retries: Any, failures: Any) -> storage.Completion:
+        if (error := next(calls)) is not None:
+            raise error
+        return completion([o.job_id for o in successes], [], [])
+
+    def sleep(seconds: float) -> None:
+        seen.append(completer.awaiting())
+
+    monkeypatch.setattr(storage, "complete", complete)
+    monkeypatch.setattr("chokaq_core.worker.completer.time.sleep", sleep)
+    completer.submit(Success("a", 1.0))
+    completer.submit(Success("b", 1.0))
+    completer.flush()
+    assert seen == [["a", "b"]] and completer.awaiting() == []
 
 
 # ---------------------------------------------------------------- supervisor, registry, control

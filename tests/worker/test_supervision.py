@@ -94,6 +94,66 @@ def test_heartbeat_keeps_a_long_job_out_of_the_zombie_sweep(
     assert jobs.EXECUTIONS[job_id] == [1]
 
 
+def _leasing_ahead(start_worker: Any, state: Any, gate: Any, waiting: int) -> tuple[Any, str, list[str]]:
+    """A one-executor worker leasing ahead (its limiter paced as after very short executions), its executor held
+    by a gated job, and ``waiting`` jobs leased behind it: (worker, the gated job, the waiting jobs)."""
+    gate("ahead")
+    blocker = enqueue("test.gate.v1", {"name": "ahead"})
+    worker = start_worker(concurrency=1)
+    worker.limiter.pace(1e-5)  # executions this short: lease a whole batch ahead of the one executor
+    assert worker.limiter.ahead == worker.batch_size
+    state.wait_started(blocker)
+    behind = [enqueue("test.ok.v1", {"n": n}) for n in range(waiting)]
+    for job_id in behind:
+        state.wait_status(job_id, JobStatus.PROCESSING, attempt_count=1, worker_id=worker.worker_id)
+    return worker, blocker, behind
+
+
+def test_jobs_leased_ahead_wait_for_an_executor_past_the_zombie_timeout_and_are_never_swept(
+    start_worker: Any, state: Any, fast: Any, gate: Any
+) -> None:
+    """Rows leased ahead wait, Processing and ours, for the one executor a gated job holds for three zombie
+    timeouts, the sweep running every 0.2 s: the heartbeat keeps every one alive, none reaches the DLQ, and each
+    runs once when the executor frees."""
+    fast(RECOVERY={"PROCESSING_ZOMBIE_TIMEOUT": 1.0, "SCAN_INTERVAL": 0.2})
+    worker, blocker, behind = _leasing_ahead(start_worker, state, gate, waiting=5)
+    leased = {job_id: state.hot(job_id).heartbeat_at for job_id in behind}
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        for job_id in behind:
+            row = state.hot(job_id)
+            assert row is not None and row.status == JobStatus.PROCESSING, f"{job_id} left Hot while it waited"
+            assert row.worker_id == worker.worker_id and row.attempt_count == 1
+        assert not any(jobs.EXECUTIONS.get(job_id) for job_id in behind), "the executor is held"
+        time.sleep(0.05)
+    for job_id in behind:
+        assert state.hot(job_id).heartbeat_at - leased[job_id] >= timedelta(seconds=2), f"{job_id} not beaten"
+        assert state.dead(job_id) is None
+
+    jobs.GATES["ahead"].set()
+    for job_id in [blocker, *behind]:
+        assert state.wait_archived(job_id).attempt_count == 1
+        assert jobs.EXECUTIONS[job_id] == [1]
+    assert state.counters() == (6, 0, 0)
+
+
+def test_shutdown_gives_jobs_leased_ahead_back_without_their_attempt(
+    start_worker: Any, state: Any, fast: Any, gate: Any
+) -> None:
+    """Shutdown meets rows leased ahead and waiting for an executor: they go back to Pending at once with the
+    attempt count they had before their lease (no handler ran), while the running job is cancelled by the
+    shutdown and rescheduled."""
+    worker, blocker, behind = _leasing_ahead(start_worker, state, gate, waiting=3)
+    start_worker.stop(worker)
+    for job_id in behind:
+        row = state.hot(job_id)
+        assert row is not None and (row.status, row.attempt_count, row.worker_id) == (JobStatus.PENDING, 0, None)
+        assert not jobs.EXECUTIONS.get(job_id)
+    row = state.hot(blocker)
+    assert row is not None and row.status == JobStatus.PENDING and row.attempt_count == 1
+    assert jobs.EXECUTIONS[blocker] == [1]
+
+
 def test_heartbeat_failures_cancel_the_job_when_configured(
     start_worker: Any, state: Any, fast: Any, gate: Any, monkeypatch: Any
 ) -> None:
