@@ -642,7 +642,7 @@ SHARED_STATEMENTS = {
 # The dialect functions (spec 01 §1.4's names), by concern: what storage calls; the other public methods of
 # ``BaseDialect`` are the hooks and builders the vendors share.
 DIALECT_FUNCTIONS: tuple[str, ...] = (
-    "enqueue", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
+    "enqueue", "enqueue_alone", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
     "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
     "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
@@ -1563,6 +1563,12 @@ class BaseDialect:
         rows: (ids inserted, {idempotency key: id holding it}). ``retry``: a lost race may be left to the next
         pass."""
         raise NotImplementedError
+
+    def enqueue_alone(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str] | None:
+        """Where ``ENQUEUE_IN_ONE_STATEMENT``: ``enqueue`` of jobs without idempotency keys as one statement that
+        commits itself, or None, having written nothing, when it cannot be one (SQLite: a queue whose Queues and
+        StatsSummary rows do not exist yet; the caller then runs ``enqueue`` in a transaction)."""
+        return self.enqueue(cursor, jobs)
 
     def key_holders(self, cursor: Cursor, jobs: Sequence[NewJob], inserted: set[str]) -> dict[str, str]:
         """{idempotency key: Hot id holding it} for the keys of the jobs not inserted."""
