@@ -642,7 +642,7 @@ SHARED_STATEMENTS = {
 # The dialect functions (spec 01 §1.4's names), by concern: what storage calls; the other public methods of
 # ``BaseDialect`` are the hooks and builders the vendors share.
 DIALECT_FUNCTIONS: tuple[str, ...] = (
-    "enqueue", "enqueue_alone", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
+    "enqueue", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
     "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
     "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
