@@ -1147,7 +1147,8 @@ def count_dlq_older_than(cutoff: datetime, limit: int) -> int:
 
 def wake_source() -> WakeSource:
     """How an idle worker learns of new jobs: LISTEN where the dialect has a notify channel (PostgreSQL), the
-    commit marker where it has one (SQLite's ``data_version``), else polling (SQL Server, memory mode)."""
+    commit marker where it has one (SQLite's ``data_version``; woken by writes to the database's files where they
+    can be watched), else polling (SQL Server, memory mode)."""
     if memory_mode():
         return wakeup.Polling()
     channel = dialect().NOTIFY_CHANNEL
@@ -1158,4 +1159,7 @@ def wake_source() -> WakeSource:
     except Exception:
         logger.debug("commit marker unavailable", exc_info=True)
         marker = None
-    return wakeup.CommitMarkerProbe(change_marker) if marker is not None else wakeup.Polling()
+    if marker is None:
+        return wakeup.Polling()
+    path = dialect().change_file(str(connections[alias()].settings_dict.get("NAME") or ""))
+    return wakeup.CommitMarkerProbe(change_marker, watch=wakeup.FileWatch.open(path) if path else None)

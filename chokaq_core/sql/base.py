@@ -1468,6 +1468,11 @@ class BaseDialect:
         the vendor has a push channel (PostgreSQL's LISTEN/NOTIFY) or no such marker; no statement then."""
         return None
 
+    def change_file(self, database: str) -> str | None:
+        """The file whose writes come with the commits ``change_marker`` follows (SQLite's database file, of the
+        connection setting ``NAME`` = ``database``), for a watch on it; None where there is none (a server)."""
+        return None
+
     def tidy_hot_table(self, cursor: Cursor, min_dead_rows: int) -> bool:
         """Keep the Hot table's plans and size healthy under queue churn: when its dead row versions exceed
         ``min_dead_rows`` + 20 % of its live rows (autovacuum's formula with a larger base), vacuum and

@@ -158,6 +158,11 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         """Changes whenever another connection commits; read without a lock (the WAL index)."""
         return int(self._one(cursor, "PRAGMA data_version")[0])
 
+    def change_file(self, database: str) -> str | None:
+        """The database file itself; None for an in-memory database."""
+        memory = not database or database == ":memory:" or "mode=memory" in database
+        return None if memory else database.removeprefix("file:").partition("?")[0]
+
     def insert_jobs(self, cursor: Cursor, jobs: Sequence[NewJob], retry: bool) -> tuple[set[str], dict[str, str]]:
         """One insert of the batch as JSON items (taken keys skipped), then the queues' rows."""
         stamp = _ts(datetime.now(UTC))

@@ -33,7 +33,7 @@ from chokaq_core.domain import (
 )
 from chokaq_core.handlers import JobContext
 from chokaq_core.policy import BreakerPolicy, CircuitBreakers, RetryPolicy
-from chokaq_core.sql.wakeup import CommitMarkerProbe, Listen, Polling
+from chokaq_core.sql.wakeup import CommitMarkerProbe, FileWatch, Listen, Polling
 from chokaq_core.worker.completer import Completer, Outcome
 from chokaq_core.worker.control import Control
 from chokaq_core.worker.dispatcher import Dispatcher, Leased
@@ -580,6 +580,71 @@ def test_closing_a_commit_marker_probe_from_another_thread_ends_its_wait() -> No
     probe.close()
     waiter.join(5)
     assert not waiter.is_alive() and result == [False]
+
+
+def watched_database(tmp_path: Any) -> tuple[str, Callable[[], None], Callable[[], int | None]]:
+    """A WAL database file, a commit on a connection of its own, and the data_version of another connection."""
+    import sqlite3
+
+    path = str(tmp_path / "db.sqlite3")
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (x)")
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    return (path, lambda: writer.execute("INSERT INTO t VALUES (1)") and None,
+            lambda: int(reader.execute("PRAGMA data_version").fetchone()[0]))
+
+
+def test_a_write_to_the_database_files_wakes_a_watched_probe_long_before_its_next_read(tmp_path: Any) -> None:
+    path, commit, read = watched_database(tmp_path)
+    watch = FileWatch.open(path)
+    assert watch is not None  # Linux: inotify is there
+    probe = CommitMarkerProbe(read, interval=3600, idle_interval=3600, watch=watch)
+    assert probe.wait(0) is False
+    timer = threading.Timer(0.1, commit)
+    timer.start()
+    started = time.monotonic()
+    assert probe.wait(30) is True  # without the watch: the next read is an hour away, the wait ends False
+    assert time.monotonic() - started < 10
+    timer.join()
+    probe.close()
+
+
+def test_a_file_watch_ignores_writes_to_other_files_of_the_directory(tmp_path: Any) -> None:
+    path, commit, _ = watched_database(tmp_path)
+    watch = FileWatch.open(path)
+    assert watch is not None
+    assert watch.written() is False
+    (tmp_path / "other.log").write_text("x")
+    assert watch.written() is False
+    commit()
+    assert watch.written() is True
+    assert watch.written() is False  # taken
+    watch.close()
+
+
+def test_closing_a_watched_probe_from_another_thread_ends_its_wait(tmp_path: Any) -> None:
+    path, _, read = watched_database(tmp_path)
+    probe = CommitMarkerProbe(read, idle_interval=3600, watch=FileWatch.open(path))
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(probe.wait(3600)))
+    waiter.start()
+    time.sleep(0.05)
+    probe.close()
+    waiter.join(5)
+    assert not waiter.is_alive() and result == [False]
+    assert probe.wait(3600) is False
+
+
+def test_the_sqlite_dialect_names_its_database_file_for_a_watch_and_none_in_memory() -> None:
+    from chokaq_core.sql.postgresql import DIALECT as POSTGRESQL
+    from chokaq_core.sql.sqlite import DIALECT as SQLITE
+
+    assert SQLITE.change_file("/var/db.sqlite3") == "/var/db.sqlite3"
+    assert SQLITE.change_file("file:/var/db.sqlite3?mode=rw") == "/var/db.sqlite3"
+    assert SQLITE.change_file(":memory:") is None
+    assert SQLITE.change_file("file:x?mode=memory&cache=shared") is None
+    assert POSTGRESQL.change_file("chokaq") is None
 
 
 def test_listen_closed_while_waiting_ends_the_wait_and_leaves_its_connection_to_the_waiting_thread(
