@@ -341,7 +341,13 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
     # it still takes its savepoint: a failure must not poison the caller's transaction
     alone = (sql.ENQUEUE_IN_ONE_STATEMENT and not in_transaction
              and not 0 < sql.ENQUEUE_COPY_FROM <= len(jobs) and all(job.idempotency_key is None for job in jobs))
-    stored = run(lambda cursor: sql.enqueue(cursor, jobs), using=db, atomic=not alone, prepared=True)
+    # (SQLite's one statement needs the batch's queue rows to exist: without them it writes nothing, and the
+    # transaction that creates them follows)
+    alone_stored: list[str] | None = None
+    if alone:
+        alone_stored = run(lambda cursor: sql.enqueue_alone(cursor, jobs), using=db, atomic=False, prepared=True)
+    stored = alone_stored if alone_stored is not None else run(lambda cursor: sql.enqueue(cursor, jobs), using=db,
+                                                                prepared=True)
     fresh = [job for job, job_id in zip(jobs, stored, strict=True) if job.id == job_id]
     if fresh:
         if in_transaction or not connection.get_autocommit():

@@ -1569,6 +1569,12 @@ class BaseDialect:
         pass."""
         raise NotImplementedError
 
+    def enqueue_alone(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str] | None:
+        """Where ``ENQUEUE_IN_ONE_STATEMENT``: ``enqueue`` of jobs without idempotency keys as one statement that
+        commits itself, or None, having written nothing, when it cannot be one (SQLite: a queue whose Queues and
+        StatsSummary rows do not exist yet; the caller then runs ``enqueue`` in a transaction)."""
+        return self.enqueue(cursor, jobs)
+
     def key_holders(self, cursor: Cursor, jobs: Sequence[NewJob], inserted: set[str]) -> dict[str, str]:
         """{idempotency key: Hot id holding it} for the keys of the jobs not inserted."""
         keys = sorted({j.idempotency_key for j in jobs if j.id not in inserted and j.idempotency_key is not None})

@@ -69,6 +69,12 @@ ENQUEUE_SQL = (
     " RETURNING id"
 )
 
+# The same insert as one self-committing statement, only when every queue of the batch has its Queues and
+# StatsSummary rows already (params: stamp, stamp, items, queues, queues, their count twice); else it inserts nothing.
+_KNOWN = "(SELECT count(*) FROM {table} WHERE {column} IN (SELECT value FROM json_each(%s)))"
+ENQUEUE_KNOWN_SQL = ENQUEUE_SQL.replace(
+    "WHERE true", f"WHERE {_KNOWN.format(table=QUEUES, column='name')} = %s"
+                  f" AND {_KNOWN.format(table=STATS, column='queue')} = %s", 1)
 
 # ---------------------------------------------------------------- the claim
 
@@ -111,6 +117,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
               "int": "%s", "ago": "%s", "trimmed": TRIMMED.format(trim="trim", chr="char"), "lazy": "",
               "rowlock": "", "differs": "new_payload IS NOT payload"}
 
+    ENQUEUE_IN_ONE_STATEMENT = True  # once a queue has its rows (enqueue_alone)
     SPENDS_ALONE = True  # a planned lease's bucket swaps and the lease commit one by one (see lease_spending)
 
     def clock(self, at: datetime | None = None) -> list[Any]:
@@ -168,6 +175,18 @@ class SQLiteDialect(BaseDialect, statements=globals()):
         cursor.execute(f"INSERT INTO {STATS} (queue, last_activity_at) SELECT value, %s FROM json_each(%s) WHERE true"
                        " ON CONFLICT (queue) DO NOTHING", [stamp, queues])
         return inserted, self.key_holders(cursor, jobs, inserted)
+
+    def enqueue_alone(self, cursor: Cursor, jobs: Sequence[NewJob]) -> list[str] | None:
+        """One INSERT that commits itself (no BEGIN IMMEDIATE, no queue upserts, no COMMIT) once the batch's
+        queues have their rows; None, having inserted nothing, while one does not (the first job of a queue)."""
+        stamp = _ts(datetime.now(UTC))
+        names = sorted({job.queue for job in jobs})
+        queues = json.dumps(names)
+        cursor.execute(ENQUEUE_KNOWN_SQL, [stamp, stamp, json.dumps([job_item(j, **self.delay_fields(j.delay_seconds))
+                                                                     for j in jobs]),
+                                           queues, len(names), queues, len(names)])
+        inserted = {str(row[0]) for row in cursor.fetchall()}
+        return [job.id for job in jobs] if inserted else None
 
     def claim(self, cursor: Cursor, worker_id: str, limit: int, queues: list[str] | None,
               hold: ClaimHold | None = None) -> list[Any]:

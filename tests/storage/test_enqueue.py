@@ -125,6 +125,31 @@ def test_enqueue_into_an_existing_queue_keeps_its_controls_and_counters() -> Non
     assert Queues.objects.filter(name="kept").count() == 1
 
 
+def test_enqueue_brings_back_the_queue_rows_of_a_known_queue_that_lost_them() -> None:
+    """A queue enqueued to before whose Queues/StatsSummary rows are gone gets them again (an enqueue that skips
+    the queue upserts once they exist must notice that they no longer do)."""
+    pending("lost-rows")
+    Queues.objects.filter(name="lost-rows").delete()
+    StatsSummary.objects.filter(queue="lost-rows").delete()
+
+    job = pending("lost-rows")[0]
+
+    assert hot(job) is not None
+    assert Queues.objects.filter(name="lost-rows").count() == 1
+    assert counters("lost-rows") == (0, 0, 0)
+
+
+def test_a_batch_over_a_known_and_a_new_queue_stores_every_job_and_both_queues() -> None:
+    pending("known-q")
+    jobs = [new_job("known-q"), new_job("new-q"), new_job("known-q")]
+
+    assert storage.enqueue(jobs) == [j.id for j in jobs]
+
+    assert all(hot(j.id) is not None for j in jobs)
+    assert Queues.objects.filter(name__in=["known-q", "new-q"]).count() == 2
+    assert counters("new-q") == (0, 0, 0)
+
+
 def test_enqueue_returns_ids_in_input_order() -> None:
     jobs = [new_job("order") for _ in range(5)]
     assert storage.enqueue(list(reversed(jobs))) == [j.id for j in reversed(jobs)]
