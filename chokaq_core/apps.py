@@ -11,9 +11,12 @@ class ChokaQCoreConfig(AppConfig):
 
     def ready(self) -> None:
         # backend: makes django.task: type keys resolvable (handlers.resolve_prefix)
-        from chokaq_core import backend, checks, conf, handlers, logs  # noqa: F401
+        from chokaq_core import backend, checks, conf, handlers, heap, logs  # noqa: F401
 
         logs.install()
         checks.register()
         conf.validate()
         handlers.autodiscover()
+        # Loading the engine compiled its modules (where no .pyc is kept): give that transient heap back now,
+        # not whenever the process's own start-up ends (a worker's threads, a web server's first request).
+        heap.release_free_heap()

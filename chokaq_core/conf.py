@@ -14,7 +14,6 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
-from croniter import croniter
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -430,6 +429,8 @@ def schedule_entry_errors(name: Any, entry: Any) -> list[str]:
     if not isinstance(cron, str) or not cron.strip():
         problems.append("CRON must be a cron expression")
     else:
+        from croniter import croniter  # the schedules feature's parser: a project without schedules never loads it
+
         if not croniter.is_valid(cron):
             problems.append(f"CRON {cron!r} is not a valid cron expression")
     job_type = entry.get("TYPE")

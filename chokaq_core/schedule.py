@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from croniter import croniter
-
 from chokaq_core import storage
 from chokaq_core.api import EnqueueOptions, build
 from chokaq_core.conf import Config, config
@@ -58,11 +56,15 @@ class Entry:
     def due_tick(self, now: datetime) -> datetime:
         """The latest tick at or before ``now`` (UTC)."""
         local = now.astimezone(zoneinfo.ZoneInfo(self.timezone)) + timedelta(microseconds=1)
+        from croniter import croniter
+
         return croniter(self.cron, local).get_prev(datetime).astimezone(UTC)  # type: ignore[no-any-return]
 
     def next_tick(self, now: datetime) -> datetime:
         """The first tick after ``now`` (UTC)."""
         local = now.astimezone(zoneinfo.ZoneInfo(self.timezone))
+        from croniter import croniter
+
         return croniter(self.cron, local).get_next(datetime).astimezone(UTC)  # type: ignore[no-any-return]
 
 

@@ -124,10 +124,11 @@ def test_the_cycle_check_finds_cycles_through_function_local_imports() -> None:
     assert imported_modules(source, "pkg.handlers", known) == {"pkg.api", "pkg.domain", "pkg"}
 
 
-# Function-local imports are kept only for optional dependencies (imported where a feature needs them) and
-# for Django's app-loading order (``ready()``, and the package's lazy public names so that importing
-# ``chokaq_core`` from settings stays cheap).
-OPTIONAL_DEPENDENCIES = ("psycopg", "redis", "opentelemetry")
+# Function-local imports are kept only for optional dependencies and a feature's own parser (imported where the
+# feature needs them: croniter and dateutil, ~0.5 MiB, only in a process whose project has schedules) and for
+# Django's app-loading order (``ready()``, and the package's lazy public names so that importing ``chokaq_core``
+# from settings stays cheap).
+OPTIONAL_DEPENDENCIES = ("psycopg", "redis", "opentelemetry", "croniter")
 APP_LOADING = {("chokaq_core/apps.py", "ready"), ("chokaq_core/__init__.py", "__getattr__")}
 
 

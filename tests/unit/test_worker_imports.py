@@ -34,7 +34,9 @@ def worker_modules(database_url: str) -> set[str]:
 def test_a_postgresql_worker_loads_neither_the_in_memory_store_nor_the_decks_websocket_side() -> None:
     modules = worker_modules("postgres://postgres@127.0.0.1:5432/unused")  # setup does not connect
     unneeded = {"chokaq_core.sql.memory", "chokaq_core.sql.sqlite", "django.db.backends.sqlite3.base",
-                "deck.consumers", "channels.generic.websocket", "chokaq_core.service"}
+                "deck.consumers", "channels.generic.websocket", "chokaq_core.service",
+                "croniter", "dateutil",  # the schedules' parser: the demo project has no schedules
+                "daphne", "twisted"}  # the web server's
     assert not unneeded & modules, sorted(unneeded & modules)
     assert {"chokaq_core.storage", "chokaq_core.worker", "deck.apps"} <= modules
 
@@ -46,10 +48,23 @@ def test_a_sqlite_worker_loads_the_sqlite_dialect_when_it_needs_it_but_not_the_i
 
 
 def test_the_worker_caps_malloc_arenas_unless_the_environment_already_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chokaq_core.management.commands import chokaq_worker
+    from chokaq_core import heap
 
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
-    assert chokaq_worker.limit_malloc_arenas() is False, "the operator's MALLOC_ARENA_MAX wins"
+    assert heap.limit_malloc_arenas() is False, "the operator's MALLOC_ARENA_MAX wins"
     monkeypatch.delenv("MALLOC_ARENA_MAX")
-    assert chokaq_worker.limit_malloc_arenas(8) is True  # glibc (this machine): mallopt accepted the cap
-    assert chokaq_worker.limit_malloc_arenas() is True
+    assert heap.limit_malloc_arenas(8) is True  # glibc (this machine): mallopt accepted the cap
+    assert heap.limit_malloc_arenas() is True
+
+
+def test_the_worker_command_gives_the_freed_heap_back_before_its_checks_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.core.management.base import BaseCommand
+
+    from chokaq_core.management.commands import chokaq_worker
+
+    calls: list[str] = []
+    monkeypatch.setattr(chokaq_worker, "release_free_heap", lambda: calls.append("release") or True)
+    monkeypatch.setattr(BaseCommand, "execute", lambda self, *args, **options: calls.append("checks and handle"))
+    chokaq_worker.Command().execute()
+    assert calls == ["release", "checks and handle"]
+

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -14,35 +13,12 @@ from typing import Any
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chokaq_core import health, prometheus
+from chokaq_core import health, prometheus, storage
 from chokaq_core.checks import ENGINE_TAG
+from chokaq_core.heap import limit_malloc_arenas, release_free_heap
 from chokaq_core.worker import Worker, WorkerOptions
 
 METRICS_PORT_OFFSET = "CHOKAQ_METRICS_PORT_OFFSET"  # set by --processes for each child
-# glibc gives every thread that allocates its own malloc arena (a worker runs ~18 threads: ≈ 3 MiB of PSS in
-# arenas); the GIL already serializes nearly every allocation, so one arena costs no contention. An explicit
-# MALLOC_ARENA_MAX in the environment wins (glibc read it at start-up).
-MALLOC_ARENAS = 1
-_M_ARENA_MAX = -8  # mallopt's parameter number (glibc malloc.h)
-
-
-def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas for this process before its threads start; False where there is no glibc."""
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        return bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to cap
-        return False
-
-
-def release_free_heap() -> bool:
-    """Give the heap that start-up freed (imports, system checks, the schema check) back to the system, once,
-    before the worker's threads start; False where there is no glibc."""
-    try:
-        return bool(ctypes.CDLL(None).malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc: its allocator keeps its own counsel
-        return False
 
 
 class Command(BaseCommand):
@@ -62,6 +38,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-rescue", action="store_true", help="do not run the zombie/abandoned sweep here")
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="serve Prometheus metrics on this port (with --processes P: ports N..N+P-1)")
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """Give back, before the checks run, the heap that loading the project freed (the compile of modules):
+        otherwise the process keeps that high-water mark until ``handle`` trims."""
+        release_free_heap()
+        return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         processes = options["processes"]
@@ -87,6 +69,7 @@ class Command(BaseCommand):
         self.stdout.write(worker.banner())
         self.stdout.flush()
         self._install_signals(worker)
+        storage.dialect()  # the vendor's dialect module, compiled where no .pyc is kept: before the heap is trimmed
         release_free_heap()
         sys.exit(worker.run())
 
