@@ -35,6 +35,11 @@ COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The Pending rows with a schedule: the only ones that can wait (a row without scheduled_at is due), so the
+# indexes of waiting rows hold them alone and a job enqueued to run now enters two Hot indexes fewer.
+SCHEDULED_PENDING = Q(status=0, scheduled_at__isnull=False)
+
+
 class JobIdField(models.CharField):
     """A job id: ``varchar`` on every vendor, without the ``varchar_pattern_ops`` twin index Django gives a varchar
     primary key on PostgreSQL. Ids are matched by equality, by range (keyset pages) and by the search's
@@ -108,9 +113,10 @@ class JobsHot(JobModel):
                 name="hot_fetch_pending",
             ),
             models.Index(fields=["queue", "status"], name="hot_queue_stats"),
-            models.Index(
-                fields=["queue", "scheduled_at", "created_at"], condition=Q(status=0), name="hot_pending_lag"
-            ),
+            # scheduled Pending rows only (delayed, retrying, held): a row due at once enters neither this index
+            # nor hot_pending_split, only the claim's (SCHEDULED_PENDING)
+            models.Index(fields=["queue", "scheduled_at", "created_at"], condition=SCHEDULED_PENDING,
+                         name="hot_pending_lag"),
             models.Index(
                 fields=["status", "-created_at"],
                 name="hot_status_created",
@@ -129,7 +135,7 @@ class JobsHot(JobModel):
             models.Index(fields=["worker_id"], condition=Q(status=2, cancel_requested_by__isnull=False),
                          name="hot_cancel_requests"),
             # status leads so SQLite sees the Pending split's count as covered (its WHERE names status)
-            models.Index(fields=["status", "scheduled_at", "last_error_at", "held_by"], condition=Q(status=0),
+            models.Index(fields=["status", "scheduled_at", "last_error_at", "held_by"], condition=SCHEDULED_PENDING,
                          name="hot_pending_split"),
         ]
 

@@ -213,9 +213,9 @@ def queue_state(r: Sequence[Any]) -> QueueState:
 
 def summary(r: Sequence[Any]) -> SummaryStats:
     """A row of ``summary_stats_sql``: the counters, the purged count, then the Pending split (ready, scheduled,
-    retrying, held)."""
+    retrying, held; ready never below 0, where dirty reads saw the two counts at different moments)."""
     return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]), int(r[7]),
-                        *(int(v or 0) for v in r[8:SUMMARY_WIDTH]))
+                        max(int(r[8] or 0), 0), *(int(v or 0) for v in r[9:SUMMARY_WIDTH]))
 
 
 def queue_stats_row(r: Sequence[Any]) -> QueueStats:
@@ -272,18 +272,19 @@ ERROR_GROUP_WIDTH = 6  # columns of a top-errors row (``error_group``)
 
 
 def pending_split_sql(later: str, source: str = HOT) -> str:
-    """The Pending split (ready, scheduled, retrying, held) as one row: a count over the partial Pending index
-    ``hot_pending_split``, which carries every column read (index-only where the visibility map allows).
-    ``later`` is the vendor's predicate "scheduled_at is after now" (NULL, never scheduled, is due); a job not
-    due is held when an open circuit deferred it, else retrying when an execution failed, else scheduled."""
+    """The waiting part of the Pending split (waiting, then scheduled, retrying, held) as one row: a count over the
+    partial index ``hot_pending_split`` of the scheduled Pending rows, which carries every column read (index-only
+    where the visibility map allows). A row without a schedule is due, so the ready count is the Pending count
+    minus ``waiting`` (``summary_stats_sql``). ``later`` is the vendor's predicate "scheduled_at is after now"; a
+    job not due is held when an open circuit deferred it, else retrying when an execution failed, else scheduled."""
     waits = "CASE WHEN p.later = 1 AND p.held_by IS NULL AND p.last_error_at IS {}NULL THEN 1 ELSE 0 END"
     return (
-        "SELECT coalesce(sum(1 - p.later), 0) AS ready,"
+        "SELECT coalesce(sum(p.later), 0) AS waiting,"
         f" coalesce(sum({waits.format('')}), 0) AS scheduled,"
         f" coalesce(sum({waits.format('NOT ')}), 0) AS retrying,"
         " coalesce(sum(CASE WHEN p.later = 1 AND p.held_by IS NOT NULL THEN 1 ELSE 0 END), 0) AS held"
         f" FROM (SELECT CASE WHEN {later} THEN 1 ELSE 0 END AS later, held_by, last_error_at"
-        f" FROM {source} WHERE status = 0) AS p"
+        f" FROM {source} WHERE status = 0 AND scheduled_at IS NOT NULL) AS p"
     )
 
 
@@ -294,7 +295,7 @@ def summary_stats_sql(later: str, dirty: str = "") -> str:
     return f"""
 SELECT coalesce(h.pending, 0), coalesce(h.fetched, 0), coalesce(h.processing, 0), totals.succeeded, totals.failed,
        totals.retried, (SELECT max(z.last_activity_at) FROM {STATS} AS z{dirty} WHERE z.last_activity_at IS NOT NULL)
-       AS last_activity_at, totals.purged, pend.ready, pend.scheduled, pend.retrying, pend.held
+       AS last_activity_at, totals.purged, coalesce(h.pending, 0) - pend.waiting, pend.scheduled, pend.retrying, pend.held
 FROM (SELECT {HOT_COUNTS} FROM {HOT}{dirty}) AS h
 CROSS JOIN (SELECT coalesce(sum(succeeded_total), 0) AS succeeded, coalesce(sum(failed_total), 0) AS failed,
                    coalesce(sum(retried_total), 0) AS retried, coalesce(sum(purged_total), 0) AS purged

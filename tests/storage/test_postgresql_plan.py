@@ -168,3 +168,15 @@ def test_a_top_errors_group_filter_reads_its_group_through_dlq_by_error() -> Non
     [(sql, params)] = recorder.executed
     plan = _plan(sql, params)
     assert "dlq_by_error" in plan and "Seq Scan" not in plan, plan
+
+
+def test_a_job_due_now_enters_neither_index_of_waiting_rows() -> None:
+    """``hot_pending_lag`` and ``hot_pending_split`` hold the scheduled Pending rows only (a row without a schedule
+    is due), so a job enqueued to run now writes two index entries fewer; the split still reads its index."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'chokaq_jobs_hot'"
+                       " AND indexname IN ('hot_pending_lag', 'hot_pending_split')")
+        definitions = dict(cursor.fetchall())
+    assert sorted(definitions) == ["hot_pending_lag", "hot_pending_split"]
+    for name, definition in definitions.items():
+        assert definition.endswith("WHERE ((scheduled_at IS NOT NULL) AND (status = 0))"), (name, definition)

@@ -1114,7 +1114,9 @@ def test_moves_carry_the_error_class_and_message_and_reschedules_the_last_error_
 
 def test_the_pending_split_and_top_errors_read_the_new_columns() -> None:
     assert "CASE WHEN scheduled_at > SYSUTCDATETIME() THEN 1 ELSE 0 END AS later" in sql.SUMMARY_STATS_SQL
-    assert "FROM chokaq_jobs_hot WITH (NOLOCK) WHERE status = 0) AS p" in sql.SUMMARY_STATS_SQL
+    # the scheduled Pending rows only: the literal predicate lets the filtered index hot_pending_split serve
+    assert "FROM chokaq_jobs_hot WITH (NOLOCK) WHERE status = 0 AND scheduled_at IS NOT NULL) AS p" in sql.SUMMARY_STATS_SQL
+    assert "coalesce(h.pending, 0) - pend.waiting" in sql.SUMMARY_STATS_SQL  # ready: the rest of the Pending rows
     assert "GROUP BY g.failure_reason, g.error_class, g.error_message, g.prefix" in sql.DIALECT.TOP_ERRORS_SQL
     _, cursor = _run(Case("list_dlq", (JobFilter(failure_reason=FailureReason.TRANSIENT, error_class="a.B",
                                                  error_message=""), None, 10, HistorySort()), [[]]))
@@ -1199,6 +1201,12 @@ MIGRATION_STATEMENTS: list[tuple[str, str]] = [
       for index in ("hot_tags", "hot_processing_worker")),
     ("0014_leaner_hot_indexes", r"CREATE INDEX \[hot_cancel_requests\] ON \[chokaq_jobs_hot\] \(\[worker_id\]\)"
      r" WHERE \(\[cancel_requested_by\] IS NOT NULL AND \[status\] = 2\);"),
+    *(("0015_scheduled_pending_indexes", rf"DROP INDEX \[{index}\] ON \[chokaq_jobs_hot\];")
+      for index in ("hot_pending_lag", "hot_pending_split")),
+    *(("0015_scheduled_pending_indexes", rf"CREATE INDEX \[{index}\] ON \[chokaq_jobs_hot\] {on}"  # scheduled rows only
+       r" WHERE \(\[scheduled_at\] IS NOT NULL AND \[status\] = 0\);") for index, on in (
+        ("hot_pending_lag", r"\(\[queue\], \[scheduled_at\], \[created_at\]\)"),
+        ("hot_pending_split", r"\(\[status\], \[scheduled_at\], \[last_error_at\], \[held_by\]\)"))),
 ]
 
 
