@@ -683,15 +683,18 @@ def test_commit_marker_probe_treats_an_unreadable_marker_as_no_signal() -> None:
     assert probe.wait(5) is False
 
 
-def test_closing_a_commit_marker_probe_from_another_thread_ends_its_wait() -> None:
-    probe = CommitMarkerProbe(marker_reader([1]), interval=0.001)
+def _closing_from_another_thread_ends_the_wait(probe: CommitMarkerProbe, timeout: float) -> None:
     result: list[bool] = []
-    waiter = threading.Thread(target=lambda: result.append(probe.wait(60)))
+    waiter = threading.Thread(target=lambda: result.append(probe.wait(timeout)))
     waiter.start()
     time.sleep(0.05)
     probe.close()
     waiter.join(5)
     assert not waiter.is_alive() and result == [False]
+
+
+def test_closing_a_commit_marker_probe_from_another_thread_ends_its_wait() -> None:
+    _closing_from_another_thread_ends_the_wait(CommitMarkerProbe(marker_reader([1]), interval=0.001), 60)
 
 
 def watched_database(tmp_path: Any) -> tuple[str, Callable[[], None], Callable[[], int | None]]:
@@ -738,13 +741,7 @@ def test_a_file_watch_ignores_writes_to_other_files_of_the_directory(tmp_path: A
 def test_closing_a_watched_probe_from_another_thread_ends_its_wait(tmp_path: Any) -> None:
     path, _, read = watched_database(tmp_path)
     probe = CommitMarkerProbe(read, idle_interval=3600, watch=FileWatch.open(path))
-    result: list[bool] = []
-    waiter = threading.Thread(target=lambda: result.append(probe.wait(3600)))
-    waiter.start()
-    time.sleep(0.05)
-    probe.close()
-    waiter.join(5)
-    assert not waiter.is_alive() and result == [False]
+    _closing_from_another_thread_ends_the_wait(probe, 3600)
     assert probe.wait(3600) is False
 
 
