@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -244,7 +245,7 @@ def test_chaos_random_sigkills_under_load_lose_nothing(fleet: tuple[list[Proc], 
         dead = [w for w in live if not w.alive()]
         assert not dead, "a worker died without being killed:\n" + "\n".join(w.output() for w in dead)
         victim = rng.choice(live)
-        wait_for(lambda: _connected(victim), 60, f"{victim.name} to connect to the database", [victim])
+        wait_for(partial(_connected, victim), 60, f"{victim.name} to connect to the database", [victim])
         kills.append(_freeze_and_kill(victim))
         live.remove(victim)
         live.append(start_worker())
