@@ -487,7 +487,7 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
         if planned is None:
             leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
             changed, added, dropped = plans[0].changes()  # what the lease read under the lock, then wrote
-            KNOWN_BUCKETS.note(plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
+            KNOWN_BUCKETS.note(plans[0].clock or plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
         else:
             leased = planned
         metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
@@ -565,7 +565,7 @@ def _lease_on_known_buckets(jobs: Sequence[HotJob], worker_id: str, limits: Sequ
     if lost:
         KNOWN_BUCKETS.forget(names)
     else:
-        KNOWN_BUCKETS.note(plan.now, [spend.spent for spend in spends])
+        KNOWN_BUCKETS.note(plan.clock or plan.now, [spend.spent for spend in spends])
     plans[:] = [plan]
     return leased
 
@@ -580,7 +580,7 @@ def _lease_within_tokens(cursor: Any, jobs: Sequence[HotJob], worker_id: str, li
     admitted, held = plan.admit(jobs)
     leased = LeasedJobs()
     while admitted:
-        leased.update(sql.mark_processing_batch(cursor, [job.id for job in admitted], worker_id))
+        leased.update(sql.mark_processing_batch(cursor, [job.id for job in admitted], worker_id, plan.now))
         lost = [job for job in admitted if job.id not in leased]  # no longer ours: they did not start
         if not lost or not held:
             plan.give_back(lost)
