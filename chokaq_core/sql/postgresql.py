@@ -32,6 +32,7 @@ from chokaq_core.sql.base import (
     BaseDialect,
     Move,
     StaleBuckets,
+    as_utc,
     bulkhead,
     carried_values,
     history_rows,
@@ -379,7 +380,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         failed execution started."""
         cursor.execute(BEGIN_COMPLETION_SQL, {"ids": list(dict.fromkeys(job_ids)), "worker": worker_id})
         failed = set(failed_ids)
-        return {str(job_id): started for job_id, started in cursor.fetchall() if job_id in failed}
+        return {str(job_id): as_utc(started) for job_id, started in cursor.fetchall() if job_id in failed}
 
     MOVED_NOW = "now()"
     DUE_ITEMS = {"delay_seconds": "float"}
