@@ -627,7 +627,10 @@ def complete(
     alone = not retries and not failures and sql.MOVES_RECORD_HISTORY
 
     def operation(cursor: Any) -> Completion:
-        started = _execution_starts(sql, cursor, retries, failures)
+        started = {} if alone else sql.begin_completion(
+            cursor, worker_id, [*(s.job_id for s in successes), *(r.job_id for r in retries),
+                                *(f.job_id for f in failures)],
+            [r.job_id for r in retries if r.error is not None] + [f.job_id for f in failures if f.error is not None])
         completion = Completion(
             archived=sql.archive_succeeded(cursor, worker_id, successes) if successes else [],
             rescheduled=sql.reschedule_for_retry(cursor, worker_id, retries) if retries else [],
@@ -655,18 +658,6 @@ def complete(
     if published:
         _emit([*published, events.stats_updated()])
     return done
-
-
-def _execution_starts(sql: Dialect, cursor: Any, retries: Sequence[Retry], failures: Sequence[Failure]
-                      ) -> dict[str, datetime | None]:
-    """When each failed execution that carries its error started: the Hot row's ``started_at``, read before
-    the move clears it (primary-key reads on the failure path only)."""
-    ids = [r.job_id for r in retries if r.error is not None] + [f.job_id for f in failures if f.error is not None]
-    starts: dict[str, datetime | None] = {}
-    for job_id in dict.fromkeys(ids):
-        row = sql.get_hot(cursor, job_id)
-        starts[job_id] = row.started_at if row is not None else None
-    return starts
 
 
 def _failed_attempts(done: Completion, retries: Sequence[Retry], failures: Sequence[Failure],

@@ -644,7 +644,7 @@ SHARED_STATEMENTS = {
 # ``BaseDialect`` are the hooks and builders the vendors share.
 DIALECT_FUNCTIONS: tuple[str, ...] = (
     "enqueue", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
-    "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
+    "begin_completion", "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
     "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
     "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active",
@@ -1772,6 +1772,20 @@ class BaseDialect:
         return self._resurrect(cursor, self._pick_dlq(cursor, filters, max_jobs), actor=actor) if max_jobs > 0 else []
 
     # ------------------------------------------------------------ completion (batched moves)
+
+    def begin_completion(self, cursor: Cursor, worker_id: str | None, job_ids: Sequence[str],
+                         failed_ids: Sequence[str]) -> dict[str, datetime | None]:
+        """Open a completion transaction of several moves: when each failed execution of ``failed_ids`` started (the
+        Hot row's ``started_at``, read before the move clears it). A vendor whose moves lock rows also takes the
+        batch's Hot rows (this worker's) and its queues' counter rows here, each in key order (the shared rows' lock
+        order: every later move of the transaction finds its counter rows held, so it never waits for one while
+        holding another transaction's history or bucket rows). Here: primary-key reads (SQLite has one writer;
+        SQL Server's moves take the counters before the buckets)."""
+        starts: dict[str, datetime | None] = {}
+        for job_id in dict.fromkeys(failed_ids):
+            row = self.get_hot(cursor, job_id)
+            starts[job_id] = row.started_at if row is not None else None
+        return starts
 
     def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any]) -> Moved:
         """Run one move statement: (id, queue) of the rows it moved (PostgreSQL and SQL Server move, count and
