@@ -380,6 +380,7 @@ class RatePlan:
     now: datetime
     taken: Counter[Slot] = field(default_factory=Counter)
     held: Counter[str] = field(default_factory=Counter)  # jobs admit sent back, per limit that had no token
+    clock: datetime | None = None  # the database's time as read (or estimated), when ``now`` is a bucket's later one
     # per plan, so computed once per batch: the buckets a (queue, type, rate key) takes from, each bucket's tokens
     _covering: dict[tuple[str, str, str | None], tuple[tuple[RateLimit, Slot], ...]] = field(
         default_factory=dict, repr=False)
@@ -387,7 +388,12 @@ class RatePlan:
 
     @classmethod
     def of(cls, limits: Sequence[RateLimit], buckets: Sequence[RateBucket], now: datetime) -> RatePlan:
-        return cls(limits, {(b.limit_name, b.rate_key): b for b in buckets}, now)
+        """The plan's moment is ``now``, or the latest moment a bucket was spent at when that is later: a lease that
+        waited for another's lock (its clock read before the wait) or plans on an estimate of the clock can find a
+        bucket written at a later moment. Its jobs start at the plan's moment, so the stored start times never run
+        ahead of the buckets' time and hold the limit's bound (rate × window + burst) with no slack."""
+        return cls(limits, {(b.limit_name, b.rate_key): b for b in buckets},
+                   max([now, *(b.refilled_at for b in buckets)]), clock=now)
 
     def _live_keys(self, limit: RateLimit) -> int:
         """Stored partitions of a per-key limit that have not refilled (a refilled one may be dropped)."""

@@ -487,7 +487,7 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
         if planned is None:
             leased = run(lambda cursor: _lease_within_tokens(cursor, jobs, worker_id, concerned, plans), prepared=True)
             changed, added, dropped = plans[0].changes()  # what the lease read under the lock, then wrote
-            KNOWN_BUCKETS.note(plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
+            KNOWN_BUCKETS.note(plans[0].clock or plans[0].now, [*plans[0].buckets.values(), *changed, *added], dropped)
         else:
             leased = planned
         metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
@@ -565,7 +565,7 @@ def _lease_on_known_buckets(jobs: Sequence[HotJob], worker_id: str, limits: Sequ
     if lost:
         KNOWN_BUCKETS.forget(names)
     else:
-        KNOWN_BUCKETS.note(plan.now, [spend.spent for spend in spends])
+        KNOWN_BUCKETS.note(plan.clock or plan.now, [spend.spent for spend in spends])
     plans[:] = [plan]
     return leased
 
@@ -580,7 +580,7 @@ def _lease_within_tokens(cursor: Any, jobs: Sequence[HotJob], worker_id: str, li
     admitted, held = plan.admit(jobs)
     leased = LeasedJobs()
     while admitted:
-        leased.update(sql.mark_processing_batch(cursor, [job.id for job in admitted], worker_id))
+        leased.update(sql.mark_processing_batch(cursor, [job.id for job in admitted], worker_id, plan.now))
         lost = [job for job in admitted if job.id not in leased]  # no longer ours: they did not start
         if not lost or not held:
             plan.give_back(lost)
@@ -627,7 +627,10 @@ def complete(
     alone = not retries and not failures and sql.MOVES_RECORD_HISTORY
 
     def operation(cursor: Any) -> Completion:
-        started = _execution_starts(sql, cursor, retries, failures)
+        started = {} if alone else sql.begin_completion(
+            cursor, worker_id, [*(s.job_id for s in successes), *(r.job_id for r in retries),
+                                *(f.job_id for f in failures)],
+            [r.job_id for r in retries if r.error is not None] + [f.job_id for f in failures if f.error is not None])
         completion = Completion(
             archived=sql.archive_succeeded(cursor, worker_id, successes) if successes else [],
             rescheduled=sql.reschedule_for_retry(cursor, worker_id, retries) if retries else [],
@@ -655,18 +658,6 @@ def complete(
     if published:
         _emit([*published, events.stats_updated()])
     return done
-
-
-def _execution_starts(sql: Dialect, cursor: Any, retries: Sequence[Retry], failures: Sequence[Failure]
-                      ) -> dict[str, datetime | None]:
-    """When each failed execution that carries its error started: the Hot row's ``started_at``, read before
-    the move clears it (primary-key reads on the failure path only)."""
-    ids = [r.job_id for r in retries if r.error is not None] + [f.job_id for f in failures if f.error is not None]
-    starts: dict[str, datetime | None] = {}
-    for job_id in dict.fromkeys(ids):
-        row = sql.get_hot(cursor, job_id)
-        starts[job_id] = row.started_at if row is not None else None
-    return starts
 
 
 def _failed_attempts(done: Completion, retries: Sequence[Retry], failures: Sequence[Failure],

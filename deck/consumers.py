@@ -255,6 +255,7 @@ class _State:
     """What the last read saw, to push only differences."""
 
     rows: dict[str, JobRow] | None = None
+    resend: bool = False  # the next read sends every Active row, changed or not (a tab joined)
     failed_total: int | None = None
     errors_failed_total: int | None = None  # failed_total when the top errors were last read
     throughput: service.Throughput | None = None
@@ -320,6 +321,7 @@ class Broadcaster:
         self._closing: set[asyncio.Task[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
         self._state = _State()
+        self._joined = False  # a tab joined since the last read: the next one sends everything (``attach``)
         layer = get_channel_layer()
         self.cross_process = layer is not None and not isinstance(layer, InMemoryChannelLayer)
         self.layer = layer
@@ -327,9 +329,15 @@ class Broadcaster:
     # ------------------------------------------------------------ consumers
 
     def attach(self, consumer: DeckConsumer) -> None:
+        """A tab's socket joins. Its page was rendered before: what changed since (and was pushed to the other
+        tabs before it joined) would stay missing there until it changed again — a Pending row of a paused queue,
+        forever. So the next read sends every tab everything: all fragments and every Active row."""
         self.consumers.add(consumer)
         if not self._tasks:
             self._start()
+        else:
+            self._joined = True
+            self._wake.set()
 
     async def detach(self, consumer: DeckConsumer) -> None:
         self.consumers.discard(consumer)
@@ -457,7 +465,7 @@ class Broadcaster:
     # ------------------------------------------------------------ the tick loop
 
     async def _run(self) -> None:
-        due = _Due(dirty=True, full=True)  # the first read sets the baseline
+        due = _Due(dirty=True, full=True)  # the first read sends the first tab everything (``attach``)
         last_read = last_flush = -float("inf")
         next_poll = time.monotonic() + self.poll_interval
         while True:
@@ -469,6 +477,11 @@ class Broadcaster:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - now))
             self._wake.clear()
             self._take(due)
+            if self._joined:  # forget what was sent: the next read sends it all again (``attach``)
+                self._joined = False
+                self._state.sent.clear()
+                self._state.resend = True
+                due.dirty = due.full = True
             now = time.monotonic()
             if now >= next_poll:
                 due.dirty = due.full = True
@@ -577,9 +590,10 @@ class Broadcaster:
         state = self._state
         current = {r.id: r for r in rows}
         previous, state.rows = state.rows, current
-        if previous is None:  # first read: the baseline the open pages already show
-            return [], []
-        changed = [r for r in rows if previous.get(r.id) != r]
+        if previous is None:  # the first read: every row, as for a tab that joins (``attach``)
+            return rows, []
+        changed = rows if state.resend else [r for r in rows if previous.get(r.id) != r]
+        state.resend = False
         missing = [i for i in previous if i not in current]
         gone = []
         for job_id in missing:

@@ -644,7 +644,7 @@ SHARED_STATEMENTS = {
 # ``BaseDialect`` are the hooks and builders the vendors share.
 DIALECT_FUNCTIONS: tuple[str, ...] = (
     "enqueue", "fetch_batch", "fetch_alone", "mark_processing", "mark_processing_batch", "keep_alive", "cancel_requests",
-    "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
+    "begin_completion", "archive_succeeded", "move_to_dlq", "reschedule_for_retry", "release_jobs",
     "resurrect", "resurrect_batch", "cancel_batch", "request_cancel", "update_hot_data", "update_dlq_data",
     "purge_dlq_ids", "purge_dlq_older_than", "purge_archive", "recover_abandoned", "archive_zombies",
     "set_queue_paused", "set_queue_zombie_timeout", "set_queue_max_workers", "set_queue_active",
@@ -703,6 +703,7 @@ class BaseDialect:
     PURGE_HISTORY_SQL: str  # params: granularity, param_ts(cutoff), batch size → changed
     # The transitions' statements (``clock``: SQLite's time parameter, nothing elsewhere).
     MARK_PROCESSING_BATCH_SQL: str  # params: clock, ids, worker → (id, attempt count)
+    MARK_PROCESSING_AT_SQL: str  # params: param_ts(start), ids, worker → (id, attempt count)
     KEEP_ALIVE_SQL: str  # params: clock, ids, worker → (id)
     CANCEL_REQUESTS_SQL = (f"SELECT id, cancel_requested_by FROM {HOT}"
                            " WHERE worker_id = %s AND status = 2 AND cancel_requested_by IS NOT NULL")  # → (id, actor)
@@ -744,6 +745,9 @@ class BaseDialect:
         for name, template in SHARED_STATEMENTS.items():
             if not hasattr(self, name):  # a vendor module's own statement wins
                 setattr(self, name, template.format_map(words))
+        # the lease stamped with a given moment: a rate-limited lease starts its jobs when their tokens were taken
+        self.MARK_PROCESSING_AT_SQL = SHARED_STATEMENTS["MARK_PROCESSING_BATCH_SQL"].format_map(
+            {**words, "clock": f"WITH clock(now) AS (SELECT {self.TS}) ", "now": "(SELECT now FROM clock)"})
         for name, batch in AGED_BATCHES.items():
             setattr(self, name, self.aged_batch(*batch))
         self._write_completions()
@@ -1075,13 +1079,15 @@ class BaseDialect:
         return [rate_limit_state(r) for r in self._all(
             cursor, f"SELECT {', '.join(RATE_LIMIT_FIELDS)} FROM {RATE_LIMITS} ORDER BY name")]
 
-    def rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> list[RateBucket]:
-        """The buckets of the limits ``names``."""
+    def rate_buckets(self, cursor: Cursor, names: Sequence[str], lock: bool = False) -> list[RateBucket]:
+        """The buckets of the limits ``names``; ``lock``: their rows locked until commit, in (limit, key) order."""
         if not names:
             return []
         tail, params = self.name_list(names)
+        hint, order = (self.ROW_LOCK_HINT, f" ORDER BY l.limit_name, l.rate_key{self.ROW_LOCK_TAIL}") if lock else ("", "")
         return [rate_bucket(r) for r in self._all(
-            cursor, f"SELECT {', '.join(RATE_BUCKET_FIELDS)} FROM {RATE_BUCKETS} WHERE limit_name {tail}", params)]
+            cursor, f"SELECT {', '.join(RATE_BUCKET_FIELDS)} FROM {RATE_BUCKETS} AS l{hint} WHERE l.limit_name {tail}"
+                    f"{order}", params)]
 
     def pending_by_key(self, cursor: Cursor) -> list[tuple[str, str, str | None, int]]:
         """Due Pending rows per (queue, type, rate key): what rate limits may be holding back."""
@@ -1148,14 +1154,17 @@ class BaseDialect:
         """Lock the rows of the limits ``names`` until commit (leases of these limits run one at a time), then read
         their buckets: the database's time and the buckets. Two statements on purpose: a read that waited for the
         lock must see the buckets the previous lease committed, and PostgreSQL's READ COMMITTED re-reads only the
-        locked rows of a statement that waited, not the rows it joined (a join would double-spend tokens)."""
+        locked rows of a statement that waited, not the rows it joined (a join would double-spend tokens). The
+        buckets are locked too: a lease planned on known buckets writes them without the limits' locks
+        (``lease_spending``), so this lease must read what such a write committed and hold it off until its own
+        write, or that write would overwrite the other's spend (a lost update: tokens spent twice)."""
         now, at = self.now()
         tail, params = self.name_list(names)
         rows = self._all(cursor, f"SELECT l.name, {now} FROM {RATE_LIMITS} AS l{self.ROW_LOCK_HINT} WHERE l.name {tail}"
                                  f" ORDER BY l.name{self.ROW_LOCK_TAIL}", [*at, *params])
         if not rows:
             return as_utc(self._all(cursor, f"SELECT {now}", at)[0][0]), []
-        return as_utc(rows[0][1]), self.rate_buckets(cursor, names)
+        return as_utc(rows[0][1]), self.rate_buckets(cursor, names, lock=True)
 
     def read_rate_buckets(self, cursor: Cursor, names: Sequence[str]) -> tuple[datetime, list[RateBucket]]:
         """The database's time and the buckets of the limits ``names``, locking nothing (a claim's estimate of
@@ -1200,8 +1209,7 @@ class BaseDialect:
                        at: datetime) -> dict[str, int]:
         """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock at ``at``:
         each is written only if it is still as known (compare-and-set), then the jobs start at ``at`` (a start is
-        stamped when its token was taken, as under the lock; SQL Server stamps its own clock, a statement's latency
-        later). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides), as
+        stamped when its token was taken, as under the lock). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides), as
         does, in the caller's transaction, a lost job (roll back). ``SPENDS_ALONE`` (one short write at a time): a
         failed swap swaps back the buckets written, a lost job gives its token back (``give_back``)."""
         for n, spend in enumerate(spends):
@@ -1631,11 +1639,12 @@ class BaseDialect:
     def mark_processing_batch(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str,
                               at: datetime | None = None) -> dict[str, int]:
         """The lease gate for several buffered rows in one statement: {job id: new attempt count} of
-        the rows that were still Fetched by this worker (the others must not run); ``at``: their start where the
-        statement takes its clock as a parameter (else now)."""
+        the rows that were still Fetched by this worker (the others must not run); ``at``: their start (else now)."""
         if not job_ids:
             return {}
-        rows = self._all(cursor, self.MARK_PROCESSING_BATCH_SQL, [*self.clock(at), self.ids_param(job_ids), worker_id])
+        sql, clock = ((self.MARK_PROCESSING_BATCH_SQL, self.clock()) if at is None
+                      else (self.MARK_PROCESSING_AT_SQL, [self.param_ts(at)]))
+        rows = self._all(cursor, sql, [*clock, self.ids_param(job_ids), worker_id])
         return {str(job_id): int(attempts) for job_id, attempts in rows}
 
     def keep_alive(self, cursor: Cursor, job_ids: Sequence[str], worker_id: str) -> list[str]:
@@ -1763,6 +1772,20 @@ class BaseDialect:
         return self._resurrect(cursor, self._pick_dlq(cursor, filters, max_jobs), actor=actor) if max_jobs > 0 else []
 
     # ------------------------------------------------------------ completion (batched moves)
+
+    def begin_completion(self, cursor: Cursor, worker_id: str | None, job_ids: Sequence[str],
+                         failed_ids: Sequence[str]) -> dict[str, datetime | None]:
+        """Open a completion transaction of several moves: when each failed execution of ``failed_ids`` started (the
+        Hot row's ``started_at``, read before the move clears it). A vendor whose moves lock rows also takes the
+        batch's Hot rows (this worker's) and its queues' counter rows here, each in key order (the shared rows' lock
+        order: every later move of the transaction finds its counter rows held, so it never waits for one while
+        holding another transaction's history or bucket rows). Here: primary-key reads (SQLite has one writer;
+        SQL Server's moves take the counters before the buckets)."""
+        starts: dict[str, datetime | None] = {}
+        for job_id in dict.fromkeys(failed_ids):
+            row = self.get_hot(cursor, job_id)
+            starts[job_id] = row.started_at if row is not None else None
+        return starts
 
     def _move(self, cursor: Cursor, move: Move, sql: str, params: list[Any]) -> Moved:
         """Run one move statement: (id, queue) of the rows it moved (PostgreSQL and SQL Server move, count and

@@ -32,6 +32,7 @@ from chokaq_core.sql.base import (
     BaseDialect,
     Move,
     StaleBuckets,
+    as_utc,
     bulkhead,
     carried_values,
     history_rows,
@@ -245,8 +246,30 @@ SELECT limit_name, rate_key, NULL::int FROM paid UNION ALL SELECT NULL, id, atte
 # A sweep leaves a row that a live transaction holds (its worker's completion committing it, a heartbeat) to the
 # next sweep instead of waiting for it: a zombie sweep that waited on a completion's rows while it held the
 # counters' rows deadlocked with it (a second lost to both), and the completion that lost the deadlock gave its
-# rows up to the sweep: Zombies of jobs that had finished on a live worker.
-SWEEP_SKIPS_LOCKED = "EXISTS (SELECT 1 FROM {table} z WHERE z.id = h.id FOR UPDATE SKIP LOCKED)"
+# rows up to the sweep: Zombies of jobs that had finished on a live worker. The lock is taken only once the row is
+# known to be swept (CASE fixes the order): as a plain qual the planner ran the costlier expiry test (a subplan) after
+# it, so each sweep locked every unlocked Processing row of the fleet until it committed, live workers' completions
+# and heartbeats waited on it, and a completion deadlocked with it (the sweep held the completion's rows and waited
+# for the counter rows the completion held).
+SWEEP_SKIPS_LOCKED = "CASE WHEN {where} THEN EXISTS (SELECT 1 FROM {table} z WHERE z.id = h.id FOR UPDATE SKIP LOCKED)" \
+                     " ELSE false END"
+
+
+# The shared rows' lock order, every transaction alike: Hot rows, then the counter rows (by queue), then the history
+# and bucket rows (each by key). A completion of several moves takes its rows and its queues' counter rows first, in
+# one statement (a move's own counter upsert then finds them held); each move's statement upserts its counters
+# before its buckets and history (``completion``). A queue's counter row thus orders every writer of that queue's
+# bucket and history rows: no two transactions wait on each other in a circle. Reads when the failed executions
+# started (the moves clear ``started_at``). Params: ids, worker (None: no owner guard).
+BEGIN_COMPLETION_SQL = f"""
+WITH own AS (
+    SELECT id, queue, started_at FROM {HOT}
+    WHERE id = ANY(%(ids)s::text[]) AND (%(worker)s::text IS NULL OR worker_id = %(worker)s::text)
+    ORDER BY id FOR UPDATE),
+counters AS (
+    SELECT queue FROM chokaq_stats_summary WHERE queue IN (SELECT queue FROM own) ORDER BY queue FOR UPDATE)
+SELECT id, started_at FROM own WHERE (SELECT count(*) FROM counters) >= 0
+"""
 
 
 class PostgreSQLDialect(BaseDialect, statements=globals()):
@@ -351,6 +374,14 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         cursor.execute(VACUUM_HOT_SQL)
         return True
 
+    def begin_completion(self, cursor: Cursor, worker_id: str | None, job_ids: Sequence[str],
+                         failed_ids: Sequence[str]) -> dict[str, datetime | None]:
+        """One statement: the batch's own Hot rows, then its queues' counter rows, locked in key order; when each
+        failed execution started."""
+        cursor.execute(BEGIN_COMPLETION_SQL, {"ids": list(dict.fromkeys(job_ids)), "worker": worker_id})
+        failed = set(failed_ids)
+        return {str(job_id): as_utc(started) for job_id, started in cursor.fetchall() if job_id in failed}
+
     MOVED_NOW = "now()"
     DUE_ITEMS = {"delay_seconds": "float"}
     DUE = "now() + make_interval(secs => a.delay_seconds)"
@@ -362,7 +393,7 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
                    sets: str = "", sweep: bool = False) -> str:
         """One statement of data-modifying CTEs (``moved``, then the pillar's insert and the counters). A ``sweep``
         skips the rows another transaction holds (``SWEEP_SKIPS_LOCKED``)."""
-        skip = f" AND {SWEEP_SKIPS_LOCKED.format(table=move.origin)}" if sweep else ""
+        skip = f" AND {SWEEP_SKIPS_LOCKED.format(table=move.origin, where=where)}" if sweep else ""
         rows = (f"{move.origin} h {f'SET {sets} FROM' if sets else 'USING'} {source}\n"
                 f"    WHERE {f'{on} AND ' if on else ''}{where}{skip}")
         if move is RETRY:
@@ -375,11 +406,14 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         if move.origin != HOT:  # back to Pending or purged: off its counter
             dec = uncount_sql(move.counter, "moved", "now()" if move is TO_HOT else None)
             return f"{moved}dec AS ({dec})\nSELECT id, queue FROM moved"
-        bucket = self.bucket_add(move.outcome or 0, "ins", "date_trunc('second', now())", "now()")
-        landed = f"(SELECT queue, type, {move.outcome} AS outcome, duration_ms FROM ins)"
+        # The buckets and the history read the landed rows only once the counters are upserted (``counted`` waits
+        # for all of ``stats``): the counter rows are locked first (``BEGIN_COMPLETION_SQL``'s order).
+        counted = "counted AS (SELECT * FROM ins WHERE (SELECT count(*) FROM stats) >= 0),\n"
+        bucket = self.bucket_add(move.outcome or 0, "counted", "date_trunc('second', now())", "now()")
+        landed = f"(SELECT queue, type, {move.outcome} AS outcome, duration_ms FROM counted)"
         history = self.history_add(history_rows(landed, "date_trunc('minute', now())", "date_trunc('hour', now())"))
-        return (f"{moved}stats AS ({self.stats_add(move.counter, 'ins', 'now()')}),\nbucket AS ({bucket}),\n"
-                f"hist AS ({history})\nSELECT id, queue FROM moved")
+        return (f"{moved}stats AS ({self.stats_add(move.counter, 'ins', 'now()')}\n    RETURNING queue),\n{counted}"
+                f"bucket AS ({bucket}),\nhist AS ({history})\nSELECT id, queue FROM moved")
 
     def pack(self, sql: str, width: int, order: str) -> str:
         cols = ", ".join(f"c{i}" for i in range(width))

@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,8 @@ def fleet(executions_table: None, tmp_path: Path) -> Iterator[tuple[list[Proc], 
 
 
 def _client_ports(pid: int) -> set[int]:
-    """The local TCP ports of a process's sockets: its database connections, as the server's client_port."""
+    """The local TCP ports of a process's sockets (its database connections among them, as the server's
+    client_port)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -154,6 +156,15 @@ def _client_ports(pid: int) -> set[int]:
             if fields[9] in inodes:
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
+
+
+def _connected(worker: Proc) -> bool:
+    """The worker has printed its banner and holds a session of the test database (a replacement prints its banner
+    before its first connection: frozen then, it would leave nothing on the server to wait for or to check)."""
+    if not worker.banner_id():
+        return False
+    sessions = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND client_port = ANY(%s)"
+    return bool(_query(sessions, [sorted(_client_ports(worker.proc.pid))])[0][0])
 
 
 def _freeze_and_kill(victim: Proc) -> Kill:
@@ -233,8 +244,8 @@ def test_chaos_random_sigkills_under_load_lose_nothing(fleet: tuple[list[Proc], 
             time.sleep(0.2)  # the fleet picks the new jobs up before the victim is frozen
         dead = [w for w in live if not w.alive()]
         assert not dead, "a worker died without being killed:\n" + "\n".join(w.output() for w in dead)
-        candidates = [w for w in live if w.banner_id()]
-        victim = rng.choice(candidates)
+        victim = rng.choice(live)
+        wait_for(partial(_connected, victim), 60, f"{victim.name} to connect to the database", [victim])
         kills.append(_freeze_and_kill(victim))
         live.remove(victim)
         live.append(start_worker())

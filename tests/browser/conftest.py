@@ -93,6 +93,24 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed browser test reports what the page could not show: the Hot rows and queue states in the database,
+    and the tails of daphne's and the worker's logs (a live-update failure is otherwise a bare timeout)."""
+    report = yield
+    deck = getattr(item, "funcargs", {}).get("deck_server")
+    if report.when == "call" and report.failed and isinstance(deck, Deck):
+        from chokaq_core.models import JobsHot, Queues
+
+        try:
+            hot: list[Any] = list(JobsHot.objects.values_list("id", "queue", "status", "worker_id")[:20])
+            queues: list[Any] = list(Queues.objects.values_list("name", "is_paused", "is_active"))
+        except Exception as exc:  # the report must not hide the failure it explains
+            hot, queues = [], [f"could not read the database: {exc}"]
+        report.sections.append(("deck server", f"Hot rows: {hot}\nqueues: {queues}\n{deck.output()}"))
+    return report
+
+
 @pytest.fixture
 def deck_server(transactional_db: None, tmp_path: Path) -> Iterator[Deck]:
     """daphne (``deck.serve``: config.asgi with tests.settings) + one chokaq_worker, on the test database."""

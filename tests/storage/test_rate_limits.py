@@ -3,6 +3,7 @@ the clock that stamps ``started_at``); the claim only reads the buckets and take
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from django.utils import timezone
 from chokaq_core import storage
 from chokaq_core.domain import HotJob, JobStatus, RateLimit, parse_rate
 from chokaq_core.models import JobsHot, RateBuckets, RateLimits
+from chokaq_core.storage import KNOWN_BUCKETS
 
 from .rows import of_kind, pending
 
@@ -359,34 +361,27 @@ def test_a_claim_while_the_known_buckets_hold_plenty_is_the_plain_claim(monkeypa
     assert RateBuckets.objects.get(limit_name="type:rl.roomy.v1", rate_key="").window_used == 6
 
 
-@pytest.mark.sql_only
-def test_a_lease_that_waited_for_another_leases_lock_sees_the_tokens_that_lease_left() -> None:
-    """Another transaction (a lease, as far as the limit is concerned) holds the limit's row and spends the
-    bucket's 5 tokens; a lease started meanwhile waits for it, then must see 0 tokens, not the 5 its first
-    snapshot showed (PostgreSQL's READ COMMITTED re-reads only the rows a waiting statement locks)."""
+def another_lease_spending_all(name: str, started: int) -> Callable[[], list[BaseException]]:
+    """A lease under the limits' locks in another transaction: it locks limit ``name`` and its bucket
+    (``lock_rate_buckets``) and returns to the caller, whose lease runs meanwhile; half a second later it writes the
+    bucket empty (``started`` jobs started) and commits. The returned function waits for that and gives the errors
+    it met."""
     import threading
+    from dataclasses import replace
 
     from django.db import connection, connections, transaction
 
-    capped = limit("type:rl.race.v1", "1/h burst 5")
-    saved_up("type:rl.race.v1", 5)
-    pending("rl-race", 10, type="rl.race.v1")
-    claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
-    assert len(claimed) == 5
     locked, errors = threading.Event(), []
 
     def spend_all() -> None:
         try:
-            with transaction.atomic():
-                if connection.vendor == "postgresql":
-                    with connection.cursor() as cursor:
-                        cursor.execute("SELECT name FROM chokaq_rate_limits WHERE name = %s FOR UPDATE",
-                                       ["type:rl.race.v1"])
-                RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(window_used=5)
+            with transaction.atomic(), connection.cursor() as cursor:
+                sql = storage.dialect()
+                _, buckets = sql.lock_rate_buckets(cursor, [name])
                 locked.set()
-                threading.Event().wait(0.5)  # the other lease starts and waits for this lock meanwhile
-                RateBuckets.objects.filter(limit_name="type:rl.race.v1").update(tokens=0.0)
-        except BaseException as exc:  # reported by the main thread
+                threading.Event().wait(0.5)  # the caller's lease runs meanwhile
+                sql.save_rate_buckets(cursor, [replace(buckets[0], tokens=0.0, window_used=started)], [], [])
+        except BaseException as exc:  # reported by the caller
             errors.append(exc)
             locked.set()
         finally:
@@ -395,9 +390,75 @@ def test_a_lease_that_waited_for_another_leases_lock_sees_the_tokens_that_lease_
     holder = threading.Thread(target=spend_all)
     holder.start()
     assert locked.wait(30)
-    leased = storage.mark_processing_batch(claimed, "w-b", [capped])
-    holder.join(timeout=60)
 
-    assert errors == []
+    def finish() -> list[BaseException]:
+        holder.join(timeout=60)
+        return errors
+
+    return finish
+
+
+@pytest.mark.sql_only
+def test_a_lease_that_waited_for_another_leases_lock_sees_the_tokens_that_lease_left() -> None:
+    """Another transaction (a lease) holds the limit's row and spends the bucket's 5 tokens; a lease started
+    meanwhile waits for it, then must see 0 tokens, not the 5 its first snapshot showed (PostgreSQL's READ COMMITTED
+    re-reads only the rows a waiting statement locks)."""
+    capped = limit("type:rl.race.v1", "1/h burst 5")
+    saved_up("type:rl.race.v1", 5)
+    pending("rl-race", 10, type="rl.race.v1")
+    claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
+    assert len(claimed) == 5
+    KNOWN_BUCKETS.forget(["type:rl.race.v1"])  # this lease goes straight to the limit's lock
+    finish = another_lease_spending_all("type:rl.race.v1", 5)
+
+    leased = storage.mark_processing_batch(claimed, "w-b", [capped])
+
+    assert finish() == []
     assert leased == {}, "the waiting lease spent tokens the other transaction had already spent"
     assert len(leased.held) == 5
+
+
+def test_starts_are_stamped_no_earlier_than_the_moment_their_bucket_was_spent() -> None:
+    """A lease that waited for another lease's lock read its clock before the wait, and a lease planned on the
+    buckets it knows estimates the clock: either can find a bucket spent at a later moment than its clock. Its jobs
+    then start at the bucket's moment, never before it, or the stored start times of two leases would overlap and
+    show more starts in a second than rate + burst."""
+    capped = limit("type:rl.stamp.v1", "60/h burst 5")
+    saved_up("type:rl.stamp.v1", 5)
+    later = timezone.now() + timedelta(seconds=30)  # another lease's moment, later than this lease's clock
+    RateBuckets.objects.filter(limit_name="type:rl.stamp.v1").update(refilled_at=later)
+    pending("rl-stamp", 2, type="rl.stamp.v1")
+    claimed = storage.fetch_batch("w1", 2, ["rl-stamp"], [capped])
+    KNOWN_BUCKETS.forget(["type:rl.stamp.v1"])  # the first lease decides under the limit's lock
+
+    locked = storage.mark_processing_batch(claimed[:1], "w1", [capped])
+    planned = storage.mark_processing_batch(claimed[1:], "w1", [capped])  # on the bucket the first one wrote
+
+    assert locked == {claimed[0].id: 1} and planned == {claimed[1].id: 1}
+    bucket = RateBuckets.objects.get(limit_name="type:rl.stamp.v1", rate_key="")
+    starts = [JobsHot.objects.get(id=job.id).started_at for job in claimed]
+    assert starts[0] is not None and starts[0] >= later, "the lease under the lock started its job before its token"
+    assert starts[1] == bucket.refilled_at, "the planned lease started its job at another moment than its token's"
+    assert bucket.window_used == 2 and 2.9 < bucket.tokens < 3.1
+
+
+@pytest.mark.sql_only
+def test_a_lease_planned_on_known_buckets_waits_for_a_lease_under_the_lock_and_spends_nothing_it_spent() -> None:
+    """A lease under the limits' locks reads the buckets, then writes what it spent; a lease planned on the buckets
+    it knows writes them by compare-and-set without those locks. The locked lease holds the bucket rows from its
+    read to its commit, so the planned one waits, finds the bucket changed and decides under the lock: without
+    that, the locked lease's write would overwrite the planned one's spend and the same tokens would start twice."""
+    capped = limit("type:rl.lost.v1", "1/h burst 5")
+    saved_up("type:rl.lost.v1", 5)
+    pending("rl-lost", 5, type="rl.lost.v1")
+    claimed = storage.fetch_batch("w-b", 5, ["rl-lost"], [capped])  # w-b now knows the bucket: 5 tokens
+    assert len(claimed) == 5
+    finish = another_lease_spending_all("type:rl.lost.v1", 5)
+
+    leased = storage.mark_processing_batch(claimed, "w-b", [capped])
+
+    assert finish() == []
+    assert leased == {}, "the planned lease spent the tokens the locked lease spent too"
+    assert len(leased.held) == 5
+    bucket = RateBuckets.objects.get(limit_name="type:rl.lost.v1", rate_key="")
+    assert (bucket.tokens, bucket.window_used) == (0.0, 5)

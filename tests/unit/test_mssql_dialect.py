@@ -648,9 +648,13 @@ CASES = [
     Case("mark_processing", ("J1", "w1"), [Sets([None, None, [("J1", 3)]])], 3),  # results without a row set skipped
     Case("mark_processing_batch", (["J1", "J2", "J1"], "w1"), [[("J1", 2)]], {"J1": 2}),
     Case("mark_processing_batch", ([], "w1"), [], {}),
+    Case("mark_processing_batch", (["J1"], "w1", T0), [[("J1", 2)]], {"J1": 2}),  # started at a given moment
     Case("keep_alive", (["J1", "J2", "J1"], "w1"), [[("J1",)]], ["J1"]),
     Case("keep_alive", ([], "w1"), [], []),
     Case("cancel_requests", ("w1",), [[("J1", "bob")]], [("J1", "bob")]),
+    Case("begin_completion", ("w1", ["J1", "J2", "J3"], ["J2", "J3"]), [[hot_row(id="J2", status=2, started_at=T1)], []],
+         {"J2": T1, "J3": None}),
+    Case("begin_completion", ("w1", ["J1"], []), [], {}),
     Case("archive_succeeded", ("w1", [Success("J1", 12.5), Success("J2", None)]),
          [[("J1", "mail"), ("J2", "mail")]], [("J1", "mail"), ("J2", "mail")]),
     Case("archive_succeeded", (None, [Success("J1", float("nan"))]), [[("J1", "mail")]], [("J1", "mail")]),
@@ -895,7 +899,7 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
         r"MERGE chokaq_stats_summary WITH \(HOLDLOCK\) AS t", r"MERGE chokaq_metric_buckets WITH \(HOLDLOCK\) AS t",
         r"SET NOCOUNT OFF;\nSELECT id, queue FROM @Moved;$",
         r"sum\(coalesce\(duration_ms, 0\)\), nullif\(max\(coalesce\(duration_ms, -1\)\), -1\)")),  # no NULL aggregated
-    (("mark_processing", "mark_processing_batch"), "", r"^UPDATE chokaq_jobs_hot WITH \(ROWLOCK\) SET status = 2, .*"
+    (("mark_processing", "mark_processing_batch"), "", r"^(WITH clock\(now\) AS \(SELECT CAST\(%s AS datetimeoffset\(7\)\)\) )?UPDATE chokaq_jobs_hot WITH \(ROWLOCK\) SET status = 2, .*"
      r" OUTPUT inserted\.id, inserted\.attempt_count WHERE id IN \(SELECT i\.id FROM OPENJSON\(%s\)", "the lease"),
     (("record_attempts",), "", r"started_at datetimeoffset\(7\) '\$\.started_at'", "a start read with its offset"),
     *((("recover_abandoned", *RETENTION), "", pattern, "one statement the driver counts, skipping locked rows")
