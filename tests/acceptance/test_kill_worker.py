@@ -130,23 +130,29 @@ def workers(executions_table: None, tmp_path: Path) -> Iterator[list[WorkerProce
 def _freeze_and_snapshot(victim: WorkerProcess) -> set[str]:
     """SIGSTOP the victim, let the server finish what it already received, read its Processing jobs.
 
-    Retries (SIGCONT) until the victim is caught with at least one job running.
+    Retries until the victim is caught with at least one job running: between two tries it runs until it holds a
+    Processing row again (at most 2 s), so a loaded machine that caught it between jobs does not starve it into
+    giving its rows up to the survivors' sweep (it only ran 50 ms between tries, far too short to beat them).
     """
-    for _ in range(100):
+    for _ in range(50):
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not _processing(victim):
+            time.sleep(0.02)
         os.kill(victim.proc.pid, signal.SIGSTOP)
         time.sleep(1.0)
-        running = {
-            str(row[0])
-            for row in _query(
-                "SELECT id FROM chokaq_jobs_hot WHERE worker_id = %s AND status = %s",
-                [victim.worker_id, int(JobStatus.PROCESSING)],
-            )
-        }
+        running = _processing(victim)
         if running:
             return running
         os.kill(victim.proc.pid, signal.SIGCONT)
-        time.sleep(0.05)
-    pytest.fail("never caught the victim with a job in Processing:\n" + victim.output())
+    rows = _query("SELECT worker_id, status, count(*) FROM chokaq_jobs_hot GROUP BY worker_id, status")
+    pytest.fail(f"never caught the victim with a job in Processing (Hot rows by worker and status: {rows}):\n"
+                + victim.output())
+
+
+def _processing(victim: WorkerProcess) -> set[str]:
+    """The victim's Processing rows."""
+    return {str(row[0]) for row in _query("SELECT id FROM chokaq_jobs_hot WHERE worker_id = %s AND status = %s",
+                                          [victim.worker_id, int(JobStatus.PROCESSING)])}
 
 
 def test_sigkill_one_of_three_workers_loses_nothing(workers: list[WorkerProcess]) -> None:
