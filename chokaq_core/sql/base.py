@@ -1209,8 +1209,8 @@ class BaseDialect:
                        at: datetime) -> dict[str, int]:
         """The lease of ``job_ids`` paying its tokens from buckets the caller planned on without a lock at ``at``:
         each is written only if it is still as known (compare-and-set), then the jobs start at ``at`` (a start is
-        stamped when its token was taken, as under the lock). A bucket changed since raises ``StaleBuckets`` (the lease under ``lock_rate_buckets`` decides), as
-        does, in the caller's transaction, a lost job (roll back). ``SPENDS_ALONE`` (one short write at a time): a
+        stamped when its token was taken, as under the lock). A bucket changed since raises ``StaleBuckets`` (the
+        lease under ``lock_rate_buckets`` decides), as does, in the caller's transaction, a lost job (roll back). ``SPENDS_ALONE`` (one short write at a time): a
         failed swap swaps back the buckets written, a lost job gives its token back (``give_back``)."""
         for n, spend in enumerate(spends):
             if not self._swap_bucket(cursor, spend.known, spend.spent):
