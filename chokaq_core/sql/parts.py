@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -154,7 +154,7 @@ DLQ_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeadJob))
 WORKER_FIELDS = ("worker_id", "hostname", "pid", "queues", "capacity", "active_count", "is_running", "runtime_json",
                  "circuits_json", "started_at", "last_heartbeat_at", "stopped_at")
 _TIMES = {"heartbeat_at", "scheduled_at", "created_at", "started_at", "last_updated_at", "finished_at", "failed_at",
-          "last_heartbeat_at", "stopped_at"}
+          "last_error_at", "last_heartbeat_at", "stopped_at"}
 
 
 def as_utc(value: Any) -> Any:
@@ -169,22 +169,40 @@ def _mapped(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
     return {name: as_utc(value) if name in _TIMES else value for name, value in zip(names, row, strict=True)}
 
 
-def hot_job(row: Sequence[Any]) -> HotJob:
-    data = _mapped(HOT_FIELDS, row)
-    return HotJob(**{**data, "status": JobStatus(data["status"])})
+def _row_builder[T](cls: type[T], converters: Mapping[str, Callable[[Any], Any]]) -> Callable[[Sequence[Any]], T]:
+    """A row → ``cls`` constructor for a frozen slots dataclass whose columns follow its fields: it fills the slots
+    through their descriptors (timestamps through ``as_utc``, the named columns through their converter). A frozen
+    dataclass's ``__init__`` sets each field by ``object.__setattr__``: ~6 µs for Hot's 23 fields, ten times this,
+    and a claim builds one per claimed row."""
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    setters = [getattr(cls, name).__set__ for name in names]
+    convert = [converters.get(name, as_utc if name in _TIMES else None) for name in names]
+    plain = tuple((put, i) for i, (put, c) in enumerate(zip(setters, convert, strict=True)) if c is None)
+    converted = tuple((put, i, c) for i, (put, c) in enumerate(zip(setters, convert, strict=True)) if c is not None)
+    width, new = len(names), object.__new__
+
+    def build(row: Sequence[Any]) -> T:
+        if len(row) != width:
+            raise ValueError(f"a {cls.__name__} row has {width} columns, not {len(row)}")
+        built = new(cls)
+        for put, i in plain:
+            put(built, row[i])
+        for put, i, c in converted:
+            put(built, c(row[i]))
+        return built
+
+    return build
+
+
+hot_job = _row_builder(HotJob, {"status": JobStatus})
 
 
 def in_claim_order(rows: Iterable[Sequence[Any]]) -> list[HotJob]:
     return sorted((hot_job(row) for row in rows), key=lambda j: (-j.priority, j.scheduled_at or j.created_at, j.id))
 
 
-def archived_job(row: Sequence[Any]) -> ArchivedJob:
-    return ArchivedJob(**_mapped(ARCHIVE_FIELDS, row))
-
-
-def dead_job(row: Sequence[Any]) -> DeadJob:
-    data = _mapped(DLQ_FIELDS, row)
-    return DeadJob(**{**data, "failure_reason": FailureReason(data["failure_reason"])})
+archived_job = _row_builder(ArchivedJob, {})
+dead_job = _row_builder(DeadJob, {"failure_reason": FailureReason})
 
 
 def worker_info(row: Sequence[Any]) -> WorkerInfo:

@@ -3,7 +3,7 @@ the Hot row's last error), Top Errors groups and their exact filter, the Pending
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
@@ -116,6 +116,8 @@ def test_a_retry_keeps_the_last_error_and_its_time_on_the_hot_row() -> None:
     assert close_to(listed.error_at, before) and close_to(listed.scheduled_at, before + timedelta(seconds=600))
     got = storage.get_hot(job.id)
     assert got is not None and got.last_error == "ConnectionError: gateway timeout"
+    assert isinstance(got.last_error_at, datetime) and got.last_error_at.tzinfo is not None
+    assert close_to(got.last_error_at, before)
 
 
 def test_a_circuit_deferral_holds_the_job_and_keeps_its_last_error_until_it_fails_again() -> None:
