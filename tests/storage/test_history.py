@@ -8,8 +8,12 @@ a row that did not move (lost ownership) counts nothing; retries, resurrections 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -148,3 +152,44 @@ def test_retention_deletes_one_granularity_older_than_its_cutoff() -> None:
     assert storage.purge_history(HOUR, timezone.now() - timedelta(hours=3)) == 0
     assert storage.purge_history(HOUR, timezone.now() + timedelta(hours=2)) == 1
     assert not rows(HOUR)
+
+
+class RecordingCursor:
+    """The driver cursor storage hands to the dialect, recording each statement's text."""
+
+    def __init__(self, cursor: Any, seen: set[str]) -> None:
+        self._cursor, self._seen = cursor, seen
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        self._seen.add(sql)
+        return self._cursor.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+@pytest.mark.sql_only
+def test_a_completions_statements_do_not_depend_on_how_many_jobs_it_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver keeps a prepared program per statement text (SQLite's module up to 128 per connection): a text
+    that named each id of the batch made the worker hold one history upsert program per batch size."""
+    driver_cursor = storage._cursor
+
+    def statements(jobs: int) -> set[str]:
+        successes = [Success(j.id, 5.0) for j in processing("texts", "w-texts", jobs)]
+        failures = [Failure(j.id, FailureReason.FATAL_ERROR, "boom") for j in processing("texts", "w-texts", jobs)]
+        seen: set[str] = set()
+
+        @contextmanager
+        def recording(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with driver_cursor(*args, **kwargs) as cursor:
+                yield RecordingCursor(cursor, seen)
+
+        monkeypatch.setattr(storage, "_cursor", recording)
+        done = storage.complete("w-texts", successes, [], failures)
+        monkeypatch.setattr(storage, "_cursor", driver_cursor)
+        assert len(done.archived) == len(done.failed) == jobs
+        return seen
+
+    one, three = statements(1), statements(3)
+    assert any("chokaq_history_buckets" in sql for sql in one), one
+    assert three == one, sorted(three ^ one)
