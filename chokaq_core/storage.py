@@ -626,11 +626,16 @@ def complete(
     sql = dialect()
     alone = not retries and not failures and sql.MOVES_RECORD_HISTORY
 
+    # A completion of several moves opens with begin_completion (the shared rows' lock order across its
+    # statements); so does one that records failed executions (it reads when they started). One move alone takes
+    # its rows in that order within its statement.
+    several = sum(1 for moves in (successes, retries, failures) if moves) > 1
+    failed_ids = [r.job_id for r in retries if r.error is not None] + [f.job_id for f in failures if f.error is not None]
+
     def operation(cursor: Any) -> Completion:
-        started = {} if alone else sql.begin_completion(
+        started = sql.begin_completion(
             cursor, worker_id, [*(s.job_id for s in successes), *(r.job_id for r in retries),
-                                *(f.job_id for f in failures)],
-            [r.job_id for r in retries if r.error is not None] + [f.job_id for f in failures if f.error is not None])
+                                *(f.job_id for f in failures)], failed_ids) if several or failed_ids else {}
         completion = Completion(
             archived=sql.archive_succeeded(cursor, worker_id, successes) if successes else [],
             rescheduled=sql.reschedule_for_retry(cursor, worker_id, retries) if retries else [],

@@ -1268,8 +1268,8 @@ class BaseDialect:
         Hot row's ``started_at``, read before the move clears it). A vendor whose moves lock rows also takes the
         batch's Hot rows (this worker's) and its queues' counter rows here, each in key order (the shared rows' lock
         order: every later move of the transaction finds its counter rows held, so it never waits for one while
-        holding another transaction's history or bucket rows). Here: primary-key reads (SQLite has one writer;
-        SQL Server's moves take the counters before the buckets)."""
+        holding another transaction's history or bucket rows). Here: primary-key reads (SQLite has one writer).
+        ``storage.complete`` opens with it when the batch has several moves or failed executions to record."""
         starts: dict[str, datetime | None] = {}
         for job_id in dict.fromkeys(failed_ids):
             row = self.get_hot(cursor, job_id)

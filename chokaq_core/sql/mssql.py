@@ -106,8 +106,21 @@ _ID_LIST = "IN (SELECT i.id FROM OPENJSON(%s) WITH (id nvarchar(4000) '$.id') AS
 _NAMES = "(SELECT f.name FROM OPENJSON({}) WITH (name nvarchar(4000) '$.name') AS f)"  # a JSON array of names
 
 
-def _moved_table(columns: Sequence[str]) -> str:
-    return "DECLARE @Moved TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
+def _moved_table(columns: Sequence[str], name: str = "@Moved") -> str:
+    return f"DECLARE {name} TABLE (" + ", ".join(f"{c} {_MOVED_TYPES[c]}" for c in columns) + ");"
+
+
+def counters_locked(rows: str) -> str:
+    """``base.counters_locked`` here: the counter rows of the queues of ``rows`` (a table variable with a ``queue``
+    column) locked in key order, one by one. SQL Server locks a row as its scan or seek reads it, whatever the ORDER BY
+    of the statement (a join may read the queues in any order), so each row is its own seek, the queues taken
+    smallest first (``MIN`` and ``>`` compare as the key does, in the column's collation). ``UPDLOCK``: held to
+    commit; ``HOLDLOCK`` on an equality seek of the key takes that key only."""
+    return (f"DECLARE @LockQueue nvarchar(255) = (SELECT MIN(queue) FROM {rows});\n"
+            "DECLARE @Locked int;\n"
+            "WHILE @LockQueue IS NOT NULL\nBEGIN\n"
+            "    SELECT @Locked = 1 FROM chokaq_stats_summary WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE queue = @LockQueue;\n"
+            f"    SET @LockQueue = (SELECT MIN(queue) FROM {rows} WHERE queue > @LockQueue);\nEND;")
 
 
 def merge_rows(table: str, key: Sequence[str], columns: Sequence[str], source: str,
@@ -170,6 +183,21 @@ ENQUEUE_SQL = _batch(
     "SELECT k.id, k.idempotency_key FROM chokaq_jobs_hot AS k\n"
     "WHERE k.idempotency_key IN (SELECT j.idempotency_key FROM OPENJSON(@Jobs)"
     " WITH (idempotency_key nvarchar(4000) '$.idempotency_key') AS j WHERE j.idempotency_key IS NOT NULL);",
+)
+
+
+# A completion of several moves: its Hot rows, then its queues' counter rows (by queue), so that no move of it waits
+# for a counter row while it holds another transaction's (``base.BaseDialect.begin_completion``). The Hot rows are
+# read with U locks (a sweep, reading past locked rows, leaves them to this completion). Params: worker (None: no
+# owner guard), ids.
+BEGIN_COMPLETION_SQL = _batch(
+    _params("@WorkerId nvarchar(4000)"),
+    _moved_table(("id", "queue", "started_at"), "@Own"),
+    "INSERT INTO @Own (id, queue, started_at)\n"
+    "SELECT h.id, h.queue, h.started_at FROM chokaq_jobs_hot AS h WITH (UPDLOCK, ROWLOCK)\n"
+    f"WHERE h.id {_ID_LIST} AND (@WorkerId IS NULL OR h.worker_id = @WorkerId);",
+    counters_locked("@Own"),
+    "SELECT id, started_at FROM @Own;",
 )
 
 
@@ -316,6 +344,14 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                        [worker_id, limit * 10, limit, *named, *held])
         return self.rows(cursor)
 
+    def begin_completion(self, cursor: Cursor, worker_id: str | None, job_ids: Sequence[str],
+                         failed_ids: Sequence[str]) -> dict[str, datetime | None]:
+        """One batch, as on PostgreSQL: the batch's Hot rows that are still this worker's (U locks, held to commit),
+        then its queues' counter rows in key order (``counters_locked``); when each failed execution started."""
+        cursor.execute(BEGIN_COMPLETION_SQL, [worker_id, _ids_json(sorted(job_ids))])
+        failed = set(failed_ids)
+        return {str(job_id): as_utc(started) for job_id, started in self.rows(cursor) if job_id in failed}
+
     MOVED_NOW = "@Now"
     DUE_ITEMS = {"delay_s": "int", "delay_ms": "int"}
     DUE = "DATEADD(MILLISECOND, a.delay_ms, DATEADD(SECOND, a.delay_s, @Now))"
@@ -339,6 +375,7 @@ class SQLServerDialect(BaseDialect, statements=globals()):
                  f"{change}\nOUTPUT {output}\n    INTO @Moved ({', '.join(move.carried)})\n{rows}"]
         if move.table is not None:
             steps.append(insert_moved(move, "@Moved", "@Now") + ";")
+        steps.append(counters_locked("@Moved"))  # the shared rows' lock order: counter rows by queue, then buckets
         if move.origin != HOT:  # back to Pending or purged: off its counter
             steps.append(uncount_sql(move.counter, "@Moved", "@Now" if move is TO_HOT else None) + ";")
         else:

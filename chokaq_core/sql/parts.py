@@ -517,6 +517,15 @@ def resurrected(payload: str, tags: str, priority: str, actor: str, row: str = "
             "priority": f"coalesce({priority}, 10)", "status": "0", "attempt_count": "0", "last_modified_by": actor}
 
 
+def counters_locked(rows: str) -> str:
+    """The counter rows of the queues of ``rows`` (a table with a ``queue`` column), locked in key order: the shared
+    rows' lock order (``BaseDialect.begin_completion``) for a transaction that changes several queues' counters.
+    ``ORDER BY … FOR UPDATE`` locks each row as the sorted rows come, whatever order the plan reads them in (an
+    ``UPDATE … FROM`` or a join takes them in the plan's order). SQL Server locks rows as it reads them, whatever the
+    ORDER BY: ``mssql.counters_locked`` takes them one by one instead."""
+    return f"SELECT queue FROM {STATS} WHERE queue IN (SELECT queue FROM {rows}) ORDER BY queue FOR UPDATE"
+
+
 def uncount_sql(counter: str, rows: str, now: str | None = None) -> str:
     """Take the rows a move removed (``rows``: a table of them with their queue) off ``counter`` per queue, floored
     at 0, update only; an Archive purge's ``PURGED`` grows by them instead (``succeeded_total`` never shrinks).

@@ -35,6 +35,7 @@ from chokaq_core.sql.base import (
     as_utc,
     bulkhead,
     carried_values,
+    counters_locked,
     history_rows,
     in_claim_order,
     insert_moved,
@@ -266,8 +267,7 @@ WITH own AS (
     SELECT id, queue, started_at FROM {HOT}
     WHERE id = ANY(%(ids)s::text[]) AND (%(worker)s::text IS NULL OR worker_id = %(worker)s::text)
     ORDER BY id FOR UPDATE),
-counters AS (
-    SELECT queue FROM chokaq_stats_summary WHERE queue IN (SELECT queue FROM own) ORDER BY queue FOR UPDATE)
+counters AS ({counters_locked("own")})
 SELECT id, started_at FROM own WHERE (SELECT count(*) FROM counters) >= 0
 """
 
@@ -403,9 +403,11 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
         moved = f"WITH moved AS (DELETE FROM {rows}\n    RETURNING {', '.join(f'{v} AS {c}' for c, v in carried)}),\n"
         if move.table is not None:
             moved += f"ins AS ({insert_moved(move, 'moved', 'now()')}\n    RETURNING id, type, {move.counted}),\n"
-        if move.origin != HOT:  # back to Pending or purged: off its counter
-            dec = uncount_sql(move.counter, "moved", "now()" if move is TO_HOT else None)
-            return f"{moved}dec AS ({dec})\nSELECT id, queue FROM moved"
+        if move.origin != HOT:  # back to Pending or purged: off its counter, the counter rows locked first by queue
+            # (the shared rows' lock order: an operator's move over several queues against a worker's completion)
+            dec = uncount_sql(move.counter, "(SELECT queue FROM moved WHERE (SELECT count(*) FROM held) >= 0)",
+                              "now()" if move is TO_HOT else None)
+            return f"{moved}held AS ({counters_locked('moved')}),\ndec AS ({dec})\nSELECT id, queue FROM moved"
         # The buckets and the history read the landed rows only once the counters are upserted (``counted`` waits
         # for all of ``stats``): the counter rows are locked first (``BEGIN_COMPLETION_SQL``'s order).
         counted = "counted AS (SELECT * FROM ins WHERE (SELECT count(*) FROM stats) >= 0),\n"

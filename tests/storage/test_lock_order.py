@@ -15,14 +15,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
+from django.utils import timezone
 
 from chokaq_core import storage
-from chokaq_core.domain import Failure, FailureReason, Success
-from chokaq_core.models import JobsArchive, JobsDLQ
+from chokaq_core.domain import Failure, FailureReason, JobFilter, Success
+from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot
 from chokaq_core.sql import base
 
-from .rows import backdate, counters, processing
+from .rows import archived, backdate, counters, dead, pending, processing, purged
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.sql_only]
 
@@ -181,3 +182,128 @@ def test_a_zombie_sweep_locks_no_row_it_does_not_sweep(vendor: str) -> None:
         other.join(timeout=60)
 
     assert refused == [], "the sweep held a live worker's row"
+
+
+# ---------------------------------------------------------------- operator commands over several queues
+
+OPS = "test.cmd.v1"  # the type of the rows an operator command acts on (the completion's rows are test.lock.v1)
+
+
+def _dlq_rows() -> list[str]:
+    return [*dead("lo-y", type=OPS), *dead("lo-x", type=OPS)]
+
+
+def _archive_rows() -> list[str]:
+    return [*archived("lo-y", type=OPS), *archived("lo-x", type=OPS)]
+
+
+def _pending_rows() -> list[str]:
+    return [*pending("lo-y", type=OPS), *pending("lo-x", type=OPS)]
+
+
+def _matching(pillar: str, act: Callable[[JobFilter, str], Any]) -> Callable[[list[str]], Any]:
+    """A bulk-by-filter run's one batch over the command's rows (as the Deck runs it)."""
+    def run(ids: list[str]) -> Any:
+        total, upto = storage.count_matching(pillar, JobFilter(type=OPS))
+        assert total == len(ids) and upto is not None
+        return act(JobFilter(type=OPS), upto)
+    return run
+
+
+# command → (its rows, the command over them, the pillar they leave, where they land (None: purged))
+COMMANDS: dict[str, tuple[Callable[[], list[str]], Callable[[list[str]], Any], Any, Any]] = {
+    "resurrect_batch": (_dlq_rows, lambda ids: storage.resurrect_batch(ids, actor="ops"), JobsDLQ, JobsHot),
+    "resurrect_dlq_by_filter": (_dlq_rows, lambda ids: storage.resurrect_dlq_by_filter(JobFilter(type=OPS), 10,
+                                                                                        actor="ops"), JobsDLQ, JobsHot),
+    "resurrect_matching": (_dlq_rows, _matching("dlq", lambda f, upto: storage.resurrect_matching(
+        f, None, upto, 10, actor="ops")), JobsDLQ, JobsHot),
+    "purge_dlq_ids": (_dlq_rows, storage.purge_dlq_ids, JobsDLQ, None),
+    "purge_dlq_by_filter": (_dlq_rows, lambda ids: storage.purge_dlq_by_filter(JobFilter(type=OPS), 10), JobsDLQ,
+                            None),
+    "purge_dlq_matching": (_dlq_rows, _matching("dlq", lambda f, upto: storage.purge_dlq_matching(f, None, upto, 10)),
+                           JobsDLQ, None),
+    "purge_dlq_older_than": (_dlq_rows, lambda ids: storage.purge_dlq_older_than(timezone.now()), JobsDLQ, None),
+    "purge_archive_ids": (_archive_rows, storage.purge_archive_ids, JobsArchive, None),
+    "purge_archive": (_archive_rows, lambda ids: storage.purge_archive(timezone.now()), JobsArchive, None),
+    # already in key order before (a move out of Hot upserts its counters sorted by queue): kept as guards
+    "cancel": (_pending_rows, lambda ids: storage.cancel(ids, actor="ops"), JobsHot, JobsDLQ),
+    "cancel_matching": (_pending_rows, _matching("hot", lambda f, upto: storage.cancel_matching(
+        f, None, upto, 10, actor="ops")), JobsHot, JobsDLQ),
+}
+
+
+def _blocked(pid: int) -> bool:
+    """The session ``pid`` waits for a lock (live: ``pg_blocking_pids`` is no per-transaction snapshot)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [pid])
+        return bool(cursor.fetchone()[0])
+
+
+def _lock_counter_nowait(queue: str) -> str | None:
+    """Lock ``queue``'s counter row at once, in a savepoint: None, or why it could not."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT queue FROM chokaq_stats_summary WHERE queue = %s FOR UPDATE NOWAIT", [queue])
+        return None
+    except DatabaseError as exc:
+        return str(exc).strip()
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_an_operator_command_over_two_queues_takes_their_counter_rows_in_key_order(command: str, vendor: str) -> None:
+    """A worker's completion over queues lo-x and lo-y locks lo-x's counter row, then lo-y's
+    (``begin_completion``). An operator command over rows of both queues must take them in the same order: this
+    test's transaction is that completion, holding lo-x's row; the command, started meanwhile, waits for it and
+    must hold nothing of lo-y then (were it holding lo-y's row, the completion's next lock would close a circle:
+    a deadlock, one of the two rolled back). Then the completion finishes (its moves change both queues' counters
+    while the command waits), commits, and the command goes on over the rows as they are now: every counter
+    equals its rows."""
+    assert vendor == "postgresql"
+    make_rows, act, origin, target = COMMANDS[command]
+    job_a = processing("lo-x", "w-live", type="test.lock.v1")[0]
+    job_b = processing("lo-y", "w-live", type="test.lock.v1")[0]
+    ids = make_rows()
+    before = {q: counters(q) for q in ("lo-x", "lo-y")}
+    purged_before = {q: purged(q) for q in ("lo-x", "lo-y")}
+    pid: list[int] = []
+    errors: list[BaseException] = []
+
+    def operator() -> None:
+        try:
+            pid.append(_backend_pid())
+            act(ids)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=operator, name=command)
+    held: str | None = "the command never waited for lo-x's counter row"
+    with transaction.atomic():  # the completion
+        sql = storage.dialect()
+        with connection.cursor() as cursor:
+            sql.begin_completion(cursor, "w-live", [job_a.id], [])  # its first lock: lo-x's counter row
+        thread.start()
+        while thread.is_alive() and not (pid and _blocked(pid[0])):
+            time.sleep(0.002)
+        if thread.is_alive():
+            held = _lock_counter_nowait("lo-y")  # its next lock
+        if held is None:
+            with connection.cursor() as cursor:
+                sql.archive_succeeded(cursor, "w-live", [Success(job_a.id, 5.0)])
+                sql.move_to_dlq(cursor, "w-live", [Failure(job_b.id, FailureReason.FATAL_ERROR, "boom")])
+        else:
+            transaction.set_rollback(True)  # let the command go on
+    thread.join(timeout=60)
+
+    assert not thread.is_alive(), "the command did not finish"
+    assert errors == []
+    assert held is None, f"while it waited for lo-x's counter row the command held lo-y's: {held}"
+    assert not origin.objects.filter(id__in=ids).exists()
+    if target is not None:
+        assert target.objects.filter(id__in=ids).count() == len(ids)
+    failed = -1 if command.startswith(("resurrect", "purge_dlq")) else int(command.startswith("cancel"))
+    for queue, (succeeded, failed_total, retried) in before.items():  # one row of each queue moved by the command,
+        completed = (queue == "lo-x", queue == "lo-y")  # one by the completion (lo-x archived, lo-y failed)
+        assert counters(queue) == (succeeded + completed[0], failed_total + completed[1] + failed, retried), queue
+        assert purged(queue) == purged_before[queue] + command.startswith("purge_archive"), queue

@@ -212,7 +212,7 @@ KEYWORDS = frozenset("""
     GROUP INSERT INTO VALUES UPDATE DELETE OUTPUT INSERTED DELETED MERGE USING WHEN MATCHED THEN ELSE END CASE
     COALESCE COUNT SUM CAST DATEADD DATEDIFF SECOND MILLISECOND SYSUTCDATETIME OPENJSON ROW_NUMBER OVER PARTITION
     LEFT RIGHT INNER JOIN CROSS APPLY EXISTS DISTINCT UNION ALL NULLIF @@ROWCOUNT LIKE ESCAPE LOWER TRIM NCHAR REPLACE AVG
-    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY SUBSTRING
+    DATEDIFF_BIG TODATETIMEOFFSET IF BEGIN WHILE FOR JSON PATH INCLUDE_NULL_VALUES OFFSET ROWS FETCH NEXT ONLY SUBSTRING
 """.split())
 
 FORBIDDEN = {
@@ -652,8 +652,9 @@ CASES = [
     Case("keep_alive", (["J1", "J2", "J1"], "w1"), [[("J1",)]], ["J1"]),
     Case("keep_alive", ([], "w1"), [], []),
     Case("cancel_requests", ("w1",), [[("J1", "bob")]], [("J1", "bob")]),
-    Case("begin_completion", ("w1", ["J1", "J2", "J3"], ["J2", "J3"]), [[hot_row(id="J2", status=2, started_at=T1)], []],
-         {"J2": T1, "J3": None}),
+    Case("begin_completion", ("w1", ["J3", "J2", "J1"], ["J2", "J3"]), [Sets([None, [("J1", None), ("J2", T1)]])],
+         {"J2": T1}),  # J3 no longer this worker's: no row
+    Case("begin_completion", (None, ["J1"], ["J1"]), [[("J1", T1.replace(tzinfo=None))]], {"J1": T1}),
     Case("begin_completion", ("w1", ["J1"], []), [], {}),
     Case("archive_succeeded", ("w1", [Success("J1", 12.5), Success("J2", None)]),
          [[("J1", "mail"), ("J2", "mail")]], [("J1", "mail"), ("J2", "mail")]),
@@ -1305,3 +1306,69 @@ def test_a_lease_spending_on_a_changed_bucket_or_a_lost_row_raises_so_the_transa
                         ("J1",))
     with pytest.raises(StaleBuckets):
         sql.DIALECT.lease_spending(Recorder(script), ["J1"], "w1", [spend], T0)
+
+
+# ---------------------------------------------------------------- the shared rows' lock order
+
+COUNTED_MOVES = ("archive_succeeded", "move_to_dlq", "reschedule_for_retry", "cancel_batch", "archive_zombies",
+                 "resurrect", "resurrect_batch", "resurrect_dlq_by_filter", "purge_dlq_ids", "purge_dlq_by_filter",
+                 "purge_archive_ids", "purge_dlq_older_than", "purge_archive")
+
+
+def test_the_counter_rows_are_locked_one_by_one_smallest_queue_first() -> None:
+    """SQL Server locks a row as it reads it, whatever a statement's ORDER BY: each counter row is its own
+    equality seek, the queues taken from the smallest up (MIN, then the next greater), each lock held to commit."""
+    lock = sql.counters_locked("@Rows")
+    statements = [s.strip() for s in lock.split(";") if s.strip()]
+    assert statements == [
+        "DECLARE @LockQueue nvarchar(255) = (SELECT MIN(queue) FROM @Rows)",
+        "DECLARE @Locked int",
+        "WHILE @LockQueue IS NOT NULL\nBEGIN\n    SELECT @Locked = 1 FROM chokaq_stats_summary"
+        " WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE queue = @LockQueue",
+        "SET @LockQueue = (SELECT MIN(queue) FROM @Rows WHERE queue > @LockQueue)",
+        "END"]
+
+
+def test_every_move_locks_its_queues_counter_rows_in_key_order_before_it_counts() -> None:
+    """Each move's batch (completions, sweeps, cancels, resurrections, purges): its rows into ``@Moved``, then the
+    counter rows of their queues locked in key order, and only then the counters' MERGE or UPDATE and the buckets.
+    An operator's move over several queues thus waits for a worker's completion instead of holding one of its
+    counter rows (their plan-ordered UPDATE or MERGE took them in any order)."""
+    lock = sql.counters_locked("@Moved")
+    texts = _texts(COUNTED_MOVES)
+    assert set(texts) == set(COUNTED_MOVES)
+    for function, group in texts.items():
+        for text in (t for t in group if "chokaq_stats_summary" in t):
+            first_count = re.search(r"(?:MERGE|UPDATE) chokaq_stats_summary\b", text)
+            assert first_count and text.count(lock) == 1, function
+            assert text.index("INTO @Moved") < text.index(lock) < first_count.start(), function
+            assert text.index(lock) < text.find("chokaq_metric_buckets") or "chokaq_metric_buckets" not in text
+
+
+def test_a_completion_of_several_moves_opens_with_its_hot_rows_then_its_counter_rows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``begin_completion`` is one batch: the batch's Hot rows still this worker's (U locks to commit), then its
+    queues' counter rows in key order, returning when the failed executions started. ``storage.complete`` sends it
+    before the moves of a mixed batch (two completions over two queues in opposite orders took the counter rows
+    move by move: a circle), and not for one move alone (its batch takes its rows in order by itself)."""
+    from chokaq_core import storage
+
+    [(text, params)] = _run(Case("begin_completion", ("w1", ["J3", "J1", "J1"], ["J3"]), [[("J3", T1)]]))[1].calls
+    assert text == sql.BEGIN_COMPLETION_SQL and params == ["w1", '[{"id":"J1"},{"id":"J3"}]']
+    assert re.search(r"FROM chokaq_jobs_hot AS h WITH \(UPDLOCK, ROWLOCK\)\nWHERE h\.id IN \(SELECT i\.id FROM "
+                     r"OPENJSON\(%s\).*\(@WorkerId IS NULL OR h\.worker_id = @WorkerId\);", text)
+    assert text.index("chokaq_jobs_hot") < text.index(sql.counters_locked("@Own")) < text.index(
+        "SELECT id, started_at FROM @Own;")
+
+    def sent(successes: list[Success], retries: list[Retry], failures: list[Failure]) -> list[str]:
+        cursor = Recorder([[]] * 6)
+        monkeypatch.setattr(storage, "dialect", lambda using=None: sql.DIALECT)
+        monkeypatch.setattr(storage, "run", lambda operation, **kwargs: operation(cursor))
+        storage.complete("w1", successes, retries, failures)
+        return [text for text, _ in cursor.calls]
+
+    mixed = sent([Success("J1", 1.0)], [], [Failure("J2", FailureReason.FATAL_ERROR, "boom")])
+    assert mixed[:3] == [sql.BEGIN_COMPLETION_SQL, sql.DIALECT.ARCHIVE_SUCCEEDED_SQL, sql.DIALECT.MOVE_TO_DLQ_SQL]
+    assert sql.BEGIN_COMPLETION_SQL not in sent([Success("J1", 1.0), Success("J2", 2.0)], [], [])
+    failed = sent([], [], [Failure("J2", FailureReason.MAX_RETRIES_EXCEEDED, "tb", 3, ATTEMPT_ERROR)])
+    assert failed[0] == sql.BEGIN_COMPLETION_SQL, "it reads when the failed execution started"
