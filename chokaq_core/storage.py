@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
@@ -238,24 +238,57 @@ def _preparing_cursor(using: str, raw: Any) -> _PreparingCursor | None:
     return _PreparingCursor(cursor)
 
 
+_WRITE_TURNS: dict[str, threading.RLock] = {}  # per database file of a ONE_WRITER dialect (see _write_turn)
+_WRITE_TURNS_LOCK = threading.Lock()
+_NO_TURN = nullcontext()
+
+
+def _write_turn(connection: Any) -> threading.RLock | None:
+    """The lock this process's writers of ``connection``'s database take turns on, where the database has one write
+    lock (``ONE_WRITER``: SQLite); None elsewhere, and None while the caller may hold the database's lock already:
+    inside a caller's transaction (its ``atomic()`` block, or autocommit turned off), which took no turn — a turn
+    taken there could wait for a writer that waits for that transaction.
+
+    SQLite lets one connection write at a time; another waits in its busy handler, which sleeps 1, 2, 5, 10 … ms
+    between its tries: a lock freed meanwhile stays unused until the sleep ends. The worker's own threads (the
+    claim, the lease, the completion), whose transactions last a millisecond or two, spent most of a drain in those
+    sleeps (bench/README, "Eighth round (h/sqlite)"). Queued on this lock, the next writer starts when the last one
+    commits. Writers of other processes, and a caller's own
+    transactions, still meet them in the busy handler. A turn spans one storage transaction or self-committing
+    statement: never a handler's run. Reentrant: commit hooks that write run inside their transaction's turn."""
+    if connection.in_atomic_block or (connection.connection is not None and not connection.autocommit):
+        return None
+    if not dialect_for(connection).ONE_WRITER:
+        return None
+    name = str(connection.settings_dict["NAME"])
+    turn = _WRITE_TURNS.get(name)
+    if turn is None:
+        with _WRITE_TURNS_LOCK:
+            turn = _WRITE_TURNS.setdefault(name, threading.RLock())
+    return turn
+
+
 def run[T](operation: Callable[[Any], T], *, using: str | None = None, atomic: bool = True,
-           prepared: bool = False) -> T:
+           prepared: bool = False, writes: bool = True) -> T:
     """Run ``operation(cursor)`` in a transaction with the transient-error retry policy (``prepared``: its
-    statements are the hot path's fixed texts, see ``Mode``)."""
+    statements are the hot path's fixed texts, see ``Mode``; ``writes``: it may write, so it takes a write turn
+    where the database has one writer, see ``_write_turn``)."""
     if memory_mode():  # the private database's lock is the transaction; nothing there is transient
         return _memory().database().run(operation)
     db = using or alias()
     connection = connections[db]
     nested = connection.in_atomic_block
+    turn = _write_turn(connection) if writes or atomic else None
     sql = config().SQL
     attempt = 0
     while True:
         try:
-            if atomic:
-                with transaction.atomic(using=db), _cursor(db, prepared) as cursor:
+            with turn if turn is not None else _NO_TURN:
+                if atomic:
+                    with transaction.atomic(using=db), _cursor(db, prepared) as cursor:
+                        return operation(cursor)
+                with _cursor(db, prepared) as cursor:
                     return operation(cursor)
-            with _cursor(db, prepared) as cursor:
-                return operation(cursor)
         except Exception as exc:
             attempt += 1
             if nested or attempt > sql.MAX_TRANSIENT_RETRIES or not is_transient(exc):
@@ -274,15 +307,19 @@ type BatchPurge = Callable[[Any, datetime, int], int]  # one batch of a purge by
 class Mode:
     """How a transition runs. ``alone``: without a BEGIN/COMMIT of its own (it is one statement or only reads;
     inside a caller's transaction it runs there). ``prepared``: its statements are the hot path's fixed texts,
-    prepared where the dialect prepares (PostgreSQL)."""
+    prepared where the dialect prepares (PostgreSQL). ``writes``: it may write (an alone read takes no write turn,
+    see ``_write_turn``; a transaction always does)."""
 
     alone: bool = False
     prepared: bool = False
+    writes: bool = True
 
 
 IN_TRANSACTION = Mode()
 ALONE = Mode(alone=True)
+READ = Mode(alone=True, writes=False)
 HOT_PATH = Mode(alone=True, prepared=True)
+HOT_READ = Mode(alone=True, prepared=True, writes=False)
 
 
 def moves() -> Mode:
@@ -294,7 +331,8 @@ def call[**P, R](mode: Mode, transition: Callable[Concatenate[Any, P], R], /, *a
                  **kwargs: P.kwargs) -> R:
     """Run one dialect function of the ChokaQ alias (a bound method of ``dialect()``, the cursor its first
     argument) as ``mode`` says, with the transient-error retry policy."""
-    return run(lambda cursor: transition(cursor, *args, **kwargs), atomic=not mode.alone, prepared=mode.prepared)
+    return run(lambda cursor: transition(cursor, *args, **kwargs), atomic=not mode.alone, prepared=mode.prepared,
+               writes=mode.writes)
 
 
 def _emit(published: list[events.Event], using: str | None = None) -> None:
@@ -435,16 +473,16 @@ def _claim(worker_id: str, limit: int, queues: Sequence[str] | None, lease: int)
 
 def rate_limits() -> list[RateLimitState]:
     """Every rate-limit row (declared and overridden), without its use."""
-    return call(ALONE, dialect().rate_limits)
+    return call(READ, dialect().rate_limits)
 
 
 def rate_buckets(names: Sequence[str]) -> list[RateBucket]:
-    return call(ALONE, dialect().rate_buckets, names)
+    return call(READ, dialect().rate_buckets, names)
 
 
 def pending_by_key() -> list[tuple[str, str, str | None, int]]:
     """Due Pending rows per (queue, type, rate key)."""
-    return call(ALONE, dialect().pending_by_key)
+    return call(READ, dialect().pending_by_key)
 
 
 def declare_rate_limits(limits: Sequence[RateLimit]) -> None:
@@ -608,7 +646,7 @@ def keep_alive(job_ids: Sequence[str], worker_id: str) -> list[str]:
 
 
 def cancel_requests(worker_id: str) -> list[tuple[str, str]]:
-    return call(HOT_PATH, dialect().cancel_requests, worker_id)
+    return call(HOT_READ, dialect().cancel_requests, worker_id)
 
 
 @dataclass(frozen=True)
@@ -679,7 +717,7 @@ def _failed_attempts(done: Completion, retries: Sequence[Retry], failures: Seque
 
 def job_attempts(job_id: str) -> list[Attempt]:
     """A job's attempts history: every recorded failed execution, oldest first."""
-    return call(ALONE, dialect().job_attempts, job_id)
+    return call(READ, dialect().job_attempts, job_id)
 
 
 def purge_attempts(cutoff: datetime, progress: Callable[[int], None] | None = None) -> int:
@@ -861,7 +899,7 @@ def stop_worker(worker_id: str) -> None:
 
 
 def list_workers() -> list[WorkerInfo]:
-    return call(ALONE, dialect().list_workers)
+    return call(READ, dialect().list_workers)
 
 
 def _purge_batches(mode: Mode, purge: BatchPurge, cutoff: datetime, progress: Callable[[int], None] | None) -> int:
@@ -898,7 +936,7 @@ def purge_history(granularity: int, cutoff: datetime, progress: Callable[[int], 
 
 
 def history_buckets(granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
-    return call(ALONE, dialect().history_buckets, granularity, since, types_limit)
+    return call(READ, dialect().history_buckets, granularity, since, types_limit)
 
 
 def tidy_hot_table(min_dead_rows: int) -> bool:
@@ -939,11 +977,11 @@ def _enqueue_for_schedule(name: str, tick: datetime, job: NewJob, *, claim: bool
 
 
 def schedule_ticks() -> dict[str, datetime]:
-    return call(ALONE, dialect().schedule_ticks)
+    return call(READ, dialect().schedule_ticks)
 
 
 def schedule_states() -> list[ScheduleState]:
-    return call(ALONE, dialect().schedule_states)
+    return call(READ, dialect().schedule_states)
 
 
 def set_schedule_enabled(name: str, enabled: bool, tick: datetime) -> None:
@@ -965,67 +1003,67 @@ def change_marker() -> int | None:
 
 
 def queue_states() -> list[QueueState]:
-    return call(ALONE, dialect().queue_states)
+    return call(READ, dialect().queue_states)
 
 
 def summary_stats() -> SummaryStats:
-    return call(ALONE, dialect().summary_stats)
+    return call(READ, dialect().summary_stats)
 
 
 def queue_stats() -> list[QueueStats]:
-    return call(ALONE, dialect().queue_stats)
+    return call(READ, dialect().queue_stats)
 
 
 def get_hot(job_id: str) -> HotJob | None:
-    return call(ALONE, dialect().get_hot, job_id)
+    return call(READ, dialect().get_hot, job_id)
 
 
 def get_archived(job_id: str) -> ArchivedJob | None:
-    return call(ALONE, dialect().get_archived, job_id)
+    return call(READ, dialect().get_archived, job_id)
 
 
 def get_dead(job_id: str) -> DeadJob | None:
-    return call(ALONE, dialect().get_dead, job_id)
+    return call(READ, dialect().get_dead, job_id)
 
 
 # ---------------------------------------------------------------- Deck reads and bulk commands
 
 
 def list_active(filters: JobFilter, limit: int) -> list[JobRow]:
-    return call(ALONE, dialect().list_active, filters, limit)
+    return call(READ, dialect().list_active, filters, limit)
 
 
 def list_archive(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call(ALONE, dialect().list_archive, filters, after_key, limit, sort)
+    return call(READ, dialect().list_archive, filters, after_key, limit, sort)
 
 
 def list_dlq(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call(ALONE, dialect().list_dlq, filters, after_key, limit, sort)
+    return call(READ, dialect().list_dlq, filters, after_key, limit, sort)
 
 
 def locate_jobs(job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    return call(ALONE, dialect().locate_jobs, job_ids) if job_ids else {}
+    return call(READ, dialect().locate_jobs, job_ids) if job_ids else {}
 
 
 def throughput(since: datetime) -> list[MetricPoint]:
-    return call(ALONE, dialect().throughput, since)
+    return call(READ, dialect().throughput, since)
 
 
 def deck_snapshot(request: SnapshotRequest) -> DeckSnapshot:
     """The live Deck's one read per tick: one statement on every vendor."""
-    return call(HOT_PATH, dialect().deck_snapshot, request)
+    return call(HOT_READ, dialect().deck_snapshot, request)
 
 
 def queue_health() -> list[QueueLag]:
-    return call(ALONE, dialect().queue_health)
+    return call(READ, dialect().queue_health)
 
 
 def top_errors(limit: int) -> list[ErrorGroup]:
-    return call(ALONE, dialect().top_errors, limit)
+    return call(READ, dialect().top_errors, limit)
 
 
 def preview_dlq_bulk(filters: JobFilter, max_jobs: int) -> BulkPreview:
-    return call(ALONE, dialect().preview_dlq_bulk, filters, max_jobs)
+    return call(READ, dialect().preview_dlq_bulk, filters, max_jobs)
 
 
 def purge_dlq_by_filter(filters: JobFilter, max_jobs: int) -> int:
@@ -1062,7 +1100,7 @@ class MatchBatch:
 
 def count_matching(pillar: str, filters: JobFilter) -> tuple[int, str | None]:
     """(rows matching, their largest id) in ``pillar`` ("hot" or "dlq")."""
-    return call(ALONE, dialect().count_matching, pillar, filters)
+    return call(READ, dialect().count_matching, pillar, filters)
 
 
 def _match_batch(pillar: str, filters: JobFilter, after: str | None, upto: str, limit: int,
@@ -1130,12 +1168,12 @@ def purge_archive_ids(job_ids: Sequence[str]) -> int:
 
 def count_archive_older_than(cutoff: datetime, limit: int) -> int:
     """Archive rows finished before ``cutoff``, counted up to ``limit``."""
-    return int(call(ALONE, dialect().count_archive_older_than, cutoff, limit))
+    return int(call(READ, dialect().count_archive_older_than, cutoff, limit))
 
 
 def count_dlq_older_than(cutoff: datetime, limit: int) -> int:
     """DLQ rows created on or before ``cutoff``, counted up to ``limit``."""
-    return int(call(ALONE, dialect().count_dlq_older_than, cutoff, limit))
+    return int(call(READ, dialect().count_dlq_older_than, cutoff, limit))
 
 
 # ---------------------------------------------------------------- wake-up source

@@ -176,6 +176,8 @@ class BaseDialect:
     LEASES_IN_CLAIM = False  # claim() leases its first rows itself (else fetch_batch runs the lease after it)
     CLAIMS_ALONE = False  # fetch_alone(): a claim with no capped queue in reach is one self-committing statement
     PREPARES = False  # storage prepares the hot path's fixed statement texts (PostgreSQL's server-side binding)
+    ONE_WRITER = False  # the database has one write lock (SQLite): a process's writers take turns on a lock of
+    # storage's instead of meeting in the database's busy handler
     TOKENS: dict[str, str]  # a vendor's words in SHARED_STATEMENTS
     TS = "%s"  # a datetime parameter (param_ts) as an operand
     TRUE, FALSE = "TRUE", "FALSE"  # the boolean literals

@@ -23,6 +23,7 @@ from chokaq_core.domain import ClaimHold, NewJob
 from chokaq_core.sql import Cursor, Dialect, Moved
 from chokaq_core.sql.base import (
     HOT,
+    HOT_FIELDS,
     QUEUES,
     RETRY,
     STATS,
@@ -80,11 +81,13 @@ ENQUEUE_KNOWN_SQL = ENQUEUE_SQL.replace(
 
 
 _OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
-# The open queues with Pending rows, due or not.
-PENDING_QUEUES_SQL = (f"WITH {pending_queues(' INDEXED BY hot_fetch_pending')}\nSELECT pq.queue FROM pq"
+# The open queues with Pending rows, due or not, and whether each is capped (max_workers).
+PENDING_QUEUES_SQL = (f"WITH {pending_queues(' INDEXED BY hot_fetch_pending')}\n"
+                      "SELECT pq.queue, q.max_workers IS NOT NULL FROM pq"
                       f" LEFT JOIN {QUEUES} q ON q.name = pq.queue WHERE pq.queue IS NOT NULL AND {_OPEN}")
 NAMED_QUEUES_SQL = f"""
-SELECT DISTINCT j.value FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.value WHERE {_OPEN}
+SELECT DISTINCT j.value, q.max_workers IS NOT NULL FROM json_each(%s) j LEFT JOIN {QUEUES} q ON q.name = j.value
+WHERE {_OPEN}
 """
 # Per open queue, its first due rows in claim order, read in index order (no sort of the backlog): rows
 # without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
@@ -96,6 +99,9 @@ _STREAM = f"""SELECT * FROM (
     ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
 _STREAMS = (f"{_STREAM.format(key='created_at', index='hot_fetch_pending', due='+h.scheduled_at IS NULL')} UNION ALL"
             f" {_STREAM.format(key='scheduled_at', index='hot_pending_lag', due='h.scheduled_at <= %s')}")
+# No capped queue in reach: the window's first rows are the claim (params: the window's, worker, now).
+PLAIN_CLAIM_SQL = (f"WITH win AS ({{window}})\nUPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s"
+                   f" WHERE id IN (SELECT id FROM win) AND +status = 0 RETURNING {', '.join(HOT_FIELDS)}")
 MAX_STREAMED_QUEUES = 200  # two compound terms per queue; SQLite allows 500 per statement
 MAX_STREAMED_HOLD_PARAMS = 4000  # a hold's parameters repeat in both streams of every queue (32,766 per statement)
 
@@ -118,6 +124,7 @@ class SQLiteDialect(BaseDialect, statements=globals()):
               "rowlock": "", "differs": "new_payload IS NOT payload"}
 
     ENQUEUE_IN_ONE_STATEMENT = True  # once a queue has its rows (enqueue_alone)
+    ONE_WRITER = True  # one write lock per database file (storage's write turns)
     SPENDS_ALONE = True  # a planned lease's bucket swaps and the lease commit one by one (see lease_spending)
 
     def clock(self, at: datetime | None = None) -> list[Any]:
@@ -199,32 +206,41 @@ class SQLiteDialect(BaseDialect, statements=globals()):
               hold: ClaimHold | None = None) -> list[Any]:
         """The claim under ``BEGIN IMMEDIATE`` (two statements: open queues, claim).
 
-        The scan window is the first 10 x limit due rows in claim order, as on PostgreSQL: per open queue two
-        index-ordered streams, merged. Ranking only these keeps a claim cheap whatever the backlog (a queue's
-        rows in the window are exactly its first rows, so the per-queue rank is the true one)."""
+        With a capped queue in reach the scan window is the first 10 x limit due rows in claim order, as on
+        PostgreSQL: per open queue two index-ordered streams, merged. Ranking only these keeps a claim cheap
+        whatever the backlog (a queue's rows in the window are exactly its first rows, so the per-queue rank is the
+        true one). Without one there is no bulkhead to apply: the first ``limit`` rows of the window are the claim
+        (a third of the 10x window's time: no 10x scan, sort and ranking)."""
         now = _ts(datetime.now(UTC))
         if queues is None:
             cursor.execute(PENDING_QUEUES_SQL)
         else:
             cursor.execute(NAMED_QUEUES_SQL, [json.dumps(sorted(set(queues)))])
         held_queues = set(hold.queues) if hold else set()
-        open_queues = sorted(row[0] for row in cursor.fetchall() if row[0] not in held_queues)
+        reach = {str(name): bool(capped) for name, capped in cursor.fetchall() if name not in held_queues}
+        open_queues = sorted(reach)
         if not open_queues:
             return []
-        scan = limit * 10
+        capped = any(reach.values())
+        # the streams cut a run of rows tied on (priority, due time) anywhere, so without a ranking to feed they
+        # still read twice the claim: the window's id order then holds across a tie the claim ends in
+        scan, candidates = (limit * 10, limit * 10) if capped else (limit, limit * 2)
         clause, held = self.hold_clause(hold)
         if len(open_queues) <= MAX_STREAMED_QUEUES and len(held) * len(open_queues) <= MAX_STREAMED_HOLD_PARAMS:
             stream = _STREAMS.format(hold=clause)
             window = f"SELECT * FROM ({' UNION ALL '.join([stream] * len(open_queues))}) ORDER BY priority DESC, sort_at, id LIMIT %s"
             params: list[Any] = [p for name in open_queues
-                                 for p in (name, *held, scan, name, now, *held, scan)] + [scan]
+                                 for p in (name, *held, candidates, name, now, *held, candidates)] + [scan]
         else:  # very many queues: one ranked read of the due rows instead of 2 streams per queue
             window = f"""SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
                 FROM {HOT} h WHERE h.status = 0 AND (h.scheduled_at IS NULL OR h.scheduled_at <= %s)
                   AND h.queue IN (SELECT value FROM json_each(%s)){clause}
                 ORDER BY h.priority DESC, sort_at, h.id LIMIT %s"""
             params = [now, json.dumps(open_queues), *held, scan]
-        cursor.execute(self.claim_sql(window, "%s", "%s", "%s"), [*params, limit, worker_id, now])
+        if capped:
+            cursor.execute(self.claim_sql(window, "%s", "%s", "%s"), [*params, limit, worker_id, now])
+        else:
+            cursor.execute(PLAIN_CLAIM_SQL.format(window=window), [*params, worker_id, now])
         return list(cursor.fetchall())
 
     MOVED_NOW = _NOW

@@ -863,7 +863,8 @@ def test_every_statement_passes_the_checker_and_mssql_django_formats_it(case: Ca
 
 def run_alone_by_storage() -> set[str]:
     """The dialect functions ``storage`` runs without a transaction of their own on SQL Server: those it calls
-    ``ALONE`` or on the ``HOT_PATH`` (moves run alone only where the dialect moves in one statement)."""
+    ``ALONE``, ``READ`` or on the ``HOT_PATH`` / ``HOT_READ`` (moves run alone only where the dialect moves in one
+    statement)."""
     import ast
 
     from chokaq_core import storage
@@ -873,7 +874,7 @@ def run_alone_by_storage() -> set[str]:
     for node in ast.walk(ast.parse(inspect.getsource(storage))):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("call", "_purge_batches")
                 and len(node.args) > 1 and isinstance(node.args[0], ast.Name)
-                and node.args[0].id in ("ALONE", "HOT_PATH") and isinstance(node.args[1], ast.Attribute)):
+                and node.args[0].id in ("ALONE", "READ", "HOT_PATH", "HOT_READ") and isinstance(node.args[1], ast.Attribute)):
             found.add(node.args[1].attr)
     return found
 
