@@ -69,7 +69,6 @@ def test_the_worker_command_gives_the_freed_heap_back_before_its_checks_run(monk
     assert calls == ["release", "checks and handle"]
 
 
-
 # The compiler's transient memory grows with the module it compiles (where no .pyc is kept, a worker compiles
 # ChokaQ from source at every start): sql/base.py as one 115 KiB module was the start-up's memory peak, +3.6 MiB
 # for ~60 ms, and left the running worker ~1 MiB more fragmented heap than the same code in two modules.
