@@ -574,19 +574,13 @@ FAILED_ITEMS = {"id": "name", "failure_reason": "int", "error_details": "text", 
 ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left or whose insert lost a race
 
 
-def pending_queues(hinted: bool = False) -> str:
-    """``RECURSIVE pq(queue)``: every queue with Pending rows, due or not, by a loose scan of the two indexes that
-    hold them (``hot_fetch_due``: rows without a schedule; ``hot_pending_lag``: scheduled rows): per queue one probe
-    of each, ending on a NULL row; ``hinted`` names the indexes (for SQLite, whose planner must be told)."""
-    probes = (("hot_fetch_due", "NULL"), ("hot_pending_lag", "NOT NULL"))
-
-    def first(after: str) -> str:
-        return "SELECT min(queue) FROM (" + " UNION ALL ".join(
-            f"SELECT * FROM (SELECT h.queue FROM {HOT} h{f' INDEXED BY {index}' if hinted else ''}"
-            f" WHERE h.status = 0 AND h.scheduled_at IS {which}{after} ORDER BY h.queue LIMIT 1) AS p{i}"
-            for i, (index, which) in enumerate(probes)) + ") AS p"
-    return (f"RECURSIVE pq(queue) AS (\n    SELECT ({first('')})\n    UNION ALL\n"
-            f"    SELECT ({first(' AND h.queue > pq.queue')})\n    FROM pq WHERE pq.queue IS NOT NULL)")
+def pending_queues(hint: str = "") -> str:
+    """``RECURSIVE pq(queue)``: every queue with Pending rows, due or not, by a loose scan of ``hot_queue_stats``
+    (queue, status): one index probe per queue, ending on a NULL row (the claim's own indexes are partial, each on
+    half of the Pending rows); ``hint`` names the index where the planner must be told."""
+    probe = f"SELECT h.queue FROM {HOT} h{hint} WHERE h.status = 0{{}} ORDER BY h.queue LIMIT 1"
+    return (f"RECURSIVE pq(queue) AS (\n    SELECT ({probe.format('')})\n    UNION ALL\n"
+            f"    SELECT ({probe.format(' AND h.queue > pq.queue')})\n    FROM pq WHERE pq.queue IS NOT NULL)")
 
 
 def bulkhead(window: str, capped: str, limit: str, top: bool = False) -> str:

@@ -82,7 +82,7 @@ ENQUEUE_KNOWN_SQL = ENQUEUE_SQL.replace(
 
 _OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
 # The open queues with Pending rows, due or not, and whether each is capped (max_workers).
-PENDING_QUEUES_SQL = (f"WITH {pending_queues(hinted=True)}\n"
+PENDING_QUEUES_SQL = (f"WITH {pending_queues(' INDEXED BY hot_queue_stats')}\n"
                       "SELECT pq.queue, q.max_workers IS NOT NULL FROM pq"
                       f" LEFT JOIN {QUEUES} q ON q.name = pq.queue WHERE pq.queue IS NOT NULL AND {_OPEN}")
 NAMED_QUEUES_SQL = f"""
