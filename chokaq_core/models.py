@@ -21,7 +21,8 @@ from django.db.models.functions import Now
 
 # index name -> its INCLUDE columns on PostgreSQL and SQL Server (see the module docstring)
 COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
-    "hot_fetch_pending": ("type",),
+    "hot_fetch_due": ("type",),
+    "hot_fetch_scheduled": ("type",),
     "hot_queue_stats": ("priority",),
     "hot_status_created": ("queue", "type", "priority", "scheduled_at", "worker_id"),
     "hot_fetched_recovery": ("queue", "worker_id"),
@@ -38,6 +39,8 @@ COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
 # The Pending rows with a schedule: the only ones that can wait (a row without scheduled_at is due), so the
 # indexes of waiting rows hold them alone and a job enqueued to run now enters two Hot indexes fewer.
 SCHEDULED_PENDING = Q(status=0, scheduled_at__isnull=False)
+# The Pending rows without a schedule: all due, so an index of them alone is the claim's exact ordered range.
+DUE_PENDING = Q(status=0, scheduled_at__isnull=True)
 
 
 class JobIdField(models.CharField):
@@ -107,11 +110,11 @@ class JobsHot(JobModel):
             ),
         ]
         indexes = [
-            models.Index(
-                fields=["queue", "-priority", "scheduled_at", "created_at"],
-                condition=Q(status=0),
-                name="hot_fetch_pending",
-            ),
+            # the claim's due rows without a schedule, already in claim order (every row of it is due)
+            models.Index(fields=["queue", "-priority", "created_at"], condition=DUE_PENDING, name="hot_fetch_due"),
+            # the claim's scheduled rows in claim order: the first due ones of a large due backlog without a sort
+            models.Index(fields=["queue", "-priority", "scheduled_at", "created_at"], condition=SCHEDULED_PENDING,
+                         name="hot_fetch_scheduled"),
             models.Index(fields=["queue", "status"], name="hot_queue_stats"),
             # scheduled Pending rows only (delayed, retrying, held): a row due at once enters neither this index
             # nor hot_pending_split, only the claim's (SCHEDULED_PENDING)

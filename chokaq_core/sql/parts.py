@@ -575,8 +575,9 @@ ENQUEUE_PASSES = 3  # an insert, then re-inserts of jobs whose key holder left o
 
 
 def pending_queues(hint: str = "") -> str:
-    """``RECURSIVE pq(queue)``: every queue with Pending rows by a loose scan of ``hot_fetch_pending`` (one index
-    probe per queue, ending on a NULL row), due or not; ``hint`` names the index where the planner must be told."""
+    """``RECURSIVE pq(queue)``: every queue with Pending rows, due or not, by a loose scan of ``hot_queue_stats``
+    (queue, status): one index probe per queue, ending on a NULL row (the claim's own indexes are partial, each on
+    half of the Pending rows); ``hint`` names the index where the planner must be told."""
     probe = f"SELECT h.queue FROM {HOT} h{hint} WHERE h.status = 0{{}} ORDER BY h.queue LIMIT 1"
     return (f"RECURSIVE pq(queue) AS (\n    SELECT ({probe.format('')})\n    UNION ALL\n"
             f"    SELECT ({probe.format(' AND h.queue > pq.queue')})\n    FROM pq WHERE pq.queue IS NOT NULL)")

@@ -122,11 +122,12 @@ _LEASED = "h.id = ANY(ARRAY(SELECT id FROM leased))"  # the first %(lease)s clai
 def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> str:
     """Spec 01 §4.2: lock a window of due rows, rank per queue, apply the bulkhead, claim.
 
-    The window is found through ``hot_fetch_pending`` instead of sorting every Pending
-    row: per open queue, two index-ordered streams (due rows without ``scheduled_at``
-    by ``created_at``, due scheduled rows by ``scheduled_at``) each give their first
-    rows already in (priority desc, coalesce(scheduled_at, created_at)) order, so their
-    merge holds exactly the spec's candidates. The candidate pool is twice the lock
+    The window is found without sorting every Pending row: per open queue, two streams
+    (due rows without ``scheduled_at`` by ``created_at``: an exact ordered range of
+    ``hot_fetch_due``, which holds those rows only, so rows scheduled for later are never
+    walked; due scheduled rows by ``scheduled_at``: a range of ``hot_pending_lag``, then a
+    small sort) each give their first rows in (priority desc, coalesce(scheduled_at,
+    created_at)) order, so their merge holds exactly the spec's candidates. The candidate pool is twice the lock
     window, so a claimer still fills its window while another claimer holds one.
     ``queues`` None walks the distinct queues with Pending rows (a loose index scan),
     since a queue with no ``chokaq_queues`` row is still eligible. Rows are re-read by
@@ -139,7 +140,7 @@ def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> s
         recursive, names = f"{pending_queues()},\n", "SELECT queue AS name FROM pq WHERE queue IS NOT NULL"
     stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
          WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
-         ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %(candidates)s)"""
+         ORDER BY h.priority DESC, {order} LIMIT %(candidates)s)"""
     hold = HOLD_SQL if held else ""
     reach = f"""reach AS (SELECT EXISTS (SELECT 1 FROM chokaq_queues WHERE max_workers IS NOT NULL{
         " AND name = ANY(%(queues)s::text[])" if queue_filter else ""}) AS capped),""" if alone else ""
@@ -150,9 +151,10 @@ WITH {recursive}{reach}open_queues AS (
         " AND NOT (SELECT capped FROM reach)" if alone else ""}),
 candidates AS (
     SELECT c.id, c.priority, c.sort_at FROM open_queues n CROSS JOIN LATERAL (
-        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL", hold=hold)}
+        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL", hold=hold, order="h.created_at")}
         UNION ALL
-        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()", hold=hold)}) c
+        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()", hold=hold,
+                      order="h.scheduled_at, h.created_at")}) c
     ORDER BY c.priority DESC, c.sort_at, c.id
     LIMIT %(candidates)s),
 locked AS (

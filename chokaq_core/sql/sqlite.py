@@ -82,7 +82,7 @@ ENQUEUE_KNOWN_SQL = ENQUEUE_SQL.replace(
 
 _OPEN = "coalesce(q.is_paused, 0) = 0 AND coalesce(q.is_active, 1) = 1"
 # The open queues with Pending rows, due or not, and whether each is capped (max_workers).
-PENDING_QUEUES_SQL = (f"WITH {pending_queues(' INDEXED BY hot_fetch_pending')}\n"
+PENDING_QUEUES_SQL = (f"WITH {pending_queues(' INDEXED BY hot_queue_stats')}\n"
                       "SELECT pq.queue, q.max_workers IS NOT NULL FROM pq"
                       f" LEFT JOIN {QUEUES} q ON q.name = pq.queue WHERE pq.queue IS NOT NULL AND {_OPEN}")
 NAMED_QUEUES_SQL = f"""
@@ -90,15 +90,16 @@ SELECT DISTINCT j.value, q.max_workers IS NOT NULL FROM json_each(%s) j LEFT JOI
 WHERE {_OPEN}
 """
 # Per open queue, its first due rows in claim order, read in index order (no sort of the backlog): rows
-# without a schedule through hot_fetch_pending (the unary + keeps "scheduled_at IS NULL" a filter, so SQLite
-# walks the index in order), due scheduled rows through hot_pending_lag (a range, then a small sort).
+# without a schedule through hot_fetch_due (all due, in claim order: an exact range), due scheduled rows through
+# hot_pending_lag (a range, then a small sort).
 # ``{hold}``: what rate limits hold back (BaseDialect.hold_clause), empty without limits.
 _STREAM = f"""SELECT * FROM (
     SELECT h.id, h.queue, h.priority, h.{{key}} AS sort_at FROM {HOT} h INDEXED BY {{index}}
     WHERE h.queue = %s AND h.status = 0 AND {{due}}{{{{hold}}}}
-    ORDER BY h.priority DESC, h.scheduled_at, h.created_at LIMIT %s)"""
-_STREAMS = (f"{_STREAM.format(key='created_at', index='hot_fetch_pending', due='+h.scheduled_at IS NULL')} UNION ALL"
-            f" {_STREAM.format(key='scheduled_at', index='hot_pending_lag', due='h.scheduled_at <= %s')}")
+    ORDER BY h.priority DESC, {{order}} LIMIT %s)"""
+_STREAMS = (f"{_STREAM.format(key='created_at', index='hot_fetch_due', due='h.scheduled_at IS NULL', order='h.created_at')}"
+            f" UNION ALL {_STREAM.format(key='scheduled_at', index='hot_pending_lag', due='h.scheduled_at <= %s',
+                                         order='h.scheduled_at, h.created_at')}")
 # No capped queue in reach: the window's first rows are the claim (params: the window's, worker, now).
 PLAIN_CLAIM_SQL = (f"WITH win AS ({{window}})\nUPDATE {HOT} SET status = 1, worker_id = %s, last_updated_at = %s"
                    f" WHERE id IN (SELECT id FROM win) AND +status = 0 RETURNING {', '.join(HOT_FIELDS)}")

@@ -1,4 +1,4 @@
-"""PostgreSQL only: the claim query is served by the partial index ``hot_fetch_pending`` (spec 01 §2.1, §4.2).
+"""PostgreSQL only: the claim query is served by the partial indexes of its two streams (spec 01 §2.1, §4.2).
 
 The SQL text is not copied here: it is captured from a real
 ``chokaq_core.sql.postgresql.fetch_batch`` call through a recording cursor,
@@ -122,12 +122,49 @@ def test_claim_query_uses_the_partial_fetch_index(queues: list[str] | None, back
     assert "Seq Scan on chokaq_jobs_hot" not in plan, f"claim query scans all of Hot:\n{plan}"
     if backlog == "backlog-10k":
         # With a real backlog the ordered fetch index decides the cost.
-        assert "hot_fetch_pending" in plan, f"claim query does not use hot_fetch_pending:\n{plan}"
+        assert "hot_fetch_due" in plan, f"claim query does not use hot_fetch_due:\n{plan}"
     else:
         # With a few hundred Pending rows the planner may prefer the smaller Pending-only
         # partial index (hot_pending_lag); either way it reads Pending rows only.
-        assert "hot_fetch_pending" in plan or "hot_pending_lag" in plan, plan
+        assert "hot_fetch_due" in plan or "hot_pending_lag" in plan, plan
     assert JobsHot.objects.filter(status=0).count() == pending_rows, "capture and EXPLAIN were rolled back"
+
+
+WAITING_ROWS = 20_000
+# A queue's scheduled rows: all due tomorrow (a million reminders), or all due already (a backlog of retries).
+SCHEDULES = {"due-tomorrow": "now() + interval '1 day'", "due-already": "now() - interval '1 hour'"}
+
+
+def _hot_table_reads(node: dict[str, Any]) -> list[tuple[str, int]]:
+    """Every scan of the Hot table in an ``EXPLAIN (ANALYZE, FORMAT JSON)`` plan: its type and the rows it read
+    (returned or filtered out, over all its loops)."""
+    reads = [(node["Node Type"], (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+                                  + node.get("Rows Removed by Index Recheck", 0)) * node["Actual Loops"])
+             ] if node.get("Relation Name") == "chokaq_jobs_hot" else []
+    return reads + [read for child in node.get("Plans", []) for read in _hot_table_reads(child)]
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_a_claim_reads_a_bounded_number_of_rows_whatever_waits_in_the_queue(schedule: str) -> None:
+    """A queue with many scheduled rows (due later, or a due backlog) and a few rows due now: each claim stream reads
+    its first rows in index order, never the queue's other scheduled rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, priority, status, attempt_count, scheduled_at,"
+            f" created_at, last_updated_at) SELECT 'wait-' || g, 'alpha', 'plan.v1', '{{}}', 0, 0, 0,"
+            f" {SCHEDULES[schedule]} + (g || ' ms')::interval, now(), now() FROM generate_series(1, %s) AS g"
+            " UNION ALL SELECT 'now-' || g, 'alpha', 'plan.v1', '{}', 0, 0, 0, NULL, now(), now()"
+            " FROM generate_series(1, 25) AS g", [WAITING_ROWS])
+        cursor.execute("ANALYZE chokaq_jobs_hot")
+    sql, params = _captured_fetch_sql(None)
+    with transaction.atomic(), connection.cursor() as wrapper:
+        wrapper.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        [[[explained]]] = wrapper.cursor.fetchall()
+        transaction.set_rollback(True)
+    reads = _hot_table_reads(explained["Plan"])
+    assert reads and all(kind != "Seq Scan" for kind, _ in reads), reads
+    assert sum(rows for _, rows in reads) < 1_000, reads  # the claim's 20 rows, 80 candidates, the queues' probes
+    assert JobsHot.objects.filter(status=0).count() == WAITING_ROWS + 25, "capture and EXPLAIN were rolled back"
 
 
 def test_the_pending_split_counts_pending_rows_only_through_hot_pending_split() -> None:

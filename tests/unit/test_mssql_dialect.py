@@ -922,7 +922,7 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
     *((("fetch_batch",), "", pattern, "the claim locks, skips and ranks") for pattern in (
         r"FROM chokaq_jobs_hot AS h WITH \(UPDLOCK, READPAST, ROWLOCK\)", r"row_number\(\) OVER \(PARTITION BY w\.queue",
         r"cur \+ rnk <= max_workers", r"picked AS \(SELECT TOP \(@Limit\) id", r"OUTPUT inserted\.id, inserted\.queue",
-        r"h\.status = 0",  # the literal predicate lets the filtered index hot_fetch_pending serve
+        r"h\.status = 0",  # the literal predicate lets the filtered indexes hot_fetch_due / hot_fetch_scheduled serve
         r"(?s)FROM chokaq_queues AS c WITH \(UPDLOCK, ROWLOCK\)\nWHERE c\.max_workers IS NOT NULL.*WITH win AS")),
     *((("enqueue",), "", pattern, "queue rows under key-range locks") for pattern in (
         r"FROM chokaq_queues AS q WITH \(UPDLOCK, HOLDLOCK\) WHERE q\.name = n\.queue",
@@ -1213,6 +1213,11 @@ MIGRATION_STATEMENTS: list[tuple[str, str]] = [
        r" WHERE \(\[scheduled_at\] IS NOT NULL AND \[status\] = 0\);") for index, on in (
         ("hot_pending_lag", r"\(\[queue\], \[scheduled_at\], \[created_at\]\)"),
         ("hot_pending_split", r"\(\[status\], \[scheduled_at\], \[last_error_at\], \[held_by\]\)"))),
+    *(("0016_due_pending_index", rf"CREATE INDEX \[{index}\] ON \[chokaq_jobs_hot\] {on} INCLUDE \(\[type\]\)"
+       rf" WHERE \(\[scheduled_at\] IS {which} AND \[status\] = 0\);") for index, on, which in (
+        ("hot_fetch_due", r"\(\[queue\], \[priority\] DESC, \[created_at\]\)", "NULL"),
+        ("hot_fetch_scheduled", r"\(\[queue\], \[priority\] DESC, \[scheduled_at\], \[created_at\]\)", "NOT NULL"))),
+    ("0016_due_pending_index", r"DROP INDEX \[hot_fetch_pending\] ON \[chokaq_jobs_hot\];"),
 ]
 
 
