@@ -2,6 +2,10 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+# The engine's largest modules, each after what it imports (see heap.import_releasing).
+ENGINE_MODULES = ("chokaq_core.sql.parts", "chokaq_core.sql.base", "chokaq_core.policy", "chokaq_core.metrics",
+                  "chokaq_core.storage", "chokaq_core.api", "chokaq_core.backend")
+
 
 class ChokaQCoreConfig(AppConfig):
     name = "chokaq_core"
@@ -10,8 +14,11 @@ class ChokaQCoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from chokaq_core import heap
+
+        heap.import_releasing(ENGINE_MODULES)
         # backend: makes django.task: type keys resolvable (handlers.resolve_prefix)
-        from chokaq_core import backend, checks, conf, handlers, heap, logs  # noqa: F401
+        from chokaq_core import backend, checks, conf, handlers, logs  # noqa: F401
 
         logs.install()
         checks.register()
