@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
-# The engine's largest modules, each after what it imports (see heap.import_releasing).
-ENGINE_MODULES = ("chokaq_core.sql.parts", "chokaq_core.sql.base", "chokaq_core.policy", "chokaq_core.metrics",
-                  "chokaq_core.storage", "chokaq_core.api", "chokaq_core.backend")
+# The engine's largest modules, each after the large ones it imports (see heap.import_releasing): the dialect
+# core (``chokaq_core.sql``, loaded here, called only by storage) before storage, so their compiles do not stack.
+ENGINE_MODULES = ("chokaq_core.sql", "chokaq_core.policy", "chokaq_core.metrics", "chokaq_core.storage",
+                  "chokaq_core.api", "chokaq_core.backend")
 
 
 class ChokaQCoreConfig(AppConfig):

@@ -1,4 +1,4 @@
-"""Django's debug page and error report with every URL password masked (see :mod:`chokaq_core.redaction`)."""
+"""Django's debug page and error report with every URL password masked (named in settings as ``chokaq_core.redaction.…``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from django.utils.safestring import SafeString, mark_safe
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
-from chokaq_core.redaction import mask_credentials
+from chokaq_core.masking import mask_credentials
 
 
 def _masked(value: Any) -> Any:
