@@ -255,7 +255,7 @@ def execution_started(job: HotJob) -> None:
 
 @_safely
 def execution_ended(job: HotJob) -> None:
-    queue = queue_tag(job.queue)
+    queue = _job_labels(job.queue, job.type)["queue"]  # memoised: the guard itself runs a regex and takes a lock
     _child(ACTIVE, {"queue": queue}).dec()
     active = OTEL.get("chokaq.workers.active")
     if active is not None:

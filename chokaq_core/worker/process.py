@@ -67,7 +67,9 @@ class Worker:
         self.worker_id = self.options.worker_id or new_worker_id()
         self.queues = self.options.queues or None
         self.batch_size = max(1, min(self.options.batch_size or wk.FETCH_BATCH_SIZE, wk.PREFETCH_CAPACITY))
-        self.limiter = Limiter(self.options.concurrency or wk.CONCURRENCY, wk.MAX_CONCURRENCY, self.batch_size)
+        # Leases run ahead of the executors by what they finish in AHEAD_WAIT, at most a prefetch buffer's worth: capped
+        # at one batch, the slots (executors + 20) bounded a drain of short jobs at slots / lease round trip.
+        self.limiter = Limiter(self.options.concurrency or wk.CONCURRENCY, wk.MAX_CONCURRENCY, wk.PREFETCH_CAPACITY)
         self.buffer = PrefetchBuffer(wk.PREFETCH_CAPACITY)
         self.breakers = CircuitBreakers(
             _breaker_policy(cfg.breaker_settings()),

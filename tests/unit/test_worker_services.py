@@ -828,3 +828,14 @@ def test_listen_backs_off_after_a_lost_connection(monkeypatch: pytest.MonkeyPatc
     assert attempts == [1]
     source.close()
     assert source.wait(5) is False
+
+
+def test_a_worker_leases_ahead_as_far_as_its_prefetch_buffer_holds() -> None:
+    """Short executions let leases run ahead of the executors by a prefetch buffer's worth, not one fetch batch:
+    with one batch the slots (executors + batch) bounded a drain of short jobs to slots per lease round trip."""
+    from chokaq_core.worker.process import Worker, WorkerOptions
+
+    worker = Worker(WorkerOptions(concurrency=2, batch_size=5))
+    for _ in range(50):
+        worker.limiter.pace(1e-6)
+    assert worker.limiter.ahead == config().WORKER.PREFETCH_CAPACITY

@@ -100,8 +100,8 @@ def _leasing_ahead(start_worker: Any, state: Any, gate: Any, waiting: int) -> tu
     gate("ahead")
     blocker = enqueue("test.gate.v1", {"name": "ahead"})
     worker = start_worker(concurrency=1)
-    worker.limiter.pace(1e-5)  # executions this short: lease a whole batch ahead of the one executor
-    assert worker.limiter.ahead == worker.batch_size
+    worker.limiter.pace(1e-5)  # executions this short: lease a whole prefetch buffer ahead of the one executor
+    assert worker.limiter.ahead == worker.buffer.capacity
     state.wait_started(blocker)
     behind = [enqueue("test.ok.v1", {"n": n}) for n in range(waiting)]
     for job_id in behind:
