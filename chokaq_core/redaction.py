@@ -11,68 +11,19 @@
   "chokaq_core.redaction.CredentialMaskingExceptionReporter"``.
 * :class:`CredentialMaskingLogFilter` masks the message and traceback of every record of the handler it is
   attached to (``LOGGING["filters"]``).
+
+The two debug-page classes live in :mod:`chokaq_core.error_reports` and are named here on first use: a
+``LOGGING`` filter imports this module in every process, and Django's debug views (their template engine and
+tags: ~0.5 MiB of a running worker) are needed only where an error report is written.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
-from django.utils.safestring import SafeString, mark_safe
-from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
-
-MASK = "***"
-# scheme://[user][:password]@ — the password is whatever follows the first ":" of the userinfo
-_URL_CREDENTIALS = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<password>[^/\s]+)@")
-
-
-def mask_credentials(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@host`` URL replaced by ``***``."""
-    return _URL_CREDENTIALS.sub(lambda m: f"{m.group('head')}:{MASK}@", text)
-
-
-def _masked(value: Any) -> Any:
-    return mask_credentials(value) if isinstance(value, str) else value
-
-
-class CredentialMaskingReporterFilter(SafeExceptionReporterFilter):
-    """Debug pages and error reports: Django's hidden settings, and no URL password anywhere else."""
-
-    def cleanse_setting(self, key: Any, value: Any) -> Any:
-        return _masked(super().cleanse_setting(key, value))
-
-    def get_traceback_frame_variables(self, request: Any, tb_frame: Any) -> Any:
-        return [(name, _masked(value) if isinstance(value, str) else _RedactedRepr.wrap(value))
-                for name, value in super().get_traceback_frame_variables(request, tb_frame)]
-
-
-class _RedactedRepr:
-    """A frame variable whose repr has a URL password masked (the debug page shows ``repr(value)``)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    @classmethod
-    def wrap(cls, value: Any) -> Any:
-        try:
-            text = repr(value)
-        except Exception:
-            return value
-        return cls(value) if mask_credentials(text) != text else value
-
-    def __repr__(self) -> str:
-        return mask_credentials(repr(self.value))
-
-
-class CredentialMaskingExceptionReporter(ExceptionReporter):
-    """Django's debug page and error report with every URL password masked, the exception message included."""
-
-    def get_traceback_html(self) -> SafeString:
-        return mark_safe(mask_credentials(super().get_traceback_html()))  # masking keeps the page's escaping
-
-    def get_traceback_text(self) -> SafeString:
-        return mark_safe(mask_credentials(super().get_traceback_text()))
+from chokaq_core.masking import MASK as MASK
+from chokaq_core.masking import mask_credentials as mask_credentials
 
 
 class CredentialMaskingLogFilter(logging.Filter):
@@ -88,3 +39,23 @@ class CredentialMaskingLogFilter(logging.Filter):
         if record.exc_text:
             record.exc_text = mask_credentials(record.exc_text)
         return True
+
+
+class CredentialMaskingExceptionReporter:
+    """Django's debug page and error report with every URL password masked, the exception message included
+    (:class:`chokaq_core.error_reports.MaskingExceptionReporter`, built when a report is written)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from chokaq_core.error_reports import MaskingExceptionReporter
+
+        return MaskingExceptionReporter(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """``chokaq_core.redaction.CredentialMaskingReporterFilter`` / ``…ExceptionReporter`` (the settings' paths),
+    imported from :mod:`chokaq_core.error_reports` when Django first asks for them."""
+    if name == "CredentialMaskingReporterFilter":
+        from chokaq_core import error_reports
+
+        return getattr(error_reports, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,7 +36,9 @@ def test_a_postgresql_worker_loads_neither_the_in_memory_store_nor_the_decks_web
     unneeded = {"chokaq_core.sql.memory", "chokaq_core.sql.sqlite", "django.db.backends.sqlite3.base",
                 "deck.consumers", "channels.generic.websocket", "chokaq_core.service",
                 "croniter", "dateutil",  # the schedules' parser: the demo project has no schedules
-                "daphne", "twisted"}  # the web server's
+                "daphne", "twisted",  # the web server's
+                # Django's debug views (their template engine, tags, lorem ipsum): only an error report needs them
+                "django.views.debug", "django.template.defaulttags"}
     assert not unneeded & modules, sorted(unneeded & modules)
     assert {"chokaq_core.storage", "chokaq_core.worker", "deck.apps"} <= modules
 
@@ -67,6 +69,66 @@ def test_the_worker_command_gives_the_freed_heap_back_before_its_checks_run(monk
     monkeypatch.setattr(BaseCommand, "execute", lambda self, *args, **options: calls.append("checks and handle"))
     chokaq_worker.Command().execute()
     assert calls == ["release", "checks and handle"]
+
+
+class StopReady(Exception):
+    pass
+
+
+def test_the_engine_is_imported_module_by_module_with_the_freed_heap_given_back_after_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.apps import apps as registry
+
+    from chokaq_core import apps, heap
+
+    steps: list[str] = []
+    monkeypatch.setattr(heap.importlib, "import_module", lambda name: steps.append(name))
+    monkeypatch.setattr(heap, "release_free_heap", lambda: steps.append("release") or True)
+    heap.import_releasing(["chokaq_core.storage", "chokaq_core.api"])
+    assert steps == ["chokaq_core.storage", "release", "chokaq_core.api", "release"]
+
+    def first_step(modules: list[str]) -> None:
+        steps[:] = list(modules)
+        raise StopReady
+
+    monkeypatch.setattr(heap, "import_releasing", first_step)
+    with pytest.raises(StopReady):
+        registry.get_app_config("chokaq_core").ready()
+    assert steps == list(apps.ENGINE_MODULES) and steps[-1] == "chokaq_core.backend"
+
+
+class NotGlibc:
+    """A C library without glibc's malloc extensions (musl, macOS)."""
+
+
+def test_without_glibc_the_heap_is_left_alone_and_the_engine_still_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chokaq_core import heap
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setattr(heap.ctypes, "CDLL", lambda name: NotGlibc())
+    assert heap.release_free_heap() is False
+    assert heap.limit_malloc_arenas() is False
+    heap.import_releasing(["chokaq_core.storage", "chokaq_core.api"])
+
+
+def test_the_settings_name_the_credential_masking_reporters_without_importing_the_debug_views_eagerly() -> None:
+    from django.utils.module_loading import import_string
+    from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
+
+    from chokaq_core import redaction
+
+    reporter_class = import_string("chokaq_core.redaction.CredentialMaskingExceptionReporter")
+    try:
+        raise ConnectionError("cannot reach postgres://app:s3cret@db/x")
+    except ConnectionError as exc:
+        reporter = reporter_class(None, type(exc), exc, exc.__traceback__)
+    assert isinstance(reporter, ExceptionReporter)
+    text = reporter.get_traceback_text()
+    assert "s3cret" not in text and "postgres://app:***@db/x" in text
+    assert issubclass(import_string("chokaq_core.redaction.CredentialMaskingReporterFilter"),
+                      SafeExceptionReporterFilter)
+    with pytest.raises(AttributeError):
+        redaction.NoSuchReporter  # noqa: B018
 
 
 # The compiler's transient memory grows with the module it compiles (where no .pyc is kept, a worker compiles
