@@ -321,7 +321,7 @@ class BaseDialect:
         return None if self.SESSION_PID_SQL is None else int(self._one(cursor, self.SESSION_PID_SQL)[0])
 
     def keep_generic_plans(self, cursor: Cursor) -> None:
-        """Make this session run its prepared statements on their generic plans (no planning per call)."""
+        """Make this session run its prepared statements on their generic plans (no planning per call), without JIT."""
         if self.GENERIC_PLANS_SQL is not None:
             cursor.execute(self.GENERIC_PLANS_SQL)
 

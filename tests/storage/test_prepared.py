@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -59,3 +60,38 @@ def test_through_a_pooler_nothing_is_prepared(vendor: str, monkeypatch: pytest.M
 
     assert prepared_statements() == []
     assert storage.summary_stats().succeeded_total >= 3
+
+
+def session_setting(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s)", [name])
+        return str(cursor.fetchone()[0])
+
+
+def test_the_engines_own_sessions_keep_generic_plans_and_compile_nothing(vendor: str) -> None:
+    """A worker's claim runs its generic plan, whose estimate for a parameter's LIMIT grows with the backlog: at
+    1M Pending rows it passed ``jit_above_cost`` and every claim compiled for ~700 ms. The engine's own sessions
+    turn JIT off; a session that runs user code (this thread's) keeps the server's settings."""
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    seen: dict[str, str] = {}
+
+    def engine() -> None:
+        storage.engine_thread()
+        try:
+            pending("engine-session", 2)
+            storage.fetch_batch("w-engine", 2)
+            seen.update(plans=session_setting("plan_cache_mode"), jit=session_setting("jit"))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=engine)
+    thread.start()
+    thread.join()
+
+    assert seen == {"plans": "force_generic_plan", "jit": "off"}
+    archived("user-session", 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, reset_val FROM pg_settings WHERE name IN ('plan_cache_mode', 'jit')")
+        server = dict(cursor.fetchall())
+    assert server["jit"] == "on", "the server's default must be on for this test to tell"
+    assert {name: session_setting(name) for name in server} == server
