@@ -47,7 +47,8 @@ HISTORY_CHUNK = 500_000
 STEPS = ("single", "bulk", "drain", "concurrency2", "processes2", "pickup")
 SCALE_STEPS = ("backlog", "queues", "archive", "processes", "future")
 SCALE_TOLERANCE = 0.10
-WORKER = ["--queues", "default"]  # how the README's getting-started starts a worker
+# how the README's getting-started starts a worker; BENCH_WORKER_QUEUES=all: without --queues (every queue)
+WORKER = [] if os.environ.get("BENCH_WORKER_QUEUES") == "all" else ["--queues", "default"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BACKLOG_POINTS = os.environ.get("BENCH_BACKLOG_POINTS", "")  # e.g. "1000000": only these backlog curve points
 COUNT_HOT_ROWS = os.environ.get("BENCH_POLL") == "rows"  # poll the drain by count(*) of Hot, as before 2026-12-03
