@@ -261,10 +261,11 @@ class _Otel:
     def __init__(self) -> None:
         self._instruments: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._provider_named = bool(os.environ.get("OTEL_PYTHON_METER_PROVIDER"))  # the environment the process started with
 
     def get(self, name: str) -> Any:
         if self._instruments is None:
-            if "opentelemetry.metrics" not in sys.modules and not os.environ.get("OTEL_PYTHON_METER_PROVIDER"):
+            if not self._provider_named and "opentelemetry.metrics" not in sys.modules:
                 return None
             with self._lock:
                 if self._instruments is None:
