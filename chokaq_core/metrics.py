@@ -214,7 +214,8 @@ class Histogram(Instrument):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float],
                  registry: list[Instrument] | None = None) -> None:
         super().__init__(name, documentation, labelnames, registry)
-        self.bounds = (*(float(b) for b in buckets), math.inf)
+        bounds = tuple(float(b) for b in buckets)
+        self.bounds = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)  # as prometheus_client
 
     def _new_series(self) -> HistogramSeries:
         return HistogramSeries(self.bounds)
