@@ -186,10 +186,16 @@ class ExecutorPool:
             self._start_needed()
 
     def _start_needed(self) -> None:
-        """One thread for each queued job no free thread will take, within the capacity (under ``_lock``)."""
+        """One thread for each queued job no free thread will take, within the capacity (under ``_lock``). A
+        thread the system refuses is logged: the job waits for a free thread and the next submission retries."""
         while self._spare < 0 and len(self._threads) < self._capacity:
+            try:
+                thread = start_thread(f"chokaq-exec-{len(self._threads) + 1}", self._loop)
+            except RuntimeError:
+                logger.exception("could not start an executor thread (%s running)", len(self._threads))
+                return
             self._spare += 1  # the new thread's first wait, counted before it runs
-            self._threads.append(start_thread(f"chokaq-exec-{len(self._threads) + 1}", self._loop))
+            self._threads.append(thread)
 
     def _loop(self) -> None:
         while (item := self._work.get()) is not None:
