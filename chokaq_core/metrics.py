@@ -1,8 +1,8 @@
-"""The instruments of spec 05 §2, for Prometheus (prometheus_client) and OpenTelemetry.
+"""The instruments of spec 05 §2, for Prometheus and OpenTelemetry.
 
-Two kinds of series live in :data:`REGISTRY`:
+Two kinds of series are exposed:
 
-* **process instruments**, recorded where things happen (enqueue commits, the
+* **process instruments** (:data:`INSTRUMENTS`), recorded where things happen (enqueue commits, the
   worker's executions, the rescue sweep, circuit breakers, the idempotency
   middleware): ``chokaq_jobs_enqueued_total``, ``chokaq_jobs_completed_total``,
   ``chokaq_jobs_failed_total``, ``chokaq_jobs_processing_duration`` (ms),
@@ -14,10 +14,12 @@ Two kinds of series live in :data:`REGISTRY`:
   ``chokaq_rate_limit_claimed_total`` and ``chokaq_rate_limit_held_total`` (jobs whose lease took a token of
   a rate limit / sent back to Pending at their lease for want of a token; label ``limit``, the limit's name —
   keys are never labels).
+  They are recorded in this module's own series, not in prometheus_client's: only a process that serves
+  metrics imports prometheus_client.
   The same instruments go to the OpenTelemetry meter ``ChokaQ`` 1.0.0 under
   their dotted names (a no-op unless the host configures a MeterProvider).
-* **fleet gauges** read from the database at scrape time, added to the same
-  registry by ``chokaq_core.prometheus`` (which serves it).
+* **fleet gauges** read from the database at scrape time, by ``chokaq_core.prometheus``, which serves both
+  from its ``REGISTRY``.
 
 Label values pass the cardinality guard of spec 05 §2: trimmed, cut to
 ``METRICS.MAX_TAG_VALUE_LENGTH``, blank → ``UNKNOWN_TAG_VALUE``; the first N
@@ -33,13 +35,16 @@ The web process serves ``/deck/metrics``; a worker serves the same registry with
 from __future__ import annotations
 
 import logging
+import math
+import os
 import re
+import sys
 import threading
+import time
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from chokaq_core.conf import config
 from chokaq_core.domain import Failure, FailureReason, HotJob, NewJob, Retry, Success
@@ -93,45 +98,176 @@ GUARDS = (queue_tag, type_tag, error_tag, reason_tag, limit_tag)
 
 # ---------------------------------------------------------------- instruments
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+
+class Instrument:
+    """One process instrument: its series by label values. Recording is this module's own arithmetic (a lock and
+    an addition per series, as prometheus_client's values do); ``chokaq_core.prometheus`` turns the series into
+    Prometheus families at scrape time. A worker that serves no metrics thus never imports prometheus_client
+    and the exposition's stdlib (HTTP server, urllib, wsgiref): ~1 MiB of every worker process."""
+
+    kind = ""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 registry: list[Instrument] | None = None) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._series: dict[tuple[str, ...], Any] = {}
+        self._lock = threading.Lock()
+        if registry is not None:
+            registry.append(self)
+
+    def labels(self, **labels: Any) -> Any:
+        """The series of these label values (created on first use; every label name is required, as in
+        prometheus_client)."""
+        if len(labels) != len(self.labelnames) or set(labels) != set(self.labelnames):
+            raise ValueError(f"{self.name}: labels {sorted(labels)} are not {list(self.labelnames)}")
+        key = tuple(str(labels[name]) for name in self.labelnames)
+        series = self._series.get(key)
+        if series is None:
+            with self._lock:
+                series = self._series.get(key)
+                if series is None:
+                    series = self._series[key] = self._new_series()
+        return series
+
+    def series(self) -> list[tuple[tuple[str, ...], Any]]:
+        """(label values, series) in the order the series were created."""
+        with self._lock:
+            return list(self._series.items())
+
+    def _new_series(self) -> Any:
+        raise NotImplementedError
+
+
+class CounterSeries:
+    __slots__ = ("_lock", "created", "value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        with self._lock:
+            self.value += amount
+
+
+class GaugeSeries:
+    __slots__ = ("_lock", "value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        with self._lock:
+            self.value += amount
+
+    def dec(self, amount: float = 1) -> None:
+        with self._lock:
+            self.value -= amount
+
+
+class HistogramSeries:
+    __slots__ = ("_lock", "bounds", "buckets", "created", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._lock = threading.Lock()
+        self.bounds = bounds  # ascending, the last +Inf
+        self.buckets = [0.0] * len(bounds)  # observations per bucket (not cumulative)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, amount: float) -> None:
+        index = bisect_left(self.bounds, amount) if amount == amount else len(self.bounds)  # NaN: in no bucket
+        with self._lock:
+            self.sum += amount
+            if index < len(self.buckets):
+                self.buckets[index] += 1
+
+    def snapshot(self) -> tuple[list[float], float]:
+        """The bucket counts and the sum, read together."""
+        with self._lock:
+            return list(self.buckets), self.sum
+
+
+class Counter(Instrument):
+    kind = "counter"
+
+    def _new_series(self) -> CounterSeries:
+        return CounterSeries()
+
+
+class Gauge(Instrument):
+    kind = "gauge"
+
+    def _new_series(self) -> GaugeSeries:
+        return GaugeSeries()
+
+
+class Histogram(Instrument):
+    kind = "histogram"
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float],
+                 registry: list[Instrument] | None = None) -> None:
+        super().__init__(name, documentation, labelnames, registry)
+        bounds = tuple(float(b) for b in buckets)
+        self.bounds = bounds if bounds and bounds[-1] == math.inf else (*bounds, math.inf)  # as prometheus_client
+
+    def _new_series(self) -> HistogramSeries:
+        return HistogramSeries(self.bounds)
+
+
+INSTRUMENTS: list[Instrument] = []  # in the exposition's order
 
 ENQUEUED = Counter("chokaq_jobs_enqueued", "New (non-duplicate) jobs committed.", ["queue", "type"],
-                   registry=REGISTRY)
-COMPLETED = Counter("chokaq_jobs_completed", "Successful executions.", ["queue", "type"], registry=REGISTRY)
+                   registry=INSTRUMENTS)
+COMPLETED = Counter("chokaq_jobs_completed", "Successful executions.", ["queue", "type"], registry=INSTRUMENTS)
 FAILED = Counter("chokaq_jobs_failed", "Executions that raised (not cancellations); error = exception class.",
-                 ["queue", "type", "error"], registry=REGISTRY)
+                 ["queue", "type", "error"], registry=INSTRUMENTS)
 PROCESSING_DURATION = Histogram("chokaq_jobs_processing_duration", "Handler duration of successes, milliseconds.",
-                                ["queue", "type"], buckets=MS_BUCKETS, registry=REGISTRY)
+                                ["queue", "type"], buckets=MS_BUCKETS, registry=INSTRUMENTS)
 QUEUE_LAG = Histogram("chokaq_jobs_queue_lag", "Wait from due time to execution start, milliseconds.",
-                      ["queue", "type"], buckets=MS_BUCKETS, registry=REGISTRY)
+                      ["queue", "type"], buckets=MS_BUCKETS, registry=INSTRUMENTS)
 DLQ = Counter("chokaq_jobs_dlq", "Moves to the DLQ; reason = FailureReason name.", ["queue", "type", "reason"],
-              registry=REGISTRY)
+              registry=INSTRUMENTS)
 RETRIED = Counter("chokaq_jobs_retried", "Transient/throttled reschedules; attempt = next execution number.",
-                  ["queue", "type", "attempt"], registry=REGISTRY)
-ACTIVE = Gauge("chokaq_workers_active", "Executions running in this process.", ["queue"], registry=REGISTRY)
+                  ["queue", "type", "attempt"], registry=INSTRUMENTS)
+ACTIVE = Gauge("chokaq_workers_active", "Executions running in this process.", ["queue"], registry=INSTRUMENTS)
 HEARTBEAT_FAILURES = Counter("chokaq_jobs_heartbeat_failures", "Failed job heartbeat writes.", ["queue", "type"],
-                             registry=REGISTRY)
+                             registry=INSTRUMENTS)
 CONFLICTS = Counter("chokaq_jobs_state_transition_conflicts", "Worker transitions that changed no row.",
-                    ["queue", "type", "transition"], registry=REGISTRY)
+                    ["queue", "type", "transition"], registry=INSTRUMENTS)
 IDEMPOTENCY_CLAIMS = Counter("chokaq_idempotency_claims", "Idempotency middleware outcomes.", ["outcome"],
-                             registry=REGISTRY)
+                             registry=INSTRUMENTS)
 RATE_LIMIT_CLAIMED = Counter("chokaq_rate_limit_claimed", "Jobs started under a rate limit (its tokens spent).",
-                             ["limit"], registry=REGISTRY)
+                             ["limit"], registry=INSTRUMENTS)
 RATE_LIMIT_HELD = Counter("chokaq_rate_limit_held", "Jobs sent back to Pending at their lease: the limit had no token.",
-                          ["limit"], registry=REGISTRY)
+                          ["limit"], registry=INSTRUMENTS)
 CIRCUIT_EVENTS = Counter("chokaq_circuits_events", "Circuit breaker events.", ["type", "state", "event"],
-                         registry=REGISTRY)
+                         registry=INSTRUMENTS)
 
 
 class _Otel:
-    """The same instruments on the OpenTelemetry meter ``ChokaQ`` (absent API: nothing is recorded)."""
+    """The same instruments on the OpenTelemetry meter ``ChokaQ`` (absent API: nothing is recorded).
+
+    They are created once the host has loaded the OpenTelemetry metrics API (configuring a MeterProvider
+    imports it) or names its provider in ``OTEL_PYTHON_METER_PROVIDER``. Until then no provider exists, so a
+    measurement would go to the API's no-op proxies: the API (~1 MiB with its entry-point lookups) is not
+    loaded into a process that exports nothing."""
 
     def __init__(self) -> None:
         self._instruments: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._provider_named = bool(os.environ.get("OTEL_PYTHON_METER_PROVIDER"))  # the environment the process started with
 
     def get(self, name: str) -> Any:
         if self._instruments is None:
+            if not self._provider_named and "opentelemetry.metrics" not in sys.modules:
+                return None
             with self._lock:
                 if self._instruments is None:
                     self._instruments = self._build()

@@ -18,17 +18,57 @@ from typing import Any
 
 from django.db import connections
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import metrics as client_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from chokaq_core import storage
 from chokaq_core.domain import RateBucket, RateLimitState
-from chokaq_core.metrics import REGISTRY, limit_tag, queue_tag, reason_tag, type_tag
+from chokaq_core.metrics import INSTRUMENTS, Instrument, limit_tag, queue_tag, reason_tag, type_tag
 from chokaq_core.policy import refilled, window_use
 
 logger = logging.getLogger("chokaq.metrics")
 
-__all__ = ["CONTENT_TYPE_LATEST", "FleetCollector", "exposition", "serve"]
+__all__ = ["CONTENT_TYPE_LATEST", "REGISTRY", "FleetCollector", "InstrumentCollector", "exposition", "serve"]
+
+
+class InstrumentCollector(Collector):
+    """The process instruments of ``chokaq_core.metrics`` as prometheus_client's own Counter, Histogram and Gauge
+    expose them: the same families, samples (``_total``, ``_bucket``/``_count``/``_sum``, ``_created`` unless
+    prometheus_client's created series are disabled), labels and order."""
+
+    def __init__(self, instruments: Sequence[Instrument] = INSTRUMENTS) -> None:
+        self.instruments = instruments
+
+    def describe(self) -> list[Metric]:
+        return [Metric(i.name, i.documentation, i.kind) for i in self.instruments]
+
+    def collect(self) -> Iterator[Metric]:
+        created = getattr(client_metrics, "_use_created", True)  # prometheus_client's switch (env or call)
+        for instrument in self.instruments:
+            family = Metric(instrument.name, instrument.documentation, instrument.kind)
+            name = instrument.name
+            for values, series in instrument.series():
+                labels = dict(zip(instrument.labelnames, values, strict=True))
+                if instrument.kind == "counter":
+                    family.add_sample(name + "_total", labels, series.value)
+                    if created:
+                        family.add_sample(name + "_created", labels, series.created)
+                elif instrument.kind == "gauge":
+                    family.add_sample(name, labels, series.value)
+                else:
+                    buckets, total = series.snapshot()
+                    cumulative = 0.0
+                    for bound, count in zip(series.bounds, buckets, strict=True):
+                        cumulative += count
+                        family.add_sample(name + "_bucket", {**labels, "le": floatToGoString(bound)}, cumulative)
+                    family.add_sample(name + "_count", labels, cumulative)
+                    if series.bounds[0] >= 0:
+                        family.add_sample(name + "_sum", labels, total)
+                    if created:
+                        family.add_sample(name + "_created", labels, series.created)
+            yield family
 
 
 class FleetCollector(Collector):
@@ -153,6 +193,8 @@ def _worker_families(workers: Sequence[Any], now: datetime) -> Iterator[GaugeMet
     yield circuits
 
 
+REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY.register(InstrumentCollector())
 REGISTRY.register(FleetCollector())
 
 

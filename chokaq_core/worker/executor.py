@@ -133,9 +133,14 @@ class Executor:
 
 
 class ExecutorPool:
-    """Executor threads fed from one work queue; grows with the limiter's capacity, never shrinks. A job leased
+    """Executor threads fed from one work queue, up to the limiter's capacity; never shrinks. A job leased
     ahead waits in the queue, Processing and ours: it is named in ``executions`` as waiting from its submission
-    until an executor begins it, so the supervisor beats it."""
+    until an executor begins it, so the supervisor beats it.
+
+    A thread is started when a job is submitted and no started thread is free to take it: under light load
+    (jobs arriving one at a time) one thread runs them all, where threads started up front for the whole
+    capacity each took their turn and each kept a database connection of its own (~60–150 KiB a thread with its
+    stack, in every worker that ever ran ten jobs). Under load the threads reach the capacity as before."""
 
     def __init__(self, run: Callable[[Leased], None], executions: Executions) -> None:
         self.run = run
@@ -143,9 +148,18 @@ class ExecutorPool:
         self._work: queue.SimpleQueue[Leased | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._capacity = 0
+        self._spare = 0  # threads free to take a job (waiting or about to wait) minus jobs queued for them
+
+    @property
+    def threads(self) -> int:
+        return len(self._threads)
 
     def submit(self, item: Leased) -> None:
         self.executions.wait([item[0].id])
+        with self._lock:
+            self._spare -= 1
+            self._start_needed()
         self._work.put(item)
 
     def take_waiting(self) -> list[Leased]:
@@ -155,21 +169,39 @@ class ExecutorPool:
             try:
                 item = self._work.get_nowait()
             except queue.Empty:
-                return taken
+                break
             if item is None:  # a stop signal for an executor thread stays for it
                 self._work.put(None)
-                return taken
+                break
             taken.append(item)
+        with self._lock:
+            self._spare += len(taken)
+        return taken
 
     def grow(self, capacity: int) -> None:
-        """Start executor threads up to ``capacity`` (capacity may grow at run time)."""
+        """Allow executor threads up to ``capacity`` (capacity may grow at run time); start those that jobs
+        already queued need."""
         with self._lock:
-            while len(self._threads) < capacity:
-                self._threads.append(start_thread(f"chokaq-exec-{len(self._threads) + 1}", self._loop))
+            self._capacity = max(self._capacity, capacity)
+            self._start_needed()
+
+    def _start_needed(self) -> None:
+        """One thread for each queued job no free thread will take, within the capacity (under ``_lock``). A
+        thread the system refuses is logged: the job waits for a free thread and the next submission retries."""
+        while self._spare < 0 and len(self._threads) < self._capacity:
+            try:
+                thread = start_thread(f"chokaq-exec-{len(self._threads) + 1}", self._loop)
+            except RuntimeError:
+                logger.exception("could not start an executor thread (%s running)", len(self._threads))
+                return
+            self._spare += 1  # the new thread's first wait, counted before it runs
+            self._threads.append(thread)
 
     def _loop(self) -> None:
         while (item := self._work.get()) is not None:
             self.run(item)
+            with self._lock:
+                self._spare += 1
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the executor threads; each closes its own database connection as it exits."""

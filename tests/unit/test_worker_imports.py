@@ -38,9 +38,40 @@ def test_a_postgresql_worker_loads_neither_the_in_memory_store_nor_the_decks_web
                 "croniter", "dateutil",  # the schedules' parser: the demo project has no schedules
                 "daphne", "twisted",  # the web server's
                 # Django's debug views (their template engine, tags, lorem ipsum): only an error report needs them
-                "django.views.debug", "django.template.defaulttags"}
+                "django.views.debug", "django.template.defaulttags",
+                # the Prometheus exposition and the stdlib it serves with: only --metrics-port loads them
+                "prometheus_client", "chokaq_core.prometheus", "http.server", "urllib.request", "wsgiref"}
     assert not unneeded & modules, sorted(unneeded & modules)
     assert {"chokaq_core.storage", "chokaq_core.worker", "deck.apps"} <= modules
+
+
+# A worker's executions record every instrument; no MeterProvider is configured in the demo project
+RECORD_PROBE = """
+import json, sys
+import django
+django.setup()
+from datetime import UTC, datetime
+from chokaq_core import metrics
+from chokaq_core.domain import HotJob, JobStatus, Success
+now = datetime.now(UTC)
+job = HotJob(id="j", queue="q", type="t", payload="{}", tags=None, idempotency_key=None, priority=10,
+             status=JobStatus.PROCESSING, attempt_count=1, worker_id="w", heartbeat_at=None, scheduled_at=None,
+             created_at=now, started_at=None, last_updated_at=now, created_by=None, last_modified_by=None)
+metrics.execution_started(job)
+metrics.execution_outcome(job, Success("j", 3.0))
+metrics.execution_ended(job)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_recording_the_instruments_loads_neither_prometheus_client_nor_an_unconfigured_opentelemetry() -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
+           "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/unused"}
+    env.pop("OTEL_PYTHON_METER_PROVIDER", None)
+    out = subprocess.run([sys.executable, "-c", RECORD_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    modules = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert not {"prometheus_client", "opentelemetry", "opentelemetry.metrics"} & modules
 
 
 def test_a_sqlite_worker_loads_the_sqlite_dialect_when_it_needs_it_but_not_the_in_memory_store() -> None:

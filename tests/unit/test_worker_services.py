@@ -505,6 +505,65 @@ def test_shutdown_takes_the_jobs_no_executor_has_taken() -> None:
     assert ran == []
 
 
+def test_an_executor_thread_starts_only_when_a_job_finds_none_free_and_never_beyond_the_capacity() -> None:
+    """Jobs arriving one at a time run on one thread (one database connection), not on each of the capacity's
+    threads in turn; jobs arriving together start threads up to the capacity, and no further."""
+    executions = Executions(60)
+    ran: list[str] = []
+    release = threading.Event()
+    finished = threading.Semaphore(0)
+
+    def run(item: Leased) -> None:
+        ran.append(threading.current_thread().name)
+        if item[0].id.startswith("jb"):
+            release.wait(5)
+        finished.release()
+
+    pool = ExecutorPool(run, executions)
+    pool.grow(4)
+    assert pool.threads == 0
+    for n in range(5):
+        pool.submit((hot(n), 1, Permit("t", 0, False)))
+        assert finished.acquire(timeout=5)
+        while pool._spare < 1:  # the thread counts itself free just after its job returns
+            time.sleep(0.001)
+    assert pool.threads == 1 and set(ran) == {"chokaq-exec-1"}
+    busy = [dataclasses.replace(hot(n), id=f"jb{n}") for n in range(6)]
+    for job in busy:
+        pool.submit((job, 1, Permit("t", 0, False)))
+    assert pool.threads == 4, "the free thread took one, three more started, the capacity holds the rest"
+    release.set()
+    for _ in busy:
+        assert finished.acquire(timeout=5)
+    assert pool.threads == 4 and len(ran) == 11
+    pool.close(5)
+
+
+def test_an_executor_thread_the_system_refuses_leaves_the_job_queued_for_the_next_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chokaq_core.worker import executor
+
+    ran: list[str] = []
+    finished = threading.Semaphore(0)
+    real_start = executor.start_thread
+    refusals = [RuntimeError("can't start new thread")]
+
+    def start(name: str, target: Callable[[], None]) -> threading.Thread:
+        if refusals:
+            raise refusals.pop()
+        return real_start(name, target)
+
+    monkeypatch.setattr(executor, "start_thread", start)
+    pool = ExecutorPool(lambda item: (ran.append(item[0].id), finished.release()), Executions(60))
+    pool.grow(2)
+    pool.submit((hot(1), 1, Permit("t", 0, False)))  # refused: queued, nothing raised to the dispatcher
+    assert pool.threads == 0 and ran == []
+    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    assert finished.acquire(timeout=5) and finished.acquire(timeout=5)
+    assert sorted(ran) == ["j1", "j2"] and pool.threads == 2, "the second submission started one for each"
+    pool.close(5)
+
+
 def test_a_heartbeat_never_names_a_row_a_completion_has_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """A heartbeat reads what to beat and sends its UPDATE while the completer cannot take a batch: the completion
     of a job that finished meanwhile waits for the heartbeat (their statements lock rows in different orders, so a

@@ -13,7 +13,7 @@ from typing import Any
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chokaq_core import health, prometheus, storage
+from chokaq_core import health, storage
 from chokaq_core.checks import ENGINE_TAG
 from chokaq_core.heap import limit_malloc_arenas, release_free_heap
 from chokaq_core.worker import Worker, WorkerOptions
@@ -84,6 +84,8 @@ class Command(BaseCommand):
         port += int(os.environ.get(METRICS_PORT_OFFSET, "0"))
         if not 0 < port < 65536:
             raise CommandError(f"--metrics-port must give ports within 1..65535 (got {port})")
+        from chokaq_core import prometheus  # the exposition (prometheus_client, an HTTP server): only when served
+
         prometheus.serve(port)
         self.stdout.write(f"Prometheus metrics on :{port}/metrics")
 
