@@ -125,10 +125,24 @@ def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> s
     The window is found without sorting every Pending row: per open queue, two streams
     (due rows without ``scheduled_at`` by ``created_at``: an exact ordered range of
     ``hot_fetch_due``, which holds those rows only, so rows scheduled for later are never
-    walked; due scheduled rows by ``scheduled_at``: a range of ``hot_pending_lag``, then a
-    small sort) each give their first rows in (priority desc, coalesce(scheduled_at,
-    created_at)) order, so their merge holds exactly the spec's candidates. The candidate pool is twice the lock
-    window, so a claimer still fills its window while another claimer holds one.
+    walked; due scheduled rows by ``scheduled_at``: a range of ``hot_fetch_scheduled``)
+    each give their first rows in (priority desc, coalesce(scheduled_at, created_at))
+    order, so their merge holds exactly the spec's candidates. The candidate pool is twice
+    the lock window, so a claimer still fills its window while another claimer holds one.
+
+    Over many queues the candidates are few per queue: reading each stream's first
+    ``candidates`` rows read queues x 2 x candidates rows for ``candidates`` of them. So
+    each stream first gives a share (``candidates`` / queues + 2, ``sample``); the
+    ``candidates``-th sampled row is the ``cut``: no row after it is a candidate, as the
+    sample already holds that many rows before it. A stream whose share ends before or
+    on the cut may hold more rows up to it, and only those streams are read again
+    (``more``), up to the cut: two index ranges (higher priorities; the cut's priority up
+    to its time and id: the indexes end with ``id``), so a later row is never read. Without a cut (fewer sampled rows than
+    candidates) a filled stream gives its first ``candidates`` rows, as one stream did
+    before. The scheduled stream is read only when some scheduled row is due (the first
+    entry of ``hot_pending_split``: an EXISTS was planned as a scan of the table), not
+    once per queue.
+
     ``queues`` None walks the distinct queues with Pending rows (a loose index scan),
     since a queue with no ``chokaq_queues`` row is still eligible. Rows are re-read by
     ``id = ANY(ARRAY(...))`` so the plan stays primary-key lookups even before the
@@ -138,10 +152,26 @@ def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> s
         recursive, names = "", "SELECT DISTINCT name FROM unnest(%(queues)s::text[]) AS name"
     else:
         recursive, names = f"{pending_queues()},\n", "SELECT queue AS name FROM pq WHERE queue IS NOT NULL"
-    stream = """(SELECT h.id, h.priority, {key} AS sort_at FROM chokaq_jobs_hot h
-         WHERE h.queue = n.name AND h.status = 0 AND {due}{hold}
-         ORDER BY h.priority DESC, {order} LIMIT %(candidates)s)"""
     hold = HOLD_SQL if held else ""
+    # A stream's first ``{limit}`` rows (id, priority, sort_at) of the queue ``{q}`` within ``{bound}``, in its index's
+    # exact claim order: the due rows without a schedule, the due scheduled rows (only while some are due).
+    streams = {
+        "due": """(SELECT {s}h.id, h.priority, h.created_at AS sort_at FROM chokaq_jobs_hot h
+         WHERE h.queue = {q} AND h.status = 0 AND h.scheduled_at IS NULL AND {bound}{hold}
+         ORDER BY h.priority DESC, h.created_at, h.id LIMIT {limit})""",
+        "scheduled": """(SELECT {s}h.id, h.priority, h.scheduled_at AS sort_at FROM chokaq_jobs_hot h
+         WHERE h.queue = {q} AND h.status = 0 AND h.scheduled_at <= now() AND (SELECT due FROM scheduled)
+           AND {bound}{hold}
+         ORDER BY h.priority DESC, h.scheduled_at, h.id LIMIT {limit})"""}
+    key = {"due": "h.created_at", "scheduled": "h.scheduled_at"}
+    sample = "\n        UNION ALL\n        ".join(
+        streams[kind].format(s=f"{i} AS stream, ", q="n.name", hold=hold, limit="(SELECT n FROM share)", bound="true")
+        for i, kind in enumerate(streams))
+    more = "\n        UNION ALL\n        ".join(
+        streams[kind].format(s="", q="m.name", hold=hold, limit="%(candidates)s", bound=f"m.stream = {i} AND {bound}")
+        for i, kind in enumerate(streams)
+        for bound in ("h.priority > coalesce(m.priority, -2147483649::int8)",  # all of it, without a cut
+                      f"h.priority = m.priority AND ({key[kind]}, h.id) <= (m.sort_at, m.id)"))
     reach = f"""reach AS (SELECT EXISTS (SELECT 1 FROM chokaq_queues WHERE max_workers IS NOT NULL{
         " AND name = ANY(%(queues)s::text[])" if queue_filter else ""}) AS capped),""" if alone else ""
     return f"""
@@ -149,13 +179,27 @@ WITH {recursive}{reach}open_queues AS (
     SELECT n.name FROM ({names}) n LEFT JOIN chokaq_queues q ON q.name = n.name
     WHERE coalesce(q.is_paused, false) = false AND coalesce(q.is_active, true){
         " AND NOT (SELECT capped FROM reach)" if alone else ""}),
+share AS (SELECT least(%(candidates)s, %(candidates)s / greatest(count(*), 1) + 2) AS n FROM open_queues),
+scheduled AS (SELECT coalesce((SELECT min(scheduled_at) FROM chokaq_jobs_hot WHERE status = 0
+                                AND scheduled_at IS NOT NULL) <= now(), false) AS due),
+sample AS (
+    SELECT n.name, c.stream, c.id, c.priority, c.sort_at,
+           row_number() OVER (PARTITION BY n.name, c.stream ORDER BY c.priority DESC, c.sort_at, c.id) AS nth
+    FROM open_queues n CROSS JOIN LATERAL (
+        {sample}) c),
+cut AS (SELECT priority, sort_at, id FROM sample ORDER BY priority DESC, sort_at, id OFFSET %(candidates)s - 1 LIMIT 1),
+filled AS (
+    SELECT s.name, s.stream, c.priority, c.sort_at, c.id FROM sample s LEFT JOIN cut c ON true
+    WHERE s.nth = (SELECT n FROM share) AND s.nth < %(candidates)s
+      AND (c.priority IS NULL OR s.priority > c.priority
+           OR (s.priority = c.priority AND (s.sort_at, s.id) <= (c.sort_at, c.id)))),
 candidates AS (
-    SELECT c.id, c.priority, c.sort_at FROM open_queues n CROSS JOIN LATERAL (
-        {stream.format(key="h.created_at", due="h.scheduled_at IS NULL", hold=hold, order="h.created_at")}
-        UNION ALL
-        {stream.format(key="h.scheduled_at", due="h.scheduled_at <= now()", hold=hold,
-                      order="h.scheduled_at, h.created_at")}) c
-    ORDER BY c.priority DESC, c.sort_at, c.id
+    SELECT id, priority, sort_at FROM (
+        SELECT id, priority, sort_at FROM sample
+        UNION
+        SELECT c.id, c.priority, c.sort_at FROM filled m CROSS JOIN LATERAL (
+        {more}) c) u
+    ORDER BY priority DESC, sort_at, id
     LIMIT %(candidates)s),
 locked AS (
     SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
