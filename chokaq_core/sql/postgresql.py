@@ -143,7 +143,11 @@ def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> s
     entry of ``hot_pending_split``: an EXISTS was planned as a scan of the table), not
     once per queue.
 
-    ``queues`` None walks the distinct queues with Pending rows (a loose index scan),
+    A claim of every queue (``queues`` None) without rate limits to apply, while no queue
+    is paused or hidden and no scheduled row is due, takes its candidates from
+    ``hot_fetch_all`` (every queue's due rows in one claim order): no walk of the queues.
+
+    Otherwise ``queues`` None walks the distinct queues with Pending rows (a loose index scan),
     since a queue with no ``chokaq_queues`` row is still eligible. Rows are re-read by
     ``id = ANY(ARRAY(...))`` so the plan stays primary-key lookups even before the
     table is analysed. ``alone``: it claims only if no capped queue is in reach (last column).
@@ -172,6 +176,12 @@ def _fetch_sql(queue_filter: bool, held: bool = False, alone: bool = False) -> s
         for i, kind in enumerate(streams)
         for bound in ("h.priority > coalesce(m.priority, -2147483649::int8)",  # all of it, without a cut
                       f"h.priority = m.priority AND ({key[kind]}, h.id) <= (m.sort_at, m.id)"))
+    # Every queue open, no rate limit holding rows back, no scheduled row due: the candidates are the first rows of
+    # hot_fetch_all, every queue's due rows in one claim order (no walk of the queues at all).
+    whole = "" if queue_filter or held else f"""whole AS (
+    SELECT NOT (SELECT due FROM scheduled){" AND NOT (SELECT capped FROM reach)" if alone else ""}
+       AND NOT EXISTS (SELECT 1 FROM chokaq_queues WHERE is_paused OR NOT is_active) AS whole),
+"""
     reach = f"""reach AS (SELECT EXISTS (SELECT 1 FROM chokaq_queues WHERE max_workers IS NOT NULL{
         " AND name = ANY(%(queues)s::text[])" if queue_filter else ""}) AS capped),""" if alone else ""
     return f"""
@@ -193,14 +203,19 @@ filled AS (
     WHERE s.nth = (SELECT n FROM share) AND s.nth < %(candidates)s
       AND (c.priority IS NULL OR s.priority > c.priority
            OR (s.priority = c.priority AND (s.sort_at, s.id) <= (c.sort_at, c.id)))),
-candidates AS (
-    SELECT id, priority, sort_at FROM (
+{whole}candidates AS ({"""
+    (SELECT h.id, h.priority, h.created_at AS sort_at FROM chokaq_jobs_hot h
+     WHERE h.status = 0 AND h.scheduled_at IS NULL AND (SELECT whole FROM whole)
+     ORDER BY h.priority DESC, h.created_at, h.id LIMIT %(candidates)s)
+    UNION ALL""" if whole else ""}
+    (SELECT id, priority, sort_at FROM (
         SELECT id, priority, sort_at FROM sample
         UNION
         SELECT c.id, c.priority, c.sort_at FROM filled m CROSS JOIN LATERAL (
-        {more}) c) u
-    ORDER BY priority DESC, sort_at, id
-    LIMIT %(candidates)s),
+        {more}) c) u{"""
+     WHERE NOT (SELECT whole FROM whole)""" if whole else ""}
+     ORDER BY priority DESC, sort_at, id
+     LIMIT %(candidates)s)),
 locked AS (
     SELECT h.id, h.queue, h.priority, coalesce(h.scheduled_at, h.created_at) AS sort_at
     FROM chokaq_jobs_hot h
