@@ -32,7 +32,6 @@ COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
     "dlq_by_reason_time": ("queue", "type"),
     "dlq_by_type": ("queue", "failure_reason", "created_at"),
     "dlq_by_created": ("queue", "type", "failure_reason", "failed_at"),
-    "buckets_recent": ("completed_count", "duration_count", "total_duration_ms", "max_duration_ms"),
 }
 
 
@@ -249,6 +248,7 @@ class MetricBuckets(models.Model):
             ),
         ]
         indexes = [
+            # the key only (migration 0019): a completion's update of its bucket changes no indexed column (HOT)
             models.Index(
                 fields=["-bucket_start"],
                 name="buckets_recent",
