@@ -32,7 +32,6 @@ COVERING_COLUMNS: dict[str, tuple[str, ...]] = {
     "dlq_by_reason_time": ("queue", "type"),
     "dlq_by_type": ("queue", "failure_reason", "created_at"),
     "dlq_by_created": ("queue", "type", "failure_reason", "failed_at"),
-    "buckets_recent": ("completed_count", "duration_count", "total_duration_ms", "max_duration_ms"),
 }
 
 
@@ -110,10 +109,12 @@ class JobsHot(JobModel):
             ),
         ]
         indexes = [
-            # the claim's due rows without a schedule, already in claim order (every row of it is due)
-            models.Index(fields=["queue", "-priority", "created_at"], condition=DUE_PENDING, name="hot_fetch_due"),
+            # the claim's due rows without a schedule, in the exact claim order (every row of it is due; the id
+            # orders rows of one time, so a claim over many queues stops in each at the last row it needs)
+            models.Index(fields=["queue", "-priority", "created_at", "id"], condition=DUE_PENDING,
+                         name="hot_fetch_due"),
             # the claim's scheduled rows in claim order: the first due ones of a large due backlog without a sort
-            models.Index(fields=["queue", "-priority", "scheduled_at", "created_at"], condition=SCHEDULED_PENDING,
+            models.Index(fields=["queue", "-priority", "scheduled_at", "id"], condition=SCHEDULED_PENDING,
                          name="hot_fetch_scheduled"),
             models.Index(fields=["queue", "status"], name="hot_queue_stats"),
             # scheduled Pending rows only (delayed, retrying, held): a row due at once enters neither this index
@@ -247,6 +248,7 @@ class MetricBuckets(models.Model):
             ),
         ]
         indexes = [
+            # the key only (migration 0019): a completion's update of its bucket changes no indexed column (HOT)
             models.Index(
                 fields=["-bucket_start"],
                 name="buckets_recent",

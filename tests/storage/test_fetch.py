@@ -328,3 +328,49 @@ def test_a_worker_that_dies_after_a_leasing_claim_loses_no_job() -> None:
     assert [(r["status"], r["worker_id"], r["attempt_count"]) for r in rows if r] == [(0, None, 0)] * 2
     again = storage.fetch_batch("w2", 4, ["claim-lease-crash"])
     assert sorted(j.id for j in again) == sorted(ids[2:]), "the unstarted rows run on another worker"
+
+
+@pytest.mark.parametrize("walk", [True, False], ids=["due-schedules-and-a-paused-queue", "every-queue-open"])
+def test_successive_claims_over_many_queues_follow_the_claim_order_exactly(walk: bool) -> None:
+    """Over 40 queues of unequal sizes (a few rows each, or a backlog; mixed priorities; due and future scheduled rows
+    and one queue paused, or only future ones) every claim takes the next rows of one order across all queues:
+    priority desc, then coalesce(scheduled_at, created_at), then id — whether the claim reads each queue's first rows,
+    a share of them, or every queue's rows in one index."""
+    import random
+
+    rng = random.Random(15)
+    t0 = ago(3600)
+    rows: dict[str, tuple[str, int, float, float | None]] = {}  # id: (queue, priority, created s, scheduled s)
+    for q in range(40):
+        queue = f"many-{q:02d}"
+        size = rng.choice([1, 2, 3, 5, 8, 30]) if q % 7 else 60  # every 7th queue holds a backlog
+        for _ in range(size):
+            job_id = f"o-{rng.randrange(10**8):08d}"
+            while job_id in rows:
+                job_id = f"o-{rng.randrange(10**8):08d}"
+            created = float(rng.randrange(0, 3000, 7))  # coarse: equal times across and within queues
+            scheduled = None if rng.random() < 0.7 else created + rng.choice([-50.0, 10.0, 200.0, 7200.0] if walk
+                                                                              else [7200.0])
+            rows[job_id] = (queue, rng.choice([0, 0, 5, 10, 10, 50]), created, scheduled)
+    storage.enqueue([new_job(queue, id=job_id, priority=priority) for job_id, (queue, priority, _, _) in rows.items()])
+    for job_id, (_, _, created, scheduled) in rows.items():
+        JobsHot.objects.filter(id=job_id).update(
+            created_at=t0 + timedelta(seconds=created),
+            scheduled_at=None if scheduled is None else t0 + timedelta(seconds=scheduled))
+    paused = "many-03" if walk else None
+    if paused:
+        storage.set_queue_paused(paused, True)
+    due = [job_id for job_id, (queue, _, created, scheduled) in rows.items()
+           if queue != paused and (scheduled is None or scheduled < 3600)]
+    expected = sorted(due, key=lambda i: (-rows[i][1], rows[i][3] if rows[i][3] is not None else rows[i][2], i))
+    assert len(expected) > 250, "enough rows that a claim reads a share of most queues"
+
+    claimed: list[str] = []
+    for limit in (1, 5, 20, 3, 50, 2) * 20:
+        batch = [j.id for j in storage.fetch_batch("w-many", limit, None)]
+        assert batch == expected[len(claimed):len(claimed) + limit], f"claim of {limit} after {len(claimed)} rows"
+        claimed += batch
+        if len(claimed) == len(expected):
+            break
+    assert claimed == expected
+    assert storage.fetch_batch("w-many", 10, None) == []

@@ -217,3 +217,35 @@ def test_a_job_due_now_enters_neither_index_of_waiting_rows() -> None:
     assert sorted(definitions) == ["hot_pending_lag", "hot_pending_split"]
     for name, definition in definitions.items():
         assert definition.endswith("WHERE ((scheduled_at IS NOT NULL) AND (status = 0))"), (name, definition)
+
+
+# Many queues, rows enqueued round-robin: each with its own creation time, or 1,000 at a time (one bulk enqueue
+# stamps its rows alike).
+SPREADS = {"own-time": "g", "batches-of-1000": "g / 1000 * 1000"}
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["every-queue-open", "a-queue-paused"])
+@pytest.mark.parametrize("spread", list(SPREADS))
+def test_a_claim_over_many_queues_reads_about_its_candidates(spread: str, paused: bool) -> None:
+    """100 queues of 200 due rows each: one claim of 20 rows (80 candidates) reads its candidates from hot_fetch_all
+    while every queue is open, else its candidates and one or two rows a queue (a share of each), never each queue's
+    first 80 rows (8,000 rows)."""
+    with connection.cursor() as cursor:
+        if paused:  # a paused queue's rows must be stepped over: the claim walks the queues
+            cursor.execute("INSERT INTO chokaq_queues (name, is_paused, is_active, last_updated_at)"
+                           " VALUES ('q000', true, true, now())")
+        cursor.execute(
+            "INSERT INTO chokaq_jobs_hot (id, queue, type, payload, priority, status, attempt_count, created_at,"
+            " last_updated_at) SELECT 'many-' || lpad(g::text, 6, '0'), 'q' || lpad((g %% 100)::text, 3, '0'),"
+            f" 'plan.v1', '{{}}', 0, 0, 0, now() - interval '1 hour' + ({SPREADS[spread]} || ' ms')::interval, now()"
+            " FROM generate_series(1, %s) AS g", [100 * 200])
+        cursor.execute("ANALYZE chokaq_jobs_hot")
+    sql, params = _captured_fetch_sql(None)
+    with transaction.atomic(), connection.cursor() as wrapper:
+        wrapper.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        [[[explained]]] = wrapper.cursor.fetchall()
+        transaction.set_rollback(True)
+    reads = _hot_table_reads(explained["Plan"])
+    assert reads and all(kind != "Seq Scan" for kind, _ in reads), reads
+    assert sum(rows for _, rows in reads) < (600 if paused else 300), reads  # main read 8,221 rows in each
+    assert JobsHot.objects.filter(status=0).count() == 100 * 200, "capture and EXPLAIN were rolled back"

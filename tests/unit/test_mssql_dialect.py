@@ -1218,7 +1218,20 @@ MIGRATION_STATEMENTS: list[tuple[str, str]] = [
         ("hot_fetch_due", r"\(\[queue\], \[priority\] DESC, \[created_at\]\)", "NULL"),
         ("hot_fetch_scheduled", r"\(\[queue\], \[priority\] DESC, \[scheduled_at\], \[created_at\]\)", "NOT NULL"))),
     ("0016_due_pending_index", r"DROP INDEX \[hot_fetch_pending\] ON \[chokaq_jobs_hot\];"),
+    *(("0017_claim_indexes_by_id", rf"CREATE INDEX \[{index}\] ON \[chokaq_jobs_hot\] {on} INCLUDE \(\[type\]\)"
+       rf" WHERE \(\[scheduled_at\] IS {which} AND \[status\] = 0\);") for index, on, which in (
+        ("hot_fetch_due", r"\(\[queue\], \[priority\] DESC, \[created_at\], \[id\]\)", "NULL"),
+        ("hot_fetch_scheduled", r"\(\[queue\], \[priority\] DESC, \[scheduled_at\], \[id\]\)", "NOT NULL"))),
+    *(("0017_claim_indexes_by_id", rf"DROP INDEX \[{index}\] ON \[chokaq_jobs_hot\];")
+      for index in ("hot_fetch_due", "hot_fetch_scheduled")),
+    ("0019_buckets_recent_keys_only", r"DROP INDEX \[buckets_recent\] ON \[chokaq_metric_buckets\];"),
+    ("0019_buckets_recent_keys_only", r"CREATE INDEX \[buckets_recent\] ON \[chokaq_metric_buckets\] \(\[bucket_start\] DESC\);"),
 ]
+
+
+def test_the_postgresql_only_claim_index_renders_nothing_on_sql_server(mssql_connection: Any) -> None:
+    """0018's index serves PostgreSQL's claim alone: SQL Server gets no statement."""
+    assert collect_sql(mssql_connection, "0018_claim_index_of_all_queues") == []
 
 
 def test_the_pattern_ops_twin_is_postgresql_only(mssql_connection: Any) -> None:
