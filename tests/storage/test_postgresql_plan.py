@@ -144,6 +144,16 @@ def _hot_table_reads(node: dict[str, Any]) -> list[tuple[str, int]]:
     return reads + [read for child in node.get("Plans", []) for read in _hot_table_reads(child)]
 
 
+def _claim_reads() -> list[tuple[str, int]]:
+    """Run one claim of every queue under ``EXPLAIN (ANALYZE, FORMAT JSON)``, rolled back: its scans of Hot."""
+    sql, params = _captured_fetch_sql(None)
+    with transaction.atomic(), connection.cursor() as wrapper:
+        wrapper.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        [[[explained]]] = wrapper.cursor.fetchall()
+        transaction.set_rollback(True)
+    return _hot_table_reads(explained["Plan"])
+
+
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_a_claim_reads_a_bounded_number_of_rows_whatever_waits_in_the_queue(schedule: str) -> None:
     """A queue with many scheduled rows (due later, or a due backlog) and a few rows due now: each claim stream reads
@@ -156,12 +166,7 @@ def test_a_claim_reads_a_bounded_number_of_rows_whatever_waits_in_the_queue(sche
             " UNION ALL SELECT 'now-' || g, 'alpha', 'plan.v1', '{}', 0, 0, 0, NULL, now(), now()"
             " FROM generate_series(1, 25) AS g", [WAITING_ROWS])
         cursor.execute("ANALYZE chokaq_jobs_hot")
-    sql, params = _captured_fetch_sql(None)
-    with transaction.atomic(), connection.cursor() as wrapper:
-        wrapper.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-        [[[explained]]] = wrapper.cursor.fetchall()
-        transaction.set_rollback(True)
-    reads = _hot_table_reads(explained["Plan"])
+    reads = _claim_reads()
     assert reads and all(kind != "Seq Scan" for kind, _ in reads), reads
     assert sum(rows for _, rows in reads) < 1_000, reads  # the claim's 20 rows, 80 candidates, the queues' probes
     assert JobsHot.objects.filter(status=0).count() == WAITING_ROWS + 25, "capture and EXPLAIN were rolled back"
@@ -240,12 +245,7 @@ def test_a_claim_over_many_queues_reads_about_its_candidates(spread: str, paused
             f" 'plan.v1', '{{}}', 0, 0, 0, now() - interval '1 hour' + ({SPREADS[spread]} || ' ms')::interval, now()"
             " FROM generate_series(1, %s) AS g", [100 * 200])
         cursor.execute("ANALYZE chokaq_jobs_hot")
-    sql, params = _captured_fetch_sql(None)
-    with transaction.atomic(), connection.cursor() as wrapper:
-        wrapper.cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-        [[[explained]]] = wrapper.cursor.fetchall()
-        transaction.set_rollback(True)
-    reads = _hot_table_reads(explained["Plan"])
+    reads = _claim_reads()
     assert reads and all(kind != "Seq Scan" for kind, _ in reads), reads
     assert sum(rows for _, rows in reads) < (600 if paused else 300), reads  # main read 8,221 rows in each
     assert JobsHot.objects.filter(status=0).count() == 100 * 200, "capture and EXPLAIN were rolled back"
