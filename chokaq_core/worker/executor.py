@@ -140,7 +140,8 @@ class ExecutorPool:
     A thread is started when a job is submitted and no started thread is free to take it: under light load
     (jobs arriving one at a time) one thread runs them all, where threads started up front for the whole
     capacity each took their turn and each kept a database connection of its own (~60–150 KiB a thread with its
-    stack, in every worker that ever ran ten jobs). Under load the threads reach the capacity as before."""
+    stack, in every worker that ever ran ten jobs). Under load the threads reach the capacity as before.
+    A thread the system refuses (``RuntimeError``) is retried by the next submission and the supervisor's tick."""
 
     def __init__(self, run: Callable[[Leased], None], executions: Executions) -> None:
         self.run = run
@@ -185,9 +186,16 @@ class ExecutorPool:
             self._capacity = max(self._capacity, capacity)
             self._start_needed()
 
+    def start_needed(self) -> None:
+        """Start the threads that queued jobs need and the system refused before (the supervisor's tick): a job
+        whose thread was refused does not wait for the next submission."""
+        with self._lock:
+            self._start_needed()
+
     def _start_needed(self) -> None:
         """One thread for each queued job no free thread will take, within the capacity (under ``_lock``). A
-        thread the system refuses is logged: the job waits for a free thread and the next submission retries."""
+        thread the system refuses is logged: the job waits for a free thread, and the next submission or the
+        supervisor's next tick retries."""
         while self._spare < 0 and len(self._threads) < self._capacity:
             try:
                 thread = start_thread(f"chokaq-exec-{len(self._threads) + 1}", self._loop)

@@ -97,7 +97,7 @@ class Worker:
         self.fetcher.reserve, self.fetcher.start_claimed = self.dispatcher.reserve, self.dispatcher.start_claimed
         self.registry = Registry(self.worker_id, self._describe)
         self.supervisor = Supervisor(self.worker_id, cfg, self.executions, self.registry, self.stopped,
-                                     self.completer.awaiting, self.completer.taking)
+                                     self.completer.awaiting, self.completer.taking, self.pool.start_needed)
         self.control = Control(self.worker_id, self.limiter, self.pool.grow, self.executor, self.executions,
                                self.registry.write)
         self.wake_source: storage.WakeSource | None = None

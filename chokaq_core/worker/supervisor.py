@@ -1,5 +1,6 @@
 """The supervisor: keeps running jobs alive, enforces execution timeouts, applies operator cancel requests
-and keeps the worker registry row fresh (spec 02 §6–§8, 03 §7.2, §12); plus the rescue sweep.
+and keeps the worker registry row fresh (spec 02 §6–§8, 03 §7.2, §12); every tick it also starts the executor
+threads that queued jobs wait for and the system refused before; plus the rescue sweep.
 
 Keep-alive is one UPDATE per interval for every row the process holds Processing: running, leased and waiting
 for an executor, or finished and waiting for its completion to commit. A running job the UPDATE did not touch is
@@ -62,9 +63,11 @@ class Registry:
 class Supervisor:
     def __init__(self, worker_id: str, cfg: Config, executions: Executions, registry: Registry,
                  stopped: threading.Event, awaiting: Callable[[], list[str]] = list,
-                 taking: AbstractContextManager[object] | None = None) -> None:
+                 taking: AbstractContextManager[object] | None = None,
+                 start_needed: Callable[[], None] = lambda: None) -> None:
         """``awaiting``: the finished jobs whose completion is not committed yet (the completer's); ``taking``:
-        held while nothing named by ``awaiting`` can be taken into a completion (the completer's lock)."""
+        held while nothing named by ``awaiting`` can be taken into a completion (the completer's lock);
+        ``start_needed``: called every tick to start the executor threads queued jobs wait for (the pool's)."""
         self.worker_id = worker_id
         self.awaiting = awaiting
         self.taking = taking if taking is not None else nullcontext()
@@ -72,6 +75,7 @@ class Supervisor:
         self.executions = executions
         self.registry = registry
         self.stopped = stopped
+        self.start_needed = start_needed
         self._failures = 0  # keep-alive failures in a row
 
     def run(self) -> None:
@@ -82,6 +86,7 @@ class Supervisor:
         while not self.stopped.is_set():
             time.sleep(TICK)
             now = time.monotonic()
+            self.start_needed()
             running = self.executions.snapshot()
             self.enforce_timeouts(running, now)
             if now >= next_beat:

@@ -564,6 +564,40 @@ def test_an_executor_thread_the_system_refuses_leaves_the_job_queued_for_the_nex
     pool.close(5)
 
 
+def test_a_job_whose_executor_thread_was_refused_starts_on_the_supervisors_tick_without_another_submission(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chokaq_core.worker import executor
+
+    finished = threading.Event()
+    real_start = executor.start_thread
+    refusals = [RuntimeError("can't start new thread")]
+
+    def start(name: str, target: Callable[[], None]) -> threading.Thread:
+        if refusals:
+            raise refusals.pop()
+        return real_start(name, target)
+
+    monkeypatch.setattr(executor, "start_thread", start)
+    monkeypatch.setattr(storage, "keep_alive", lambda ids, worker_id: list(ids))
+    executions = Executions(60)
+    pool = ExecutorPool(lambda item: finished.set(), executions)
+    pool.grow(2)
+    pool.submit((hot(1), 1, Permit("t", 0, False)))  # refused: queued with no thread to take it
+    assert pool.threads == 0 and not finished.is_set()
+    stopped = threading.Event()
+    supervisor = Supervisor("w", supervision(), executions, Registry("w", lambda: None), stopped,  # type: ignore[arg-type]
+                            start_needed=pool.start_needed)
+    thread = threading.Thread(target=supervisor.run, daemon=True)
+    thread.start()
+    try:
+        assert finished.wait(5), "the supervisor's tick started the thread the job waited for"
+        assert pool.threads == 1
+    finally:
+        stopped.set()
+        thread.join(5)
+        pool.close(5)
+
+
 def test_a_heartbeat_never_names_a_row_a_completion_has_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """A heartbeat reads what to beat and sends its UPDATE while the completer cannot take a batch: the completion
     of a job that finished meanwhile waits for the heartbeat (their statements lock rows in different orders, so a
