@@ -261,9 +261,8 @@ leased AS (
     ORDER BY r.priority DESC, r.sort_at, r.id LIMIT %(lease)s),
 """
 # A claim alone runs only with no capped queue in reach (``reach``, the same snapshot): no bulkhead applies, and
-# ``locked`` (``%(scan)s`` = ``%(limit)s`` rows) is the pick. Fewer plan nodes: an idle worker's claim runs on a cold
-# backend, where each node's start costs several times what it costs warm. Its rows are put in claim order by the
-# caller (``in_claim_order``), not by the statement.
+# ``locked`` (``%(scan)s`` = ``%(limit)s`` rows: ``_claim_params`` without a cap) is the pick; a ranking no cap can
+# limit would be work for nothing. Its rows are put in claim order by the caller (``in_claim_order``).
 _UNCAPPED_PICK = """picked AS (SELECT id FROM locked),
 leased AS (SELECT id FROM locked ORDER BY priority DESC, sort_at, id LIMIT %(lease)s),
 """
