@@ -239,23 +239,34 @@ scheduled AS (SELECT coalesce((SELECT min(scheduled_at) FROM chokaq_jobs_hot WHE
     ORDER BY h.priority DESC, sort_at, h.id
     LIMIT %(scan)s
     FOR UPDATE OF h SKIP LOCKED),
-capped AS (
-    SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
-    WHERE q.max_workers IS NOT NULL),
-{bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
-leased AS (
-    SELECT r.id FROM ranked r WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
-    ORDER BY r.priority DESC, r.sort_at, r.id LIMIT %(lease)s),
-claimed AS (
+{_UNCAPPED_PICK if alone else _BULKHEAD_PICK}claimed AS (
     UPDATE chokaq_jobs_hot h SET status = CASE WHEN {_LEASED} THEN 2 ELSE 1 END, worker_id = %(worker)s,
         attempt_count = h.attempt_count + CASE WHEN {_LEASED} THEN 1 ELSE 0 END,
         started_at = CASE WHEN {_LEASED} THEN now() ELSE h.started_at END,
         heartbeat_at = CASE WHEN {_LEASED} THEN now() ELSE h.heartbeat_at END, last_updated_at = now()
     WHERE h.id = ANY(ARRAY(SELECT id FROM picked)) AND h.status = 0 AND {ASYNC_COMMIT}
     RETURNING {", ".join(f"h.{c}" for c in HOT_FIELDS)})
-{"SELECT c.*, r.capped FROM reach r LEFT JOIN claimed c ON true" if alone else "SELECT * FROM claimed c"}
-ORDER BY c.priority DESC, coalesce(c.scheduled_at, c.created_at), c.id
+{"SELECT c.*, r.capped FROM reach r LEFT JOIN claimed c ON true" if alone else _IN_CLAIM_ORDER}
 """
+
+
+# The claim's pick after ``locked``: the bulkhead's ranking within each capped queue's ``max_workers``, and the
+# first ``%(lease)s`` picked rows to lease.
+_BULKHEAD_PICK = f"""capped AS (
+    SELECT DISTINCT l.queue FROM locked l JOIN chokaq_queues q ON q.name = l.queue
+    WHERE q.max_workers IS NOT NULL),
+{bulkhead("locked", "SELECT queue FROM capped", "%(limit)s")},
+leased AS (
+    SELECT r.id FROM ranked r WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+    ORDER BY r.priority DESC, r.sort_at, r.id LIMIT %(lease)s),
+"""
+# A claim alone runs only with no capped queue in reach (``reach``, the same snapshot): no bulkhead applies, and
+# ``locked`` (``%(scan)s`` = ``%(limit)s`` rows: ``_claim_params`` without a cap) is the pick; a ranking no cap can
+# limit would be work for nothing. Its rows are put in claim order by the caller (``in_claim_order``).
+_UNCAPPED_PICK = """picked AS (SELECT id FROM locked),
+leased AS (SELECT id FROM locked ORDER BY priority DESC, sort_at, id LIMIT %(lease)s),
+"""
+_IN_CLAIM_ORDER = "SELECT * FROM claimed c\nORDER BY c.priority DESC, coalesce(c.scheduled_at, c.created_at), c.id"
 
 
 # The claim statements by (queues named, rate limits holding some back, alone): six fixed texts; and for fewer

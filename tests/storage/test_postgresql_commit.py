@@ -65,6 +65,31 @@ def test_a_claim_with_no_capped_queue_in_reach_is_one_statement_that_commits_its
     assert storage._CAPPED_IN_REACH[("alone",)] > 0
 
 
+def test_a_claim_alone_leases_the_first_rows_in_claim_order_and_ranks_nothing(vendor: str) -> None:
+    """With no capped queue in reach no bulkhead applies: the statement alone locks the claim's rows and leases the
+    first of them in claim order (priority first, across the due and the due scheduled rows), without a ranking."""
+    assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
+    from chokaq_core.sql.postgresql import _claim_params, _fetch_statement
+
+    sql = storage.dialect()
+    low = pending("alone-order", 2, priority=0)
+    [scheduled] = pending("alone-order", 1, priority=5, delay=60)
+    high = pending("alone-order", 1, priority=9)
+    with connection.cursor() as cursor:  # the scheduled row is due now
+        cursor.execute("UPDATE chokaq_jobs_hot SET scheduled_at = now() - interval '1 second' WHERE id = %s",
+                       [scheduled])
+    claimed = storage.run(lambda cursor: sql.fetch_alone(cursor, "w1", 3, ["alone-order"], 2), atomic=False)
+    assert claimed is not None
+    assert [job.id for job in claimed] == [*high, scheduled, low[0]], "claim order"
+    assert [job.status for job in claimed] == [2, 2, 1], "the first two leased, the third fetched"
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + _fetch_statement(["alone-order"], False, True),
+                       _claim_params("w1", 3, ["alone-order"], 2, capped=False))
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "WindowAgg" not in plan, f"the claim alone ranks its rows for a bulkhead:\n{plan}"
+
+
 def test_a_batch_of_successes_is_one_statement_that_commits_itself(vendor: str, monkeypatch: pytest.MonkeyPatch
                                                                    ) -> None:
     """The move records its history itself, so archiving successes is one statement: no BEGIN, no COMMIT of its own,
