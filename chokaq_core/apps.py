@@ -4,6 +4,7 @@ from types import ModuleType
 
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.connection import ConnectionDoesNotExist
 
 # The engine's largest modules, each after the large ones it imports (see heap.import_releasing): the dialect
 # core (``chokaq_core.sql``, loaded here, called only by storage) before storage, so their compiles do not stack.
@@ -28,8 +29,8 @@ class ChokaQCoreConfig(AppConfig):
         heap.import_releasing(ENGINE_MODULES)
         try:
             storage.dialect()  # the vendor's dialect module (the largest compile after the core's)
-        except ImproperlyConfigured:
-            pass  # an unsupported database or a settings error: the system checks report it after set-up
+        except (ImproperlyConfigured, ConnectionDoesNotExist):
+            pass  # no such alias, its driver missing, an unsupported vendor: the system checks report it
         heap.release_free_heap()
 
     def ready(self) -> None:

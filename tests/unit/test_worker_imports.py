@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,6 +127,27 @@ def test_the_engine_is_imported_module_by_module_with_the_freed_heap_given_back_
     with pytest.raises(StopReady):
         apps.ChokaQCoreConfig("chokaq_core", registry.get_app_config("chokaq_core").module)
     assert steps == list(apps.ENGINE_MODULES) and steps[-1] == "chokaq_core.backend"
+
+
+@pytest.mark.parametrize("database", ["nowhere", "default"])
+def test_the_app_configuration_loads_whatever_the_engines_database_setting(
+        database: str, chokaq_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the vendor's dialect early is no check: an alias Django does not know, a database whose driver
+    is missing, are left to the system checks (chokaq.E002, the missing extra), as before."""
+    from django.apps import apps as registry
+    from django.core.exceptions import ImproperlyConfigured
+
+    from chokaq_core import apps, storage
+
+    chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "DATABASE": database}
+
+    def no_driver(using: str | None = None) -> Any:
+        raise ImproperlyConfigured("Error loading psycopg2 or psycopg module")
+
+    if database == "default":
+        monkeypatch.setattr(storage, "dialect", no_driver)
+    config = apps.ChokaQCoreConfig("chokaq_core", registry.get_app_config("chokaq_core").module)
+    assert config.label == "chokaq_core"
 
 
 # Which models and admin registrations are loaded at the moment the engine's largest modules (the dialect core, the
