@@ -24,6 +24,10 @@ COPY . .
 # The package with the extras a deployment uses, plus the demo project's settings helper and static server.
 RUN pip install --no-cache-dir '.[postgres,redis,mssql,otel,server]' 'dj-database-url>=2.1' 'whitenoise>=6.8' \
     && rm -rf build *.egg-info
+# The processes run from /app (manage.py's folder comes first on sys.path), so /app's packages are the ones
+# imported, not pip's compiled copy: compile them here, since PYTHONDONTWRITEBYTECODE keeps every process from
+# writing .pyc files. Otherwise each worker compiles ChokaQ from source at every start (its start-up memory peak).
+RUN python -m compileall -q chokaq_core deck config shop
 # Static files with content-hashed names (served by WhiteNoise with a ten-year immutable cache lifetime)
 RUN python manage.py collectstatic --noinput -v0
 RUN useradd --create-home chokaq && mkdir -p /app/var && chown -R chokaq /app/var

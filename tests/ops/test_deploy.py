@@ -250,3 +250,15 @@ def test_the_image_has_no_test_or_dev_tools() -> None:
     assert "apt-get purge -y --auto-remove curl gnupg" in dockerfile  # only needed to fetch the ODBC driver
     first_install = dockerfile.split("apt-get install", 2)[1].split("&&")[0]
     assert "curl" not in first_install and "gnupg" not in first_install
+
+
+def test_the_image_compiles_the_packages_its_processes_import_from_app() -> None:
+    """``python manage.py …`` in /app imports /app's chokaq_core, deck, config and shop (the script's folder is
+    first on sys.path), and the image sets PYTHONDONTWRITEBYTECODE: without compiling them at build time, every
+    worker compiles the engine from source at each start."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "PYTHONDONTWRITEBYTECODE=1" in dockerfile and "WORKDIR /app" in dockerfile
+    compiled = re.findall(r"^RUN python -m compileall -q ([^\n]*)$", dockerfile, re.MULTILINE)
+    assert compiled and set(compiled[0].split()) >= {"chokaq_core", "deck", "config", "shop"}, compiled
+    assert dockerfile.index("COPY . .") < dockerfile.index("RUN python -m compileall")
+    assert "**/__pycache__" in (ROOT / ".dockerignore").read_text()  # the build's own, not a developer's stale ones

@@ -126,12 +126,13 @@ def test_the_cycle_check_finds_cycles_through_function_local_imports() -> None:
 
 # Function-local imports are kept only for optional dependencies and a feature's own parser (imported where the
 # feature needs them: croniter and dateutil, ~0.5 MiB, only in a process whose project has schedules) and for
-# Django's app-loading order (``ready()``, and the package's lazy public names so that importing ``chokaq_core``
-# from settings stays cheap), and for the debug-page reporters the settings name in ``redaction`` (Django's debug
+# Django's app-loading order (the app configuration's creation and ``ready()``, and the package's lazy public
+# names so that importing ``chokaq_core`` from settings stays cheap), and for the debug-page reporters the settings name in ``redaction`` (Django's debug
 # views, their template engine and tags, imported where an error report is written, not by every LOGGING set-up),
 # and for the Prometheus exposition a worker loads only when it serves metrics (``--metrics-port``).
 OPTIONAL_DEPENDENCIES = ("psycopg", "redis", "opentelemetry", "croniter")
-APP_LOADING = {("chokaq_core/apps.py", "ready"), ("chokaq_core/__init__.py", "__getattr__"),
+APP_LOADING = {("chokaq_core/apps.py", "__init__"), ("chokaq_core/apps.py", "ready"),
+               ("chokaq_core/__init__.py", "__getattr__"),
                ("chokaq_core/redaction.py", "__getattr__"), ("chokaq_core/redaction.py", "__new__"),
                ("chokaq_core/management/commands/chokaq_worker.py", "_serve_metrics")}
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,8 +125,62 @@ def test_the_engine_is_imported_module_by_module_with_the_freed_heap_given_back_
 
     monkeypatch.setattr(heap, "import_releasing", first_step)
     with pytest.raises(StopReady):
-        registry.get_app_config("chokaq_core").ready()
+        apps.ChokaQCoreConfig("chokaq_core", registry.get_app_config("chokaq_core").module)
     assert steps == list(apps.ENGINE_MODULES) and steps[-1] == "chokaq_core.backend"
+
+
+@pytest.mark.parametrize("database", ["nowhere", "default"])
+def test_the_app_configuration_loads_whatever_the_engines_database_setting(
+        database: str, chokaq_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the vendor's dialect early is no check: an alias Django does not know, a database whose driver
+    is missing, are left to the system checks (chokaq.E002, the missing extra), as before."""
+    from django.apps import apps as registry
+    from django.core.exceptions import ImproperlyConfigured
+
+    from chokaq_core import apps, storage
+
+    chokaq_settings.CHOKAQ = {**chokaq_settings.CHOKAQ, "DATABASE": database}
+
+    def no_driver(using: str | None = None) -> Any:
+        raise ImproperlyConfigured("Error loading psycopg2 or psycopg module")
+
+    if database == "default":
+        monkeypatch.setattr(storage, "dialect", no_driver)
+    config = apps.ChokaQCoreConfig("chokaq_core", registry.get_app_config("chokaq_core").module)
+    assert config.label == "chokaq_core"
+
+
+# Which models and admin registrations are loaded at the moment the engine's largest modules (the dialect core, the
+# vendor's dialect, storage) are imported by a worker-like start of the demo project
+ORDER_PROBE = """
+import json, sys
+WATCHED = ("chokaq_core.sql.base", "chokaq_core.sql.postgresql", "chokaq_core.storage")
+LATER = ("chokaq_core.models", "deck.models", "django.contrib.auth.models", "django.contrib.auth.admin")
+seen = {}
+class Observer:
+    def find_spec(self, name, path=None, target=None):
+        if name in WATCHED and name not in seen:
+            seen[name] = sorted(m for m in LATER if m in sys.modules)
+        return None
+sys.meta_path.insert(0, Observer())
+import django
+django.setup()
+from django.core.management import load_command_class
+load_command_class("chokaq_core", "chokaq_worker")
+print(json.dumps(seen))
+"""
+
+
+def test_the_engine_is_compiled_before_the_project_loads_its_models_and_admin() -> None:
+    """Where no ``.pyc`` is kept, compiling the engine's largest modules is the start-up's memory peak: over the
+    heap of the app configurations, not over every model and the admin registrations, it stays under the running
+    worker's level."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
+           "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/unused"}  # setup does not connect
+    out = subprocess.run([sys.executable, "-c", ORDER_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"chokaq_core.sql.base": [], "chokaq_core.sql.postgresql": [], "chokaq_core.storage": []}
 
 
 class NotGlibc:
