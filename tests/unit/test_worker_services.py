@@ -539,12 +539,11 @@ def test_an_executor_thread_starts_only_when_a_job_finds_none_free_and_never_bey
     pool.close(5)
 
 
-def test_an_executor_thread_the_system_refuses_leaves_the_job_queued_for_the_next_start(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def refuse_the_first_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system refuses the executor pool's next thread (``RuntimeError``, as ``Thread.start`` raises it), then
+    starts them again."""
     from chokaq_core.worker import executor
 
-    ran: list[str] = []
-    finished = threading.Semaphore(0)
     real_start = executor.start_thread
     refusals = [RuntimeError("can't start new thread")]
 
@@ -554,6 +553,13 @@ def test_an_executor_thread_the_system_refuses_leaves_the_job_queued_for_the_nex
         return real_start(name, target)
 
     monkeypatch.setattr(executor, "start_thread", start)
+
+
+def test_an_executor_thread_the_system_refuses_leaves_the_job_queued_for_the_next_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+    finished = threading.Semaphore(0)
+    refuse_the_first_thread(monkeypatch)
     pool = ExecutorPool(lambda item: (ran.append(item[0].id), finished.release()), Executions(60))
     pool.grow(2)
     pool.submit((hot(1), 1, Permit("t", 0, False)))  # refused: queued, nothing raised to the dispatcher
@@ -566,18 +572,8 @@ def test_an_executor_thread_the_system_refuses_leaves_the_job_queued_for_the_nex
 
 def test_a_job_whose_executor_thread_was_refused_starts_on_the_supervisors_tick_without_another_submission(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from chokaq_core.worker import executor
-
     finished = threading.Event()
-    real_start = executor.start_thread
-    refusals = [RuntimeError("can't start new thread")]
-
-    def start(name: str, target: Callable[[], None]) -> threading.Thread:
-        if refusals:
-            raise refusals.pop()
-        return real_start(name, target)
-
-    monkeypatch.setattr(executor, "start_thread", start)
+    refuse_the_first_thread(monkeypatch)
     monkeypatch.setattr(storage, "keep_alive", lambda ids, worker_id: list(ids))
     executions = Executions(60)
     pool = ExecutorPool(lambda item: finished.set(), executions)
