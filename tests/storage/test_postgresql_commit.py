@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from chokaq_core import storage
 from chokaq_core.domain import Retry, Success
 
+from .plans import captured, explain
 from .rows import pending
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.sql_only]
@@ -69,8 +70,6 @@ def test_a_claim_alone_leases_the_first_rows_in_claim_order_and_ranks_nothing(ve
     """With no capped queue in reach no bulkhead applies: the statement alone locks the claim's rows and leases the
     first of them in claim order (priority first, across the due and the due scheduled rows), without a ranking."""
     assert vendor == "postgresql", "PostgreSQL-only (deselected on SQLite)"
-    from chokaq_core.sql.postgresql import _claim_params, _fetch_statement
-
     sql = storage.dialect()
     low = pending("alone-order", 2, priority=0)
     [scheduled] = pending("alone-order", 1, priority=5, delay=60)
@@ -78,15 +77,13 @@ def test_a_claim_alone_leases_the_first_rows_in_claim_order_and_ranks_nothing(ve
     with connection.cursor() as cursor:  # the scheduled row is due now
         cursor.execute("UPDATE chokaq_jobs_hot SET scheduled_at = now() - interval '1 second' WHERE id = %s",
                        [scheduled])
-    claimed = storage.run(lambda cursor: sql.fetch_alone(cursor, "w1", 3, ["alone-order"], 2), atomic=False)
+    claimed, [(statement, params)] = captured(lambda cursor: sql.fetch_alone(cursor, "w1", 3, ["alone-order"], 2),
+                                              keep=True)
     assert claimed is not None
     assert [job.id for job in claimed] == [*high, scheduled, low[0]], "claim order"
     assert [job.status for job in claimed] == [2, 2, 1], "the first two leased, the third fetched"
 
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + _fetch_statement(["alone-order"], False, True),
-                       _claim_params("w1", 3, ["alone-order"], 2, capped=False))
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = explain(statement, params)
     assert "WindowAgg" not in plan, f"the claim alone ranks its rows for a bulkhead:\n{plan}"
 
 

@@ -9,13 +9,14 @@ Both the capture and the EXPLAIN run in transactions that are rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
 from chokaq_core.models import JobsHot
+
+from .plans import captured, explain
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.sql_only]
 
@@ -24,25 +25,6 @@ HOT_ROWS = 50_000
 # a few hundred Pending rows (310), and a backlog (10,000) where index order decides the cost.
 BACKLOGS = {"few-hundred-pending": 161, "backlog-10k": 5}
 QUEUES = ["alpha", "beta", "gamma", "delta"]
-
-
-class RecordingCursor:
-    """Wraps a driver cursor and keeps every (sql, params) it executes."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.executed: list[tuple[str, Sequence[Any] | None]] = []
-
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        self.executed.append((sql, params))
-        return self.inner.execute(sql, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class Rollback(Exception):
-    pass
 
 
 def _fill_hot_table(pending_step: int) -> None:
@@ -74,35 +56,15 @@ def _fill_hot_table(pending_step: int) -> None:
         cursor.execute("ANALYZE chokaq_queues")
 
 
-def _captured_fetch_sql(queues: list[str] | None) -> tuple[str, Sequence[Any] | None]:
+def _captured_fetch_sql(queues: list[str] | None) -> tuple[str, Any]:
     """The statement ``fetch_batch`` sends (run for real, then rolled back)."""
     from chokaq_core.sql import postgresql
 
-    recorder: RecordingCursor | None = None
-    try:
-        with transaction.atomic(), connection.cursor() as wrapper:
-            recorder = RecordingCursor(wrapper.cursor)
-            claimed = postgresql.DIALECT.fetch_batch(recorder, "w-plan", 20, queues)
-            assert len(claimed) == 20, "the realistic table has due Pending rows to claim"
-            raise Rollback
-    except Rollback:
-        pass
-    assert recorder is not None
-    claims = [(sql, params) for sql, params in recorder.executed if "chokaq_jobs_hot" in sql]
-    assert len(claims) == 1, f"fetch_batch should be one statement, saw {len(recorder.executed)}"
+    claimed, executed = captured(lambda cursor: postgresql.DIALECT.fetch_batch(cursor, "w-plan", 20, queues))
+    assert len(claimed) == 20, "the realistic table has due Pending rows to claim"
+    claims = [(sql, params) for sql, params in executed if "chokaq_jobs_hot" in sql]
+    assert len(claims) == 1, f"fetch_batch should be one statement, saw {len(executed)}"
     return claims[0]
-
-
-def _plan(sql: str, params: Sequence[Any] | None) -> str:
-    lines: list[str] = []
-    try:
-        with transaction.atomic(), connection.cursor() as wrapper:
-            wrapper.cursor.execute("EXPLAIN " + sql, params)
-            lines = [row[0] for row in wrapper.cursor.fetchall()]
-            raise Rollback
-    except Rollback:
-        pass
-    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("backlog", list(BACKLOGS))
@@ -117,7 +79,7 @@ def test_claim_query_uses_the_partial_fetch_index(queues: list[str] | None, back
     assert JobsHot.objects.filter(status=0, queue__in=["alpha", "gamma"]).count() > 100
 
     sql, params = _captured_fetch_sql(queues)
-    plan = _plan(sql, params)
+    plan = explain(sql, params)
 
     assert "Seq Scan on chokaq_jobs_hot" not in plan, f"claim query scans all of Hot:\n{plan}"
     if backlog == "backlog-10k":
@@ -178,7 +140,7 @@ def test_the_pending_split_counts_pending_rows_only_through_hot_pending_split() 
     from chokaq_core.sql import base
 
     _fill_hot_table(BACKLOGS["backlog-10k"])
-    plan = _plan(base.pending_split_sql("scheduled_at > now()"), None)
+    plan = explain(base.pending_split_sql("scheduled_at > now()"), None)
     assert "hot_pending_split" in plan and "Seq Scan" not in plan, plan
 
 
@@ -196,19 +158,10 @@ def test_a_top_errors_group_filter_reads_its_group_through_dlq_by_error() -> Non
             FROM generate_series(1, 50000) AS g
             """)
         cursor.execute("ANALYZE chokaq_jobs_dlq")
-    recorder: RecordingCursor | None = None
     group = JobFilter(failure_reason=FailureReason(1), error_class="builtins.Error5", error_message="message 3")
-    try:
-        with transaction.atomic(), connection.cursor() as wrapper:
-            recorder = RecordingCursor(wrapper.cursor)
-            rows = postgresql.DIALECT.list_dlq(recorder, group, None, 100, HistorySort())
-            assert rows and all(r.error_class == "builtins.Error5" for r in rows)
-            raise Rollback
-    except Rollback:
-        pass
-    assert recorder is not None
-    [(sql, params)] = recorder.executed
-    plan = _plan(sql, params)
+    rows, [(sql, params)] = captured(lambda cursor: postgresql.DIALECT.list_dlq(cursor, group, None, 100, HistorySort()))
+    assert rows and all(r.error_class == "builtins.Error5" for r in rows)
+    plan = explain(sql, params)
     assert "dlq_by_error" in plan and "Seq Scan" not in plan, plan
 
 
