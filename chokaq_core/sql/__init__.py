@@ -35,13 +35,17 @@ from chokaq_core.sql.base import BaseDialect as Dialect
 __all__ = ["DIALECT_FUNCTIONS", "Cursor", "Dialect", "Moved", "dialect_for", "json_rows"]
 
 _VENDOR_MODULES = {"postgresql": "postgresql", "sqlite": "sqlite", "microsoft": "mssql"}
+_DIALECTS: dict[str, Dialect] = {}  # by vendor, once its module is imported: every transition asks, several times
 
 
 def dialect_for(connection: Any) -> Dialect:
     """The dialect of a Django connection's vendor (its module's ``DIALECT``); any other vendor is a configuration
     error."""
-    if connection.vendor not in _VENDOR_MODULES:
-        raise ImproperlyConfigured(f"ChokaQ does not support the {connection.vendor!r} database vendor"
-                                   " (supported: postgresql, sqlite, microsoft)")
-    dialect: Dialect = importlib.import_module(f"chokaq_core.sql.{_VENDOR_MODULES[connection.vendor]}").DIALECT
+    dialect = _DIALECTS.get(connection.vendor)
+    if dialect is None:
+        if connection.vendor not in _VENDOR_MODULES:
+            raise ImproperlyConfigured(f"ChokaQ does not support the {connection.vendor!r} database vendor"
+                                       " (supported: postgresql, sqlite, microsoft)")
+        module = importlib.import_module(f"chokaq_core.sql.{_VENDOR_MODULES[connection.vendor]}")
+        dialect = _DIALECTS.setdefault(connection.vendor, module.DIALECT)
     return dialect

@@ -210,3 +210,19 @@ def test_sql_text_lives_only_in_sql_modules() -> None:
             continue
         text = path.read_text()
         assert not any(k in text for k in keywords), path
+
+
+@pytest.mark.parametrize("vendor", ["postgresql", "sqlite", "microsoft"])
+def test_a_connections_dialect_is_its_vendor_modules_and_another_vendor_is_a_configuration_error(vendor: str) -> None:
+    from types import SimpleNamespace
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from chokaq_core.sql import dialect_for
+
+    module = {"microsoft": "mssql"}.get(vendor, vendor)
+    expected = importlib.import_module(f"chokaq_core.sql.{module}").DIALECT
+    assert dialect_for(SimpleNamespace(vendor=vendor)) is expected
+    assert dialect_for(SimpleNamespace(vendor=vendor)) is expected, "asked again"
+    with pytest.raises(ImproperlyConfigured, match="does not support the 'mysql' database vendor"):
+        dialect_for(SimpleNamespace(vendor="mysql"))
