@@ -10,7 +10,7 @@ import pytest
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from chokaq_core import storage
+from chokaq_core import events, storage
 from chokaq_core.domain import FailureReason, Success
 from chokaq_core.models import JobsHot, Queues, StatsSummary
 
@@ -353,6 +353,22 @@ def test_a_large_batch_publishes_one_event_per_job_after_commit(published: list)
 
 
 # ---------------------------------------------------------------- transactions and events
+
+
+def test_an_enqueue_nobody_hears_builds_no_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an in-process listener or a channel layer an event reaches no one: a batch builds none of them
+    (the tests above, with a listener, get one per job)."""
+    built: list[object] = []
+    monkeypatch.setattr(events, "_listeners", [])
+    monkeypatch.setattr(events, "_publisher", lambda: None)
+    monkeypatch.setattr(events, "job_updated", lambda *args, **kwargs: built.append(args))
+    jobs = [new_job("unheard") for _ in range(LARGE)]
+
+    assert storage.enqueue(jobs) == [j.id for j in jobs]
+    assert storage.enqueue([new_job("unheard")])
+
+    assert built == []
+    assert JobsHot.objects.filter(queue="unheard").count() == LARGE + 1
 
 
 @pytest.mark.sql_only
