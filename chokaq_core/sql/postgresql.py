@@ -100,37 +100,23 @@ COPY_JOBS_SQL = ("COPY chokaq_jobs_hot (id, queue, type, payload, tags, priority
 
 job_row: Callable[[NewJob], tuple[Any, ...]] = attrgetter(*_COLUMNS)  # a job's _COLUMNS, in C
 
-# COPY's text format: a backslash, tab, newline or CR in a value is escaped, NULL is \N. A NUL character is never
-# data (no text column holds one, the envelope refuses it), so it marks NULL while a batch's rows are joined.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-_NULL = "\x00"
-_NULLABLE = attrgetter("payload", "tags", "created_by", "rate_key")
+# COPY's text format: a value holding a backslash, tab, newline or CR needs escaping, and NULL is \N.
+_COPY_SPECIALS = ("\\", "\t", "\n", "\r")
+_TEXTS = attrgetter("id", "queue", "type", "payload", "tags", "created_by", "rate_key")
 
 
-def copy_rows(jobs: Sequence[NewJob], now: str) -> bytes:
-    """COPY_JOBS_SQL's rows of ``jobs`` stamped ``now``, as one text-format buffer (one write: no per-row call into
-    the driver). Joined unescaped, then checked once: a batch whose values hold no character to escape (the
-    separators count right, no backslash, CR or NUL of its own) is used as it is; any other is escaped value by
-    value."""
+def copy_rows(jobs: Sequence[NewJob], now: str) -> bytes | None:
+    """COPY_JOBS_SQL's rows of ``jobs`` stamped ``now`` as one text-format buffer (one write: no per-row call into
+    the driver), or None when a value needs escaping (the caller then writes row by row through the driver's own
+    escaping). All the batch's text values are joined once and searched for the characters to escape."""
+    texts = "".join(filter(None, chain.from_iterable(map(_TEXTS, jobs))))
+    if any(char in texts for char in _COPY_SPECIALS):
+        return None
     tail = f"\t{now}\t{now}\n"
-    text = "".join([f"{j.id}\t{j.queue}\t{j.type}\t{_NULL if j.payload is None else j.payload}\t"
-                    f"{_NULL if j.tags is None else j.tags}\t{j.priority}\t"
-                    f"{_NULL if j.created_by is None else j.created_by}\t{_NULL if j.rate_key is None else j.rate_key}"
-                    f"{tail}" for j in jobs])
-    rows = len(jobs)
-    if (text.count("\t") != 9 * rows or text.count("\n") != rows or "\\" in text or "\r" in text
-            or text.count(_NULL) != list(chain.from_iterable(map(_NULLABLE, jobs))).count(None)):
-        text = "".join(["\t".join([_copy_text(j.id), _copy_text(j.queue), _copy_text(j.type), _copy_text(j.payload),
-                                   _copy_text(j.tags), str(j.priority), _copy_text(j.created_by),
-                                   _copy_text(j.rate_key)]) + tail for j in jobs])
-    else:
-        text = text.replace(_NULL, "\\N")
-    return text.encode()
-
-
-def _copy_text(value: str | None) -> str:
-    """One value in COPY's text format."""
-    return "\\N" if value is None else value.translate(_COPY_ESCAPES)
+    return "".join([f"{j.id}\t{j.queue}\t{j.type}\t{'\\N' if j.payload is None else j.payload}\t"
+                    f"{'\\N' if j.tags is None else j.tags}\t{j.priority}\t"
+                    f"{'\\N' if j.created_by is None else j.created_by}\t"
+                    f"{'\\N' if j.rate_key is None else j.rate_key}{tail}" for j in jobs]).encode()
 
 
 # What rate limits hold back (ClaimHold), as arrays: one statement text whatever is held.
@@ -442,7 +428,12 @@ class PostgreSQLDialect(BaseDialect, statements=globals()):
             cursor.execute(ENQUEUE_QUEUES_SQL, [sorted({job.queue for job in jobs})])
             now = cursor.fetchone()[0]
             with cursor.copy(COPY_JOBS_SQL) as copy:
-                copy.write(copy_rows(jobs, now))
+                if (rows := copy_rows(jobs, now)) is not None:
+                    copy.write(rows)
+                else:
+                    for j in jobs:
+                        copy.write_row((j.id, j.queue, j.type, j.payload, j.tags, j.priority, j.created_by,
+                                        j.rate_key, now, now))
             return {job.id for job in jobs}, {}
         else:
             cursor.execute(ENQUEUE_SQL, [json.dumps([job_row(j) for j in jobs], ensure_ascii=False, separators=(",", ":"))])
