@@ -160,8 +160,17 @@ def new_ulids(count: int) -> list[str]:
         _ulid_last = (ms, last)
     pairs = _PAIRS
     stamp = "".join([pairs[ms >> shift & 1023] for shift in (40, 30, 20, 10, 0)])
-    return [stamp + "".join([pairs[r >> shift & 1023] for shift in (70, 60, 50, 40, 30, 20, 10, 0)])
-            for r in range(first, last + 1)]
+    if count == 1:
+        return [stamp + "".join([pairs[first >> shift & 1023] for shift in (70, 60, 50, 40, 30, 20, 10, 0)])]
+    # the batch's random parts are consecutive: their first 70 bits change once per 1,024 ids, so each run of ids
+    # sharing them is that 24-character head plus each of the last ten bits' characters
+    ids: list[str] = []
+    for high in range(first >> 10, (last >> 10) + 1):
+        head = stamp + "".join([pairs[high >> shift & 1023] for shift in (60, 50, 40, 30, 20, 10, 0)])
+        start = first - (high << 10) if high == first >> 10 else 0
+        end = last - (high << 10) + 1 if high == last >> 10 else 1024
+        ids += [head + pair for pair in pairs[start:end]]
+    return ids
 
 
 # ---------------------------------------------------------------- rows

@@ -105,6 +105,12 @@ def publish(events: list[Event], using: str | None = None) -> None:
         dispatch(events)
 
 
+def heard() -> bool:
+    """True when an event dispatched now reaches someone: an in-process listener or the channel-layer publisher. A
+    producer of many events (a large enqueue) builds none when nobody would receive them."""
+    return bool(_listeners) or _publisher() is not None
+
+
 def dispatch(events: list[Event]) -> None:
     """Hand committed events to listeners and the channel-layer publisher; never raises."""
     with _listeners_lock:

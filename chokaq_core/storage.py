@@ -398,6 +398,8 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
 def _enqueued(fresh: Sequence[NewJob]) -> None:
     """After an enqueue commits: count the new rows, then publish their events (one moment for the batch)."""
     metrics.jobs_enqueued(fresh)
+    if not events.heard():
+        return  # no listener, no channel layer: a job's event would go nowhere
     now = datetime.now(UTC).isoformat()
     events.dispatch([events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
                                         created_by=j.created_by) for j in fresh]

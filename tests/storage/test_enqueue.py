@@ -10,7 +10,7 @@ import pytest
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from chokaq_core import storage
+from chokaq_core import events, storage
 from chokaq_core.domain import FailureReason, Success
 from chokaq_core.models import JobsHot, Queues, StatsSummary
 
@@ -314,6 +314,23 @@ def test_a_large_batch_stores_every_text_exactly() -> None:
     assert stats("large-texts-0") is not None and stats("large-texts-1") is not None
 
 
+def test_a_large_batch_of_values_with_nothing_to_escape_is_stored_exactly() -> None:
+    """The batch PostgreSQL copies from one pre-built buffer: "null", the empty text, control characters other than
+    tab/newline/CR and astral characters are data, and None is NULL."""
+    plain = ["null", "", "\b\f\v", "żółć ✓ 😀", "\x01", 'q"uo\'te']
+    jobs = [new_job(f"large-plain-{i % 2}", payload='{"v":"' + plain[i % len(plain)] + '"}',
+                    tags=plain[i % len(plain)] if i % 3 else None, created_by=plain[(i + 1) % len(plain)] or None,
+                    rate_key=f"tenant:{i % 5}" if i % 4 else None, priority=i % 9 - 4) for i in range(LARGE)]
+
+    assert storage.enqueue(jobs) == [j.id for j in jobs]
+
+    rows = {row["id"]: row for row in JobsHot.objects.filter(queue__startswith="large-plain-").values()}
+    assert [(rows[j.id]["payload"], rows[j.id]["tags"], rows[j.id]["created_by"], rows[j.id]["rate_key"],
+             rows[j.id]["priority"], rows[j.id]["type"]) for j in jobs] == [
+        (j.payload, j.tags, j.created_by, j.rate_key, j.priority, j.type) for j in jobs]
+    assert len({row["created_at"] for row in rows.values()}) == 1, "one moment for the batch"
+
+
 def test_a_large_batch_with_a_taken_id_raises_integrity_error_and_stores_nothing() -> None:
     existing = pending("large-dup")[0]
     jobs = [new_job("large-dup-new-queue") for _ in range(LARGE)] + [new_job("large-dup", id=existing)]
@@ -353,6 +370,22 @@ def test_a_large_batch_publishes_one_event_per_job_after_commit(published: list)
 
 
 # ---------------------------------------------------------------- transactions and events
+
+
+def test_an_enqueue_nobody_hears_builds_no_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an in-process listener or a channel layer an event reaches no one: a batch builds none of them
+    (the tests above, with a listener, get one per job)."""
+    built: list[object] = []
+    monkeypatch.setattr(events, "_listeners", [])
+    monkeypatch.setattr(events, "_publisher", lambda: None)
+    monkeypatch.setattr(events, "job_updated", lambda *args, **kwargs: built.append(args))
+    jobs = [new_job("unheard") for _ in range(LARGE)]
+
+    assert storage.enqueue(jobs) == [j.id for j in jobs]
+    assert storage.enqueue([new_job("unheard")])
+
+    assert built == []
+    assert JobsHot.objects.filter(queue="unheard").count() == LARGE + 1
 
 
 @pytest.mark.sql_only

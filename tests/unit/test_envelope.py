@@ -143,6 +143,29 @@ def test_a_ulid_spells_its_48_bit_millisecond_time_then_80_random_bits() -> None
     assert new_ulid() > ulid
 
 
+def _spelled(ms: int, random_bits: int) -> str:
+    """A ULID spelled five bits at a time, most significant first (the definition, not the engine's table)."""
+    value = ms << 80 | random_bits
+    return "".join("0123456789ABCDEFGHJKMNPQRSTVWXYZ"[value >> 5 * (25 - i) & 31] for i in range(26))
+
+
+@pytest.mark.parametrize(("last_random", "count"), [
+    (1020, 10), (1023, 1), (2**20 - 3, 2000), (2**70 - 5, 3000), (2**80 - 1500, 1000), (2**80 - 2, 1), (0, 1024),
+])
+def test_a_batch_of_ulids_is_spelled_exactly_across_every_carry(monkeypatch: pytest.MonkeyPatch, last_random: int,
+                                                                count: int) -> None:
+    """A batch's random parts are consecutive: ids are spelled right where the low characters carry into the higher
+    ones (every 1,024 ids, 2**20, 2**70) and where the 80 bits run out and the batch moves to the next millisecond."""
+    from chokaq_core import domain
+
+    ms = time.time_ns() // 1_000_000 + 60_000  # ahead of the clock: the batch continues this state
+    monkeypatch.setattr(domain, "_ulid_last", (ms, last_random))
+    ids = domain.new_ulids(count)
+    stamp, last = domain._ulid_last
+    assert ids == [_spelled(stamp, r) for r in range(last - count + 1, last + 1)]
+    assert ids == sorted(ids) and len(set(ids)) == count and ids[0] > _spelled(ms, last_random)
+
+
 # ---------------------------------------------------------------- names are URL path segments: an alphabet
 
 
