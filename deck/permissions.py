@@ -28,7 +28,6 @@ from enum import IntEnum
 from functools import wraps
 from typing import Any
 
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
@@ -120,7 +119,10 @@ def require(minimum: Role) -> Callable[[Callable[..., HttpResponse]], Callable[.
             user = request.user
             if not user.is_authenticated and not anonymous_allowed():
                 if request.method == "GET" and not request.headers.get("HX-Request"):
-                    # the Deck's own login page, whatever the site-wide LOGIN_URL says
+                    # the Deck's own login page, whatever the site-wide LOGIN_URL says; auth's views module is
+                    # imported here, not with this module: every process loads it for ``check_policy``
+                    from django.contrib.auth.views import redirect_to_login
+
                     return redirect_to_login(request.get_full_path(), login_url=reverse("deck:login"))
                 return refuse(request, 403, "Log in to use the Deck.")
             role = role_of(user)
