@@ -1,6 +1,6 @@
-"""PostgreSQL plans of the statements the engine really sends: a recording cursor captures a dialect call's
-statements and parameters (no SQL text copied into a test), and ``explain`` shows their plan in a transaction
-that is rolled back."""
+"""The statements the engine really sends, and their PostgreSQL plans: a recording cursor captures a dialect call's
+statements and parameters on any vendor (no SQL text copied into a test), and ``explain`` shows a statement's plan
+in a transaction that is rolled back."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from chokaq_core.domain import DURATION_BINS, Failure, FailureReason, Retry, Suc
 from chokaq_core.models import HistoryBuckets
 from chokaq_core.sql.base import HISTORY_BIN_COLUMNS
 
+from .plans import RecordingCursor
 from .rows import archived, backdate, dead, pending, processing
 
 MINUTE, HOUR = 60, 3600
@@ -154,20 +155,6 @@ def test_retention_deletes_one_granularity_older_than_its_cutoff() -> None:
     assert not rows(HOUR)
 
 
-class RecordingCursor:
-    """The driver cursor storage hands to the dialect, recording each statement's text."""
-
-    def __init__(self, cursor: Any, seen: set[str]) -> None:
-        self._cursor, self._seen = cursor, seen
-
-    def execute(self, sql: str, params: Any = None) -> Any:
-        self._seen.add(sql)
-        return self._cursor.execute(sql, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cursor, name)
-
-
 @pytest.mark.sql_only
 def test_a_completions_statements_do_not_depend_on_how_many_jobs_it_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A driver keeps a prepared program per statement text (SQLite's module up to 128 per connection): a text
@@ -177,18 +164,19 @@ def test_a_completions_statements_do_not_depend_on_how_many_jobs_it_finishes(mon
     def statements(jobs: int) -> set[str]:
         successes = [Success(j.id, 5.0) for j in processing("texts", "w-texts", jobs)]
         failures = [Failure(j.id, FailureReason.FATAL_ERROR, "boom") for j in processing("texts", "w-texts", jobs)]
-        seen: set[str] = set()
+        recorders: list[RecordingCursor] = []
 
         @contextmanager
         def recording(*args: Any, **kwargs: Any) -> Iterator[Any]:
             with driver_cursor(*args, **kwargs) as cursor:
-                yield RecordingCursor(cursor, seen)
+                recorders.append(RecordingCursor(cursor))
+                yield recorders[-1]
 
         monkeypatch.setattr(storage, "_cursor", recording)
         done = storage.complete("w-texts", successes, [], failures)
         monkeypatch.setattr(storage, "_cursor", driver_cursor)
         assert len(done.archived) == len(done.failed) == jobs
-        return seen
+        return {sql for recorder in recorders for sql, _ in recorder.executed}
 
     one, three = statements(1), statements(3)
     assert any("chokaq_history_buckets" in sql for sql in one), one
