@@ -178,9 +178,7 @@ class Dispatcher:
     def finish_slot(self, ran: float | None = None) -> None:
         """A row that held a slot is done (executed, refused or lost); ``ran``: its execution's seconds."""
         self.in_flight.done()
-        if ran is not None:
-            self.limiter.pace(ran)
-        self.limiter.release()
+        self.limiter.release(ran)
 
     def paused_queues(self) -> set[str]:
         stamp, paused = self._pause_cache
