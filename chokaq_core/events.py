@@ -94,7 +94,11 @@ def remove_listener(listener: Listener) -> None:
             _listeners.remove(listener)
 
 
-def publish(events: list[Event], using: str | None = None) -> None:
+Produced = list[Event] | Callable[[], list[Event]]
+"""Events, or their producer: a callable building them, called only when someone hears them (``heard``)."""
+
+
+def publish(events: Produced, using: str | None = None) -> None:
     """Deliver ``events`` once the current transaction on ``using`` commits (now if none is open)."""
     if not events:
         return
@@ -106,22 +110,31 @@ def publish(events: list[Event], using: str | None = None) -> None:
 
 
 def heard() -> bool:
-    """True when an event dispatched now reaches someone: an in-process listener or the channel-layer publisher. A
-    producer of many events (a large enqueue) builds none when nobody would receive them."""
+    """True when an event dispatched now reaches someone: an in-process listener or the channel-layer publisher."""
     return bool(_listeners) or _publisher() is not None
 
 
-def dispatch(events: list[Event]) -> None:
-    """Hand committed events to listeners and the channel-layer publisher; never raises."""
+def dispatch(events: Produced) -> None:
+    """Hand committed events to listeners and the channel-layer publisher; never raises. Given a producer, it builds
+    them only when someone hears them: a process with no listener and no channel layer (a worker without the Deck's
+    Redis) builds no event for the jobs it claims, leases and completes."""
     with _listeners_lock:
         listeners = list(_listeners)
+    publisher = _publisher()
+    if not listeners and publisher is None:
+        return
+    if callable(events):
+        try:
+            events = events()
+        except Exception:
+            logger.exception("building events failed")
+            return
     for listener in listeners:
         for event in events:
             try:
                 listener(event)
             except Exception:  # a listener's bug must never affect a state transition
                 logger.exception("event listener failed")
-    publisher = _publisher()
     if publisher is not None:
         publisher.offer(events)
 

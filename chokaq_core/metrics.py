@@ -86,6 +86,7 @@ class TagGuard:
         with self._lock:
             self._seen.clear()
         _job_label_cache.clear()
+        _execution_series.clear()
 
 
 queue_tag = TagGuard("queue", "MAX_QUEUE_TAG_VALUES")
@@ -348,6 +349,7 @@ def _job_labels(queue: str | None, job_type: str | None) -> dict[str, str]:
     current = config()
     if _job_label_cache_config[0] is not current:
         _job_label_cache.clear()
+        _execution_series.clear()
         _job_label_cache_config[0] = current
     key = (queue, job_type)
     labels = _job_label_cache.get(key)
@@ -377,25 +379,58 @@ def jobs_enqueued(jobs: Sequence[NewJob]) -> None:
     _count_jobs(ENQUEUED, "chokaq.jobs.enqueued", jobs)
 
 
+class ExecutionSeries:
+    """The series one (queue, type) records into at every execution: the queue lag, the active gauge, the completed
+    counter and the duration. Looked up once per execution (``_execution_series_of``) instead of a labelled child
+    per record."""
+
+    __slots__ = ("active", "completed", "duration", "labels", "lag", "queue_labels")
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+        self.queue_labels = {"queue": labels["queue"]}
+        self.lag = _child(QUEUE_LAG, labels)
+        self.active = _child(ACTIVE, self.queue_labels)
+        self.completed = _child(COMPLETED, labels)
+        self.duration = _child(PROCESSING_DURATION, labels)
+
+
+_execution_series: dict[tuple[str | None, str | None], ExecutionSeries] = {}
+
+
+def _execution_series_of(queue: str | None, job_type: str | None) -> ExecutionSeries:
+    """The memoised series of (queue, type), emptied with the label cache (settings changed, a guard reset)."""
+    labels = _job_labels(queue, job_type)  # first: it empties both caches when the settings changed
+    series = _execution_series.get((queue, job_type))
+    if series is None or series.labels is not labels:
+        series = ExecutionSeries(labels)
+        if len(_execution_series) < _LABEL_CACHE_SIZE:
+            _execution_series[(queue, job_type)] = series
+    return series
+
+
 @_safely
 def execution_started(job: HotJob) -> None:
-    labels = _job_labels(job.queue, job.type)
+    series = _execution_series_of(job.queue, job.type)
     due = job.scheduled_at or job.created_at
     lag_ms = max(0.0, (datetime.now(UTC) - due).total_seconds() * 1000)
-    _observe(QUEUE_LAG, "chokaq.jobs.queue_lag", labels, lag_ms)
-    _child(ACTIVE, {"queue": labels["queue"]}).inc()
+    series.lag.observe(lag_ms)
+    series.active.inc()
+    lag = OTEL.get("chokaq.jobs.queue_lag")
+    if lag is not None:
+        lag.record(lag_ms, series.labels)
     active = OTEL.get("chokaq.workers.active")
     if active is not None:
-        active.add(1, {"queue": labels["queue"]})
+        active.add(1, series.queue_labels)
 
 
 @_safely
 def execution_ended(job: HotJob) -> None:
-    queue = _job_labels(job.queue, job.type)["queue"]  # memoised: the guard itself runs a regex and takes a lock
-    _child(ACTIVE, {"queue": queue}).dec()
+    series = _execution_series_of(job.queue, job.type)
+    series.active.dec()
     active = OTEL.get("chokaq.workers.active")
     if active is not None:
-        active.add(-1, {"queue": queue})
+        active.add(-1, series.queue_labels)
 
 
 @_safely
@@ -407,12 +442,20 @@ def job_failed(job: HotJob, exc: BaseException) -> None:
 @_safely
 def execution_outcome(job: HotJob, outcome: Any, shutdown: bool = False) -> None:
     """Success → completed + duration; Retry → retried (not for a shutdown reschedule); Failure → dlq."""
-    labels = _job_labels(job.queue, job.type)
     if isinstance(outcome, Success):
-        _add(COMPLETED, "chokaq.jobs.completed", labels)
+        series = _execution_series_of(job.queue, job.type)
+        series.completed.inc()
         if outcome.duration_ms is not None:
-            _observe(PROCESSING_DURATION, "chokaq.jobs.processing_duration", labels, outcome.duration_ms)
-    elif isinstance(outcome, Retry) and not shutdown:
+            series.duration.observe(outcome.duration_ms)
+        completed = OTEL.get("chokaq.jobs.completed")
+        if completed is not None:
+            completed.add(1, series.labels)
+        duration = OTEL.get("chokaq.jobs.processing_duration")
+        if duration is not None and outcome.duration_ms is not None:
+            duration.record(outcome.duration_ms, series.labels)
+        return
+    labels = _job_labels(job.queue, job.type)
+    if isinstance(outcome, Retry) and not shutdown:
         _add(RETRIED, "chokaq.jobs.retried", {**labels, "attempt": str(outcome.attempt_count + 1)})
     elif isinstance(outcome, Failure):
         _add(DLQ, "chokaq.jobs.dlq", {**labels, "reason": reason_tag(FailureReason(outcome.reason).display_name)})

@@ -235,6 +235,13 @@ def _preparing_cursor(using: str, raw: Any) -> _PreparingCursor | None:
         return None
     if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked
         raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # explicitly; its client-side cursors never
+    # psycopg's own timestamptz loader (C): an aware datetime in the session's zone, which the dialects' rows
+    # normalise to UTC (``as_utc``). Django's wraps it in a Python ``load`` that replaces the zone with the
+    # connection's — the same value under USE_TZ, ~0.5 µs a timestamp, and a claimed row has seven.
+    timestamptz = psycopg.postgres.types["timestamptz"].oid
+    loader = psycopg.adapters.get_loader(timestamptz, psycopg.pq.Format.TEXT)
+    if loader is not None:
+        cursor.adapters.register_loader(timestamptz, loader)
     return _PreparingCursor(cursor)
 
 
@@ -335,7 +342,9 @@ def call[**P, R](mode: Mode, transition: Callable[Concatenate[Any, P], R], /, *a
                writes=mode.writes)
 
 
-def _emit(published: list[events.Event], using: str | None = None) -> None:
+def _emit(published: events.Produced, using: str | None = None) -> None:
+    """Publish after commit: ``published`` as a producer (a callable) is built only when someone hears it (the
+    per-job events of claims, leases and completions: ``events.dispatch``)."""
     if memory_mode():
         events.dispatch(published)  # nothing to wait for: there is no database transaction
     else:
@@ -398,12 +407,13 @@ def enqueue(jobs: Sequence[NewJob], *, using: str | None = None) -> list[str]:
 def _enqueued(fresh: Sequence[NewJob]) -> None:
     """After an enqueue commits: count the new rows, then publish their events (one moment for the batch)."""
     metrics.jobs_enqueued(fresh)
-    if not events.heard():
-        return  # no listener, no channel layer: a job's event would go nowhere
-    now = datetime.now(UTC).isoformat()
-    events.dispatch([events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
-                                        created_by=j.created_by) for j in fresh]
-                    + [events.stats_updated(now)])
+
+    def produce() -> list[events.Event]:
+        now = datetime.now(UTC).isoformat()
+        return [events.job_updated(j.id, j.type, j.queue, JobStatus.PENDING, 0, ts=now, priority=j.priority,
+                                   created_by=j.created_by) for j in fresh] + [events.stats_updated(now)]
+
+    events.dispatch(produce)  # built only when heard: no listener and no channel layer, a job's event goes nowhere
 
 
 def _enqueue_in_memory(cursor: Any, jobs: Sequence[NewJob]) -> list[str]:
@@ -438,7 +448,8 @@ def fetch_batch(worker_id: str, limit: int, queues: Sequence[str] | None = None,
     if not rate_limits:
         jobs = _claim(worker_id, limit, queues, lease)
         if lease:
-            _emit(_processing_events([(job, job.attempt_count) for job in jobs if job.status == JobStatus.PROCESSING]))
+            _emit(lambda: _processing_events([(job, job.attempt_count) for job in jobs
+                                              if job.status == JobStatus.PROCESSING]))
         return jobs
     names = sorted({limit.name for limit in rate_limits})
     known = KNOWN_BUCKETS.now_and_buckets(names)
@@ -504,7 +515,7 @@ def mark_processing(job: HotJob, worker_id: str, rate_limits: Sequence[RateLimit
         return mark_processing_batch([job], worker_id, rate_limits).get(job.id)
     attempts = call(HOT_PATH, dialect().mark_processing, job.id, worker_id)
     if attempts is not None:
-        _emit(_processing_events([(job, attempts)]))
+        _emit(lambda: _processing_events([(job, attempts)]))
     return attempts
 
 
@@ -531,7 +542,7 @@ def mark_processing_batch(jobs: Sequence[HotJob], worker_id: str, rate_limits: S
         else:
             leased = planned
         metrics.rate_limited(plans[0].claimed(), dict(plans[0].held))  # the committed attempt's plan
-    _emit(_processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
+    _emit(lambda: _processing_events([(job, leased[job.id]) for job in jobs if job.id in leased]))
     return leased
 
 
@@ -690,19 +701,24 @@ def complete(
         return completion
 
     done = run(operation, atomic=not alone, prepared=True)
+    if done.archived or done.rescheduled or done.failed:
+        _emit(lambda: _completion_events(done, retries, failures))
+    return done
+
+
+def _completion_events(done: Completion, retries: Sequence[Retry], failures: Sequence[Failure]) -> list[events.Event]:
+    """What a committed completion announces, stamped with one moment for the whole batch."""
     reasons = {f.job_id: f.reason for f in failures}
     attempts = {r.job_id: r.attempt_count for r in retries}
-    now = datetime.now(UTC).isoformat()  # one moment for the whole batch
-    published = (
+    now = datetime.now(UTC).isoformat()
+    return (
         [events.Event(events.EventKind.JOB_ARCHIVED, {"jobId": i, "queue": q}, now) for i, q in done.archived]
         + [events.Event(events.EventKind.JOB_UPDATED, {"jobId": i, "queue": q, "status": int(JobStatus.PENDING),
                                                        "attemptCount": attempts[i]}, now) for i, q in done.rescheduled]
         + [events.Event(events.EventKind.JOB_FAILED, {"jobId": i, "queue": q, "reason": reasons[i].display_name},
                         now) for i, q in done.failed]
+        + [events.stats_updated(now)]
     )
-    if published:
-        _emit([*published, events.stats_updated()])
-    return done
 
 
 def _failed_attempts(done: Completion, retries: Sequence[Retry], failures: Sequence[Failure],

@@ -43,7 +43,8 @@ class Completer:
         with self._unflushed_lock:
             self._unflushed += 1
         self._outcomes.append(outcome)
-        self._ready.set()
+        if not self._ready.is_set():  # set already: the gather that clears it takes this outcome too (queued first)
+            self._ready.set()
 
     def pending(self) -> bool:
         """True while some outcome is not committed yet."""

@@ -31,9 +31,10 @@ Leased = tuple[HotJob, int, Permit]  # a job that is Processing and ours, its at
 class Dispatcher:
     def __init__(self, worker_id: str, batch_size: int, circuit_delay: float, buffer: PrefetchBuffer,
                  limiter: Limiter, in_flight: InFlight, breakers: CircuitBreakers, stopping: threading.Event,
-                 submit: Callable[[Leased], None], complete: Callable[[Outcome], None],
+                 submit: Callable[[Sequence[Leased]], None], complete: Callable[[Outcome], None],
                  rate_limits: RateLimits | None = None) -> None:
-        """``rate_limits``: the limits the leases spend tokens of (none when not given)."""
+        """``submit``: hands a batch of leased jobs to the executors. ``rate_limits``: the limits the leases spend
+        tokens of (none when not given)."""
         self.worker_id = worker_id
         self.rate_limits = rate_limits
         self.batch_size = batch_size
@@ -124,6 +125,7 @@ class Dispatcher:
             self.release([job for job, _ in admitted])  # user code never started: back to Pending
             return
         held = set(leased.held)
+        started: list[Leased] = []
         if held:  # back to Pending: the fetcher's claims hold them back until the next token
             logger.debug("%s jobs held back by a rate limit at their lease; next token in %s s", len(held),
                          leased.held_for)
@@ -138,7 +140,9 @@ class Dispatcher:
                 metrics.transition_conflict("MarkAsProcessing", job.queue, job.type)
                 self.finish_slot()
             else:
-                self.submit((job, attempt, permit))
+                started.append((job, attempt, permit))
+        if started:
+            self.submit(started)
 
     def _permit(self, job: HotJob, attempts: int) -> Permit | None:
         """The circuit's permit for ``job``; None when its circuit is open: then the job is deferred with
@@ -165,6 +169,7 @@ class Dispatcher:
         met while shutting down, is rescheduled without the attempt its lease counted (user code never started)."""
         for _ in range(reserved - len(leased)):
             self.limiter.release()
+        started: list[Leased] = []
         for job in leased:
             unstarted = job.attempt_count - 1
             if self.stopping.is_set():
@@ -173,14 +178,14 @@ class Dispatcher:
                 continue
             permit = self._permit(job, unstarted)
             if permit is not None:
-                self.submit((job, job.attempt_count, permit))
+                started.append((job, job.attempt_count, permit))
+        if started:
+            self.submit(started)
 
     def finish_slot(self, ran: float | None = None) -> None:
         """A row that held a slot is done (executed, refused or lost); ``ran``: its execution's seconds."""
         self.in_flight.done()
-        if ran is not None:
-            self.limiter.pace(ran)
-        self.limiter.release()
+        self.limiter.release(ran)
 
     def paused_queues(self) -> set[str]:
         stamp, paused = self._pause_cache

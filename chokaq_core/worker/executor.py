@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -157,11 +157,16 @@ class ExecutorPool:
         return len(self._threads)
 
     def submit(self, item: Leased) -> None:
-        self.executions.wait([item[0].id])
+        self.submit_many([item])
+
+    def submit_many(self, items: Sequence[Leased]) -> None:
+        """Queue leased jobs for the executors (a lease's or a claim's batch: one lock for all of them)."""
+        self.executions.wait([item[0].id for item in items])
         with self._lock:
-            self._spare -= 1
+            self._spare -= len(items)
             self._start_needed()
-        self._work.put(item)
+        for item in items:
+            self._work.put(item)
 
     def take_waiting(self) -> list[Leased]:
         """Remove and return the jobs no executor has taken yet (at shutdown: they go back without running)."""

@@ -24,6 +24,8 @@ def invoke(job: HotJob, ctx: JobContext, middleware: list[type], pipe: Callable[
     """Bus mode: type key → ``@job`` function → ``func(ctx, **payload)``. Pipe mode: one function
     ``pipe(job_type, payload_text, ctx)`` receives every raw payload."""
     if pipe is not None:
+        if not middleware:  # the onion without a layer is the call itself
+            return call_handler(pipe, ctx.cancellation, job.type, job.payload or "", ctx)
         call = JobCall(job.type, job.payload or "")
         return run_pipeline(middleware, ctx, call, lambda: call_handler(pipe, ctx.cancellation, job.type,
                                                                         job.payload or "", ctx))
@@ -49,6 +51,8 @@ def invoke(job: HotJob, ctx: JobContext, middleware: list[type], pipe: Callable[
             definition.partition_key(payload)
         except Exception as exc:  # as above
             raise PayloadDeserializationError(f"the rate_key of job {job.id} failed: {exc!r}") from None
+    if not middleware:
+        return call_handler(definition.func, ctx.cancellation, ctx, **payload)
     call = JobCall(job.type, payload, key, definition.result_ttl)
     return run_pipeline(middleware, ctx, call, lambda: call_handler(definition.func, ctx.cancellation, ctx, **payload))
 

@@ -34,12 +34,15 @@ class Limiter:
     def pace(self, seconds: float) -> None:
         """One execution took ``seconds``: how far ahead leases may run follows."""
         with self._cond:
-            mean = seconds if self._mean is None else self._mean + PACE_WEIGHT * (seconds - self._mean)
-            self._mean = mean
-            ahead = min(self.most_ahead, int(self.capacity * AHEAD_WAIT / max(mean, 1e-6)))
-            if ahead > self.ahead:
-                self._cond.notify(ahead - self.ahead)
-            self.ahead = ahead
+            self._pace(seconds)
+
+    def _pace(self, seconds: float) -> None:
+        mean = seconds if self._mean is None else self._mean + PACE_WEIGHT * (seconds - self._mean)
+        self._mean = mean
+        ahead = min(self.most_ahead, int(self.capacity * AHEAD_WAIT / max(mean, 1e-6)))
+        if ahead > self.ahead:
+            self._cond.notify(ahead - self.ahead)
+        self.ahead = ahead
 
     def acquire(self, timeout: float | None = None) -> bool:
         with self._cond:
@@ -49,11 +52,14 @@ class Limiter:
             self.running += 1
             return True
 
-    def release(self) -> None:
+    def release(self, ran: float | None = None) -> None:
+        """A slot freed; ``ran``: the seconds of the execution that held it, for :meth:`pace` (one lock for both)."""
         with self._cond:
             if self.running <= 0:
                 self.running = 0
                 raise RuntimeError("limiter released without a matching acquire")
+            if ran is not None:
+                self._pace(ran)
             self.running -= 1
             self._cond.notify()  # one slot freed: one waiter can take it
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from django.utils import timezone
 
-from chokaq_core import storage
-from chokaq_core.domain import Failure, FailureReason, Retry, Success
+from chokaq_core import events, storage
+from chokaq_core.domain import Failure, FailureReason, JobStatus, Retry, Success
 from chokaq_core.models import JobsArchive, JobsDLQ, JobsHot, MetricBuckets
 
 from .rows import (
@@ -292,3 +294,35 @@ def test_completion_events_fire_only_for_rows_moved(published: list) -> None:
     done = storage.complete("w1", [Success(job.id, 1.0)], [], [])  # Pending and not owned by w1
     assert done.archived == []
     assert published == []
+
+
+# ---------------------------------------------------------------- events nobody hears
+
+
+def test_a_worker_nobody_hears_builds_no_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an in-process listener or a channel layer (a worker without the Deck's Redis) an event reaches no one:
+    the claim that leases, the lease, the single lease and the completions of every outcome build none (with a
+    listener each announces its jobs: the tests of those transitions)."""
+    built: list[object] = []
+    real = events.Event
+
+    def counted(*args: Any, **kwargs: Any) -> events.Event:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(events, "_listeners", [])
+    monkeypatch.setattr(events, "_publisher", lambda: None)
+    monkeypatch.setattr(events, "Event", counted)
+    ids = pending("unheard", 6)
+
+    claimed = storage.fetch_batch("w1", 6, ["unheard"], lease=2)
+    assert [j.status for j in claimed].count(JobStatus.PROCESSING) == 2
+    assert storage.mark_processing_batch(claimed[2:5], "w1") == {job_id: 1 for job_id in ids[2:5]}
+    assert storage.mark_processing(claimed[5], "w1") == 1
+    done = storage.complete("w1", [Success(ids[0], 1.0), Success(ids[1], 1.0)], [Retry(ids[2], 1, 60.0)],
+                            [Failure(ids[3], FailureReason.TRANSIENT, "exhausted")])
+    assert (len(done.archived), len(done.rescheduled), len(done.failed)) == (2, 1, 1)
+    assert storage.complete("w1", [Success(ids[4], 1.0), Success(ids[5], 1.0)], [], []).archived
+
+    assert built == []
+    assert counters("unheard") == (4, 1, 1)

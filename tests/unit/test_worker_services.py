@@ -294,7 +294,7 @@ def dispatcher(monkeypatch: pytest.MonkeyPatch, rec: Recorder, leased: dict[str,
     limiter, in_flight = Limiter(4, 4), InFlight()
     breakers = CircuitBreakers(BreakerPolicy(failure_threshold=threshold))
     return (Dispatcher("w", 10, 7.0, PrefetchBuffer(10), limiter, in_flight, breakers, threading.Event(),
-                       rec.submitted.append, rec.outcomes.append, rate_limits), limiter, in_flight)
+                       rec.submitted.extend, rec.outcomes.append, rate_limits), limiter, in_flight)
 
 
 def run_until(d: Dispatcher, jobs: list[HotJob], in_flight: InFlight, done: Callable[[], bool]) -> None:

@@ -42,7 +42,7 @@ def idle_spell() -> None:
 def lease(worker: Worker, jobs: list[HotJob]) -> list[Leased]:
     """The worker's dispatcher leases ``jobs`` (already in flight, each holding a slot) as one gathered batch."""
     submitted: list[Leased] = []
-    worker.dispatcher.submit = submitted.append
+    worker.dispatcher.submit = submitted.extend
     worker.in_flight.add(len(jobs))
     for _ in jobs:
         assert worker.limiter.acquire(timeout=0)
