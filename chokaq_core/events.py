@@ -95,7 +95,8 @@ def remove_listener(listener: Listener) -> None:
 
 
 Produced = list[Event] | Callable[[], list[Event]]
-"""Events, or their producer: a callable building them, called only when someone hears them (``heard``)."""
+"""Events, or their producer: a callable building them, called only when someone hears them (an in-process
+listener or the channel-layer publisher, see ``dispatch``)."""
 
 
 def publish(events: Produced, using: str | None = None) -> None:
@@ -107,11 +108,6 @@ def publish(events: Produced, using: str | None = None) -> None:
         transaction.on_commit(lambda: dispatch(events), using=connection.alias)
     else:
         dispatch(events)
-
-
-def heard() -> bool:
-    """True when an event dispatched now reaches someone: an in-process listener or the channel-layer publisher."""
-    return bool(_listeners) or _publisher() is not None
 
 
 def dispatch(events: Produced) -> None:
