@@ -311,14 +311,24 @@ def _child(metric: Any, labels: dict[str, str]) -> Any:
 
 
 def _add(counter: Counter, otel_name: str, labels: dict[str, str], amount: float = 1) -> None:
-    _child(counter, labels).inc(amount)
+    _count(_child(counter, labels), otel_name, labels, amount)
+
+
+def _count(child: Any, otel_name: str, labels: dict[str, str], amount: float = 1) -> None:
+    """A counter's labelled ``child`` (and its OpenTelemetry instrument, when one is configured) goes up."""
+    child.inc(amount)
     instrument = OTEL.get(otel_name)
     if instrument is not None:
         instrument.add(amount, labels)
 
 
 def _observe(histogram: Histogram, otel_name: str, labels: dict[str, str], value: float) -> None:
-    _child(histogram, labels).observe(value)
+    _measure(_child(histogram, labels), otel_name, labels, value)
+
+
+def _measure(child: Any, otel_name: str, labels: dict[str, str], value: float) -> None:
+    """A histogram's labelled ``child`` (and its OpenTelemetry instrument, when one is configured) records ``value``."""
+    child.observe(value)
     instrument = OTEL.get(otel_name)
     if instrument is not None:
         instrument.record(value, labels)
@@ -414,11 +424,8 @@ def execution_started(job: HotJob) -> None:
     series = _execution_series_of(job.queue, job.type)
     due = job.scheduled_at or job.created_at
     lag_ms = max(0.0, (datetime.now(UTC) - due).total_seconds() * 1000)
-    series.lag.observe(lag_ms)
+    _measure(series.lag, "chokaq.jobs.queue_lag", series.labels, lag_ms)
     series.active.inc()
-    lag = OTEL.get("chokaq.jobs.queue_lag")
-    if lag is not None:
-        lag.record(lag_ms, series.labels)
     active = OTEL.get("chokaq.workers.active")
     if active is not None:
         active.add(1, series.queue_labels)
@@ -444,15 +451,9 @@ def execution_outcome(job: HotJob, outcome: Any, shutdown: bool = False) -> None
     """Success → completed + duration; Retry → retried (not for a shutdown reschedule); Failure → dlq."""
     if isinstance(outcome, Success):
         series = _execution_series_of(job.queue, job.type)
-        series.completed.inc()
+        _count(series.completed, "chokaq.jobs.completed", series.labels)
         if outcome.duration_ms is not None:
-            series.duration.observe(outcome.duration_ms)
-        completed = OTEL.get("chokaq.jobs.completed")
-        if completed is not None:
-            completed.add(1, series.labels)
-        duration = OTEL.get("chokaq.jobs.processing_duration")
-        if duration is not None and outcome.duration_ms is not None:
-            duration.record(outcome.duration_ms, series.labels)
+            _measure(series.duration, "chokaq.jobs.processing_duration", series.labels, outcome.duration_ms)
         return
     labels = _job_labels(job.queue, job.type)
     if isinstance(outcome, Retry) and not shutdown:

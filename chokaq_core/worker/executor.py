@@ -156,10 +156,7 @@ class ExecutorPool:
     def threads(self) -> int:
         return len(self._threads)
 
-    def submit(self, item: Leased) -> None:
-        self.submit_many([item])
-
-    def submit_many(self, items: Sequence[Leased]) -> None:
+    def submit(self, items: Sequence[Leased]) -> None:
         """Queue leased jobs for the executors (a lease's or a claim's batch: one lock for all of them)."""
         self.executions.wait([item[0].id for item in items])
         with self._lock:

@@ -92,7 +92,7 @@ class Worker:
                                  self.executions, self.stopping, self.completer.submit, self._finish_slot)
         self.pool = ExecutorPool(self.executor.execute, self.executions)
         self.dispatcher = Dispatcher(self.worker_id, self.batch_size, cfg.RETRY.CIRCUIT_BREAKER_DELAY, self.buffer,
-                                     self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit_many,
+                                     self.limiter, self.in_flight, self.breakers, self.stopping, self.pool.submit,
                                      self.completer.submit, self.rate_limits)
         self.fetcher.reserve, self.fetcher.start_claimed = self.dispatcher.reserve, self.dispatcher.start_claimed
         self.registry = Registry(self.worker_id, self._describe)

@@ -498,8 +498,8 @@ def test_jobs_waiting_for_an_executor_are_named_for_the_heartbeats() -> None:
         executions.end(item[0].id)
 
     pool = ExecutorPool(run, executions)
-    pool.submit((hot(1), 1, Permit("t", 0, False)))
-    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    pool.submit([(hot(1), 1, Permit("t", 0, False))])
+    pool.submit([(hot(2), 1, Permit("t", 0, False))])
     assert executions.beats() == ([], ["j1", "j2"])
     pool.grow(1)
     assert started.wait(5)
@@ -516,8 +516,8 @@ def test_shutdown_takes_the_jobs_no_executor_has_taken() -> None:
     executions = Executions(60)
     ran: list[str] = []
     pool = ExecutorPool(lambda item: ran.append(item[0].id), executions)
-    pool.submit((hot(1), 1, Permit("t", 0, False)))
-    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    pool.submit([(hot(1), 1, Permit("t", 0, False))])
+    pool.submit([(hot(2), 1, Permit("t", 0, False))])
     assert [item[0].id for item in pool.take_waiting()] == ["j1", "j2"]
     assert pool.take_waiting() == []
     pool.grow(1)
@@ -543,14 +543,14 @@ def test_an_executor_thread_starts_only_when_a_job_finds_none_free_and_never_bey
     pool.grow(4)
     assert pool.threads == 0
     for n in range(5):
-        pool.submit((hot(n), 1, Permit("t", 0, False)))
+        pool.submit([(hot(n), 1, Permit("t", 0, False))])
         assert finished.acquire(timeout=5)
         while pool._spare < 1:  # the thread counts itself free just after its job returns
             time.sleep(0.001)
     assert pool.threads == 1 and set(ran) == {"chokaq-exec-1"}
     busy = [dataclasses.replace(hot(n), id=f"jb{n}") for n in range(6)]
     for job in busy:
-        pool.submit((job, 1, Permit("t", 0, False)))
+        pool.submit([(job, 1, Permit("t", 0, False))])
     assert pool.threads == 4, "the free thread took one, three more started, the capacity holds the rest"
     release.set()
     for _ in busy:
@@ -582,9 +582,9 @@ def test_an_executor_thread_the_system_refuses_leaves_the_job_queued_for_the_nex
     refuse_the_first_thread(monkeypatch)
     pool = ExecutorPool(lambda item: (ran.append(item[0].id), finished.release()), Executions(60))
     pool.grow(2)
-    pool.submit((hot(1), 1, Permit("t", 0, False)))  # refused: queued, nothing raised to the dispatcher
+    pool.submit([(hot(1), 1, Permit("t", 0, False))])  # refused: queued, nothing raised to the dispatcher
     assert pool.threads == 0 and ran == []
-    pool.submit((hot(2), 1, Permit("t", 0, False)))
+    pool.submit([(hot(2), 1, Permit("t", 0, False))])
     assert finished.acquire(timeout=5) and finished.acquire(timeout=5)
     assert sorted(ran) == ["j1", "j2"] and pool.threads == 2, "the second submission started one for each"
     pool.close(5)
@@ -599,7 +599,7 @@ def test_a_job_whose_executor_thread_was_refused_starts_on_the_supervisors_tick_
     executions = Executions(60)
     pool = ExecutorPool(lambda item: (ran_on.append(threading.current_thread().name), finished.set()), executions)
     pool.grow(2)
-    pool.submit((hot(1), 1, Permit("t", 0, False)))  # refused: queued with no thread to take it
+    pool.submit([(hot(1), 1, Permit("t", 0, False))])  # refused: queued with no thread to take it
     assert pool.threads == 0 and not finished.is_set()
     stopped = threading.Event()
     supervisor = Supervisor("w", supervision(), executions, Registry("w", lambda: None), stopped,  # type: ignore[arg-type]
