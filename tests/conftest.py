@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from chokaq_core import storage
 from tests import jobs
 
 
@@ -23,6 +24,13 @@ def _reset_recorded_executions() -> Iterator[None]:
     yield
     for gate in list(jobs.GATES.values()):
         gate.set()
+
+
+@pytest.fixture(autouse=True)
+def _a_process_that_knows_no_rate_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh worker does: its tables are new, so what the process read of the rate
+    buckets in an earlier test (``storage.KNOWN_BUCKETS``, trusted by the claim) must not carry over."""
+    monkeypatch.setattr(storage, "KNOWN_BUCKETS", storage.KnownBuckets())
 
 
 @pytest.fixture

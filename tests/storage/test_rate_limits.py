@@ -13,7 +13,6 @@ from django.utils import timezone
 from chokaq_core import storage
 from chokaq_core.domain import HotJob, JobStatus, RateLimit, parse_rate
 from chokaq_core.models import JobsHot, RateBuckets, RateLimits
-from chokaq_core.storage import KNOWN_BUCKETS
 
 from .rows import of_kind, pending
 
@@ -408,7 +407,7 @@ def test_a_lease_that_waited_for_another_leases_lock_sees_the_tokens_that_lease_
     pending("rl-race", 10, type="rl.race.v1")
     claimed = storage.fetch_batch("w-b", 10, ["rl-race"], [capped])
     assert len(claimed) == 5
-    KNOWN_BUCKETS.forget(["type:rl.race.v1"])  # this lease goes straight to the limit's lock
+    storage.KNOWN_BUCKETS.forget(["type:rl.race.v1"])  # this lease goes straight to the limit's lock
     finish = another_lease_spending_all("type:rl.race.v1", 5)
 
     leased = storage.mark_processing_batch(claimed, "w-b", [capped])
@@ -429,7 +428,7 @@ def test_starts_are_stamped_no_earlier_than_the_moment_their_bucket_was_spent() 
     RateBuckets.objects.filter(limit_name="type:rl.stamp.v1").update(refilled_at=later)
     pending("rl-stamp", 2, type="rl.stamp.v1")
     claimed = storage.fetch_batch("w1", 2, ["rl-stamp"], [capped])
-    KNOWN_BUCKETS.forget(["type:rl.stamp.v1"])  # the first lease decides under the limit's lock
+    storage.KNOWN_BUCKETS.forget(["type:rl.stamp.v1"])  # the first lease decides under the limit's lock
 
     locked = storage.mark_processing_batch(claimed[:1], "w1", [capped])
     planned = storage.mark_processing_batch(claimed[1:], "w1", [capped])  # on the bucket the first one wrote
