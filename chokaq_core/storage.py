@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any, Concatenate
 
+from django.conf import settings
 from django.db import connections, transaction
 
 from chokaq_core import events, metrics
@@ -217,6 +218,8 @@ def _cursor(using: str, prepared: bool = False) -> Iterator[Any]:
                 _IDLE_CURSORS[connection] = cursor
             return
     with connection.cursor() as wrapper, connection.wrap_database_errors:
+        if connection.vendor == "postgresql" and not settings.USE_TZ:
+            _read_timestamptz_aware(wrapper.cursor)  # Django's loader would make them naive local time
         yield wrapper.cursor
 
 
@@ -235,14 +238,21 @@ def _preparing_cursor(using: str, raw: Any) -> _PreparingCursor | None:
         return None
     if raw.prepare_threshold is None:  # Django's default turns preparing off, even when asked
         raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED  # explicitly; its client-side cursors never
-    # psycopg's own timestamptz loader (C): an aware datetime in the session's zone, which the dialects' rows
-    # normalise to UTC (``as_utc``). Django's wraps it in a Python ``load`` that replaces the zone with the
-    # connection's — the same value under USE_TZ, ~0.5 µs a timestamp, and a claimed row has seven.
+    _read_timestamptz_aware(cursor)
+    return _PreparingCursor(cursor)
+
+
+def _read_timestamptz_aware(cursor: Any) -> None:
+    """psycopg's own timestamptz loader (C) on ``cursor``: an aware datetime in the session's zone, which the
+    dialects' rows normalise to UTC (``as_utc``). Django's wraps it in a Python ``load`` that replaces the zone
+    with the connection's: the same value under USE_TZ (at ~0.5 µs a timestamp, and a claimed row has seven), but
+    without USE_TZ a naive local time, which a row would read as UTC."""
+    import psycopg
+
     timestamptz = psycopg.postgres.types["timestamptz"].oid
     loader = psycopg.adapters.get_loader(timestamptz, psycopg.pq.Format.TEXT)
     if loader is not None:
         cursor.adapters.register_loader(timestamptz, loader)
-    return _PreparingCursor(cursor)
 
 
 _WRITE_TURNS: dict[str, threading.RLock] = {}  # per database file of a ONE_WRITER dialect (see _write_turn)
