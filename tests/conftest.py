@@ -8,9 +8,30 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.backends.postgresql.operations import DatabaseOperations as PostgreSQLOperations
 
 from chokaq_core import storage
 from tests import jobs
+
+
+def _flush_written(self: PostgreSQLOperations, style: Any, tables: list[str], *, reset_sequences: bool = False,
+                   allow_cascade: bool = False) -> list[str]:
+    """A transactional test's flush truncates only the tables that were written since their last truncation (a
+    table's file is empty until then): TRUNCATE gives each table and index a new file, ~4 ms a table here, and a
+    test writes a handful of this project's 25. (DELETE instead would leave the dead rows of thousands of tests
+    behind, slowing later tests and moving the planner's estimates.)"""
+    if tables and not reset_sequences:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r'"
+                           " AND pg_relation_size(oid) > 0", [list(tables)])
+            written = {name for (name,) in cursor.fetchall()}
+        tables = [table for table in tables if table in written]
+    # CASCADE: an empty table that references a written one (auth_user_groups → auth_user) goes with it
+    return _truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=True)
+
+
+_truncate = PostgreSQLOperations.sql_flush
+PostgreSQLOperations.sql_flush = _flush_written  # type: ignore[method-assign]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
