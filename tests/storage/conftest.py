@@ -3,7 +3,8 @@
 Every test runs once per backend through the ``backend`` fixture: the SQL
 database of this run (SQLite by default, PostgreSQL or SQL Server when
 ``DATABASE_URL`` points there — ``scripts/test`` runs the suite on each) and
-the in-memory storage (spec 03 §15). Storage transitions really commit, so
+the in-memory storage (spec 03 §15; in the SQLite run only, see
+``pytest_collection_modifyitems``). Storage transitions really commit, so
 PostgreSQL's ``now()`` moves between calls as in production and events that
 fire on commit can be observed.
 
