@@ -28,18 +28,26 @@ def _other_backends() -> list[int]:
 
 
 def test_two_workers_share_300_jobs_and_run_each_exactly_once(start_worker: Any, state: Any) -> None:
-    ids = enqueue_many([EnqueueOptions("test.sleep.v1", {"seconds": 0.005}) for _ in range(300)])
+    """The first worker's slots are held by gated jobs until the second has run one: on a loaded machine the first
+    could otherwise drain all 300 before the second claims, and the share would not be seen."""
+    held = enqueue_many([EnqueueOptions("test.gate.v1", {"name": "first"}, priority=1000) for _ in range(5)])
+    ids = held + enqueue_many([EnqueueOptions("test.sleep.v1", {"seconds": 0.005}) for _ in range(300)])
     first = start_worker(concurrency=5, batch_size=10)
+    state.wait(lambda: JobsHot.objects.filter(worker_id=first.worker_id, type="test.gate.v1", status=2).count() == 5,
+               "the first worker's five slots held", timeout=30)
     second = start_worker(concurrency=5, batch_size=10)
+    state.wait(lambda: JobsArchive.objects.filter(worker_id=second.worker_id).exists(), "the second worker's first job",
+               timeout=30)
+    jobs.GATES.setdefault("first", threading.Event()).set()
 
-    state.wait(lambda: JobsArchive.objects.count() == 300, "300 archived jobs", timeout=60)
+    state.wait(lambda: JobsArchive.objects.count() == 305, "305 archived jobs", timeout=60)
     assert JobsHot.objects.count() == 0 and JobsDLQ.objects.count() == 0
     assert all(jobs.EXECUTIONS[i] == [1] for i in ids), "a job ran more than once (or not at all)"
-    assert len(jobs.EXECUTIONS) == 300
+    assert len(jobs.EXECUTIONS) == 305
     by_worker = Counter(JobsArchive.objects.values_list("worker_id", flat=True))
     assert set(by_worker) == {first.worker_id, second.worker_id}, by_worker
     assert set(JobsArchive.objects.values_list("attempt_count", flat=True)) == {1}
-    assert state.counters() == (300, 0, 0)
+    assert state.counters() == (305, 0, 0)
 
 
 @pytest.mark.postgresql
