@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core import storage
-from chokaq_core.domain import FailureReason, JobFilter, JobStatus, SnapshotRequest, Success, WorkerInfo
+from chokaq_core.domain import FailureReason, JobFilter, JobStatus, Success, WorkerInfo
+from chokaq_core.readmodel import SnapshotRequest
 
 from .rows import archived, dead, fetched, pending, processing
 
