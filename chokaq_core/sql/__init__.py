@@ -3,8 +3,10 @@
 ``chokaq_core/sql/<vendor>.py`` are the only modules with SQL text; each
 holds a dialect class (a ``sql.base.BaseDialect``, which is the typed
 interface ``Dialect``: every function written once over vendor hooks) and
-exports its instance as ``DIALECT``; ``storage`` is their only caller. Rules
-shared by every vendor:
+exports its instance as ``DIALECT``; ``storage`` is their only caller. The
+Deck's reads (``reads.READ_FUNCTIONS``) are written once in ``reads.Reads`` over
+a dialect's hooks and reached through ``reads_for``: a worker never loads them.
+Rules shared by every vendor:
 
 * ``cursor`` is a DB-API cursor that takes ``%s`` placeholders (the inner
   cursor of a Django connection). The caller owns the transaction: each
