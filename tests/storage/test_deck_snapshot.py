@@ -112,7 +112,7 @@ class CountingCursor:
 
 def test_one_statement_whatever_is_asked() -> None:
     ids = busy_engine()
-    module = storage.dialect(storage.alias())
+    module = storage.reads(storage.alias())
     request = SnapshotRequest(active_limit=100, locate_ids=ids["archived"] + ids["dead"],
                               throughput_since=datetime.now(UTC) - timedelta(minutes=5), queues=True, workers=True,
                               errors_limit=5)
