@@ -24,28 +24,14 @@ from chokaq_core.conf import config
 from chokaq_core.domain import (
     DURATION_BINS,
     HISTORY_GRANULARITIES,
-    HISTORY_SORTS,
-    INDEXED_SORTS,
-    SORT_KEYS,
     ArchivedJob,
     Attempt,
-    BulkPreview,
     DeadJob,
-    ErrorGroup,
-    HistoryPoint,
-    HistorySort,
     HotJob,
     JobFilter,
-    JobRow,
     JobStatus,
-    MetricPoint,
-    QueueLag,
     QueueState,
-    QueueStats,
     RateLimitState,
-    SnapshotRequest,
-    SummaryStats,
-    TypeHistory,
     WorkerInfo,
     check_name,
     parse_rate,
@@ -54,6 +40,22 @@ from chokaq_core.domain import (
     split_rate_limit_name,
 )
 from chokaq_core.policy import next_token_at, refilled, window_use
+from chokaq_core.readmodel import (
+    HISTORY_SORTS,
+    INDEXED_SORTS,
+    SORT_KEYS,
+    BulkPreview,
+    ErrorGroup,
+    HistoryPoint,
+    HistorySort,
+    JobRow,
+    MetricPoint,
+    QueueLag,
+    QueueStats,
+    SnapshotRequest,
+    SummaryStats,
+    TypeHistory,
+)
 
 logger = logging.getLogger("chokaq.service")
 
@@ -319,7 +321,7 @@ NO_CAP = 2**31 - 1  # a bulk-by-filter run without a max-jobs bound
 THROUGHPUT_WINDOW = 300
 TAGS_MAX = 1000
 SEARCH_WINDOW = 100_000  # a text search over a larger pillar reads only its newest 100,000 rows
-SORT_WINDOW = 50_000  # a sort no index serves ranks the newest 50,000 matches (domain.INDEXED_SORTS)
+SORT_WINDOW = 50_000  # a sort no index serves ranks the newest 50,000 matches (readmodel.INDEXED_SORTS)
 PILLAR_STATUSES = {"archive": (JobStatus.SUCCEEDED,),
                    "dlq": (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ZOMBIE)}
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
-from typing import Any, Concatenate
+from typing import TYPE_CHECKING, Any, Concatenate
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -36,40 +36,45 @@ from chokaq_core.conf import config
 from chokaq_core.domain import (
     ArchivedJob,
     Attempt,
-    BulkPreview,
     ClaimedJobs,
     DeadJob,
-    DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
-    HistorySort,
-    HistoryWindow,
     HotJob,
     JobFilter,
-    JobRow,
     JobStatus,
     LeasedJobs,
-    MetricPoint,
     NewJob,
-    QueueLag,
     QueueState,
-    QueueStats,
     Rate,
     RateBucket,
     RateLimit,
     RateLimitState,
     Retry,
     ScheduleState,
-    SnapshotRequest,
     Success,
-    SummaryStats,
     WorkerInfo,
 )
 from chokaq_core.policy import RatePlan
-from chokaq_core.sql import Dialect, dialect_for, wakeup
+from chokaq_core.sql import Dialect, dialect_for, reads_for, wakeup
 from chokaq_core.sql.base import StaleBuckets
 from chokaq_core.sql.wakeup import WakeSource as WakeSource
+
+if TYPE_CHECKING:  # what the Deck's reads return: a worker never loads it
+    from chokaq_core.readmodel import (
+        BulkPreview,
+        DeckSnapshot,
+        ErrorGroup,
+        HistorySort,
+        HistoryWindow,
+        JobRow,
+        MetricPoint,
+        QueueLag,
+        QueueStats,
+        SnapshotRequest,
+        SummaryStats,
+    )
+    from chokaq_core.sql.reads import Reads
 
 logger = logging.getLogger("chokaq.storage")
 
@@ -102,6 +107,11 @@ def dialect(using: str | None = None) -> Dialect:
     if memory_mode():
         return _sqlite().DIALECT
     return dialect_for(connections[using or alias()])
+
+
+def reads(using: str | None = None) -> Reads:
+    """The Deck's reads over the dialect of the ChokaQ alias (``sql.reads_for``): loaded on the first read."""
+    return reads_for(dialect(using))
 
 
 def vendor(using: str | None = None) -> str:
@@ -964,7 +974,7 @@ def purge_history(granularity: int, cutoff: datetime, progress: Callable[[int], 
 
 
 def history_buckets(granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
-    return call(READ, dialect().history_buckets, granularity, since, types_limit)
+    return call(READ, reads().history_buckets, granularity, since, types_limit)
 
 
 def tidy_hot_table(min_dead_rows: int) -> bool:
@@ -1035,11 +1045,11 @@ def queue_states() -> list[QueueState]:
 
 
 def summary_stats() -> SummaryStats:
-    return call(READ, dialect().summary_stats)
+    return call(READ, reads().summary_stats)
 
 
 def queue_stats() -> list[QueueStats]:
-    return call(READ, dialect().queue_stats)
+    return call(READ, reads().queue_stats)
 
 
 def get_hot(job_id: str) -> HotJob | None:
@@ -1058,15 +1068,15 @@ def get_dead(job_id: str) -> DeadJob | None:
 
 
 def list_active(filters: JobFilter, limit: int) -> list[JobRow]:
-    return call(READ, dialect().list_active, filters, limit)
+    return call(READ, reads().list_active, filters, limit)
 
 
 def list_archive(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call(READ, dialect().list_archive, filters, after_key, limit, sort)
+    return call(READ, reads().list_archive, filters, after_key, limit, sort)
 
 
 def list_dlq(filters: JobFilter, after_key: tuple[Any, str] | None, limit: int, sort: HistorySort) -> list[JobRow]:
-    return call(READ, dialect().list_dlq, filters, after_key, limit, sort)
+    return call(READ, reads().list_dlq, filters, after_key, limit, sort)
 
 
 def locate_jobs(job_ids: Sequence[str]) -> dict[str, JobStatus]:
@@ -1074,24 +1084,24 @@ def locate_jobs(job_ids: Sequence[str]) -> dict[str, JobStatus]:
 
 
 def throughput(since: datetime) -> list[MetricPoint]:
-    return call(READ, dialect().throughput, since)
+    return call(READ, reads().throughput, since)
 
 
 def deck_snapshot(request: SnapshotRequest) -> DeckSnapshot:
     """The live Deck's one read per tick: one statement on every vendor."""
-    return call(HOT_READ, dialect().deck_snapshot, request)
+    return call(HOT_READ, reads().deck_snapshot, request)
 
 
 def queue_health() -> list[QueueLag]:
-    return call(READ, dialect().queue_health)
+    return call(READ, reads().queue_health)
 
 
 def top_errors(limit: int) -> list[ErrorGroup]:
-    return call(READ, dialect().top_errors, limit)
+    return call(READ, reads().top_errors, limit)
 
 
 def preview_dlq_bulk(filters: JobFilter, max_jobs: int) -> BulkPreview:
-    return call(READ, dialect().preview_dlq_bulk, filters, max_jobs)
+    return call(READ, reads().preview_dlq_bulk, filters, max_jobs)
 
 
 def purge_dlq_by_filter(filters: JobFilter, max_jobs: int) -> int:

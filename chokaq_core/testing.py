@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 
 from chokaq_core import storage
 from chokaq_core.conf import config
-from chokaq_core.domain import JobFilter, JobStatus, SummaryStats
+from chokaq_core.domain import JobFilter, JobStatus
+from chokaq_core.readmodel import SummaryStats
 from chokaq_core.worker import Worker, WorkerOptions
 
 POLL_INTERVAL = 0.25  # longest sleep while waiting for a delayed job (a retry's backoff) to become due

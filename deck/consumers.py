@@ -69,7 +69,8 @@ from django.db import close_old_connections, connections
 from django.http import HttpRequest
 
 from chokaq_core import events, service
-from chokaq_core.domain import JobRow, JobStatus
+from chokaq_core.domain import JobStatus
+from chokaq_core.readmodel import JobRow
 from deck import conf, fragments
 from deck.models import OperatorAction, console_actions
 from deck.permissions import Role, anonymous_allowed, role_of

@@ -15,15 +15,8 @@ from django import forms
 from django.http import HttpRequest, QueryDict
 
 from chokaq_core import service
-from chokaq_core.domain import (
-    MAX_ATTEMPT_MESSAGE,
-    MAX_ERROR_CLASS,
-    SORT_KEYS,
-    FailureReason,
-    HistorySort,
-    JobFilter,
-    JobStatus,
-)
+from chokaq_core.domain import MAX_ATTEMPT_MESSAGE, MAX_ERROR_CLASS, FailureReason, JobFilter, JobStatus
+from chokaq_core.readmodel import SORT_KEYS, HistorySort
 
 MAX_NAME = 255
 MAX_SEARCH = 1000

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from chokaq_core.domain import ErrorGroup, JobRow, SummaryStats
+from chokaq_core.readmodel import ErrorGroup, JobRow, SummaryStats
 from chokaq_core.service import FleetView, HistoryView, QueueOverview, Throughput
 from deck.permissions import Role
 

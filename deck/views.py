@@ -25,7 +25,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chokaq_core import events, service
-from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, BulkPreview, JobStatus, RateLimitState
+from chokaq_core.domain import JobStatus, RateLimitState
+from chokaq_core.readmodel import HISTORY_SORTS, SORT_KEYS, BulkPreview
 from deck import forms, fragments, runs
 from deck.models import BULK_MEMBER_SCOPE, OperatorAction, console_actions
 from deck.permissions import Role, actor, refuse, require, role_of

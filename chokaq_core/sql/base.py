@@ -14,51 +14,35 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chokaq_core.domain import (
-    INDEXED_SORTS,
     ArchivedJob,
     Attempt,
     BucketSpend,
-    BulkPreview,
     ClaimHold,
     DeadJob,
-    DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
-    HistorySort,
-    HistoryWindow,
     HotJob,
     JobFilter,
-    JobRow,
     JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
     QueueState,
-    QueueStats,
     Rate,
     RateBucket,
     RateLimit,
     RateLimitState,
     Retry,
     ScheduleState,
-    SnapshotRequest,
     StorageError,
     Success,
-    SummaryStats,
     WorkerInfo,
 )
 from chokaq_core.sql.parts import *  # noqa: F403 (the dialects and tests read the parts as base.X)
 from chokaq_core.sql.parts import (
-    _DATE_SORTS,
     ACTIVE_ROW,
-    ACTIVE_WIDTH,
     AGED_BATCHES,
     ARCHIVE,
     ARCHIVE_FIELDS,
-    ARCHIVE_ROW,
-    ARCHIVE_SORT,
     ARCHIVED_ITEMS,
     ATTEMPT_FIELDS,
     ATTEMPT_ITEMS,
@@ -70,17 +54,12 @@ from chokaq_core.sql.parts import (
     DLQ,
     DLQ_FIELDS,
     DLQ_ROW,
-    DLQ_SORT,
-    DLQ_WINDOWED_ROW,
     EMPTY_ERROR,
     ENQUEUE_PASSES,
-    ERROR_GROUP_WIDTH,
     FAILED_ITEMS,
     HISTORY,
     HISTORY_COLUMNS,
     HISTORY_KEY,
-    HISTORY_POINTS_SQL,
-    HISTORY_TYPES_SQL,
     HISTORY_UPDATE,
     HOT,
     HOT_FIELDS,
@@ -102,51 +81,38 @@ from chokaq_core.sql.parts import (
     SHARED_STATEMENTS,
     STATS,
     SUMMARY_STATS_SQL,
-    SUMMARY_WIDTH,
     TO_ARCHIVE,
     TO_DLQ,
     TO_HOT,
     TOP_ERRORS_SAMPLE,
-    WORKER_FIELDS,
     WORKERS,
     ZOMBIE_DETAILS,
     Cursor,
     Move,
     Moved,
     StaleBuckets,
-    active_row,
-    archive_row,
     archived_job,
     as_utc,
     bulkhead,
     cancel_details,
     dead_job,
-    dlq_row,
     error_columns,
     error_details,
-    error_group,
     finite,
-    history_point,
     history_rows,
     hot_job,
     in_claim_order,
-    json_rows,
-    lag,
     last_error_set,
     locate_statement,
     located,
-    metric,
     queue_state,
-    queue_stats_row,
     queue_stats_select,
     rate_bucket,
     rate_limit_state,
     resurrected,
     revision_guard,
     schedule_state,
-    summary,
     throughput_select,
-    type_history,
     worker_info,
 )
 
@@ -228,7 +194,6 @@ class BaseDialect:
                 setattr(cls, f"{read}_SQL", f"{getattr(cls, f'{read}_SELECT')}\nORDER BY {order}")
 
     def __init__(self) -> None:
-        self._snapshots: dict[str, str] = {}  # the deck_snapshot statement by its locate part
         words = {"name": "%s", "substr": "substr", "dirty": "", "limit": self.LIMIT, "count": "", "sweep": "",
                  **self.TOKENS}
         words["output"], words["returning"] = self.returning("id")
@@ -501,48 +466,6 @@ class BaseDialect:
         return self.where(filters, "created_at", ("id", "type", "tags", "error_details"), (
             ("failure_reason", reason), ("error_class", filters.error_class), ("error_message", filters.error_message)))
 
-    def search_bound(self, table: str, date: str, filters: JobFilter, sort: HistorySort,
-                     where: str, params: list[Any]) -> tuple[str, list[Any]]:
-        """``where`` narrowed, for a text search with ``sort.search_window``, to rows no older than the newest
-        ``search_window`` rows of ``table`` (one index-only read of ``date``), so a search never reads all history."""
-        if not filters.search or sort.search_window is None or filters.job_id is not None:
-            return where, params
-        bound = (f"{date} >= (SELECT min(d) FROM (SELECT {date} AS d FROM {table}"
-                 f" ORDER BY {date} DESC{self.LIMIT}) AS newest)")
-        return (f"{where} AND {bound}" if where else f" WHERE {bound}"), [*params, int(sort.search_window)]
-
-    def keyset(self, sql: str, where: str, params: list[Any], order: str, after_key: tuple[Any, str] | None,
-               limit: int, sort: HistorySort) -> tuple[str, list[Any]]:
-        """``sql`` + filters + keyset predicate on (order, id) + ORDER BY/LIMIT, both in the sort's direction.
-        Spelled ``c <= v AND (c < v OR id < i)`` so a single-column index on ``c`` bounds the scan."""
-        op, direction = ("<", "DESC") if sort.descending else (">", "ASC")
-        params = list(params)
-        if after_key is not None:
-            value, last_id = after_key
-            marker = "%s"
-            if order in _DATE_SORTS and isinstance(value, datetime):
-                value, marker = self.param_ts(value), self.TS
-            keyset = f"{order} {op}= {marker} AND ({order} {op} {marker} OR id {op} %s)"
-            where = f"{where} AND {keyset}" if where else f" WHERE {keyset}"
-            params += [value, value, last_id]
-        return f"{sql}{where} ORDER BY {order} {direction}, id {direction}{self.LIMIT}", [*params, int(limit)]
-
-    def history_page(self, cursor: Cursor, pillar: str, filters: JobFilter, after_key: tuple[Any, str] | None,
-                     limit: int, sort: HistorySort) -> list[Any]:
-        """One keyset page of the Archive's or the DLQ's rows (``pillar``) its view's filters keep, read from the
-        table itself or, for a sort no index serves, from the newest ``sort.window`` matching rows (a bounded sort
-        instead of one over all of history)."""
-        table, date, inner, outer, sorts = ((ARCHIVE, "finished_at", ARCHIVE_ROW, ARCHIVE_ROW, ARCHIVE_SORT)
-                                            if pillar == "archive" else
-                                            (DLQ, "failed_at", self.DLQ_ROW, DLQ_WINDOWED_ROW, DLQ_SORT))
-        filtered = self.where(filters, date, ("id", "type", "tags")) if table == ARCHIVE else self.dlq_where(filters)
-        where, params = self.search_bound(table, date, filters, sort, *filtered)
-        select = f"SELECT {inner} FROM {table}"
-        if sort.window is not None and sort.key not in INDEXED_SORTS[pillar]:
-            select = f"SELECT {outer} FROM ({select}{where} ORDER BY {date} DESC, id DESC{self.LIMIT}) AS w"
-            where, params = "", [*params, int(sort.window)]
-        return self._all(cursor, *self.keyset(select, where, params, sorts.get(sort.key, date), after_key, limit, sort))
-
     def locate_sql(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         tail, params = self.id_list(ids)
         return locate_statement(tail), params * 3
@@ -759,12 +682,6 @@ class BaseDialect:
     def queue_states(self, cursor: Cursor) -> list[QueueState]:
         return [queue_state(r) for r in self._all(cursor, self.QUEUE_STATES_SQL)]
 
-    def summary_stats(self, cursor: Cursor) -> SummaryStats:
-        return summary(self._one(cursor, self.SUMMARY_STATS_SQL))
-
-    def queue_stats(self, cursor: Cursor) -> list[QueueStats]:
-        return [queue_stats_row(r) for r in self._all(cursor, self.QUEUE_STATS_SQL)]
-
     def get_hot(self, cursor: Cursor, job_id: str) -> HotJob | None:
         row = self._one(cursor, f"SELECT {', '.join(HOT_FIELDS)} FROM {HOT} WHERE id = %s", [job_id])
         return None if row is None else hot_job(row)
@@ -790,26 +707,9 @@ class BaseDialect:
         status = None if filters.status is None else int(filters.status)
         return self.where(filters, "created_at", ("id", "type", "tags", "idempotency_key"), (("status", status),))
 
-    def list_active(self, cursor: Cursor, filters: JobFilter, limit: int) -> list[JobRow]:
-        """Newest ``limit`` Hot rows (created_at desc, id desc) matching status/queue/type and the search
-        (id, type, tags, idempotency key); no payload."""
-        where, params = self.active_where(filters)
-        return [active_row(r) for r in self._all(cursor, self.active_sql(where), [*params, int(limit)])]
-
     def active_sql(self, where: str = "") -> str:
         """The Active view's read of the rows ``where`` keeps; params: its own, then the limit."""
         return f"SELECT {ACTIVE_ROW} FROM {HOT}{where} ORDER BY created_at DESC, id DESC{self.LIMIT}"
-
-    def list_archive(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
-                     sort: HistorySort) -> list[JobRow]:
-        """One keyset page of Archive rows: ordered by the sort column then id (same direction), strictly
-        after ``after_key`` = (sort value as ``JobRow.sort_value`` gives it, id). Never OFFSET, never COUNT."""
-        return [archive_row(r) for r in self.history_page(cursor, "archive", filters, after_key, limit, sort)]
-
-    def list_dlq(self, cursor: Cursor, filters: JobFilter, after_key: tuple[Any, str] | None, limit: int,
-                 sort: HistorySort) -> list[JobRow]:
-        """One keyset page of DLQ rows, as ``list_archive``."""
-        return [dlq_row(r) for r in self.history_page(cursor, "dlq", filters, after_key, limit, sort)]
 
     def locate_jobs(self, cursor: Cursor, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Where each id is now: its Hot status, SUCCEEDED (Archive) or FAILED/CANCELLED/ZOMBIE (DLQ); absent ids
@@ -818,25 +718,6 @@ class BaseDialect:
         if not ids:
             return {}
         return located(self._all(cursor, *self.locate_sql(ids)))
-
-    def throughput(self, cursor: Cursor, since: datetime) -> list[MetricPoint]:
-        """Per-second succeeded (outcome 0) and failed (outcome 1) counts from MetricBuckets, oldest first."""
-        return [metric(r) for r in self._all(cursor, self.THROUGHPUT_SQL, [self.param_ts(since)])]
-
-    def queue_health(self, cursor: Cursor) -> list[QueueLag]:
-        """Per ``Queues`` row: due Pending count, average and max lag in seconds (0 when none)."""
-        return [lag(r) for r in self._all(cursor, self.QUEUE_HEALTH_SQL, self.queue_health_params())]
-
-    def top_errors(self, cursor: Cursor, limit: int) -> list[ErrorGroup]:
-        """Top (reason, error prefix) groups over the 5000 newest DLQ rows (spec 01 §5)."""
-        return [error_group(r) for r in self._all(cursor, self.TOP_ERRORS_SQL, self.top_errors_params(int(limit)))]
-
-    def preview_dlq_bulk(self, cursor: Cursor, filters: JobFilter, max_jobs: int) -> BulkPreview:
-        """Dry run of a filtered DLQ bulk operation: matched count, up to 10 sample ids (newest failure first)."""
-        where, params = self.dlq_where(filters)
-        matched = int(self._one(cursor, f"SELECT count(*) FROM {DLQ}{where}", params)[0] or 0)
-        sample = self._pick_dlq(cursor, filters, min(max_jobs, 10), lock=False) if matched and max_jobs > 0 else []
-        return BulkPreview(matched, min(matched, max(max_jobs, 0)), matched > max_jobs, sample)
 
     def matching_where(self, pillar: str, filters: JobFilter) -> tuple[str, str, list[Any]]:
         """(table, WHERE …, params) of a bulk-by-filter run: Hot as the Active view filters it ("hot"), else
@@ -886,48 +767,6 @@ class BaseDialect:
         raise NotImplementedError
 
     WHEN = "%s"  # a boolean parameter as a condition
-
-    def snapshot(self, request: SnapshotRequest) -> tuple[str, list[Any]]:
-        """The ``deck_snapshot`` statement and its parameters: one SELECT of every part (under READ COMMITTED
-        SNAPSHOT or PostgreSQL's statement snapshot, one consistent read), each packed by ``pack`` from its own
-        read's statement, a part not asked for skipped by its CASE (checked before its subquery runs)."""
-        ids = list(dict.fromkeys(request.locate_ids))
-        locate, located_params = self.locate_sql(ids)
-        sql = self._snapshots.get(locate)
-        if sql is None:
-            sql = self._snapshots[locate] = (
-                f"SELECT {self.pack(self.SUMMARY_STATS_SQL, SUMMARY_WIDTH, 'c0')},"
-                f" {self.pack(self.active_sql(), ACTIVE_WIDTH, 'c5 DESC, c0 DESC')},"
-                f" {self.pack(locate, 2, 'c0')},\n"
-                + ",\n".join(f"CASE WHEN {self.WHEN} THEN {self.pack(*part)} END" for part in (
-                    (self.THROUGHPUT_SELECT, 3, "c0"), (self.QUEUE_STATES_SELECT, 5, "c0"),
-                    (self.QUEUE_STATS_SELECT, 9, "c0"), (self.QUEUE_HEALTH_SELECT, 4, "c0"),
-                    (self.LIST_WORKERS_SELECT, len(WORKER_FIELDS), "c10 DESC, c0"),
-                    (self.TOP_ERRORS_SQL, ERROR_GROUP_WIDTH, "c2 DESC, c3 DESC"))))
-        since = request.throughput_since
-        return sql, [int(request.active_limit), *located_params,
-                     since is not None, self.param_ts(since or datetime.fromtimestamp(0, UTC)),
-                     request.queues, request.queues, request.queues, *self.queue_health_params(), request.workers,
-                     request.errors_limit > 0, *self.top_errors_params(max(1, int(request.errors_limit)))]
-
-    def deck_snapshot(self, cursor: Cursor, request: SnapshotRequest) -> DeckSnapshot:
-        """Everything the live Deck shows, in ONE statement: ``summary_stats``, ``list_active`` (no filters,
-        ``request.active_limit`` rows), ``locate_jobs(request.locate_ids)`` and, when asked, ``throughput``,
-        ``queue_states`` + ``queue_stats`` + ``queue_health``, ``list_workers`` and ``top_errors`` — each part
-        exactly as its own function returns it (None: not asked for). The parts travel as JSON (``json_rows`` decodes
-        them; the mappers parse JSON timestamps)."""
-        totals, active, found, points, states, stats, lags, workers, errors = self._one(cursor, *self.snapshot(request))
-        return DeckSnapshot(
-            summary=summary(json_rows(totals)[0]),
-            active=[active_row(r) for r in json_rows(active)],
-            located=located(json_rows(found)),
-            throughput=None if request.throughput_since is None else [metric(r) for r in json_rows(points)],
-            queue_states=[queue_state(r) for r in json_rows(states)] if request.queues else None,
-            queue_stats=[queue_stats_row(r) for r in json_rows(stats)] if request.queues else None,
-            queue_lags=[lag(r) for r in json_rows(lags)] if request.queues else None,
-            workers=[worker_info(r) for r in json_rows(workers)] if request.workers else None,
-            errors=[error_group(r) for r in json_rows(errors)] if request.errors_limit > 0 else None,
-        )
 
     def claim_schedule_tick(self, cursor: Cursor, name: str, tick: datetime) -> bool:
         """Move recurring job ``name``'s latest tick forward to ``tick``: True only for the one caller that moved it
@@ -1000,15 +839,6 @@ class BaseDialect:
         cursor.execute(self.history_add(history_rows(rows, self.TS, self.TS)),
                        [self.param_ts(minute), self.param_ts(minute.replace(minute=0)), *archived_params,
                         *failed_params])
-
-    def history_buckets(self, cursor: Cursor, granularity: int, since: datetime, types_limit: int) -> HistoryWindow:
-        """The ``granularity``-second buckets from ``since`` summed over queues and types (oldest first), and the
-        ``types_limit`` busiest types over them: O(buckets × queues × types) rows, never Archive."""
-        since_param = self.param_ts(since)
-        points = self._all(cursor, HISTORY_POINTS_SQL.format(ts=self.TS), [int(granularity), since_param])
-        types = self._all(cursor, HISTORY_TYPES_SQL.format(ts=self.TS, limit=self.LIMIT),
-                          [int(granularity), since_param, int(types_limit)])
-        return HistoryWindow([history_point(r) for r in points], [type_history(r) for r in types])
 
     def purge_history(self, cursor: Cursor, granularity: int, cutoff: datetime, batch_size: int) -> int:
         """Delete one batch of ``granularity``-second history buckets that started before ``cutoff``."""

@@ -23,25 +23,17 @@ from chokaq_core.domain import (
     HISTORY_GRANULARITIES,
     ArchivedJob,
     DeadJob,
-    ErrorGroup,
     Failure,
     FailureReason,
-    HistoryPoint,
     HotJob,
-    JobRow,
     JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
     QueueState,
-    QueueStats,
     Rate,
     RateBucket,
     RateLimitState,
     Retry,
     ScheduleState,
-    SummaryStats,
-    TypeHistory,
     WorkerInfo,
 )
 
@@ -215,54 +207,9 @@ def queue_state(r: Sequence[Any]) -> QueueState:
     return QueueState(r[0], bool(r[1]), bool(r[2]), r[3], r[4])
 
 
-def summary(r: Sequence[Any]) -> SummaryStats:
-    """A row of ``summary_stats_sql``: the counters, the purged count, then the Pending split (ready, scheduled,
-    retrying, held; ready never below 0, where dirty reads saw the two counts at different moments)."""
-    return SummaryStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), as_utc(r[6]), int(r[7]),
-                        max(int(r[8] or 0), 0), *(int(v or 0) for v in r[9:SUMMARY_WIDTH]))
-
-
-def queue_stats_row(r: Sequence[Any]) -> QueueStats:
-    return QueueStats(int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), as_utc(r[7]), int(r[8]),
-                      queue=r[0])
-
-
-def active_row(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus(r[3]), attempt_count=r[4], created_at=as_utc(r[5]),
-                  priority=r[6], created_by=r[7], tags=r[8], worker_id=r[9], scheduled_at=as_utc(r[10]),
-                  started_at=as_utc(r[11]), error_class=r[12], error_message=r[13], error_at=as_utc(r[14]),
-                  held_by=r[15])
-
-
-def archive_row(r: Sequence[Any]) -> JobRow:
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=JobStatus.SUCCEEDED, attempt_count=r[3],
-                  created_at=as_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7], started_at=as_utc(r[8]),
-                  finished_at=as_utc(r[9]), duration_ms=r[10])
-
-
-def dlq_row(r: Sequence[Any]) -> JobRow:
-    reason = FailureReason(r[9])
-    return JobRow(id=r[0], queue=r[1], type=r[2], status=reason.shown_status, attempt_count=r[3],
-                  created_at=as_utc(r[4]), created_by=r[5], tags=r[6], worker_id=r[7], finished_at=as_utc(r[8]),
-                  failure_reason=reason, error_head=r[10], error_class=r[11], error_message=r[12])
-
-
 def located(rows: Iterable[Sequence[Any]]) -> dict[str, JobStatus]:
     """(id, code) rows of ``locate_sql``: a Hot status, SUCCEEDED, or -1 - the DLQ failure reason."""
     return {job_id: JobStatus(code) if code >= 0 else FailureReason(-1 - code).shown_status for job_id, code in rows}
-
-
-def metric(r: Sequence[Any]) -> MetricPoint:
-    return MetricPoint(as_utc(r[0]), int(r[1]), int(r[2]))
-
-
-def lag(r: Sequence[Any]) -> QueueLag:
-    return QueueLag(r[0], int(r[1]), float(r[2]), float(r[3]))
-
-
-def error_group(r: Sequence[Any]) -> ErrorGroup:
-    """(reason, prefix, count, latest, class, message): a ``TOP_ERRORS_SQL`` row."""
-    return ErrorGroup(FailureReason(r[0]), r[1] or "", int(r[2]), as_utc(r[3]), r[4], r[5])
 
 
 # ---------------------------------------------------------------- shared statements
@@ -448,18 +395,6 @@ HISTORY_TYPES_SQL = (f"SELECT type, {_history_sums()}, sum(duration_count), sum(
                      " ORDER BY sum(completed_count) DESC, type{limit}")
 SCHEDULE_FIELDS = ("name", "last_tick_at", "enabled", "last_job_id", "last_run_at")
 SCHEDULE_STATES_SQL = f"SELECT {', '.join(SCHEDULE_FIELDS)} FROM {SCHEDULES} ORDER BY name"
-
-
-def history_point(r: Sequence[Any]) -> HistoryPoint:
-    return HistoryPoint(as_utc(r[0]), int(r[1] or 0), int(r[2] or 0), tuple(int(b or 0) for b in r[4:]),
-                        None if r[3] is None else float(r[3]))
-
-
-def type_history(r: Sequence[Any]) -> TypeHistory:
-    bins = tuple(int(b or 0) for b in r[4:4 + DURATION_BINS])
-    duration_count, total = r[4 + DURATION_BINS:]
-    return TypeHistory(str(r[0]), int(r[1] or 0), int(r[2] or 0), int(duration_count or 0), float(total or 0),
-                       None if r[3] is None else float(r[3]), bins)
 
 
 def schedule_state(r: Sequence[Any]) -> ScheduleState:
@@ -667,10 +602,10 @@ DIALECT_FUNCTIONS: tuple[str, ...] = (
     "upsert_worker", "stop_worker", "list_workers", "purge_workers", "purge_metric_buckets", "session_pid",
     "tidy_hot_table",
     "claim_schedule_tick", "schedule_ticks", "schedule_states", "set_schedule_enabled", "record_schedule_run",
-    "record_history", "history_buckets", "purge_history",
-    "change_marker", "queue_states", "summary_stats", "queue_stats", "get_hot", "get_archived", "get_dead",
-    "list_active", "list_archive", "list_dlq", "locate_jobs", "throughput", "queue_health", "top_errors",
-    "preview_dlq_bulk", "count_matching", "matching_ids", "purge_dlq_by_filter", "resurrect_dlq_by_filter",
-    "purge_archive_ids", "count_archive_older_than", "count_dlq_older_than", "deck_snapshot",
+    "record_history", "purge_history",
+    "change_marker", "queue_states", "get_hot", "get_archived", "get_dead",
+    "locate_jobs",
+    "count_matching", "matching_ids", "purge_dlq_by_filter", "resurrect_dlq_by_filter",
+    "purge_archive_ids", "count_archive_older_than", "count_dlq_older_than",
     "record_attempts", "job_attempts", "purge_attempts",
 )

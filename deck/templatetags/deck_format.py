@@ -14,8 +14,9 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from chokaq_core.domain import ErrorGroup, FailureReason, JobStatus, RateLimitState, is_valid_name
+from chokaq_core.domain import FailureReason, JobStatus, RateLimitState, is_valid_name
 from chokaq_core.domain import short_class as domain_short_class
+from chokaq_core.readmodel import ErrorGroup
 from deck.conf import setting
 
 register = template.Library()

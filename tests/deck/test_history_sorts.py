@@ -10,7 +10,8 @@ import pytest
 from django.test import Client
 
 from chokaq_core import service
-from chokaq_core.domain import HISTORY_SORTS, SORT_KEYS, FailureReason, HistorySort, JobFilter
+from chokaq_core.domain import FailureReason, JobFilter
+from chokaq_core.readmodel import HISTORY_SORTS, SORT_KEYS, HistorySort
 from tests.deck.conftest import HTMX, archived, dead
 
 ClientAs = Callable[[str], Client]

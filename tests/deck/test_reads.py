@@ -11,8 +11,9 @@ import pytest
 from django.utils import timezone
 
 from chokaq_core import service, storage
-from chokaq_core.domain import FailureReason, HistorySort, JobFilter, JobStatus, NewJob, new_ulid
+from chokaq_core.domain import FailureReason, JobFilter, JobStatus, NewJob, new_ulid
 from chokaq_core.models import JobsArchive, JobsDLQ, StatsSummary
+from chokaq_core.readmodel import HistorySort
 from tests.deck.conftest import archived, dead, pending, processing
 
 pytestmark = pytest.mark.django_db

@@ -14,8 +14,9 @@ from django.db import OperationalError, connections
 from django.test import Client
 
 from chokaq_core import enqueue, health, storage
-from chokaq_core.domain import QueueLag, WorkerInfo
+from chokaq_core.domain import WorkerInfo
 from chokaq_core.models import JobsHot, Workers
+from chokaq_core.readmodel import QueueLag
 from chokaq_core.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

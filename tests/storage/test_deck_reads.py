@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from chokaq_core import service, storage
-from chokaq_core.domain import FailureReason, HistorySort, JobFilter, JobStatus, NewJob, new_ulid
+from chokaq_core.domain import FailureReason, JobFilter, JobStatus, NewJob, new_ulid
 from chokaq_core.models import JobsDLQ, Queues, StatsSummary
+from chokaq_core.readmodel import HistorySort
 
 from .rows import (
     age,

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chokaq_core import storage
-from chokaq_core.domain import FailureReason, JobFilter, JobStatus, SnapshotRequest, Success, WorkerInfo
+from chokaq_core.domain import FailureReason, JobFilter, JobStatus, Success, WorkerInfo
+from chokaq_core.readmodel import SnapshotRequest
 
 from .rows import archived, dead, fetched, pending, processing
 
@@ -111,7 +112,7 @@ class CountingCursor:
 
 def test_one_statement_whatever_is_asked() -> None:
     ids = busy_engine()
-    module = storage.dialect(storage.alias())
+    module = storage.reads(storage.alias())
     request = SnapshotRequest(active_limit=100, locate_ids=ids["archived"] + ids["dead"],
                               throughput_since=datetime.now(UTC) - timedelta(minutes=5), queues=True, workers=True,
                               errors_limit=5)

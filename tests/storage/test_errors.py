@@ -8,17 +8,9 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from chokaq_core import service, storage
-from chokaq_core.domain import (
-    AttemptError,
-    Failure,
-    FailureReason,
-    HistorySort,
-    JobFilter,
-    JobStatus,
-    Retry,
-    SnapshotRequest,
-)
+from chokaq_core.domain import AttemptError, Failure, FailureReason, JobFilter, JobStatus, Retry
 from chokaq_core.models import JobsHot
+from chokaq_core.readmodel import HistorySort, SnapshotRequest
 
 from .rows import close_to, dlq_row, fetched, hot, pending, processing, raised
 

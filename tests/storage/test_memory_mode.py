@@ -16,8 +16,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from chokaq_core import api, events, storage, testing
 from chokaq_core.checks import check_configuration
 from chokaq_core.conf import DEFAULTS, collect_errors, config
-from chokaq_core.domain import FailureReason, JobStatus, SnapshotRequest
+from chokaq_core.domain import FailureReason, JobStatus
 from chokaq_core.models import JobsArchive, JobsDLQ
+from chokaq_core.readmodel import SnapshotRequest
 from tests import jobs
 
 from .rows import age, archive_ids, archived, counters, dead, dlq_ids, hot, hot_ids, new_job, of_kind, pending, purged

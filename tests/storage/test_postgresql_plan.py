@@ -145,8 +145,9 @@ def test_the_pending_split_counts_pending_rows_only_through_hot_pending_split() 
 
 
 def test_a_top_errors_group_filter_reads_its_group_through_dlq_by_error() -> None:
-    from chokaq_core.domain import FailureReason, HistorySort, JobFilter
-    from chokaq_core.sql import postgresql
+    from chokaq_core.domain import FailureReason, JobFilter
+    from chokaq_core.readmodel import HistorySort
+    from chokaq_core.sql import postgresql, reads_for
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -159,7 +160,8 @@ def test_a_top_errors_group_filter_reads_its_group_through_dlq_by_error() -> Non
             """)
         cursor.execute("ANALYZE chokaq_jobs_dlq")
     group = JobFilter(failure_reason=FailureReason(1), error_class="builtins.Error5", error_message="message 3")
-    rows, [(sql, params)] = captured(lambda cursor: postgresql.DIALECT.list_dlq(cursor, group, None, 100, HistorySort()))
+    reads = reads_for(postgresql.DIALECT)
+    rows, [(sql, params)] = captured(lambda cursor: reads.list_dlq(cursor, group, None, 100, HistorySort()))
     assert rows and all(r.error_class == "builtins.Error5" for r in rows)
     plan = explain(sql, params)
     assert "dlq_by_error" in plan and "Seq Scan" not in plan, plan

@@ -182,8 +182,8 @@ def test_worker_knows_no_http_no_channels_and_no_driver() -> None:
         assert not any(n.startswith(("django.http", "channels", *DRIVERS)) for n in names), path
 
 
-def test_deck_reaches_the_engine_only_through_service_events_domain() -> None:
-    allowed = ("chokaq_core.service", "chokaq_core.events", "chokaq_core.domain")
+def test_deck_reaches_the_engine_only_through_service_events_domain_and_the_read_model() -> None:
+    allowed = ("chokaq_core.service", "chokaq_core.events", "chokaq_core.domain", "chokaq_core.readmodel")
     for path in python_files("deck"):
         for name in imports_of(path):
             if name.startswith("chokaq_core"):

@@ -47,41 +47,44 @@ from chokaq_core.domain import (
     Attempt,
     AttemptError,
     BucketSpend,
-    BulkPreview,
     ClaimHold,
     DeadJob,
-    DeckSnapshot,
-    ErrorGroup,
     FailedAttempt,
     Failure,
     FailureReason,
-    HistoryPoint,
-    HistorySort,
-    HistoryWindow,
     HotJob,
     JobFilter,
-    JobRow,
     JobStatus,
-    MetricPoint,
     NewJob,
-    QueueLag,
     QueueState,
-    QueueStats,
     Rate,
     RateBucket,
     RateLimit,
     RateLimitState,
     Retry,
     ScheduleState,
-    SnapshotRequest,
     Success,
-    SummaryStats,
-    TypeHistory,
     WorkerInfo,
 )
-from chokaq_core.sql import DIALECT_FUNCTIONS, base, json_rows
+from chokaq_core.readmodel import (
+    BulkPreview,
+    DeckSnapshot,
+    ErrorGroup,
+    HistoryPoint,
+    HistorySort,
+    HistoryWindow,
+    JobRow,
+    MetricPoint,
+    QueueLag,
+    QueueStats,
+    SnapshotRequest,
+    SummaryStats,
+    TypeHistory,
+)
+from chokaq_core.sql import DIALECT_FUNCTIONS, base, json_rows, reads_for
 from chokaq_core.sql import mssql as sql
 from chokaq_core.sql.base import StaleBuckets
+from chokaq_core.sql.reads import READ_FUNCTIONS
 
 RENDER_ALIAS = "chokaq_mssql_render"
 
@@ -818,13 +821,21 @@ CASES = [
 ]
 
 
+READS = reads_for(sql.DIALECT)  # the Deck's reads over this dialect
+FUNCTIONS = (*DIALECT_FUNCTIONS, *READ_FUNCTIONS)
+
+
+def _function(name: str) -> Any:
+    return getattr(READS if name in READ_FUNCTIONS else sql.DIALECT, name)
+
+
 def _run(case: Case) -> tuple[Any, Recorder]:
     cursor = Recorder(case.script)
-    return getattr(sql.DIALECT, case.function)(cursor, *case.args), cursor
+    return _function(case.function)(cursor, *case.args), cursor
 
 
 def test_every_protocol_function_has_a_render_case() -> None:
-    assert set(DIALECT_FUNCTIONS) <= {case.function for case in CASES}
+    assert set(FUNCTIONS) <= {case.function for case in CASES}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.function)
@@ -835,7 +846,7 @@ def test_every_function_runs_and_returns_what_the_protocol_says(case: Case) -> N
         assert case.check(result), result
     else:
         assert result == case.expected
-    hint = typing.get_type_hints(getattr(sql.DIALECT, case.function))["return"]
+    hint = typing.get_type_hints(_function(case.function))["return"]
     origin = typing.get_origin(hint)
     if origin is list:
         assert isinstance(result, list)
@@ -881,7 +892,7 @@ def run_alone_by_storage() -> set[str]:
 
 def test_functions_storage_runs_alone_change_one_table_at_most() -> None:
     alone = run_alone_by_storage()
-    assert {"get_hot", "keep_alive", "deck_snapshot", "purge_workers"} <= alone <= set(DIALECT_FUNCTIONS)
+    assert {"get_hot", "keep_alive", "deck_snapshot", "purge_workers"} <= alone <= set(FUNCTIONS)
     assert "fetch_batch" not in alone, "the claim's capped-queue locks must last until it commits"
     for function, texts in _texts(alone).items():
         for text in texts:
@@ -932,7 +943,7 @@ SHAPES: list[tuple[Sequence[str], str, str, str]] = [
 NEVER: list[tuple[Sequence[str], str, str]] = [
     ([c.function for c in CASES if c.function.startswith(("purge_", "resurrect")) and c.function != "purge_metric_buckets"],
      "METRIC_BUCKETS", "purges and resurrection never touch buckets"),
-    (DIALECT_FUNCTIONS, "BEGIN TRAN", "storage owns the transaction"),
+    (FUNCTIONS, "BEGIN TRAN", "storage owns the transaction"),
     (("resurrect", "resurrect_batch"), "METRIC_BUCKETS", "resurrection never changes buckets"),
 ]
 
@@ -978,7 +989,7 @@ def test_the_claim_sends_worker_window_and_limit() -> None:
 def test_dashboard_reads_are_dirty_and_correctness_reads_are_not() -> None:
     dirty_parts = (sql.SUMMARY_STATS_SQL, sql.QUEUE_STATS_SELECT, sql.THROUGHPUT_SELECT, sql.QUEUE_HEALTH_SELECT,
                    sql.DIALECT.TOP_ERRORS_SQL)
-    for function, text in ((f, t) for f, texts in _texts(DIALECT_FUNCTIONS).items() for t in texts):
+    for function, text in ((f, t) for f, texts in _texts(FUNCTIONS).items() for t in texts):
         tables = len(re.findall(r"\bchokaq_\w+", text))
         if function in ("summary_stats", "queue_stats", "throughput", "queue_health", "top_errors"):
             assert text.count("WITH (NOLOCK)") == tables, function
@@ -993,7 +1004,7 @@ def test_deck_snapshot_is_one_statement_whose_parts_equal_the_separate_reads() -
 
     assert len(cursor.calls) == 1 and len(cursor.driver.executed) == 1, "ONE statement, one round trip"
     [(text, params)] = cursor.calls
-    assert text == sql.DIALECT.snapshot(FULL_REQUEST)[0]
+    assert text == READS.snapshot(FULL_REQUEST)[0]
     assert params == [50, *['[{"id":"J1"},{"id":"J2"},{"id":"J3"}]'] * 3, True, "2026-03-01T11:55:00.000000+00:00",
                       True, True, True, True, True, base.EMPTY_ERROR, base.TOP_ERRORS_SAMPLE, 5]
     assert isinstance(snap, DeckSnapshot)

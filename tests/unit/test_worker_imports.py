@@ -43,9 +43,43 @@ def test_a_postgresql_worker_loads_neither_the_in_memory_store_nor_the_decks_web
                 # the Prometheus exposition and the stdlib it serves with: only --metrics-port loads them
                 "prometheus_client", "chokaq_core.prometheus", "http.server", "urllib.request", "wsgiref",
                 # auth's login/password views: only the Deck's login redirect needs them, not its policy check
-                "django.contrib.auth.views"}
+                "django.contrib.auth.views",
+                # the Deck's reads and the read model they build (rows, counters, snapshot): only service reads them
+                "chokaq_core.sql.reads", "chokaq_core.readmodel"}
     assert not unneeded & modules, sorted(unneeded & modules)
-    assert {"chokaq_core.storage", "chokaq_core.worker", "deck.apps"} <= modules
+    assert {"chokaq_core.storage", "chokaq_core.worker", "deck.apps", "chokaq_core.sql.postgresql"} <= modules
+
+
+# What a worker holds of the Deck's reads: the read model's classes in any of ChokaQ's modules, the read functions
+# on its dialect (with their statements' builders and row mappers)
+READS_PROBE = """
+import json, sys
+import django
+django.setup()
+from django.core.management import load_command_class
+load_command_class("chokaq_core", "chokaq_worker")
+from chokaq_core import storage
+model = {"JobRow", "SummaryStats", "QueueStats", "Totals", "MetricPoint", "QueueLag", "ErrorGroup", "BulkPreview",
+         "SnapshotRequest", "DeckSnapshot", "HistorySort", "HistoryPoint", "TypeHistory", "HistoryWindow"}
+held = {name for module in list(sys.modules) if module.startswith("chokaq_core")
+        for name in vars(sys.modules[module]) if name in model}
+dialect = type(storage.dialect())
+reads = [name for name in ("list_active", "list_archive", "list_dlq", "summary_stats", "queue_stats", "throughput",
+                           "queue_health", "top_errors", "preview_dlq_bulk", "deck_snapshot", "history_buckets")
+         if hasattr(dialect, name)]
+print(json.dumps({"model": sorted(held), "reads": reads}))
+"""
+
+
+def test_a_postgresql_worker_holds_neither_the_decks_read_model_nor_its_read_functions() -> None:
+    """A worker never reads the Deck's lists, counters or snapshot: neither the dataclasses those reads build
+    (~15–30 KiB each) nor the read functions of its dialect are in its memory."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
+           "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/unused"}  # setup does not connect
+    out = subprocess.run([sys.executable, "-c", READS_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    held = json.loads(out.stdout.strip().splitlines()[-1])
+    assert held == {"model": [], "reads": []}, held
 
 
 # A worker's executions record every instrument; no MeterProvider is configured in the demo project
